@@ -1,0 +1,1 @@
+"""The seeds' optimizer, schedule, number-format and collective mechanics as pure functions."""
