@@ -1,8 +1,10 @@
-"""Command line: `stepbill bill|models|lab ...`. Formatting and argument parsing only; no arithmetic here."""
+"""Command line: `stepbill [bill|models|lab] ...`. Argument parsing and printing only; no arithmetic here."""
 
 from __future__ import annotations
 
+import json
 import sys
+from typing import Annotated
 
 import click
 import typer
@@ -11,20 +13,105 @@ from stepbill.errors import StepbillError
 
 app = typer.Typer(
     add_completion=False,
-    no_args_is_help=False,
     pretty_exceptions_enable=False,
-    help="The complete bill of one LLM training step: memory, FLOPs, checkpoint — with derivations.",
+    rich_markup_mode=None,
+    help="The complete bill of one LLM training step: memory, checkpoint, with derivations. "
+    "With no command: the seed's worked example (gpt3-125m, micro-batch 8, seq 1024, mixed-bf16 AdamW).",
 )
+
+GIB = 2**30
+DEFAULT_MODEL = "gpt3-125m"
+
+
+def _emit_json(obj: object) -> None:
+    print(json.dumps(obj, indent=2))
+
+
+@app.callback(invoke_without_command=True)
+def _default(ctx: typer.Context) -> None:
+    if ctx.invoked_subcommand is None:
+        bill(model=DEFAULT_MODEL, seq=1024, micro_batch=8)
+
+
+@app.command()
+def bill(
+    model: Annotated[str, typer.Argument(help="preset name (see `stepbill models`), ModelSpec JSON or HF config.json")]
+    = DEFAULT_MODEL,
+    seq: Annotated[int, typer.Option("--seq", help="sequence length (tokens)")] = 2048,
+    micro_batch: Annotated[int, typer.Option("--micro-batch", help="sequences per micro-batch")] = 1,
+    recipe: Annotated[str, typer.Option("--recipe", help="precision recipe, e.g. mixed-bf16, fp32, pure-bf16")]
+    = "mixed-bf16",
+    optimizer: Annotated[str, typer.Option("--optimizer", help="adamw, adam, sgd, sgd-momentum, lion, adafactor, muon")]
+    = "adamw",
+    recompute: Annotated[str, typer.Option("--recompute", help="none | full")] = "none",
+    lora_rank: Annotated[int | None, typer.Option("--lora-rank", help="LoRA rank (enables LoRA)")] = None,
+    lora_targets: Annotated[str | None, typer.Option("--lora-targets", help="comma-separated, e.g. q_proj,v_proj")]
+    = None,
+    gpu_mem: Annotated[float | None, typer.Option("--gpu-mem", help="memory per GPU in GiB (cards needed)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object (bytes as integers)")] = False,
+    explain: Annotated[bool, typer.Option("--explain", help="show every number's formula, inputs and provenance")]
+    = False,
+) -> None:
+    """The bill of one training step for MODEL under a recipe."""
+    from stepbill.engine.bill import make_bill
+    from stepbill.spec.presets import load_model
+    from stepbill.spec.recipe import make_recipe
+
+    if gpu_mem is not None and gpu_mem <= 0:
+        raise StepbillError(f"--gpu-mem must be positive GiB, got {gpu_mem}")
+    targets = tuple(t.strip() for t in lora_targets.split(",") if t.strip()) if lora_targets is not None else None
+    spec = load_model(model)
+    the_recipe = make_recipe(recipe, optimizer, micro_batch, seq, recompute, lora_rank, targets)
+    result = make_bill(spec, the_recipe, gpu_mem * GIB if gpu_mem else None)
+    if as_json:
+        from stepbill.report.bill_json import bill_to_json
+
+        _emit_json(bill_to_json(result))
+    else:
+        from stepbill.report.terminal import print_bill
+
+        print_bill(result, explain=explain)
+
+
+@app.command()
+def models(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
+    """List the built-in model presets with total and active parameters."""
+    from rich.table import Table
+
+    from stepbill.engine.params import param_inventory
+    from stepbill.report.terminal import make_console
+    from stepbill.report.units import fmt_count
+    from stepbill.spec.presets import load_preset, preset_names
+
+    rows = []
+    for name in preset_names():
+        spec = load_preset(name)
+        inv = param_inventory(spec)
+        rows.append({"name": name, "family": spec.family, "params_total": inv.total, "params_active": inv.active,
+                     "layers": spec.n_layers, "hidden": spec.hidden_size, "attention": spec.attention.kind,
+                     "moe": spec.moe is not None})
+    if as_json:
+        _emit_json(rows)
+        return
+    table = Table(title="Built-in presets (params in decimal units: B = 1e9)", title_justify="left")
+    for col in ("name", "family", "layers", "hidden", "attention", "total params", "active params"):
+        table.add_column(col, justify="left" if col in ("name", "family", "attention") else "right")
+    for r in rows:
+        table.add_row(r["name"], r["family"], str(r["layers"]), f"{r['hidden']:,}",
+                      r["attention"] + (" + MoE" if r["moe"] else ""), fmt_count(r["params_total"]),
+                      fmt_count(r["params_active"]))
+    make_console().print(table)
 
 
 def _register_subcommands() -> None:
     from stepbill.lab.cli import app as lab_app
 
-    app.add_typer(lab_app, name="lab", help="Optimizer, schedule, precision and collective mechanics of the seeds.")
+    if not any(group.name == "lab" for group in app.registered_groups):
+        app.add_typer(lab_app, name="lab", help="Optimizer, schedule, precision and collective mechanics.")
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the app; bad input becomes one line on stderr and exit code 2."""
+    """Entry point: bad input becomes one line on stderr and exit code 2, never a traceback."""
     _register_subcommands()
     try:
         app(args=argv, standalone_mode=False)

@@ -1,0 +1,1 @@
+"""Formatting of bills: terminal tables, JSON. No arithmetic of the bill lives here."""

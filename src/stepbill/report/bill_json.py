@@ -1,0 +1,75 @@
+"""The bill as one JSON object (schema documented in docs/json.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stepbill.engine.bill import Bill, peak_phase
+from stepbill.engine.line import Line
+
+
+def _int(line: Line) -> int:
+    return round(line.value)
+
+
+def bill_to_json(bill: Bill) -> dict[str, Any]:
+    """Plain JSON-ready dict: bytes, params and FLOPs as integers; every line with its formula."""
+    spec, recipe, lines = bill.model, bill.recipe, bill.lines
+    memory_items = [x.to_json() for x in [*bill.resident_items, *bill.activation_items]]
+    out: dict[str, Any] = {
+        "schema": "stepbill.bill/1",
+        "units": {"memory": "bytes", "params": "count", "text_output": "binary units: GiB = 2^30 B"},
+        "convention": bill.convention,
+        "model": {
+            "name": spec.name,
+            "family": spec.family,
+            "params_total": _int(lines["params.total"]),
+            "params_active": _int(lines["params.active"]),
+            "params_trainable": _int(lines["params.trainable"]),
+            "params_by_component": {
+                comp: {"total": total, "active": active}
+                for comp, (total, active) in bill.inventory.by_component().items()
+            },
+            "spec": spec.to_dict(),
+        },
+        "recipe": {
+            "precision": recipe.precision.name,
+            "bytes_per_param": {
+                "weights": recipe.precision.weights,
+                "grads": recipe.precision.grads,
+                "master": recipe.precision.master,
+                "optimizer_state": recipe.precision.state,
+                "activation": recipe.precision.activation,
+            },
+            "optimizer": recipe.optimizer,
+            "micro_batch": recipe.micro_batch,
+            "seq_len": recipe.seq_len,
+            "tokens": recipe.tokens,
+            "recompute": recipe.recompute,
+            "lora": None if recipe.lora is None else {"rank": recipe.lora.rank, "targets": list(recipe.lora.targets)},
+        },
+        "memory": {
+            key: _int(lines[f"memory.{key}"])
+            for key in ("weights", "grads", "optimizer", "model", "resident", "activations", "peak")
+        },
+        "activations": {
+            "convention_note": lines["memory.activations"].convention,
+            "layer_rows": {
+                kind: [
+                    {"name": r.name, "width_per_token": r.width, "dtype_bytes": r.dtype_bytes,
+                     "bytes_per_token": r.bytes_per_token, "saved_for": r.saved_for,
+                     "recompute": r.recompute.kind}
+                    for r in rows
+                ]
+                for kind, rows in bill.layer_rows.items()
+            },
+        },
+        "checkpoint": {"bytes": _int(lines["checkpoint.bytes"]), "items": [x.to_json() for x in bill.checkpoint_items]},
+        "lines": {name: line.to_json() for name, line in lines.items()},
+    }
+    out["memory"]["peak_phase"] = peak_phase(bill)
+    out["memory"]["items"] = memory_items
+    cards = {k.split(".", 1)[1]: _int(v) for k, v in lines.items() if k.startswith("cards.")}
+    if cards:
+        out["cards"] = cards
+    return out

@@ -1,0 +1,97 @@
+"""The bill as rich tables for the terminal, like the seed's: item, bytes per param, size, share."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from stepbill.engine.bill import Bill, peak_phase
+from stepbill.engine.line import Line
+from stepbill.report.units import fmt_bytes, fmt_count
+
+
+def _explain_cell(line: Line) -> str:
+    text = line.explain()
+    return f"{text}  [{line.provenance}]" if text else f"[{line.provenance}]"
+
+
+def render_bill(bill: Bill, explain: bool = False) -> Group:
+    """Renderables for the whole bill; `explain` adds the formula with its inputs to every row."""
+    spec, recipe, lines = bill.model, bill.recipe, bill.lines
+    head = Text.assemble(
+        (f"{spec.name}", "bold"),
+        f"  {fmt_count(lines['params.total'].value)} params",
+        f" ({fmt_count(lines['params.active'].value)} active/token)" if spec.moe else "",
+        f"  ·  {recipe.precision.name} {recipe.optimizer}  ·  micro-batch {recipe.micro_batch} × seq {recipe.seq_len}"
+        f" = {recipe.tokens:,} tokens  ·  recompute {recipe.recompute}",
+        f"  ·  LoRA r={recipe.lora.rank} on {','.join(recipe.lora.targets)}" if recipe.lora else "",
+    )
+    peak = lines["memory.peak"].value
+    table = Table(title="Memory of one step (binary units: GiB = 2^30 B)", title_justify="left")
+    table.add_column("item")
+    table.add_column("B/param", justify="right")
+    table.add_column("size", justify="right")
+    table.add_column("share of peak", justify="right")
+    if explain:
+        table.add_column("formula  [provenance]", overflow="fold")
+    n_train = lines["params.trainable"].value
+
+    def row(line: Line, per_param: str = "", style: str = "") -> None:
+        cells = [line.name, per_param, fmt_bytes(line.value), f"{100 * line.value / peak:.1f} %" if peak else "-"]
+        if explain:
+            cells.append(_explain_cell(line))
+        table.add_row(*cells, style=style)
+
+    for item in bill.resident_items:
+        per = item.inputs.get("bytes")
+        if item.name.startswith("optimizer.") and n_train:
+            per = item.value / n_train
+        row(item, f"{per:g}" if per is not None else "")
+    row(lines["memory.resident"], f"{lines['memory.resident'].value / max(n_train, 1):g}"
+        if not recipe.lora else "", "bold")
+    for item in bill.activation_items:
+        row(item)
+    row(lines["memory.peak"], "", "bold")
+    parts: list = [head, table]
+
+    notes = [
+        f"model (weights + grads) {fmt_bytes(lines['memory.model'].value)} · optimizer (master + states) "
+        f"{fmt_bytes(lines['memory.optimizer'].value)} · peak at: {peak_phase(bill)}",
+        f"activations: {lines['memory.activations'].convention}",
+        f"checkpoint to resume: {fmt_bytes(lines['checkpoint.bytes'].value)} "
+        f"({', '.join(x.name.removeprefix('checkpoint.') for x in bill.checkpoint_items)})",
+    ]
+    for key in ("cards.resident", "cards.peak"):
+        if key in lines:
+            notes.append(f"{key}: {lines[key].value:.0f} cards ({lines[key].explain()})")
+    parts += [Text(n, style="dim") for n in notes]
+    if explain:
+        parts.append(_activation_table(bill))
+    return Group(*parts)
+
+
+def _activation_table(bill: Bill) -> Table:
+    tokens = bill.recipe.tokens
+    table = Table(title=f"Kept per layer ({bill.convention} convention), × {tokens:,} tokens", title_justify="left")
+    for col in ("layer kind", "tensor", "numbers/token", "dtype B", "per token", "per micro-batch", "kept for"):
+        table.add_column(col, justify="right" if col not in ("tensor", "kept for", "layer kind") else "left")
+    for kind, rows in bill.layer_rows.items():
+        for r in rows:
+            table.add_row(kind, r.name, f"{r.width:,}", str(r.dtype_bytes), fmt_bytes(r.bytes_per_token),
+                          fmt_bytes(r.bytes_per_token * tokens), r.saved_for)
+        total_width = sum(r.width for r in rows)
+        per_token = sum(r.bytes_per_token for r in rows)
+        table.add_row(kind, "layer total", f"{total_width:,}", "", fmt_bytes(per_token), fmt_bytes(per_token * tokens),
+                      "", style="bold")
+    return table
+
+
+def make_console() -> Console:
+    """A console 120 columns wide when output is not a terminal (pipes, docs), the terminal's width otherwise."""
+    console = Console()
+    return console if console.is_terminal else Console(width=120)
+
+
+def print_bill(bill: Bill, explain: bool = False, console: Console | None = None) -> None:
+    (console or make_console()).print(render_bill(bill, explain))

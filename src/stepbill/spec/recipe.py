@@ -1,0 +1,119 @@
+"""Recipe: how the model is trained — precision of each resident item, optimizer, batch, recompute, LoRA."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stepbill.errors import StepbillError, unknown_name
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Bytes per parameter of each resident item. `master` 0 means no separate fp32 copy."""
+
+    name: str
+    weights: int
+    grads: int
+    master: int
+    state: int  # bytes per element of each optimizer state (m, v, momentum ...)
+    activation: int  # bytes per element of the tensors kept for backward
+    description: str
+    provenance: str = "derived"
+
+
+PRECISIONS: dict[str, Precision] = {
+    p.name: p
+    for p in (
+        Precision("mixed-bf16", 2, 2, 4, 4, 2,
+                  "bf16 weights and grads, fp32 master and optimizer states (ZeRO's 2Ψ+2Ψ+12Ψ)",
+                  "cited: ZeRO, arXiv 1910.02054"),
+        Precision("fp32", 4, 4, 0, 4, 4, "everything fp32; the weights are the master copy"),
+        Precision("amp-bf16", 4, 4, 0, 4, 2,
+                  "fp32 weights, grads and states; bf16 autocast for compute (casts are transient)"),
+        Precision("fp32-grad-accum", 2, 4, 4, 4, 2, "mixed-bf16 with an fp32 gradient accumulator (18 B with AdamW)"),
+        Precision("bf16-moments", 2, 4, 4, 2, 2,
+                  "DeepSeek-V3: bf16 weights, fp32 grads and master, AdamW moments in bf16",
+                  "cited: DeepSeek-V3 technical report, arXiv 2412.19437 §3.3"),
+        Precision("adamw-8bit", 2, 2, 4, 1, 2, "mixed-bf16 with 8-bit optimizer states (block-wise quantised)",
+                  "cited: 8-bit Optimizers, arXiv 2110.02861"),
+        Precision("pure-bf16", 2, 2, 0, 2, 2, "bf16 weights, grads and states, no master (a bf16 model in plain PyTorch)"),
+    )
+}
+
+OPTIMIZERS: dict[str, str] = {
+    "adamw": "AdamW: first and second moment per parameter",
+    "adam": "Adam: first and second moment per parameter",
+    "sgd": "plain SGD: no state",
+    "sgd-momentum": "SGD with momentum: one buffer per parameter",
+    "lion": "Lion: one momentum per parameter",
+    "adafactor": "Adafactor without momentum: second moment factored into row + column sums for matrices",
+    "muon": "Muon on 2-D hidden matrices (one momentum), AdamW on the rest",
+}
+
+RECOMPUTE_POLICIES = ("none", "full")
+
+DEFAULT_LORA_TARGETS = ("q_proj", "v_proj")
+
+
+@dataclass(frozen=True)
+class LoRA:
+    """Low-rank adapters of rank `rank` on every matrix whose name ends with one of `targets`."""
+
+    rank: int
+    targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How one step is run: precision, optimizer, tokens per micro-batch, recompute, LoRA."""
+
+    precision: Precision
+    optimizer: str = "adamw"
+    micro_batch: int = 1
+    seq_len: int = 2048
+    recompute: str = "none"
+    lora: LoRA | None = None
+
+    def __post_init__(self) -> None:
+        if self.optimizer not in OPTIMIZERS:
+            raise unknown_name("optimizer", self.optimizer, OPTIMIZERS)
+        if self.recompute not in RECOMPUTE_POLICIES:
+            raise unknown_name("recompute policy", self.recompute, RECOMPUTE_POLICIES)
+        for name in ("micro_batch", "seq_len"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise StepbillError(f"{name.replace('_', '-')} must be a positive integer, got {value!r}")
+        if self.lora is not None and self.lora.rank <= 0:
+            raise StepbillError(f"lora rank must be positive, got {self.lora.rank}")
+        if self.lora is not None and not self.lora.targets:
+            raise StepbillError("lora targets must name at least one matrix")
+
+    @property
+    def tokens(self) -> int:
+        """Tokens in one micro-batch."""
+        return self.micro_batch * self.seq_len
+
+
+def precision(name: str) -> Precision:
+    """The named precision recipe."""
+    if name not in PRECISIONS:
+        raise unknown_name("recipe", name, PRECISIONS)
+    return PRECISIONS[name]
+
+
+def make_recipe(
+    recipe: str = "mixed-bf16",
+    optimizer: str = "adamw",
+    micro_batch: int = 1,
+    seq_len: int = 2048,
+    recompute: str = "none",
+    lora_rank: int | None = None,
+    lora_targets: tuple[str, ...] | None = None,
+) -> Recipe:
+    """A Recipe from plain names and numbers (what the CLI and the API take)."""
+    lora = None
+    if lora_rank is not None:
+        lora = LoRA(lora_rank, tuple(lora_targets) if lora_targets else DEFAULT_LORA_TARGETS)
+    elif lora_targets:
+        raise StepbillError("--lora-targets needs --lora-rank")
+    return Recipe(precision(recipe), optimizer, micro_batch, seq_len, recompute, lora)
