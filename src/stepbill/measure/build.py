@@ -1,0 +1,145 @@
+"""Build a transformers causal LM from a plain config dict, real or under FakeTensorMode.
+
+The dict is what a transformers ``config.json`` holds (``model_type`` plus the family's keys); the
+``stepbill.spec.hf.to_hf_config`` converter produces one from a ModelSpec. torch and transformers are
+imported inside the functions so that ``import stepbill.measure`` works without the ``measure`` extra.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Literal
+
+from stepbill.errors import StepbillError
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+Mode = Literal["real", "fake"]
+Attention = Literal["sdpa", "eager"]
+DType = Literal["fp32", "bf16"]
+
+# Config keys that carry a dropout probability in the families we build; all are forced to 0 so that the
+# measured step is deterministic and keeps no dropout masks (the `eager` convention has no dropout).
+_DROPOUT_KEYS = (
+    "attention_dropout",
+    "hidden_dropout",
+    "resid_pdrop",
+    "embd_pdrop",
+    "attn_pdrop",
+    "summary_first_dropout",
+    "classifier_dropout",
+)
+
+
+def require_torch() -> None:
+    """Raise a one-line StepbillError when the optional ``measure`` extra is missing."""
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise StepbillError(
+            f"measurement needs torch and transformers ({exc.name} missing): pip install 'stepbill[measure]'"
+        ) from exc
+
+
+def torch_dtype(dtype: DType) -> torch.dtype:
+    """The torch dtype for a stepbill dtype name."""
+    import torch
+
+    table = {"fp32": torch.float32, "bf16": torch.bfloat16}
+    if dtype not in table:
+        raise StepbillError(f"unknown dtype {dtype!r}; choose fp32 or bf16")
+    return table[dtype]
+
+
+@contextlib.contextmanager
+def hf_patches(*, force_grouped_mm_fallback: bool) -> Iterator[None]:
+    """Patch transformers for a measurable step; everything is restored on exit.
+
+    - ``masking_utils.find_packed_sequence_indices`` returns None: under fake tensors transformers cannot
+      see that position ids are unpacked and builds a full 4-D mask; our batches are never packed, so
+      None is also what the real run computes (this makes fake equal real to the byte).
+    - ``integrations.moe._can_use_grouped_mm`` returns False when ``force_grouped_mm_fallback``: the
+      ``aten._grouped_mm`` fake kernel only accepts bf16, so fp32 MoE experts use transformers' fallback
+      (applied in real mode too so that both modes run the same code).
+    """
+    import transformers.masking_utils as masking_utils
+
+    saved: list[tuple[Any, str, Any]] = [
+        (masking_utils, "find_packed_sequence_indices", masking_utils.find_packed_sequence_indices)
+    ]
+    masking_utils.find_packed_sequence_indices = lambda position_ids: None
+    if force_grouped_mm_fallback:
+        import transformers.integrations.moe as moe
+
+        saved.append((moe, "_can_use_grouped_mm", moe._can_use_grouped_mm))
+        moe._can_use_grouped_mm = lambda *args, **kwargs: False
+    try:
+        yield
+    finally:
+        for module, name, value in reversed(saved):
+            setattr(module, name, value)
+
+
+def make_config(config_dict: dict[str, Any], *, attention: Attention = "sdpa") -> Any:
+    """A transformers PretrainedConfig from a config dict, with dropout off and no KV cache."""
+    require_torch()
+    from transformers import AutoConfig
+
+    kwargs = dict(config_dict)
+    model_type = kwargs.pop("model_type", None)
+    if not model_type:
+        raise StepbillError("config dict needs a 'model_type' (e.g. 'llama')")
+    for key in _DROPOUT_KEYS:
+        if key in kwargs:
+            kwargs[key] = 0.0
+    try:
+        config = AutoConfig.for_model(model_type, **kwargs)
+    except ValueError as exc:
+        raise StepbillError(f"transformers cannot build model_type {model_type!r}: {exc}") from exc
+    for key in _DROPOUT_KEYS:
+        if hasattr(config, key) and isinstance(getattr(config, key), float):
+            setattr(config, key, 0.0)
+    config.use_cache = False
+    config._attn_implementation = attention
+    return config
+
+
+def build_model(
+    config_dict: dict[str, Any],
+    *,
+    dtype: DType = "fp32",
+    attention: Attention = "sdpa",
+    fake_mode: FakeTensorMode | None = None,
+    seed: int = 0,
+) -> torch.nn.Module:
+    """Build ``AutoModelForCausalLM.from_config`` in training mode.
+
+    With ``fake_mode`` the parameters are fake tensors (no memory, any size); call inside ``hf_patches``
+    only for the step, building needs no patch. Every ``nn.Dropout`` gets p=0 as well, for configs whose
+    dropout is not a config key.
+    """
+    require_torch()
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    config = make_config(config_dict, attention=attention)
+    torch.manual_seed(seed)
+    ctx = fake_mode if fake_mode is not None else contextlib.nullcontext()
+    with ctx:
+        model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype(dtype), attn_implementation=attention)
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    model.train()
+    return model
+
+
+def new_fake_mode() -> FakeTensorMode:
+    """A FakeTensorMode that accepts real tensors created outside it (e.g. transformers' constants)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return FakeTensorMode(allow_non_fake_inputs=True)

@@ -1,0 +1,145 @@
+"""One measurable training setup: model, AdamW, inputs and the transformers training step.
+
+Shared by ``step`` (MemTracker, FLOPs), ``saved`` (saved-tensor hooks) and ``verify`` (the allocator
+route), so that every measurement runs exactly the same step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from stepbill.errors import StepbillError
+from stepbill.measure.build import Attention, Mode, build_model, hf_patches, new_fake_mode
+
+Recipe = Literal["fp32", "pure-bf16", "amp-bf16"]
+OptimizerImpl = Literal["single", "foreach", "fused"]
+Recompute = Literal["none", "full"]
+Phase = Literal["forward", "backward", "optimizer"]
+
+RECIPES: tuple[str, ...] = ("fp32", "pure-bf16", "amp-bf16")
+OPTIMIZER_IMPLS: tuple[str, ...] = ("single", "foreach", "fused")
+RECOMPUTES: tuple[str, ...] = ("none", "full")
+PHASES: tuple[Phase, ...] = ("forward", "backward", "optimizer")
+
+
+def _noop(phase: Phase) -> None:
+    return None
+
+
+@dataclass
+class StepSession:
+    """Model, AdamW and input ids of one recipe, real or fake; ``iteration()`` runs one training step.
+
+    Use as a context manager: it enters the FakeTensorMode (fake runs) and the transformers patches.
+    """
+
+    config_dict: dict[str, Any]
+    recipe: Recipe = "fp32"
+    optimizer_impl: OptimizerImpl = "single"
+    micro_batch: int = 1
+    seq_len: int = 128
+    recompute: Recompute = "none"
+    mode: Mode = "real"
+    attention: Attention = "sdpa"
+    lr: float = 1e-4
+    model: Any = field(init=False, default=None)
+    optimizer: Any = field(init=False, default=None)
+    input_ids: Any = field(init=False, default=None)
+    _stack: contextlib.ExitStack = field(init=False, default_factory=contextlib.ExitStack)
+
+    def __post_init__(self) -> None:
+        _check_choice("recipe", self.recipe, RECIPES)
+        _check_choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
+        _check_choice("recompute", self.recompute, RECOMPUTES)
+        _check_choice("mode", self.mode, ("real", "fake"))
+        _check_choice("attention", self.attention, ("sdpa", "eager"))
+        if self.micro_batch < 1 or self.seq_len < 1:
+            raise StepbillError(f"micro_batch and seq_len must be positive, got {self.micro_batch}, {self.seq_len}")
+
+    @property
+    def param_dtype(self) -> Literal["fp32", "bf16"]:
+        """pure-bf16 keeps bf16 parameters (and so bf16 grads and AdamW states); the others fp32."""
+        return "bf16" if self.recipe == "pure-bf16" else "fp32"
+
+    def __enter__(self) -> StepSession:
+        import torch
+
+        fake_mode = new_fake_mode() if self.mode == "fake" else None
+        self.model = build_model(
+            self.config_dict, dtype=self.param_dtype, attention=self.attention, fake_mode=fake_mode
+        )
+        if self.recompute == "full":
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        # fp32 MoE experts need transformers' grouped_mm fallback (aten._grouped_mm fakes bf16 only); amp
+        # keeps fp32 expert weights too, since grouped_mm is not autocast-enabled.
+        self._stack.enter_context(hf_patches(force_grouped_mm_fallback=self.param_dtype == "fp32"))
+        if fake_mode is not None:
+            self._stack.enter_context(fake_mode)
+        kwargs: dict[str, Any] = {"lr": self.lr, "foreach": False, "fused": False}
+        if self.optimizer_impl == "foreach":
+            kwargs["foreach"] = True
+        elif self.optimizer_impl == "fused":
+            kwargs = {"lr": self.lr, "fused": True}
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), **kwargs)
+        vocab = int(self.model.config.vocab_size)
+        gen = torch.Generator().manual_seed(0) if fake_mode is None else None
+        self.input_ids = torch.randint(0, vocab, (self.micro_batch, self.seq_len), generator=gen)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """bf16 autocast for amp-bf16 (its weight-cast cache lives until the block exits), else nothing."""
+        import torch
+
+        if self.recipe == "amp-bf16":
+            return torch.autocast("cpu", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def forward_loss(self) -> Any:
+        """The forward of transformers' training step; returns the loss, the outputs are dropped.
+
+        Dropping ``outputs`` (logits) before backward is what the HF Trainer does (``compute_loss`` keeps
+        only the loss), so logits live on only where the loss's graph saved them.
+        """
+        with self.autocast():
+            outputs = self.model(input_ids=self.input_ids, labels=self.input_ids, use_cache=False)
+            loss = outputs.loss
+            del outputs
+        return loss
+
+    def iteration(self, on_phase: Callable[[Phase], None] = _noop) -> None:
+        """One training step; ``on_phase(p)`` is called at the start of each phase and ``on_phase`` never
+        after the last (callers close the optimizer phase themselves)."""
+        on_phase("forward")
+        loss = self.forward_loss()
+        on_phase("backward")
+        loss.backward()
+        del loss
+        on_phase("optimizer")
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def forward_backward(self) -> None:
+        """Forward and backward only (the FLOPs pass); gradients are dropped afterwards."""
+        loss = self.forward_loss()
+        loss.backward()
+        del loss
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise StepbillError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
+
+
+@contextlib.contextmanager
+def open_session(config_dict: dict[str, Any], **kwargs: Any) -> Iterator[StepSession]:
+    """``with open_session(cfg, recipe=..., ...) as s:`` — a StepSession, entered."""
+    session = StepSession(config_dict, **kwargs)
+    with session:
+        yield session
