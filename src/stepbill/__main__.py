@@ -1,0 +1,3 @@
+from stepbill.cli import main
+
+main()
