@@ -159,7 +159,9 @@ def _layer(spec: ModelSpec, n: int, kind: str) -> list[ParamTensor]:
         rows.append(ParamTensor("moe.router.bias", "router", (e,), n, n, kind))
     rows += _mlp("moe.experts", "experts", spec, moe.expert_intermediate_size, True, False, n * e, n * k, kind)
     if moe.shared_intermediate_size:
-        rows += _mlp("moe.shared", "shared_experts", spec, moe.shared_intermediate_size, True, False, n, n, kind)
+        # Shared experts are built by the family's dense MLP class, so they share its bias (DeepSeek-V2 mlp_bias).
+        rows += _mlp("moe.shared", "shared_experts", spec, moe.shared_intermediate_size, True, spec.ffn.bias, n, n,
+                     kind)
     if moe.shared_expert_gate:
         rows += _linear("moe.shared_expert_gate", "shared_experts", d, 1, False, n, n, kind)
     return rows

@@ -1,42 +1,329 @@
-"""Hugging Face config.json <-> ModelSpec for the families stepbill supports."""
+"""Hugging Face config.json <-> ModelSpec for the families stepbill supports.
+
+`from_hf_config` reads a transformers config dict the way transformers itself does — the same class defaults
+for missing keys, the same per-family quirks (which projections carry biases, what a null head_dim means,
+which layers are MoE) — so that `param_inventory(spec).total` equals the parameter count of the model
+transformers builds. The per-family facts live in `stepbill.spec.hf_families`; this module stays torch-free.
+
+`to_hf_config` goes the other way (for `stepbill check` and the tests): it tries the spec's own family first,
+then the closest supported ones, and returns the first config that reads back to the same architecture.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from stepbill.errors import StepbillError
-from stepbill.spec.model import AttentionSpec, FFNSpec, ModelSpec
+from stepbill.spec.hf_families import (
+    ALIASES,
+    DEFAULTS,
+    DENSE_ROTARY,
+    EMIT,
+    MLA,
+    MOE_MHA,
+    REQUIRED,
+    SUPPORTED_MODEL_TYPES,
+)
+from stepbill.spec.model import AttentionSpec, FFNSpec, ModelSpec, MoESpec
 
-SUPPORTED_MODEL_TYPES = ("llama",)
+__all__ = ["SUPPORTED_MODEL_TYPES", "from_hf_config", "to_hf_config"]
+
+_MISSING = object()
+
+
+class _Config:
+    """Typed, defaulted access to one config dict; every failure is a one-line StepbillError."""
+
+    def __init__(self, data: dict[str, Any], family: str) -> None:
+        self.data = data
+        self.family = family
+        self.defaults = DEFAULTS[family]
+        self.aliases = ALIASES.get(family, {})
+        for key in REQUIRED[family]:
+            if self._lookup(key) is _MISSING:
+                raise StepbillError(f"{family} config is missing {key!r}")
+
+    def _lookup(self, key: str) -> Any:
+        if key in self.data:
+            return self.data[key]
+        alias = self.aliases.get(key)
+        if alias is not None and alias in self.data:
+            return self.data[alias]
+        return _MISSING
+
+    def raw(self, key: str) -> Any:
+        """The value as written, else the config class's default."""
+        value = self._lookup(key)
+        return self.defaults.get(key) if value is _MISSING else value
+
+    def _bad(self, key: str, what: str, value: Any) -> StepbillError:
+        shown = repr(value)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        return StepbillError(f"{self.family} config: {key} must be {what}, got {shown}")
+
+    def int(self, key: str, *, nullable: bool = False, zero_ok: bool = False) -> Any:
+        """An integer field: positive (or ≥ 0 with zero_ok); None passes through only when nullable."""
+        value = self.raw(key)
+        if value is None and nullable:
+            return None
+        what = "a non-negative integer" if zero_ok else "a positive integer"
+        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if zero_ok else 1):
+            raise self._bad(key, what, value)
+        return value
+
+    def bool(self, key: str) -> bool:
+        value = self.raw(key)
+        if not isinstance(value, bool):
+            raise self._bad(key, "true or false", value)
+        return value
+
+    def fraction(self, value: Any, key: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+            raise self._bad(key, "a number in [0, 1]", value)
+        return float(value)
+
+    def int_list(self, key: str) -> tuple[int, ...]:
+        value = self.raw(key)
+        if value is None:
+            return ()
+        if not isinstance(value, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in value):
+            raise self._bad(key, "a list of layer indices", value)
+        return tuple(value)
 
 
 def from_hf_config(config: dict[str, Any], name: str = "custom") -> ModelSpec:
-    """ModelSpec from the dict of a transformers config.json."""
-    model_type = config.get("model_type")
-    if model_type not in SUPPORTED_MODEL_TYPES:
+    """ModelSpec from the dict of a transformers config.json (see hf_families for the per-family rules)."""
+    if not isinstance(config, dict):
+        raise StepbillError("a Hugging Face config must be a JSON object")
+    family = config.get("model_type")
+    if family not in SUPPORTED_MODEL_TYPES:
         raise StepbillError(
-            f"unsupported model_type {model_type!r}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
+            f"unsupported model_type {family!r}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
         )
-    heads = config["num_attention_heads"]
+    c = _Config(config, family)
+    if family == "gpt2":
+        return _gpt2(c, name)
+    if family == "gpt_neox":
+        return _gpt_neox(c, name)
+    if family in MLA:
+        return _deepseek(c, name)
+    return _llama_like(c, name)
+
+
+def _base(c: _Config, name: str) -> dict[str, Any]:
+    """Fields every family states the same way."""
+    return {
+        "name": name,
+        "family": c.family,
+        "vocab_size": c.int("vocab_size"),
+        "hidden_size": c.int("hidden_size" if c.family != "gpt2" else "n_embd"),
+        "n_layers": c.int("num_hidden_layers" if c.family != "gpt2" else "n_layer"),
+        "max_position_embeddings": c.int("max_position_embeddings" if c.family != "gpt2" else "n_positions"),
+        "tied_embeddings": c.bool("tie_word_embeddings"),
+    }
+
+
+def _heads_divide(c: _Config, hidden: int, heads: int) -> int:
+    """hidden // heads, for the families that derive the head width from it (and fail otherwise)."""
+    if hidden % heads:
+        raise StepbillError(f"{c.family} config: num_attention_heads ({heads}) must divide hidden_size ({hidden})")
+    return hidden // heads
+
+
+def _gpt2(c: _Config, name: str) -> ModelSpec:
+    base = _base(c, name)
+    if c.bool("add_cross_attention"):
+        raise StepbillError("gpt2 config: add_cross_attention is not supported (decoder-only models only)")
+    d, heads = base["hidden_size"], c.int("n_head")
+    inner = c.int("n_inner", nullable=True) or 4 * d  # GPT2Block: n_inner None means 4 × hidden
     return ModelSpec(
-        name=name,
-        family=model_type,
-        vocab_size=config["vocab_size"],
-        hidden_size=config["hidden_size"],
-        n_layers=config["num_hidden_layers"],
-        attention=AttentionSpec(
-            n_heads=heads,
-            n_kv_heads=config.get("num_key_value_heads", heads),
-            head_dim=config.get("head_dim") or config["hidden_size"] // heads,
-            qkv_bias=config.get("attention_bias", False),
-            out_bias=config.get("attention_bias", False),
-        ),
-        ffn=FFNSpec(config["intermediate_size"], "swiglu", config.get("mlp_bias", False)),
-        max_position_embeddings=config.get("max_position_embeddings", 2048),
-        tied_embeddings=config.get("tie_word_embeddings", False),
+        **base,
+        # Conv1D always has a bias: c_attn (q, k, v) and c_proj both.
+        attention=AttentionSpec(heads, head_dim=_heads_divide(c, d, heads), qkv_bias=True, out_bias=True),
+        ffn=FFNSpec(inner, "gelu_mlp", bias=True),
+        norm="layernorm",
+        positions="learned",
     )
 
 
+def _rotary_fraction(c: _Config, legacy_key: str, default: float) -> float:
+    """Share of each head that gets rotary: rope_parameters / rope_scaling, else the legacy top-level key."""
+    for rope_key in ("rope_scaling", "rope_parameters"):
+        rope = c.data.get(rope_key)
+        if isinstance(rope, dict) and "partial_rotary_factor" in rope:
+            return c.fraction(rope["partial_rotary_factor"], f"{rope_key}.partial_rotary_factor")
+    if legacy_key in c.data:
+        return c.fraction(c.data[legacy_key], legacy_key)
+    return default
+
+
+def _gpt_neox(c: _Config, name: str) -> ModelSpec:
+    base = _base(c, name)
+    d, heads = base["hidden_size"], c.int("num_attention_heads")
+    bias = c.bool("attention_bias")
+    return ModelSpec(
+        **base,
+        attention=AttentionSpec(heads, head_dim=_heads_divide(c, d, heads), qkv_bias=bias, out_bias=bias),
+        ffn=FFNSpec(c.int("intermediate_size"), "gelu_mlp", bias=True),  # nn.Linear defaults: always biased
+        norm="layernorm",
+        positions="rotary",
+        rotary_fraction=_rotary_fraction(c, "rotary_pct", 0.25),
+        parallel_residual=c.bool("use_parallel_residual"),
+    )
+
+
+def _llama_like(c: _Config, name: str) -> ModelSpec:
+    """llama, mistral, qwen2, qwen3 and the MHA MoE families built on the same block."""
+    f = c.family
+    base = _base(c, name)
+    d, heads = base["hidden_size"], c.int("num_attention_heads")
+    kv = c.int("num_key_value_heads", nullable=True) or heads  # None: __post_init__ makes it MHA
+    # qwen3 declares head_dim: int = 128, so null is rejected there; elsewhere null means hidden // heads.
+    head_dim = c.int("head_dim", nullable=f != "qwen3") or _heads_divide(c, d, heads)
+    if f in ("llama", "qwen3", "qwen3_moe"):
+        qkv_bias = out_bias = c.bool("attention_bias")  # one switch for q, k, v and o
+    elif f == "qwen2":
+        qkv_bias, out_bias = True, False  # Qwen2Attention hard-codes bias=True on q/k/v, False on o
+    elif f == "qwen2_moe":
+        qkv_bias, out_bias = c.bool("qkv_bias"), False
+    else:  # mistral, mixtral: no bias anywhere, whatever the file says
+        qkv_bias = out_bias = False
+    attention = AttentionSpec(
+        heads, n_kv_heads=kv, head_dim=head_dim, qkv_bias=qkv_bias, out_bias=out_bias,
+        qk_norm=f in ("qwen3", "qwen3_moe"),
+    )
+    mlp_bias = c.bool("mlp_bias") if f == "llama" else False
+    return ModelSpec(
+        **base,
+        attention=attention,
+        ffn=FFNSpec(c.int("intermediate_size"), "swiglu", bias=mlp_bias),
+        moe=_mha_moe(c, base["n_layers"]),
+        rotary_fraction=_rotary_fraction(c, "partial_rotary_factor", 1.0),
+    )
+
+
+def _mha_moe(c: _Config, n_layers: int) -> MoESpec | None:
+    """The MoE block of mixtral / qwen2_moe / qwen3_moe; None for the dense families or no sparse layer."""
+    if c.family == "mixtral":
+        return MoESpec(c.int("num_local_experts"), c.int("num_experts_per_tok"), c.int("intermediate_size"))
+    if c.family not in ("qwen2_moe", "qwen3_moe"):
+        return None
+    experts, step = c.int("num_experts", zero_ok=True), c.int("decoder_sparse_step")
+    only_mlp = set(c.int_list("mlp_only_layers"))
+    # Qwen*MoeDecoderLayer: sparse iff not in mlp_only_layers and num_experts > 0 and (i + 1) % step == 0.
+    dense = tuple(i for i in range(n_layers) if i in only_mlp or (i + 1) % step or not experts)
+    if len(dense) == n_layers:
+        return None
+    shared = c.int("shared_expert_intermediate_size", zero_ok=True) if c.family == "qwen2_moe" else 0
+    return MoESpec(
+        experts, c.int("num_experts_per_tok"), c.int("moe_intermediate_size"),
+        n_shared_experts=1 if shared else 0,
+        shared_intermediate_size=shared,
+        shared_expert_gate=c.family == "qwen2_moe",  # built in every sparse block, even with no shared width
+        dense_layers=dense,
+    )
+
+
+def _deepseek(c: _Config, name: str) -> ModelSpec:
+    base = _base(c, name)
+    n_layers = base["n_layers"]
+    bias = c.bool("attention_bias")  # q_a_proj, kv_a_proj_with_mqa and o_proj
+    attention = AttentionSpec(
+        c.int("num_attention_heads"), kind="mla", qkv_bias=bias, out_bias=bias,
+        q_lora_rank=c.int("q_lora_rank", nullable=True),  # null (V2-Lite): a plain q_proj
+        kv_lora_rank=c.int("kv_lora_rank"),
+        qk_nope_head_dim=c.int("qk_nope_head_dim"),
+        qk_rope_head_dim=c.int("qk_rope_head_dim"),
+        v_head_dim=c.int("v_head_dim"),
+    )
+    # DeepseekV3MLP has no bias at all; V2's follows mlp_bias (dense layers and shared experts alike).
+    mlp_bias = c.bool("mlp_bias") if c.family == "deepseek_v2" else False
+    first_dense = c.int("first_k_dense_replace", zero_ok=True)
+    moe = None
+    if first_dense < n_layers:
+        expert = c.int("moe_intermediate_size")
+        n_shared = c.int("n_shared_experts", zero_ok=True)
+        moe = MoESpec(
+            c.int("n_routed_experts"), c.int("num_experts_per_tok"), expert,
+            n_shared_experts=n_shared, shared_intermediate_size=n_shared * expert,
+            dense_layers=tuple(range(first_dense)),
+        )
+    notes = []
+    mtp = c.data.get("num_nextn_predict_layers")
+    if isinstance(mtp, int) and not isinstance(mtp, bool) and mtp > 0:
+        notes.append(f"its {mtp} multi-token-prediction layer(s) are not counted: transformers does not build them")
+    freq = c.data.get("moe_layer_freq", 1)
+    if freq != 1:
+        notes.append(f"moe_layer_freq={freq!r} is ignored, as transformers does (every layer from "
+                     "first_k_dense_replace on is MoE)")
+    return ModelSpec(
+        **base,
+        attention=attention,
+        ffn=FFNSpec(c.int("intermediate_size"), "swiglu", bias=mlp_bias),
+        moe=moe,
+        notes="; ".join(notes),
+    )
+
+
+# --- ModelSpec -> config ---------------------------------------------------------------------------------
+
+
 def to_hf_config(spec: ModelSpec) -> dict[str, Any]:
-    """A transformers config dict that builds `spec` (used by `check` and the parameter-count tests)."""
-    raise NotImplementedError("to_hf_config is written with the loader for each family")
+    """A transformers config dict (with "model_type") that builds the same architecture as `spec`.
+
+    Tries `spec.family` first, then the supported families closest to the spec's shape (llama-like for dense
+    rotary + RMSNorm, gpt2 / gpt_neox for LayerNorm blocks, mixtral / qwen MoE for MHA experts, deepseek for
+    MLA); a candidate is accepted only if `from_hf_config` reads it back to the same architecture.
+    """
+    if spec.attention.kind == "mla":
+        shape = MLA
+    elif spec.moe is not None and spec.n_moe_layers:
+        shape = MOE_MHA
+    else:
+        shape = (*DENSE_ROTARY, "gpt2", "gpt_neox")
+    first = spec.family if spec.family in SUPPORTED_MODEL_TYPES else shape[0]
+    candidates = dict.fromkeys((first, *shape, *SUPPORTED_MODEL_TYPES))
+    want = _canonical(spec)
+    reason = ""
+    for family in candidates:
+        try:
+            config = EMIT[family](spec)
+            got = _canonical(from_hf_config(config, spec.name))
+        except StepbillError as exc:
+            reason = reason or str(exc)
+            continue
+        if got == want:
+            return config
+        reason = reason or _first_difference(want, got)
+    raise StepbillError(f"cannot express model {spec.name!r} as a transformers config; as {first}: {reason}")
+
+
+def _canonical(spec: ModelSpec) -> dict[str, Any]:
+    """The parts of a spec that define the architecture, with equivalent spellings made equal."""
+    out = spec.to_dict()
+    for key in ("name", "notes", "family"):
+        out.pop(key)
+    attn = out["attention"]
+    if spec.attention.kind == "mha":
+        attn["n_kv_heads"] = spec.attention.kv_heads  # None and n_heads both mean MHA
+    else:
+        attn["n_kv_heads"] = attn["head_dim"] = None  # unused by MLA
+    if spec.moe is not None and spec.n_moe_layers == 0:
+        out["moe"] = None
+    if spec.moe is not None and spec.n_dense_layers == 0:
+        out["ffn"] = None  # no layer builds the dense FFN
+    if spec.positions == "learned" or spec.attention.kind == "mla":
+        out["rotary_fraction"] = None  # no partial rotary to speak of
+    return out
+
+
+def _first_difference(want: dict[str, Any], got: dict[str, Any], prefix: str = "") -> str:
+    for key in want:
+        a, b = want[key], got.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            found = _first_difference(a, b, f"{prefix}{key}.")
+            if found:
+                return found
+        elif a != b:
+            return f"{prefix}{key} would be {b!r}, not {a!r}"
+    return ""

@@ -1,0 +1,249 @@
+"""Per-family knowledge for the HF config.json loader: defaults, key aliases, parse and emit rules.
+
+Everything here is written down from transformers' own ``configuration_<family>.py`` and
+``modeling_<family>.py`` (v5.24) rather than imported, so the core package stays torch-free. The rules that
+change parameter counts, family by family (each one a place where a plain reading of config.json goes wrong):
+
+- gpt2: Conv1D layers always carry biases; ``n_inner`` None means 4 × hidden; learned positions
+  (``n_positions`` rows); LayerNorm; embeddings tied by default.
+- gpt_neox: ``attention_bias`` (default True) on query_key_value and dense; the MLP always has biases;
+  ``intermediate_size`` defaults to 24576 (not 4 × hidden); ``rotary_pct`` defaults to 0.25; untied by default.
+- llama: ``attention_bias`` on q, k, v *and* o; ``mlp_bias`` on all three MLP matrices; ``head_dim`` null
+  means hidden // heads.
+- mistral, mixtral: no biases at all (the keys are ignored); ``num_key_value_heads`` defaults to 8.
+- qwen2: q/k/v always have a bias and o never does (``attention_bias`` is ignored); ``head_dim`` is not a
+  declared field but the attention reads it when present.
+- qwen3: ``head_dim`` defaults to 128 (not hidden // heads) and may not be null; ``attention_bias`` on all
+  four projections; a per-head RMSNorm on q and k (qk-norm).
+- qwen2_moe: ``qkv_bias`` (default True) on q/k/v; one shared expert of ``shared_expert_intermediate_size``
+  and a ``shared_expert_gate`` (hidden → 1) in every sparse layer; a layer is dense when listed in
+  ``mlp_only_layers`` or when (layer + 1) is not a multiple of ``decoder_sparse_step``.
+- qwen3_moe: like qwen2_moe for sparse-layer selection, no shared expert, qk-norm, ``attention_bias``.
+- deepseek_v2 / deepseek_v3: MLA; ``q_lora_rank`` null replaces q_a/q_b by one q_proj; layers below
+  ``first_k_dense_replace`` are dense. transformers ignores ``moe_layer_freq`` (every later layer is MoE), so
+  the loader does too — stepbill counts what transformers builds. Shared experts are one MLP of width
+  ``n_shared_experts × moe_intermediate_size`` with the dense MLP's bias (``mlp_bias``, V2 only). The
+  router of V3 has ``e_score_correction_bias``, a *buffer*, not a parameter; the multi-token-prediction
+  module (``num_nextn_predict_layers``) is not built by transformers and is not counted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stepbill.spec.model import ModelSpec
+
+# Class defaults of each transformers config, for the keys the loader reads. `None` where the class
+# default is None and is resolved in __post_init__ or the modeling code (see the parse functions).
+_LLAMA_LIKE = {
+    "vocab_size": 32000,
+    "hidden_size": 4096,
+    "intermediate_size": 11008,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": None,
+    "max_position_embeddings": 2048,
+    "tie_word_embeddings": False,
+    "head_dim": None,
+}
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "gpt2": {
+        "vocab_size": 50257,
+        "n_positions": 1024,
+        "n_embd": 768,
+        "n_layer": 12,
+        "n_head": 12,
+        "n_inner": None,
+        "tie_word_embeddings": True,
+        "add_cross_attention": False,
+    },
+    "gpt_neox": {
+        "vocab_size": 50432,
+        "hidden_size": 6144,
+        "num_hidden_layers": 44,
+        "num_attention_heads": 64,
+        "intermediate_size": 24576,
+        "max_position_embeddings": 2048,
+        "tie_word_embeddings": False,
+        "use_parallel_residual": True,
+        "attention_bias": True,
+        "rotary_pct": 0.25,
+    },
+    "llama": {**_LLAMA_LIKE, "attention_bias": False, "mlp_bias": False},
+    "mistral": {**_LLAMA_LIKE, "intermediate_size": 14336, "num_key_value_heads": 8,
+                "max_position_embeddings": 4096 * 32},
+    "qwen2": {**_LLAMA_LIKE, "vocab_size": 151936, "intermediate_size": 22016, "num_key_value_heads": 32,
+              "max_position_embeddings": 32768},
+    "qwen3": {**_LLAMA_LIKE, "vocab_size": 151936, "intermediate_size": 22016, "num_key_value_heads": 32,
+              "max_position_embeddings": 32768, "head_dim": 128, "attention_bias": False},
+    "mixtral": {**_LLAMA_LIKE, "intermediate_size": 14336, "num_key_value_heads": 8,
+                "max_position_embeddings": 4096 * 32, "num_local_experts": 8, "num_experts_per_tok": 2},
+    "qwen2_moe": {**_LLAMA_LIKE, "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5632,
+                  "num_hidden_layers": 24, "num_attention_heads": 16, "num_key_value_heads": 16,
+                  "max_position_embeddings": 32768, "decoder_sparse_step": 1, "moe_intermediate_size": 1408,
+                  "shared_expert_intermediate_size": 5632, "num_experts_per_tok": 4, "num_experts": 60,
+                  "mlp_only_layers": None, "qkv_bias": True},
+    "qwen3_moe": {**_LLAMA_LIKE, "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 6144,
+                  "num_hidden_layers": 24, "num_attention_heads": 32, "num_key_value_heads": 4,
+                  "max_position_embeddings": 32768, "attention_bias": False, "decoder_sparse_step": 1,
+                  "moe_intermediate_size": 768, "num_experts_per_tok": 8, "num_experts": 128,
+                  "mlp_only_layers": None},
+    "deepseek_v2": {"vocab_size": 102400, "hidden_size": 4096, "intermediate_size": 11008,
+                    "num_hidden_layers": 32, "num_attention_heads": 32, "max_position_embeddings": 2048,
+                    "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False,
+                    "first_k_dense_replace": 0, "kv_lora_rank": 512, "q_lora_rank": 1536,
+                    "n_routed_experts": 64, "n_shared_experts": 2, "qk_nope_head_dim": 128,
+                    "qk_rope_head_dim": 64, "v_head_dim": 128, "num_experts_per_tok": None,
+                    "moe_intermediate_size": 1407},
+    "deepseek_v3": {"vocab_size": 129280, "hidden_size": 7168, "intermediate_size": 18432,
+                    "num_hidden_layers": 61, "num_attention_heads": 128, "max_position_embeddings": 4096,
+                    "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False,
+                    "first_k_dense_replace": 3, "kv_lora_rank": 512, "q_lora_rank": 1536,
+                    "n_routed_experts": 256, "n_shared_experts": 1, "qk_nope_head_dim": 128,
+                    "qk_rope_head_dim": 64, "v_head_dim": 128, "num_experts_per_tok": 8,
+                    "moe_intermediate_size": 2048},
+}
+
+# attribute_map of each config class: other spellings transformers accepts for the same field.
+ALIASES: dict[str, dict[str, str]] = {
+    "gpt2": {"n_embd": "hidden_size", "n_positions": "max_position_embeddings", "n_head": "num_attention_heads",
+             "n_layer": "num_hidden_layers"},
+    "mixtral": {"num_local_experts": "num_experts"},
+    "deepseek_v2": {"n_routed_experts": "num_experts"},
+    "deepseek_v3": {"n_routed_experts": "num_local_experts"},
+}
+
+# The keys a config.json must state: without them the file describes no particular model, and filling
+# them from a class default (e.g. llama's 4096 hidden) would bill a different model without a word.
+REQUIRED: dict[str, tuple[str, ...]] = {
+    family: (("vocab_size", "n_embd", "n_layer", "n_head") if family == "gpt2"
+             else ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads"))
+    for family in DEFAULTS
+}
+
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(DEFAULTS)
+
+# Order in which `to_hf_config` tries families for a spec: the closest ones first within each shape.
+DENSE_ROTARY = ("llama", "mistral", "qwen2", "qwen3")
+MOE_MHA = ("mixtral", "qwen2_moe", "qwen3_moe")
+MLA = ("deepseek_v3", "deepseek_v2")
+
+
+# --- emitters: ModelSpec -> config dict of one family (hf.to_hf_config checks that it reads back equal) ---
+
+
+def _common(spec: ModelSpec, family: str) -> dict[str, Any]:
+    a = spec.attention
+    out: dict[str, Any] = {
+        "model_type": family,
+        "vocab_size": spec.vocab_size,
+        "hidden_size": spec.hidden_size,
+        "intermediate_size": spec.ffn.intermediate_size,
+        "num_hidden_layers": spec.n_layers,
+        "num_attention_heads": a.n_heads,
+        "max_position_embeddings": spec.max_position_embeddings,
+        "tie_word_embeddings": spec.tied_embeddings,
+    }
+    if a.kind == "mha":
+        out["num_key_value_heads"] = a.kv_heads
+        out["head_dim"] = a.head_dim
+    if spec.rotary_fraction != 1.0 and family in (*DENSE_ROTARY, *MOE_MHA):
+        out["partial_rotary_factor"] = spec.rotary_fraction
+    return out
+
+
+def _emit_gpt2(spec: ModelSpec) -> dict[str, Any]:
+    return {
+        "model_type": "gpt2",
+        "vocab_size": spec.vocab_size,
+        "n_embd": spec.hidden_size,
+        "n_layer": spec.n_layers,
+        "n_head": spec.attention.n_heads,
+        "n_inner": spec.ffn.intermediate_size,
+        "n_positions": spec.max_position_embeddings,
+        "tie_word_embeddings": spec.tied_embeddings,
+    }
+
+
+def _emit_gpt_neox(spec: ModelSpec) -> dict[str, Any]:
+    out = _common(spec, "gpt_neox")
+    for key in ("num_key_value_heads", "head_dim"):
+        out.pop(key, None)
+    return out | {
+        "attention_bias": spec.attention.qkv_bias,
+        "rotary_pct": spec.rotary_fraction,
+        "use_parallel_residual": spec.parallel_residual,
+        "hidden_act": "gelu",
+    }
+
+
+def _emit_llama_like(family: str) -> Any:
+    def emit(spec: ModelSpec) -> dict[str, Any]:
+        a, moe = spec.attention, spec.moe
+        out = _common(spec, family)
+        if family in ("llama", "qwen3", "qwen3_moe"):
+            out["attention_bias"] = a.qkv_bias
+        if family == "llama":
+            out["mlp_bias"] = spec.ffn.bias
+        if family == "qwen2_moe":
+            out["qkv_bias"] = a.qkv_bias
+        if family in ("mistral", "mixtral"):
+            out["sliding_window"] = None  # stepbill bills full causal attention
+        if moe is None:
+            return out
+        if family == "mixtral":
+            return out | {"intermediate_size": moe.expert_intermediate_size,
+                          "num_local_experts": moe.n_routed_experts, "num_experts_per_tok": moe.top_k}
+        if family in ("qwen2_moe", "qwen3_moe"):
+            out |= {"num_experts": moe.n_routed_experts, "num_experts_per_tok": moe.top_k,
+                    "moe_intermediate_size": moe.expert_intermediate_size, "decoder_sparse_step": 1,
+                    "mlp_only_layers": list(moe.dense_layers)}
+            if family == "qwen2_moe":
+                out["shared_expert_intermediate_size"] = moe.shared_intermediate_size
+        return out
+
+    return emit
+
+
+def _emit_deepseek(family: str) -> Any:
+    def emit(spec: ModelSpec) -> dict[str, Any]:
+        a, moe = spec.attention, spec.moe
+        out = _common(spec, family) | {
+            "num_key_value_heads": a.n_heads,
+            "q_lora_rank": a.q_lora_rank,
+            "kv_lora_rank": a.kv_lora_rank,
+            "qk_nope_head_dim": a.qk_nope_head_dim,
+            "qk_rope_head_dim": a.qk_rope_head_dim,
+            "v_head_dim": a.v_head_dim,
+            "attention_bias": a.qkv_bias,
+        }
+        if family == "deepseek_v2":
+            out["mlp_bias"] = spec.ffn.bias
+        if moe is None or spec.n_moe_layers == 0:
+            # No sparse layer: every layer below first_k_dense_replace is dense; the expert sizes are moot.
+            return out | {"first_k_dense_replace": spec.n_layers, "n_routed_experts": 1, "num_experts_per_tok": 1,
+                          "n_shared_experts": 0, "n_group": 1, "topk_group": 1}
+        experts, k = moe.n_routed_experts, moe.top_k
+        # Routing groups change no parameter but must fit the expert count for a forward pass to run:
+        # keep V3's 8 groups / 4 chosen when they fit, else one group.
+        n_group, topk_group = (8, 4) if experts % 8 == 0 and 4 * (experts // 8) >= k else (1, 1)
+        shared = moe.shared_intermediate_size // moe.expert_intermediate_size
+        return out | {
+            "first_k_dense_replace": len(moe.dense_layers),
+            "n_routed_experts": experts,
+            "num_experts_per_tok": k,
+            "moe_intermediate_size": moe.expert_intermediate_size,
+            "n_shared_experts": shared,
+            "n_group": n_group,
+            "topk_group": topk_group,
+        }
+
+    return emit
+
+
+EMIT: dict[str, Any] = {
+    "gpt2": _emit_gpt2,
+    "gpt_neox": _emit_gpt_neox,
+    **{f: _emit_llama_like(f) for f in (*DENSE_ROTARY, *MOE_MHA)},
+    **{f: _emit_deepseek(f) for f in MLA},
+}
