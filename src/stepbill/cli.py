@@ -6,10 +6,14 @@ import json
 import sys
 from typing import Annotated
 
-import click
 import typer
 
 from stepbill.errors import StepbillError
+
+try:  # typer >= 0.2x vendors its own click
+    from typer._click import exceptions as click_exceptions
+except ImportError:  # pragma: no cover - older typer uses click itself
+    from click import exceptions as click_exceptions
 
 app = typer.Typer(
     add_completion=False,
@@ -118,12 +122,12 @@ def main(argv: list[str] | None = None) -> None:
     except StepbillError as exc:
         print(f"stepbill: error: {exc}", file=sys.stderr)
         sys.exit(2)
-    except click.exceptions.UsageError as exc:
+    except click_exceptions.UsageError as exc:
         print(f"stepbill: error: {exc.format_message()}", file=sys.stderr)
         sys.exit(2)
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
+    except typer.Abort:
         sys.exit(130)
 
 

@@ -13,7 +13,7 @@ from stepbill.report.units import fmt_bytes, fmt_count
 
 def _explain_cell(line: Line) -> str:
     text = line.explain()
-    return f"{text}  [{line.provenance}]" if text else f"[{line.provenance}]"
+    return f"{text}  · {line.provenance}" if text else line.provenance
 
 
 def render_bill(bill: Bill, explain: bool = False) -> Group:
@@ -34,14 +34,14 @@ def render_bill(bill: Bill, explain: bool = False) -> Group:
     table.add_column("size", justify="right")
     table.add_column("share of peak", justify="right")
     if explain:
-        table.add_column("formula  [provenance]", overflow="fold")
+        table.add_column("formula with inputs · provenance", overflow="fold")
     n_train = lines["params.trainable"].value
 
     def row(line: Line, per_param: str = "", style: str = "") -> None:
         cells = [line.name, per_param, fmt_bytes(line.value), f"{100 * line.value / peak:.1f} %" if peak else "-"]
         if explain:
             cells.append(_explain_cell(line))
-        table.add_row(*cells, style=style)
+        table.add_row(*(Text(c) for c in cells), style=style)
 
     for item in bill.resident_items:
         per = item.inputs.get("bytes")
