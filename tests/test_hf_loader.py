@@ -1,0 +1,302 @@
+"""HF config.json loader: real configs, per-family rules, round trips, and bad input (no torch needed).
+
+The expected totals below are transformers' own counts (AutoModelForCausalLM.from_config on the meta device,
+transformers 5.24) — tests/test_params_vs_transformers.py recomputes them where torch is installed; here they
+pin the loader + inventory for a core-only install.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stepbill.engine.params import param_inventory
+from stepbill.errors import StepbillError
+from stepbill.spec.hf import SUPPORTED_MODEL_TYPES, from_hf_config, to_hf_config
+from stepbill.spec.model import AttentionSpec, FFNSpec, ModelSpec, MoESpec
+from stepbill.spec.presets import load_model, load_preset, preset_names
+
+CONFIGS = Path(__file__).parent / "data" / "hf_configs"
+EXAMPLES = Path(__file__).parent.parent / "examples" / "configs"
+
+# name: (total, active) as transformers builds it; the totals match the models' published sizes.
+EXPECTED = {
+    "gpt2": (124_439_808, 124_439_808),
+    "pythia-160m": (162_322_944, 162_322_944),
+    "pythia-1.4b": (1_414_647_808, 1_414_647_808),
+    "llama-2-7b": (6_738_415_616, 6_738_415_616),
+    "llama-3-8b": (8_030_261_248, 8_030_261_248),
+    "llama-3.2-1b": (1_235_814_400, 1_235_814_400),
+    "mistral-7b": (7_241_732_096, 7_241_732_096),
+    "qwen2-0.5b": (494_032_768, 494_032_768),
+    "qwen2-7b": (7_615_616_512, 7_615_616_512),
+    "qwen3-0.6b": (596_049_920, 596_049_920),
+    "qwen3-8b": (8_190_735_360, 8_190_735_360),
+    "mixtral-8x7b": (46_702_792_704, 12_879_925_248),
+    "qwen1.5-moe-a2.7b": (14_315_784_192, 2_689_173_504),
+    "qwen3-30b-a3b": (30_532_122_624, 3_353_032_704),
+    "deepseek-v2-lite": (15_706_484_224, 2_661_150_208),
+    "deepseek-v3": (671_026_404_352, 37_552_282_624),
+}
+
+
+def real(name: str) -> dict[str, Any]:
+    return json.loads((CONFIGS / f"{name}.json").read_text())
+
+
+def test_every_real_config_is_shipped_and_every_family_covered() -> None:
+    assert sorted(p.stem for p in CONFIGS.glob("*.json")) == sorted(EXPECTED)
+    assert {real(n)["model_type"] for n in EXPECTED} == set(SUPPORTED_MODEL_TYPES)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_real_config_totals(name: str) -> None:
+    inv = param_inventory(from_hf_config(real(name), name=name))
+    assert (inv.total, inv.active) == EXPECTED[name]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_real_config_round_trips(name: str) -> None:
+    spec = from_hf_config(real(name), name=name)
+    back = from_hf_config(to_hf_config(spec), name=name)
+    assert dataclasses.replace(back, notes=spec.notes) == spec
+
+
+@pytest.mark.parametrize("preset", preset_names())
+def test_presets_round_trip(preset: str) -> None:
+    spec = load_preset(preset)
+    config = to_hf_config(spec)
+    assert config["model_type"] == spec.family
+    back = from_hf_config(config, name=spec.name)
+    assert dataclasses.replace(back, notes=spec.notes) == spec  # notes are prose, not architecture
+
+
+@pytest.mark.parametrize(
+    ("preset", "config"),
+    [("llama2-7b", "llama-2-7b"), ("llama3-8b", "llama-3-8b"), ("mixtral-8x7b", "mixtral-8x7b"),
+     ("deepseek-v3", "deepseek-v3")],
+)
+def test_presets_agree_with_real_configs(preset: str, config: str) -> None:
+    spec = load_preset(preset)
+    loaded = from_hf_config(real(config), name=spec.name)
+    assert dataclasses.replace(loaded, notes=spec.notes) == spec
+
+
+# --- per-family rules --------------------------------------------------------------------------------------
+
+
+def test_gpt2_defaults() -> None:
+    spec = from_hf_config({"model_type": "gpt2", "vocab_size": 100, "n_embd": 64, "n_layer": 2, "n_head": 4})
+    assert spec.ffn == FFNSpec(256, "gelu_mlp", bias=True)  # n_inner None -> 4 × hidden
+    assert spec.tied_embeddings and spec.positions == "learned" and spec.norm == "layernorm"
+    assert spec.max_position_embeddings == 1024
+    assert spec.attention.qkv_bias and spec.attention.out_bias
+    # attribute_map spellings are accepted too
+    alias = from_hf_config({"model_type": "gpt2", "vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 2,
+                            "num_attention_heads": 4, "n_inner": 100, "tie_word_embeddings": False})
+    assert alias.ffn.intermediate_size == 100 and not alias.tied_embeddings
+
+
+def test_gpt_neox_rules() -> None:
+    spec = from_hf_config(real("pythia-160m"))
+    assert spec.rotary_fraction == 0.25 and spec.parallel_residual and not spec.tied_embeddings
+    assert spec.attention.qkv_bias and spec.attention.out_bias and spec.ffn.bias
+    small = {"model_type": "gpt_neox", "vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 2,
+             "num_attention_heads": 4}
+    assert from_hf_config(small).ffn.intermediate_size == 24576  # the class default, not 4 × hidden
+    no_bias = from_hf_config({**small, "attention_bias": False, "use_parallel_residual": False,
+                              "rope_scaling": {"rope_type": "default", "partial_rotary_factor": 0.5}})
+    assert not no_bias.attention.qkv_bias and not no_bias.parallel_residual and no_bias.rotary_fraction == 0.5
+
+
+def test_llama_biases_and_head_dim() -> None:
+    base = {"model_type": "llama", "vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "intermediate_size": 128}
+    spec = from_hf_config({**base, "attention_bias": True, "mlp_bias": True, "head_dim": None})
+    assert spec.attention.qkv_bias and spec.attention.out_bias and spec.ffn.bias
+    assert spec.attention.head_dim == 16 and spec.attention.kv_heads == 4
+    assert from_hf_config({**base, "head_dim": 32}).attention.head_dim == 32
+    assert from_hf_config(real("llama-3.2-1b")).tied_embeddings
+
+
+def test_mistral_ignores_bias_keys() -> None:
+    spec = from_hf_config({**real("mistral-7b"), "attention_bias": True, "mlp_bias": True})
+    assert not spec.attention.qkv_bias and not spec.ffn.bias
+
+
+def test_qwen2_bias_pattern_and_tying() -> None:
+    small, big = from_hf_config(real("qwen2-0.5b")), from_hf_config(real("qwen2-7b"))
+    assert small.attention.qkv_bias and not small.attention.out_bias
+    assert small.tied_embeddings and not big.tied_embeddings
+    assert from_hf_config({**real("qwen2-0.5b"), "attention_bias": False}).attention.qkv_bias  # key ignored
+
+
+def test_qwen3_head_dim_default_and_qk_norm() -> None:
+    spec = from_hf_config(real("qwen3-0.6b"))
+    assert spec.attention.qk_norm and spec.attention.head_dim == 128  # 1024 / 16 would be 64
+    config = real("qwen3-0.6b")
+    del config["head_dim"]
+    assert from_hf_config(config).attention.head_dim == 128  # Qwen3Config's default, not hidden // heads
+
+
+def test_qwen2_moe_sparse_layers_and_shared_expert() -> None:
+    spec = from_hf_config(real("qwen1.5-moe-a2.7b"))
+    assert spec.moe == MoESpec(60, 4, 1408, n_shared_experts=1, shared_intermediate_size=5632,
+                               shared_expert_gate=True)
+    step = from_hf_config({**real("qwen1.5-moe-a2.7b"), "decoder_sparse_step": 2, "mlp_only_layers": [1, 5]})
+    assert step.moe is not None
+    # dense where (i + 1) % 2 != 0 (even i) or listed
+    assert step.moe.dense_layers == tuple(sorted({*range(0, 24, 2), 1, 5}))
+    no_experts = from_hf_config({**real("qwen1.5-moe-a2.7b"), "num_experts": 0})
+    assert no_experts.moe is None
+
+
+def test_qwen3_moe_head_dim_and_mlp_only_layers() -> None:
+    spec = from_hf_config({**real("qwen3-30b-a3b"), "mlp_only_layers": [0, 47]})
+    assert spec.attention.head_dim == 128 and spec.attention.qk_norm
+    assert spec.moe is not None and spec.moe.dense_layers == (0, 47) and spec.moe.n_shared_experts == 0
+
+
+def test_deepseek_rules() -> None:
+    lite = from_hf_config(real("deepseek-v2-lite"))
+    assert lite.attention.kind == "mla" and lite.attention.q_lora_rank is None
+    assert lite.moe is not None and lite.moe.dense_layers == (0,)
+    assert lite.moe.shared_intermediate_size == 2 * 1408
+    v3 = from_hf_config(real("deepseek-v3"))
+    assert v3.moe is not None and not v3.moe.router_bias  # e_score_correction_bias is a buffer
+    assert "multi-token-prediction" in v3.notes
+    dense = from_hf_config({**real("deepseek-v3"), "num_hidden_layers": 2})
+    assert dense.moe is None  # first_k_dense_replace 3 covers every layer
+
+
+@pytest.mark.parametrize(
+    ("spec", "family"),
+    [
+        (ModelSpec("d", 64, 32, 2, AttentionSpec(4, n_kv_heads=2), FFNSpec(64, "swiglu")), "llama"),
+        (ModelSpec("b", 64, 32, 2, AttentionSpec(4, qkv_bias=True), FFNSpec(64, "swiglu")), "qwen2"),
+        (ModelSpec("n", 64, 32, 2, AttentionSpec(4, qk_norm=True, head_dim=16), FFNSpec(64, "swiglu")), "qwen3"),
+        (ModelSpec("g", 64, 32, 2, AttentionSpec(4, qkv_bias=True, out_bias=True), FFNSpec(64, bias=True),
+                   norm="layernorm", positions="learned", tied_embeddings=True), "gpt2"),
+        (ModelSpec("x", 64, 32, 2, AttentionSpec(4, qkv_bias=True, out_bias=True), FFNSpec(64, bias=True),
+                   norm="layernorm", rotary_fraction=0.5, parallel_residual=True), "gpt_neox"),
+        (ModelSpec("m", 64, 32, 2, AttentionSpec(4), FFNSpec(48, "swiglu"), moe=MoESpec(4, 2, 48)), "mixtral"),
+        (ModelSpec("q", 64, 32, 3, AttentionSpec(4), FFNSpec(48, "swiglu"),
+                   moe=MoESpec(4, 2, 16, 1, 32, shared_expert_gate=True, dense_layers=(1,))), "qwen2_moe"),
+        (ModelSpec("l", 64, 32, 2, AttentionSpec(4, kind="mla", q_lora_rank=8, kv_lora_rank=8,
+                                                qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=4),
+                   FFNSpec(48, "swiglu"), moe=MoESpec(4, 2, 16, 1, 16, dense_layers=(0,))), "deepseek_v3"),
+    ],
+)
+def test_custom_specs_pick_the_closest_family(spec: ModelSpec, family: str) -> None:
+    config = to_hf_config(spec)
+    assert config["model_type"] == family
+    assert param_inventory(from_hf_config(config, name=spec.name)).total == param_inventory(spec).total
+
+
+def test_inexpressible_spec_is_one_line_error() -> None:
+    spec = ModelSpec("odd", 64, 32, 2, AttentionSpec(4), FFNSpec(48), norm="layernorm",
+                     moe=MoESpec(4, 2, 16))  # LayerNorm + MoE: no supported family builds it
+    with pytest.raises(StepbillError) as err:
+        to_hf_config(spec)
+    assert "\n" not in str(err.value) and "odd" in str(err.value)
+
+
+# --- bad input ---------------------------------------------------------------------------------------------
+
+
+def one_line_error(config: Any) -> str:
+    with pytest.raises(StepbillError) as err:
+        from_hf_config(config)
+    message = str(err.value)
+    assert "\n" not in message and message
+    return message
+
+
+def test_unsupported_model_type_names_the_supported_ones() -> None:
+    message = one_line_error({"model_type": "bert", "hidden_size": 768})
+    assert "'bert'" in message and all(family in message for family in SUPPORTED_MODEL_TYPES)
+    assert "None" in one_line_error({"hidden_size": 768})  # no model_type at all
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        ({"hidden_size": "4096"}, "hidden_size"),
+        ({"hidden_size": 4096.0}, "hidden_size"),
+        ({"num_hidden_layers": True}, "num_hidden_layers"),
+        ({"vocab_size": -1}, "vocab_size"),
+        ({"num_attention_heads": 0}, "num_attention_heads"),
+        ({"intermediate_size": None}, "intermediate_size"),
+        ({"tie_word_embeddings": "yes"}, "tie_word_embeddings"),
+        ({"num_key_value_heads": 5}, "n_kv_heads"),
+        ({"head_dim": "x" * 200}, "head_dim"),
+        ({"rope_scaling": {"partial_rotary_factor": 2}}, "partial_rotary_factor"),
+    ],
+)
+def test_malformed_values(change: dict[str, Any], needle: str) -> None:
+    assert needle in one_line_error({**real("llama-3-8b"), **change})
+
+
+@pytest.mark.parametrize(("name", "key"), [("llama-3-8b", "hidden_size"), ("gpt2", "n_embd"),
+                                           ("deepseek-v3", "num_hidden_layers"), ("qwen2-7b", "vocab_size")])
+def test_missing_required_field(name: str, key: str) -> None:
+    config = real(name)
+    del config[key]
+    assert key in one_line_error(config)
+
+
+@pytest.mark.parametrize(
+    ("name", "change", "needle"),
+    [
+        ("qwen3-8b", {"head_dim": None}, "head_dim"),
+        ("qwen1.5-moe-a2.7b", {"decoder_sparse_step": 0}, "decoder_sparse_step"),
+        ("qwen3-30b-a3b", {"mlp_only_layers": "0,1"}, "mlp_only_layers"),
+        ("qwen3-30b-a3b", {"num_experts_per_tok": 200}, "top_k"),
+        ("deepseek-v2-lite", {"num_experts_per_tok": None}, "num_experts_per_tok"),
+        ("deepseek-v3", {"first_k_dense_replace": None}, "first_k_dense_replace"),
+        ("deepseek-v3", {"kv_lora_rank": 0}, "kv_lora_rank"),
+        ("gpt2", {"n_head": 5}, "num_attention_heads"),
+        ("gpt2", {"add_cross_attention": True}, "add_cross_attention"),
+    ],
+)
+def test_family_specific_bad_values(name: str, change: dict[str, Any], needle: str) -> None:
+    assert needle in one_line_error({**real(name), **change})
+
+
+def test_deepseek_v2_without_top_k_is_an_error() -> None:
+    config = real("deepseek-v2-lite")
+    del config["num_experts_per_tok"]  # DeepseekV2Config's default is None: no usable router
+    assert "num_experts_per_tok" in one_line_error(config)
+
+
+def test_not_an_object() -> None:
+    one_line_error(["model_type", "llama"])
+
+
+# --- files ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["qwen3-8b", "qwen2.5-7b", "deepseek-v2-lite", "qwen3-30b-a3b"])
+def test_shipped_examples_load_by_path(name: str) -> None:
+    spec = load_model(str(EXAMPLES / name / "config.json"))
+    assert spec.name == name and spec.family == json.loads((EXAMPLES / name / "config.json").read_text())[
+        "model_type"]
+
+
+def test_config_json_path_in_tmp(tmp_path: Path) -> None:
+    path = tmp_path / "my-model" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(real("mistral-7b")))
+    spec = load_model(str(path))
+    assert spec.name == "my-model" and param_inventory(spec).total == EXPECTED["mistral-7b"][0]
+
+
+def test_loader_does_not_import_torch() -> None:
+    code = "import sys, stepbill.spec.hf; sys.exit('torch' in sys.modules or 'transformers' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
