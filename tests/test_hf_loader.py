@@ -31,7 +31,10 @@ EXPECTED = {
     "pythia-160m": (162_322_944, 162_322_944),
     "pythia-1.4b": (1_414_647_808, 1_414_647_808),
     "llama-2-7b": (6_738_415_616, 6_738_415_616),
+    "llama-2-13b": (13_015_864_320, 13_015_864_320),
+    "llama-2-70b": (68_976_648_192, 68_976_648_192),
     "llama-3-8b": (8_030_261_248, 8_030_261_248),
+    "llama-3-70b": (70_553_706_496, 70_553_706_496),
     "llama-3.2-1b": (1_235_814_400, 1_235_814_400),
     "mistral-7b": (7_241_732_096, 7_241_732_096),
     "qwen2-0.5b": (494_032_768, 494_032_768),
@@ -79,7 +82,8 @@ def test_presets_round_trip(preset: str) -> None:
 
 @pytest.mark.parametrize(
     ("preset", "config"),
-    [("llama2-7b", "llama-2-7b"), ("llama3-8b", "llama-3-8b"), ("mixtral-8x7b", "mixtral-8x7b"),
+    [("llama2-7b", "llama-2-7b"), ("llama2-13b", "llama-2-13b"), ("llama2-70b", "llama-2-70b"),
+     ("llama3-8b", "llama-3-8b"), ("llama3-70b", "llama-3-70b"), ("mixtral-8x7b", "mixtral-8x7b"),
      ("deepseek-v3", "deepseek-v3")],
 )
 def test_presets_agree_with_real_configs(preset: str, config: str) -> None:

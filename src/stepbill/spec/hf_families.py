@@ -29,6 +29,7 @@ change parameter counts, family by family (each one a place where a plain readin
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from stepbill.spec.model import ModelSpec
@@ -131,6 +132,8 @@ MLA = ("deepseek_v3", "deepseek_v2")
 
 # --- emitters: ModelSpec -> config dict of one family (hf.to_hf_config checks that it reads back equal) ---
 
+Emitter = Callable[[ModelSpec], dict[str, Any]]
+
 
 def _common(spec: ModelSpec, family: str) -> dict[str, Any]:
     a = spec.attention
@@ -177,7 +180,7 @@ def _emit_gpt_neox(spec: ModelSpec) -> dict[str, Any]:
     }
 
 
-def _emit_llama_like(family: str) -> Any:
+def _emit_llama_like(family: str) -> Emitter:
     def emit(spec: ModelSpec) -> dict[str, Any]:
         a, moe = spec.attention, spec.moe
         out = _common(spec, family)
@@ -205,7 +208,7 @@ def _emit_llama_like(family: str) -> Any:
     return emit
 
 
-def _emit_deepseek(family: str) -> Any:
+def _emit_deepseek(family: str) -> Emitter:
     def emit(spec: ModelSpec) -> dict[str, Any]:
         a, moe = spec.attention, spec.moe
         out = _common(spec, family) | {
@@ -241,7 +244,7 @@ def _emit_deepseek(family: str) -> Any:
     return emit
 
 
-EMIT: dict[str, Any] = {
+EMIT: dict[str, Emitter] = {
     "gpt2": _emit_gpt2,
     "gpt_neox": _emit_gpt_neox,
     **{f: _emit_llama_like(f) for f in (*DENSE_ROTARY, *MOE_MHA)},
