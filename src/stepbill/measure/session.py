@@ -7,6 +7,7 @@ route), so that every measurement runs exactly the same step.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -72,7 +73,10 @@ class StepSession:
             self.config_dict, dtype=self.param_dtype, attention=self.attention, fake_mode=fake_mode
         )
         if self.recompute == "full":
-            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            # transformers 5 renames it activation_checkpointing_enable (FutureWarning); same behaviour.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         # fp32 MoE experts need transformers' grouped_mm fallback (aten._grouped_mm fakes bf16 only); amp
         # keeps fp32 expert weights too, since grouped_mm is not autocast-enabled.
         self._stack.enter_context(hf_patches(force_grouped_mm_fallback=self.param_dtype == "fp32"))

@@ -1,0 +1,13 @@
+"""Shared fixtures of the measurement tests: skip without torch, tiny configs."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+# transformers warns about the deprecated gradient_checkpointing_enable name and tiny-vocab token ids.
+warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
