@@ -61,7 +61,7 @@ class _Config:
         shown = shown if len(shown) <= 60 else shown[:57] + "..."
         return StepbillError(f"{self.family} config: {key} must be {what}, got {shown}")
 
-    def int(self, key: str, *, nullable: bool = False, zero_ok: bool = False) -> Any:
+    def integer(self, key: str, *, nullable: bool = False, zero_ok: bool = False) -> Any:
         """An integer field: positive (or ≥ 0 with zero_ok); None passes through only when nullable."""
         value = self.raw(key)
         if value is None and nullable:
@@ -71,7 +71,7 @@ class _Config:
             raise self._bad(key, what, value)
         return value
 
-    def bool(self, key: str) -> bool:
+    def flag(self, key: str) -> bool:
         value = self.raw(key)
         if not isinstance(value, bool):
             raise self._bad(key, "true or false", value)
@@ -115,11 +115,11 @@ def _base(c: _Config, name: str) -> dict[str, Any]:
     return {
         "name": name,
         "family": c.family,
-        "vocab_size": c.int("vocab_size"),
-        "hidden_size": c.int("hidden_size" if c.family != "gpt2" else "n_embd"),
-        "n_layers": c.int("num_hidden_layers" if c.family != "gpt2" else "n_layer"),
-        "max_position_embeddings": c.int("max_position_embeddings" if c.family != "gpt2" else "n_positions"),
-        "tied_embeddings": c.bool("tie_word_embeddings"),
+        "vocab_size": c.integer("vocab_size"),
+        "hidden_size": c.integer("hidden_size" if c.family != "gpt2" else "n_embd"),
+        "n_layers": c.integer("num_hidden_layers" if c.family != "gpt2" else "n_layer"),
+        "max_position_embeddings": c.integer("max_position_embeddings" if c.family != "gpt2" else "n_positions"),
+        "tied_embeddings": c.flag("tie_word_embeddings"),
     }
 
 
@@ -132,10 +132,10 @@ def _heads_divide(c: _Config, hidden: int, heads: int) -> int:
 
 def _gpt2(c: _Config, name: str) -> ModelSpec:
     base = _base(c, name)
-    if c.bool("add_cross_attention"):
+    if c.flag("add_cross_attention"):
         raise StepbillError("gpt2 config: add_cross_attention is not supported (decoder-only models only)")
-    d, heads = base["hidden_size"], c.int("n_head")
-    inner = c.int("n_inner", nullable=True) or 4 * d  # GPT2Block: n_inner None means 4 × hidden
+    d, heads = base["hidden_size"], c.integer("n_head")
+    inner = c.integer("n_inner", nullable=True) or 4 * d  # GPT2Block: n_inner None means 4 × hidden
     return ModelSpec(
         **base,
         # Conv1D always has a bias: c_attn (q, k, v) and c_proj both.
@@ -159,16 +159,16 @@ def _rotary_fraction(c: _Config, legacy_key: str, default: float) -> float:
 
 def _gpt_neox(c: _Config, name: str) -> ModelSpec:
     base = _base(c, name)
-    d, heads = base["hidden_size"], c.int("num_attention_heads")
-    bias = c.bool("attention_bias")
+    d, heads = base["hidden_size"], c.integer("num_attention_heads")
+    bias = c.flag("attention_bias")
     return ModelSpec(
         **base,
         attention=AttentionSpec(heads, head_dim=_heads_divide(c, d, heads), qkv_bias=bias, out_bias=bias),
-        ffn=FFNSpec(c.int("intermediate_size"), "gelu_mlp", bias=True),  # nn.Linear defaults: always biased
+        ffn=FFNSpec(c.integer("intermediate_size"), "gelu_mlp", bias=True),  # nn.Linear defaults: always biased
         norm="layernorm",
         positions="rotary",
         rotary_fraction=_rotary_fraction(c, "rotary_pct", 0.25),
-        parallel_residual=c.bool("use_parallel_residual"),
+        parallel_residual=c.flag("use_parallel_residual"),
     )
 
 
@@ -176,27 +176,27 @@ def _llama_like(c: _Config, name: str) -> ModelSpec:
     """llama, mistral, qwen2, qwen3 and the MHA MoE families built on the same block."""
     f = c.family
     base = _base(c, name)
-    d, heads = base["hidden_size"], c.int("num_attention_heads")
-    kv = c.int("num_key_value_heads", nullable=True) or heads  # None: __post_init__ makes it MHA
+    d, heads = base["hidden_size"], c.integer("num_attention_heads")
+    kv = c.integer("num_key_value_heads", nullable=True) or heads  # None: __post_init__ makes it MHA
     # qwen3 declares head_dim: int = 128, so null is rejected there; elsewhere null means hidden // heads.
-    head_dim = c.int("head_dim", nullable=f != "qwen3") or _heads_divide(c, d, heads)
+    head_dim = c.integer("head_dim", nullable=f != "qwen3") or _heads_divide(c, d, heads)
     if f in ("llama", "qwen3", "qwen3_moe"):
-        qkv_bias = out_bias = c.bool("attention_bias")  # one switch for q, k, v and o
+        qkv_bias = out_bias = c.flag("attention_bias")  # one switch for q, k, v and o
     elif f == "qwen2":
         qkv_bias, out_bias = True, False  # Qwen2Attention hard-codes bias=True on q/k/v, False on o
     elif f == "qwen2_moe":
-        qkv_bias, out_bias = c.bool("qkv_bias"), False
+        qkv_bias, out_bias = c.flag("qkv_bias"), False
     else:  # mistral, mixtral: no bias anywhere, whatever the file says
         qkv_bias = out_bias = False
     attention = AttentionSpec(
         heads, n_kv_heads=kv, head_dim=head_dim, qkv_bias=qkv_bias, out_bias=out_bias,
         qk_norm=f in ("qwen3", "qwen3_moe"),
     )
-    mlp_bias = c.bool("mlp_bias") if f == "llama" else False
+    mlp_bias = c.flag("mlp_bias") if f == "llama" else False
     return ModelSpec(
         **base,
         attention=attention,
-        ffn=FFNSpec(c.int("intermediate_size"), "swiglu", bias=mlp_bias),
+        ffn=FFNSpec(c.integer("intermediate_size"), "swiglu", bias=mlp_bias),
         moe=_mha_moe(c, base["n_layers"]),
         rotary_fraction=_rotary_fraction(c, "partial_rotary_factor", 1.0),
     )
@@ -205,18 +205,18 @@ def _llama_like(c: _Config, name: str) -> ModelSpec:
 def _mha_moe(c: _Config, n_layers: int) -> MoESpec | None:
     """The MoE block of mixtral / qwen2_moe / qwen3_moe; None for the dense families or no sparse layer."""
     if c.family == "mixtral":
-        return MoESpec(c.int("num_local_experts"), c.int("num_experts_per_tok"), c.int("intermediate_size"))
+        return MoESpec(c.integer("num_local_experts"), c.integer("num_experts_per_tok"), c.integer("intermediate_size"))
     if c.family not in ("qwen2_moe", "qwen3_moe"):
         return None
-    experts, step = c.int("num_experts", zero_ok=True), c.int("decoder_sparse_step")
+    experts, step = c.integer("num_experts", zero_ok=True), c.integer("decoder_sparse_step")
     only_mlp = set(c.int_list("mlp_only_layers"))
     # Qwen*MoeDecoderLayer: sparse iff not in mlp_only_layers and num_experts > 0 and (i + 1) % step == 0.
     dense = tuple(i for i in range(n_layers) if i in only_mlp or (i + 1) % step or not experts)
     if len(dense) == n_layers:
         return None
-    shared = c.int("shared_expert_intermediate_size", zero_ok=True) if c.family == "qwen2_moe" else 0
+    shared = c.integer("shared_expert_intermediate_size", zero_ok=True) if c.family == "qwen2_moe" else 0
     return MoESpec(
-        experts, c.int("num_experts_per_tok"), c.int("moe_intermediate_size"),
+        experts, c.integer("num_experts_per_tok"), c.integer("moe_intermediate_size"),
         n_shared_experts=1 if shared else 0,
         shared_intermediate_size=shared,
         shared_expert_gate=c.family == "qwen2_moe",  # built in every sparse block, even with no shared width
@@ -227,24 +227,24 @@ def _mha_moe(c: _Config, n_layers: int) -> MoESpec | None:
 def _deepseek(c: _Config, name: str) -> ModelSpec:
     base = _base(c, name)
     n_layers = base["n_layers"]
-    bias = c.bool("attention_bias")  # q_a_proj, kv_a_proj_with_mqa and o_proj
+    bias = c.flag("attention_bias")  # q_a_proj, kv_a_proj_with_mqa and o_proj
     attention = AttentionSpec(
-        c.int("num_attention_heads"), kind="mla", qkv_bias=bias, out_bias=bias,
-        q_lora_rank=c.int("q_lora_rank", nullable=True),  # null (V2-Lite): a plain q_proj
-        kv_lora_rank=c.int("kv_lora_rank"),
-        qk_nope_head_dim=c.int("qk_nope_head_dim"),
-        qk_rope_head_dim=c.int("qk_rope_head_dim"),
-        v_head_dim=c.int("v_head_dim"),
+        c.integer("num_attention_heads"), kind="mla", qkv_bias=bias, out_bias=bias,
+        q_lora_rank=c.integer("q_lora_rank", nullable=True),  # null (V2-Lite): a plain q_proj
+        kv_lora_rank=c.integer("kv_lora_rank"),
+        qk_nope_head_dim=c.integer("qk_nope_head_dim"),
+        qk_rope_head_dim=c.integer("qk_rope_head_dim"),
+        v_head_dim=c.integer("v_head_dim"),
     )
     # DeepseekV3MLP has no bias at all; V2's follows mlp_bias (dense layers and shared experts alike).
-    mlp_bias = c.bool("mlp_bias") if c.family == "deepseek_v2" else False
-    first_dense = c.int("first_k_dense_replace", zero_ok=True)
+    mlp_bias = c.flag("mlp_bias") if c.family == "deepseek_v2" else False
+    first_dense = c.integer("first_k_dense_replace", zero_ok=True)
     moe = None
     if first_dense < n_layers:
-        expert = c.int("moe_intermediate_size")
-        n_shared = c.int("n_shared_experts", zero_ok=True)
+        expert = c.integer("moe_intermediate_size")
+        n_shared = c.integer("n_shared_experts", zero_ok=True)
         moe = MoESpec(
-            c.int("n_routed_experts"), c.int("num_experts_per_tok"), expert,
+            c.integer("n_routed_experts"), c.integer("num_experts_per_tok"), expert,
             n_shared_experts=n_shared, shared_intermediate_size=n_shared * expert,
             dense_layers=tuple(range(first_dense)),
         )
@@ -259,7 +259,7 @@ def _deepseek(c: _Config, name: str) -> ModelSpec:
     return ModelSpec(
         **base,
         attention=attention,
-        ffn=FFNSpec(c.int("intermediate_size"), "swiglu", bias=mlp_bias),
+        ffn=FFNSpec(c.integer("intermediate_size"), "swiglu", bias=mlp_bias),
         moe=moe,
         notes="; ".join(notes),
     )

@@ -110,8 +110,9 @@ class FFNSpec:
 class MoESpec:
     """Mixture of experts replacing the FFN in every layer not listed in `dense_layers`.
 
-    Experts are SwiGLU of width `expert_intermediate_size`. Shared experts run on every token; their total
-    width is `shared_intermediate_size` (DeepSeek: n_shared_experts × expert width; Qwen2-MoE: its own size).
+    Experts are SwiGLU of width `expert_intermediate_size`, without biases. Shared experts run on every token;
+    their total width is `shared_intermediate_size` (DeepSeek: n_shared_experts × expert width; Qwen2-MoE: its
+    own size) and, being built by the family's dense MLP class, they carry the dense FFN's bias (`ffn.bias`).
     """
 
     n_routed_experts: int
@@ -120,7 +121,9 @@ class MoESpec:
     n_shared_experts: int = 0
     shared_intermediate_size: int = 0
     shared_expert_gate: bool = False  # Qwen2-MoE: a sigmoid gate hidden -> 1 on the shared expert
-    router_bias: bool = False  # a learned bias on the router logits
+    # A learned bias on the router logits. No supported HF family has one: DeepSeek-V3's
+    # e_score_correction_bias is a buffer in transformers, not a parameter.
+    router_bias: bool = False
     dense_layers: tuple[int, ...] = ()  # layer indices that keep the dense FFN (first-k-dense, frequency)
 
     def __post_init__(self) -> None:
