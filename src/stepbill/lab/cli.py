@@ -1,5 +1,210 @@
-"""`stepbill lab <topic>` commands."""
+"""`stepbill lab <topic>` commands: parse options, call `stepbill.lab.summaries`, print a table, JSON or a plot.
+
+No arithmetic here. Bad input raises StepbillError, which the main CLI prints as one line with exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from stepbill.errors import StepbillError
+from stepbill.lab import summaries
 
 app = typer.Typer(no_args_is_help=True, help="Optimizer, schedule, precision and collective mechanics.")
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
+PlotOpt = Annotated[Path | None, typer.Option("--plot", help="Also draw the figure to FILE.png or FILE.svg.")]
+UNITS_NOTE = "Units: GiB = 2^30 B, MiB = 2^20 B, TiB = 2^40 B; lr and decays per optimizer step."
+
+
+def _floats(option: str, text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise StepbillError(f"{option} takes comma-separated numbers, got {text!r}") from None
+
+
+def _ints(option: str, text: str) -> tuple[int, ...]:
+    vals = _floats(option, text)
+    if not vals or any(v != int(v) for v in vals):
+        raise StepbillError(f"{option} takes comma-separated integers, got {text!r}")
+    return tuple(int(v) for v in vals)
+
+
+def _fmt(x: Any) -> str:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return str(x)
+    if isinstance(x, int) or (float(x).is_integer() and abs(x) < 1e15):
+        return f"{int(x):,}"
+    if x == 0 or not math.isfinite(x):
+        return f"{x:g}"
+    return f"{x:.4g}" if 1e-3 <= abs(x) < 1e5 else f"{x:.3e}"
+
+
+def _json_safe(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items() if not str(k).startswith("_")}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    return x
+
+
+def _emit(summary: dict[str, Any], as_json: bool, plot: Path | None) -> None:
+    if plot is not None:
+        from stepbill.lab.plots import plot as draw  # keeps matplotlib out of the default path
+
+        draw(summary, plot)
+    if as_json:
+        typer.echo(json.dumps(_json_safe(summary), ensure_ascii=False))
+        return
+    # piped output gets a fixed width so wide tables are not truncated to 80 columns
+    console = Console() if sys.stdout.isatty() else Console(width=120)
+    for t in summary["tables"]:
+        table = Table(title=escape(t["title"]), title_justify="left")
+        for c in t["columns"]:
+            table.add_column(escape(c), justify="left" if c in ("group", "quantity", "format", "optimizer", "rule", "route",
+                                                        "shape", "model", "phase", "finished") else "right")
+        for row in t["rows"]:
+            table.add_row(*(escape(_fmt(v)) for v in row))
+        console.print(table)
+    console.print(UNITS_NOTE)
+    if plot is not None:
+        console.print(f"figure written to {plot}")
+
+
+@app.command("adam")
+def adam_cmd(
+    beta1: float = typer.Option(0.9, help="First-moment EMA coefficient β₁ in [0, 1)."),
+    beta2: float = typer.Option(0.95, help="Second-moment EMA coefficient β₂ in [0, 1)."),
+    steps: int = typer.Option(12, help="Steps of gradient history shown."),
+    scale: float = typer.Option(0.02, help="Factor the gradient stream is multiplied by (scale invariance)."),
+    seed: int = typer.Option(0, help="Seed of the illustrative stream and the Monte-Carlo."),
+    as_json: JsonOpt = False,
+    plot: PlotOpt = None,
+) -> None:
+    """Adam's registers: EMA shares, window, bias correction, update RMS, AdaGrad/RMSProp lineage, PaLM β₂."""
+    _emit(summaries.adam_summary(beta1, beta2, steps, scale, seed), as_json, plot)
+
+
+@app.command("decay")
+def decay_cmd(
+    lr: float = typer.Option(3e-4, help="Learning rate η."),
+    weight_decay: float = typer.Option(0.1, help="Weight decay λ."),
+    params: float = typer.Option(7e9, help="Model parameters for the memory ledger."),
+    card_gib: float = typer.Option(80.0, help="GPU memory in GiB."),
+    shards: int = typer.Option(1, help="FSDP shards (1 = unsharded)."),
+    seed: int = typer.Option(0, help="Seed of the weight simulation."),
+    as_json: JsonOpt = False,
+    plot: PlotOpt = None,
+) -> None:
+    """AdamW's η·λ vs L2's η·λ/√v̂ per group, the E|u|/λ ceiling, and the 16 B/param memory bill."""
+    _emit(summaries.decay_summary(lr, weight_decay, params, card_gib, shards, seed), as_json, plot)
+
+
+@app.command("warmup")
+def warmup_cmd(
+    lr: float = typer.Option(3e-4, help="Peak learning rate η."),
+    warmup_steps: int = typer.Option(2000, "--warmup", help="Linear warmup steps W (0 = none)."),
+    total_steps: int = typer.Option(100_000, "--total", help="Steps in the run."),
+    betas2: str = typer.Option("0.999,0.95", "--beta2", help="Comma-separated β₂ values for the √v̂ band."),
+    steps: int = typer.Option(1000, help="Steps simulated for the band."),
+    params: int = typer.Option(12, help="Independent parameters in the band."),
+    seed: int = typer.Option(0, help="Seed of the band simulation."),
+    as_json: JsonOpt = False,
+    plot: PlotOpt = None,
+) -> None:
+    """First-step size with and without warmup; how fast √v̂ becomes trustworthy."""
+    s = summaries.warmup_summary(lr, warmup_steps, total_steps, _floats("--beta2", betas2), steps, params, seed)
+    _emit(s, as_json, plot)
+
+
+@app.command("schedule")
+def schedule_cmd(
+    peak: float = typer.Option(3e-4, help="Peak learning rate."),
+    warmup_steps: int = typer.Option(2000, "--warmup", help="Linear warmup steps."),
+    total: int = typer.Option(100_000, help="Steps in the run."),
+    floor: float = typer.Option(0.1, help="Final lr as a fraction of peak."),
+    decay_frac: float = typer.Option(0.2, help="WSD: share of post-warmup steps spent decaying."),
+    decay_shape: str = typer.Option("linear", help="WSD decay: linear, cosine or 1-sqrt."),
+    shape: str = typer.Option("cosine", help="Shape exported by --torch: constant, linear, cosine, wsd, inverse_sqrt."),
+    torch: bool = typer.Option(False, "--torch", help="Print an equivalent torch LambdaLR snippet instead."),
+    as_json: JsonOpt = False,
+    plot: PlotOpt = None,
+) -> None:
+    """Schedule shapes and their areas, floors, GPT-3 Table 2.1 power law; --torch exports a LambdaLR."""
+    s = summaries.schedule_summary(peak, warmup_steps, total, floor, decay_frac, decay_shape)
+    if torch:
+        from stepbill.lab.schedule import torch_snippet
+
+        typer.echo(torch_snippet(shape, peak, warmup_steps, total, floor, decay_frac, decay_shape), nl=False)
+        return
+    _emit(s, as_json, plot)
+
+
+@app.command("clip")
+def clip_cmd(
+    threshold: float = typer.Option(1.0, help="clip_grad_norm_ threshold c."),
+    trace: Annotated[
+        Path | None, typer.Option(help="File with one gradient norm per line (default: a synthetic trace).")
+    ] = None,
+    steps: int = typer.Option(200, help="Length of the synthetic trace."),
+    seed: int = typer.Option(0, help="Seed of the synthetic trace."),
+    vector: str = typer.Option("2,1", help="Gradient to clip, comma-separated."),
+    clip_value: float = typer.Option(1.0, help="Clip level for the vector demo (norm and value)."),
+    as_json: JsonOpt = False,
+    plot: PlotOpt = None,
+) -> None:
+    """Clip by norm vs by value, trigger counts and effective lr on a norm trace."""
+    from stepbill.lab.clip import read_trace
+
+    norms = read_trace(trace) if trace is not None else None
+    s = summaries.clip_summary(threshold, norms, steps, seed, _floats("--vector", vector), clip_value)
+    _emit(s, as_json, plot)
+
+
+@app.command("formats")
+def formats_cmd(
+    names: str = typer.Option("fp32,bf16,fp16,fp8_e4m3,fp8_e5m2", "--formats", help="Comma-separated formats."),
+    value: float = typer.Option(1.0, help="Weight the update is added to."),
+    update: float = typer.Option(1e-3, help="Update added."),
+    adds: int = typer.Option(1000, help="Repeated additions."),
+    scales: str = typer.Option("0,10,24", help="Loss scales as powers of two, comma-separated."),
+    seed: int = typer.Option(0, help="Seed of stochastic rounding."),
+    as_json: JsonOpt = False,
+    plot: PlotOpt = None,
+) -> None:
+    """fp32/bf16/fp16/fp8 from the bit layout, lost updates, stochastic rounding, fp16 loss scaling."""
+    fmts = tuple(n.strip() for n in names.split(",") if n.strip())
+    s = summaries.formats_summary(fmts, value, update, adds, _floats("--scales", scales), seed)
+    _emit(s, as_json, plot)
+
+
+@app.command("collectives")
+def collectives_cmd(
+    gpus: str = typer.Option("8,512", help="Data-parallel sizes N, comma-separated."),
+    message_gib: float = typer.Option(14e9 / 2**30, "--message-gib", help="All-reduced gradient size in GiB."),
+    ring: int = typer.Option(4, help="GPUs in the step-by-step ring."),
+    hidden: int = typer.Option(4096, help="Hidden size h."),
+    tp: int = typer.Option(8, help="Tensor-parallel degree."),
+    tokens: int = typer.Option(8192, help="Tokens per micro-batch."),
+    stages: int = typer.Option(4, help="Pipeline stages p."),
+    microbatches: str = typer.Option("1,16", help="Micro-batch counts m, comma-separated."),
+    dp: int = typer.Option(32, help="Data-parallel degree of the 3-D layout."),
+    as_json: JsonOpt = False,
+    plot: PlotOpt = None,
+) -> None:
+    """Ring all-reduce stage by stage, ring vs server, TP traffic, pipeline bubble, dp × tp × pp."""
+    s = summaries.collectives_summary(_ints("--gpus", gpus), message_gib * 2**30, ring, hidden, tp, tokens, stages,
+                                      _ints("--microbatches", microbatches), dp)
+    _emit(s, as_json, plot)
