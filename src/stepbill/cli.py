@@ -108,8 +108,11 @@ def models(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] =
 
 
 def _register_subcommands() -> None:
+    from stepbill.cli_check import check
     from stepbill.lab.cli import app as lab_app
 
+    if not any(command.name == "check" for command in app.registered_commands):
+        app.command(name="check")(check)
     if not any(group.name == "lab" for group in app.registered_groups):
         app.add_typer(lab_app, name="lab", help="Optimizer, schedule, precision and collective mechanics.")
 

@@ -1,0 +1,90 @@
+"""`stepbill check`: the command-line face of stepbill.check (parsing and printing only)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+
+from stepbill.errors import StepbillError
+
+MEASURABLE_RECIPES = ("fp32", "pure-bf16", "amp-bf16")
+
+
+def _measure_with_progress(config: dict[str, Any], mode: str, **settings: Any) -> Any:
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    try:
+        from stepbill.measure.step import measure_step
+    except ImportError as exc:  # torch/transformers are an optional extra
+        raise StepbillError(f"stepbill check needs PyTorch and transformers ({exc.name} is missing): "
+                            "pip install 'stepbill[measure]'") from None
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        progress.add_task(f"measuring two training steps in PyTorch ({mode} tensors)…", total=None)
+        return measure_step(config, mode=mode, **settings)
+
+
+def check(
+    model: Annotated[str, typer.Argument(help="preset name, ModelSpec JSON or HF config.json")],
+    seq: Annotated[int, typer.Option("--seq", help="sequence length (tokens)")] = 128,
+    micro_batch: Annotated[int, typer.Option("--micro-batch", help="sequences per micro-batch")] = 1,
+    recipe: Annotated[str, typer.Option("--recipe", help="fp32 | pure-bf16 | amp-bf16")] = "fp32",
+    optimizer_impl: Annotated[str, typer.Option("--optimizer-impl", help="AdamW: single | foreach | fused")]
+    = "single",
+    recompute: Annotated[str, typer.Option("--recompute", help="none | full")] = "none",
+    real: Annotated[bool, typer.Option("--real", help="real tensors (refused if the peak would not fit in RAM)")]
+    = False,
+    fake: Annotated[bool, typer.Option("--fake", help="fake tensors: any size, no memory used")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Measure a real training step in PyTorch and compare it with the bill, category by category."""
+    from stepbill.check import choose_mode, compare, predictions, verdict
+    from stepbill.engine.bill import make_bill
+    from stepbill.spec.hf import to_hf_config
+    from stepbill.spec.presets import load_model
+    from stepbill.spec.recipe import make_recipe
+
+    if recipe not in MEASURABLE_RECIPES:
+        raise StepbillError(f"check measures recipes {', '.join(MEASURABLE_RECIPES)}; got {recipe!r}")
+    if real and fake:
+        raise StepbillError("choose one of --real and --fake")
+    spec = load_model(model)
+    bill = make_bill(spec, make_recipe(recipe, "adamw", micro_batch, seq, recompute))
+    mode = choose_mode("real" if real else "fake" if fake else "auto", bill.lines["memory.peak"].value)
+    measured = _measure_with_progress(
+        to_hf_config(spec), mode, recipe=recipe, optimizer_impl=optimizer_impl, micro_batch=micro_batch,
+        seq_len=seq, recompute=recompute,
+    )
+    rows = compare(predictions(bill), measured)
+    if as_json:
+        print(json.dumps({
+            "model": spec.name, "mode": mode, "convention": bill.convention, "settings": measured.settings,
+            "rows": [{"category": r.category, "unit": r.unit, "line": r.line, "predicted": r.predicted,
+                      "measured": r.measured, "error": r.error, "verdict": r.verdict} for r in rows],
+            "measured": {"peak_phase": measured.peak_phase, "breakdown_at_peak": measured.breakdown},
+            "verdict": verdict(rows),
+        }, indent=2))
+        return
+    _print_rows(spec.name, mode, bill.convention, rows, verdict(rows))
+
+
+def _print_rows(name: str, mode: str, convention: str, rows: list, summary: str) -> None:
+    from rich.table import Table
+
+    from stepbill.report.terminal import make_console
+    from stepbill.report.units import fmt_bytes, fmt_flops
+
+    table = Table(title=f"{name}: bill ({convention} convention) vs PyTorch ({mode} tensors, MemTracker, "
+                        "FlopCounterMode); GiB = 2^30 B", title_justify="left")
+    for col in ("category", "predicted", "measured", "error", "verdict"):
+        table.add_column(col, justify="left" if col in ("category", "verdict") else "right")
+    for r in rows:
+        fmt = fmt_flops if r.unit == "FLOPs" else fmt_bytes
+        table.add_row(r.category, "-" if r.predicted is None else fmt(r.predicted), fmt(r.measured),
+                      "-" if r.error is None else f"{100 * r.error:+.2f} %", r.verdict)
+    console = make_console()
+    console.print(table)
+    console.print(summary)
