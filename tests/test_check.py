@@ -1,0 +1,61 @@
+"""`stepbill check`: the pure comparison, the mode choice, and one real measured run of a tiny model."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from stepbill.check import CATEGORIES, choose_mode, compare, verdict
+from stepbill.errors import StepbillError
+from tests.conftest import GIB, run_cli
+
+TINY = "tests/data/tiny-llama.json"
+
+
+def _measured(**values: float) -> SimpleNamespace:
+    fields = {field: 100.0 for _, _, field, _ in CATEGORIES}
+    return SimpleNamespace(**{**fields, **values})
+
+
+def test_error_is_relative_to_the_measurement() -> None:
+    rows = compare({"memory.weights": 103.0, "memory.grads": 90.0}, _measured())
+    by = {r.line: r for r in rows}
+    assert by["memory.weights"].error == pytest.approx(0.03) and by["memory.weights"].verdict == "ok"
+    assert by["memory.grads"].error == pytest.approx(-0.10) and by["memory.grads"].verdict == "off"
+    assert by["memory.peak"].error is None and by["memory.peak"].verdict == "not predicted"
+    assert verdict(rows) == "1 of 2 predicted categories within 3% of PyTorch's measurement"
+
+
+def test_mode_choice_by_free_memory() -> None:
+    assert choose_mode("auto", 1 * GIB, free_bytes=16 * GIB) == "real"
+    assert choose_mode("auto", 100 * GIB, free_bytes=16 * GIB) == "fake"
+    assert choose_mode("fake", 1 * GIB, free_bytes=16 * GIB) == "fake"
+    with pytest.raises(StepbillError, match="--real refused"):
+        choose_mode("real", 100 * GIB, free_bytes=16 * GIB)
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["check", TINY, "--recipe", "mixed-bf16"], "check measures recipes"),
+    (["check", TINY, "--real", "--fake"], "choose one of --real and --fake"),
+    (["check", "llama2-70b", "--real", "--seq", "4096"], "--real refused"),
+])
+def test_check_bad_input(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(argv, capsys)
+    assert code == 2 and needle in err and err.count("\n") == 1 and out == ""
+
+
+def test_tiny_real_check_matches_resident_state(capsys: pytest.CaptureFixture[str]) -> None:
+    """fp32 AdamW, single-tensor: params, grads and the two moments are measured exactly as predicted
+    (the parameter count itself is checked against transformers elsewhere)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    code, out, _ = run_cli(["check", TINY, "--real", "--seq", "64", "--micro-batch", "2", "--json"], capsys)
+    assert code == 0
+    data = json.loads(out)
+    rows = {r["line"]: r for r in data["rows"]}
+    assert data["mode"] == "real"
+    assert rows["memory.weights"]["error"] == 0 and rows["memory.grads"]["error"] == 0
+    # AdamW also keeps one fp32 `step` scalar per parameter tensor: a few bytes the bill rounds away.
+    assert abs(rows["memory.optimizer"]["error"]) < 1e-3
