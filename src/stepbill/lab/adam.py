@@ -36,7 +36,7 @@ def ema_shares(beta: float, t: int, bias_corrected: bool = True) -> np.ndarray:
     Source: seed 002 §01 (β = 0.9, t = 12: latest 13.9 %, oldest 4.4 %; β = 0.95: latest 10.9 %).
     """
     _check.beta("beta", beta)
-    t = _check.count("t (steps)", t)
+    t = _check.count("steps", t)
     age = np.arange(t - 1, -1, -1, dtype=float)  # oldest has age t-1
     raw = beta**age * (1.0 - beta)
     return raw / (1.0 - beta**t) if bias_corrected else raw

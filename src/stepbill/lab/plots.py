@@ -157,5 +157,6 @@ def _draw_collectives(axes: Any, s: dict, _: dict) -> None:
     m = max(s["microbatches"])
     grid = comm.pipeline_grid(s["stages"], m)
     axes[1].imshow(np.where(grid < 0, np.nan, grid), aspect="auto", cmap="viridis")
+    axes[1].set_yticks(range(s["stages"]))
     axes[1].set(xlabel="time slot", ylabel="stage",
                 title=f"Pipeline: {s['stages']} stages × {m} micro-batches, bubble {comm.pipeline_bubble(s['stages'], m):.0%}")
