@@ -16,8 +16,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from stepbill.errors import StepbillError
+from stepbill.errors import StepbillError, unknown_name
 from stepbill.lab import summaries
+from stepbill.lab.schedule import SHAPES
 
 app = typer.Typer(no_args_is_help=True, help="Optimizer, schedule, precision and collective mechanics.")
 
@@ -143,6 +144,8 @@ def schedule_cmd(
     plot: PlotOpt = None,
 ) -> None:
     """Schedule shapes and their areas, floors, GPT-3 Table 2.1 power law; --torch exports a LambdaLR."""
+    if shape not in SHAPES:  # checked even without --torch: a typo is never silently ignored
+        raise unknown_name("schedule shape", shape, SHAPES)
     s = summaries.schedule_summary(peak, warmup_steps, total, floor, decay_frac, decay_shape)
     if torch:
         from stepbill.lab.schedule import torch_snippet
