@@ -34,7 +34,9 @@ class SavedTensor:
     node: str  #: autograd node of the first saver, e.g. "MmBackward0"
     argument: str  #: which saved argument of that node, e.g. "self" or "result"
     savers: tuple[str, ...] = field(default=())  #: every "Node.argument" that saved this storage
-    kind: str = "activation"  #: "activation", "parameter" or "input" (parameters cost no activation memory)
+    #: "activation", "parameter", "input" (these two cost no activation memory) or "unreachable" (saved
+    #: by a node the loss cannot reach, so freed after the forward).
+    kind: str = "activation"
 
     @property
     def numel(self) -> int:
@@ -150,22 +152,32 @@ def collect(session: StepSession) -> list[SavedTensor]:
     with recording(model) as recorder:
         loss = session.forward_loss()
     savers = _attribute(loss.grad_fn, recorder)
+    reachable = {recorder.packed[i][0].untyped_storage()._cdata for i in savers}
     out: dict[int, SavedTensor] = {}
     extra: dict[int, list[str]] = {}
     for index, (tensor, module) in enumerate(recorder.packed):
         storage = tensor.untyped_storage()
         key = storage._cdata
-        names = savers.get(index, ["?.?"])
+        # A tensor packed by a node that the loss cannot reach (e.g. DeepSeek's group top-k on a path
+        # that ends in integer indices) is freed with that node right after the forward: not kept.
+        names = savers.get(index, ["unreachable.?"])
         extra.setdefault(key, []).extend(names)
         if key in out:
             continue
         node, _, arg = names[0].partition(".")
         kind = "parameter" if key in params else "input" if key == input_storage else "activation"
+        if key not in reachable:
+            kind = "unreachable"
         out[key] = SavedTensor(order=len(out), bytes=int(storage.nbytes()), shape=tuple(int(s) for s in tensor.shape),
                                dtype=str(tensor.dtype).removeprefix("torch."), module=module, node=node,
                                argument=arg, kind=kind)
     del loss
-    return [SavedTensor(**{**t.__dict__, "savers": tuple(dict.fromkeys(extra[k]))}) for k, t in out.items()]
+    result = []
+    for key, t in out.items():
+        names = [n for n in dict.fromkeys(extra[key]) if not n.startswith("unreachable")] or ["unreachable.?"]
+        node, _, arg = names[0].partition(".")
+        result.append(SavedTensor(**{**t.__dict__, "savers": tuple(names), "node": node, "argument": arg}))
+    return result
 
 
 def saved_tensors(

@@ -1,7 +1,6 @@
 """Tables of what eager PyTorch + transformers saves per decoder layer (docs/eager-saved-tensors.md).
 
-Run ``python -m stepbill.measure.saved_doc > docs/eager-saved-tensors-tables.md`` style; the doc embeds
-the output. Each row's scaling is measured, not assumed: the same model is traced at (B, T), (B, 2T)
+Run ``python -m stepbill.measure.saved_doc [family ...]``; docs/eager-saved-tensors.md embeds the output. Each row's scaling is measured, not assumed: the same model is traced at (B, T), (B, 2T)
 and (B/2, T) and the byte ratios give "per token", "per token·T" (score matrices), "per position"
 (RoPE tables, shared by the batch) or "constant".
 """
@@ -43,7 +42,11 @@ WHY: dict[str, str] = {
     "TanhBackward0.result": "tanh output of GELU-tanh: tanh' = 1 - t²",
     "TopkBackward0.indices": "router top-k expert ids: top-k backward scatters grads to them",
     "IndexBackward0.indices": "token↔expert permutation (int64): index backward scatters dY back",
-    "SigmoidBackward0.result": "shared-expert gate sigmoid output",
+    "GroupedMmBackward0.self": "expert-sorted tokens (aten._grouped_mm, bf16): dW_e = x_eᵀ·dY_e",
+    "GroupedMmBackward0.mat2": "expert weights (parameter)",
+    "GroupedMmBackward0.offs": "per-expert row offsets (int32, one per expert)",
+    "GatherBackward0.index": "routing indices gathered from the router scores",
+    "SigmoidBackward0.result": "sigmoid output (DeepSeek router scores; Qwen2-MoE shared-expert gate)",
     "DivBackward0.self": "top-k weights before renormalisation",
     "DivBackward0.other": "sum of top-k weights (renormalisation denominator)",
 }
@@ -64,8 +67,8 @@ def why(t: SavedTensor) -> str:
         return _SDPA_WHY.get(t.argument, "SDPA")
     if "grouped_mm_fallback" in t.node:
         return "grouped expert matmul (transformers fallback): saves input and expert weights"
-    if t.node.startswith("GatherBackward"):
-        return "gather index (routing)"
+    if t.node == "PowBackward0" and "norm" not in t.module:
+        return "GELU-tanh input x: d(x³) = 3x²·dy"
     return WHY.get(f"{t.node}.{t.argument}", "")
 
 
@@ -92,9 +95,9 @@ def rows(config: dict[str, Any], recipe: str) -> list[tuple[SavedTensor, str]]:
     long = saved_tensors(config, recipe=recipe, micro_batch=B, seq_len=2 * T)  # type: ignore[arg-type]
     half = saved_tensors(config, recipe=recipe, micro_batch=B // 2, seq_len=T)  # type: ignore[arg-type]
     if not (len(base) == len(long) == len(half)):
-        return [(t, "?") for t in base if t.kind != "parameter"]
+        return [(t, "?") for t in base if t.kind in ("activation", "input")]
     return [(t, scaling(t.bytes, lt.bytes, ht.bytes)) for t, lt, ht in zip(base, long, half, strict=True)
-            if t.kind != "parameter"]
+            if t.kind in ("activation", "input")]
 
 
 def per_unit(t: SavedTensor, law: str) -> str:
