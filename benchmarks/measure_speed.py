@@ -41,7 +41,7 @@ def main() -> None:
     f = measure_step(LLAMA2_7B, recipe=args.recipe, micro_batch=args.batch, seq_len=args.seq, mode="fake")
     total_s = time.perf_counter() - start
     print(f"Llama-2-7B shape, {args.recipe}, B={args.batch}, T={args.seq}, fake tensors")
-    print(f"  memory step (build + 2 iterations under MemTracker): {memory_s:.1f} s")
+    print(f"  memory step (build, warm-up, tracked iteration):    {memory_s:.1f} s")
     print(f"  memory step + FLOP pass:                            {total_s:.1f} s")
     print(f"  params {m.params / GIB:.2f} GiB, states {m.optimizer_states / GIB:.2f} GiB, "
           f"peak {m.peak / GIB:.2f} GiB ({m.peak_phase}), forward peak {m.peak_forward / GIB:.2f} GiB, "
