@@ -106,10 +106,13 @@ def rank_layer_bytes_per_token(spec: ModelSpec, kind: str, recipe: Recipe, conve
 
 
 def _resident(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, stage: int,
-              kinds: list[dict[str, int]]) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
-    """(bytes held per item, bytes owned per item, largest FSDP unit's elements as {weights, grads})."""
+              kinds: list[dict[str, int]]) -> tuple[dict[str, float], dict[str, float], dict[str, float],
+                                                    dict[str, float]]:
+    """(bytes held per item, bytes owned per item, largest FSDP unit's elements as {weights, grads},
+    bytes per item before ZeRO sharding)."""
     par = recipe.parallel
     held: dict[str, float] = {}
+    unsharded: dict[str, float] = {}
     owned: dict[str, float] = {}
     units: dict[str, dict[str, float]] = {}
     for t in inv.tensors:
@@ -125,9 +128,10 @@ def _resident(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, stage: int,
         for item, n in elements.items():
             b = n * item_bytes_per_element(item, recipe) * sl.fraction
             held[item] = held.get(item, 0.0) + b / zero_divisor(item, par.zero, sl.zero_group)
+            unsharded[item] = unsharded.get(item, 0.0) + b
             owned[item] = owned.get(item, 0.0) + b / sl.holders
     largest = max(units.values(), key=lambda u: u["weights"], default={"weights": 0.0, "grads": 0.0})
-    return held, owned, largest
+    return held, owned, largest, unsharded
 
 
 def _activations(spec: ModelSpec, recipe: Recipe, layers: dict[str, int], flight: float,
@@ -188,14 +192,17 @@ def rank_classes(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, conventio
     per_stage = par.dp * par.tp * par.cp
     classes: list[RankClass] = []
     for stage in range(par.pp):
-        held, owned, unit = _resident(spec, recipe, inv, stage, kinds)
+        held, owned, unit, unsharded = _resident(spec, recipe, inv, stage, kinds)
         gpu_items, cpu = [], {}
         for item, b in held.items():
             if par.offload_optimizer and item.startswith(OPTIMIZER_SIDE):
                 cpu[item] = b
                 b = 0.0
-            gpu_items.append(Line(item, b, "bytes", "held after tp/ep/pp split and ZeRO-{zero} sharding",
-                                  {"zero": par.zero}))
+            gpu_items.append(Line(item, b, "bytes",
+                                  "{unsharded} B of this stage after the tp/ep split, ÷ {divisor} effective ZeRO-{zero} sharding"
+                                  + (", on CPU" if b == 0 and item in cpu else ""),
+                                  {"unsharded": unsharded[item], "zero": par.zero,
+                                   "divisor": unsharded[item] / held[item] if held[item] else 1.0}))
         flight = in_flight_microbatches(recipe, stage)
         activ, working = _activations(spec, recipe, kinds[stage], flight, convention)
         if par.offload_activations:

@@ -29,8 +29,8 @@ def rank_table(bill: Bill) -> Table:
     gpu = bill.gpu
     title = "Per GPU (binary units: GiB = 2^30 B)" + (f" on {gpu.display}, {fmt_bytes(gpu.memory_bytes)}" if gpu else "")
     table = Table(title=escape(title), title_justify="left")
-    for col in ("rank class", "GPUs", "layers", "in flight", *RANK_COLUMNS):
-        table.add_column(col, justify="left" if col == "rank class" else "right")
+    for col in ("class", "GPUs", "layers", "μb", "weights", "grads", "optimizer", "activ.", "transient", "peak"):
+        table.add_column(col, justify="left" if col == "class" else "right", no_wrap=True)
     if gpu is not None:
         table.add_column("fits")
     worst = bill.worst_rank
