@@ -30,7 +30,7 @@ def rank_table(bill: Bill) -> Table:
     title = "Per GPU (binary units: GiB = 2^30 B)" + (f" on {gpu.display}, {fmt_bytes(gpu.memory_bytes)}" if gpu else "")
     table = Table(title=escape(title), title_justify="left")
     for col in ("class", "GPUs", "layers", "μb", "weights", "grads", "optimizer", "activ.", "transient", "peak"):
-        table.add_column(col, justify="left" if col == "class" else "right", no_wrap=True)
+        table.add_column(col, justify="left" if col == "class" else "right", no_wrap=col not in ("class", "layers"))
     if gpu is not None:
         table.add_column("fits")
     worst = bill.worst_rank
