@@ -52,21 +52,50 @@ def bill(
     lora_targets: Annotated[str | None, typer.Option("--lora-targets", help="comma-separated, e.g. q_proj,v_proj")]
     = None,
     gpu_mem: Annotated[float | None, typer.Option("--gpu-mem", help="memory per GPU in GiB (cards needed)")] = None,
+    dp: Annotated[int, typer.Option("--dp", help="data-parallel degree")] = 1,
+    tp: Annotated[int, typer.Option("--tp", help="tensor-parallel degree")] = 1,
+    pp: Annotated[int, typer.Option("--pp", help="pipeline stages")] = 1,
+    cp: Annotated[int, typer.Option("--cp", help="context-parallel degree")] = 1,
+    ep: Annotated[int, typer.Option("--ep", help="expert-parallel degree (MoE)")] = 1,
+    etp: Annotated[int | None, typer.Option("--etp", help="expert tensor-parallel degree (default 1)")] = None,
+    zero: Annotated[int, typer.Option("--zero", help="ZeRO stage 0-3 (3 = FSDP full shard)")] = 0,
+    shard_group: Annotated[int | None, typer.Option("--shard-group", help="hybrid sharding group size")] = None,
+    sp: Annotated[bool, typer.Option("--sp", help="sequence parallel (with --tp)")] = False,
+    pp_schedule: Annotated[str, typer.Option("--pp-schedule", help="gpipe | 1f1b | interleaved")] = "1f1b",
+    vpp: Annotated[int, typer.Option("--vpp", help="model chunks per stage (interleaved)")] = 1,
+    micro_batches: Annotated[int, typer.Option("--micro-batches", help="micro-batches per step per pipeline")] = 1,
+    offload_optimizer: Annotated[bool, typer.Option("--offload-optimizer", help="master + states in CPU memory")]
+    = False,
+    offload_activations: Annotated[bool, typer.Option("--offload-activations", help="kept activations to CPU")]
+    = False,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="catalog GPU (h100-sxm, a100-80gb, mi300x, ...)")] = None,
+    gpus: Annotated[int | None, typer.Option("--gpus", help="GPU count; must equal dp·tp·pp·cp")] = None,
+    mfu: Annotated[float, typer.Option("--efficiency", help="achieved share of dense peak on matmuls")] = 0.5,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object (bytes as integers)")] = False,
     explain: Annotated[bool, typer.Option("--explain", help="show every number's formula, inputs and provenance")]
     = False,
 ) -> None:
     """The bill of one training step for MODEL under a recipe."""
     from stepbill.engine.bill import make_bill
+    from stepbill.spec.hardware import load_gpu
+    from stepbill.spec.parallel import Parallel, validate_layout
     from stepbill.spec.presets import load_model
     from stepbill.spec.recipe import make_recipe
 
     if gpu_mem is not None and gpu_mem <= 0:
         raise StepbillError(f"--gpu-mem must be positive GiB, got {gpu_mem}")
+    if not 0 < mfu <= 1:
+        raise StepbillError(f"--efficiency must lie in (0, 1], got {mfu}")
     targets = tuple(t.strip() for t in lora_targets.split(",") if t.strip()) if lora_targets is not None else None
     spec = load_model(model)
-    the_recipe = make_recipe(recipe, optimizer, micro_batch, seq, recompute, lora_rank, targets)
-    result = make_bill(spec, the_recipe, gpu_mem * GIB if gpu_mem else None)
+    layout = Parallel(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, sp=sp, zero=zero, shard_group=shard_group,
+                      micro_batches=micro_batches, pp_schedule=pp_schedule, vpp=vpp,  # type: ignore[arg-type]
+                      offload_optimizer=offload_optimizer, offload_activations=offload_activations)
+    validate_layout(spec, layout, seq, gpus)
+    the_gpu = load_gpu(gpu) if gpu is not None else None
+    the_recipe = make_recipe(recipe, optimizer, micro_batch, seq, recompute, lora_rank, targets, layout)
+    card = gpu_mem * GIB if gpu_mem else (the_gpu.memory_bytes if the_gpu else None)
+    result = make_bill(spec, the_recipe, card, gpu=the_gpu, efficiency=mfu)
     if as_json:
         from stepbill.report.bill_json import bill_to_json
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from stepbill.engine import activations as act
+from stepbill.engine.comm_step import Collective, step_collectives
 from stepbill.engine.line import Line
+from stepbill.engine.parallel import RankClass, rank_classes
 from stepbill.engine.params import ParamInventory, param_inventory
 from stepbill.engine.states import (
     cards_needed,
@@ -14,7 +16,9 @@ from stepbill.engine.states import (
     resident_lines,
     trainable_split,
 )
+from stepbill.engine.time import DEFAULT_EFFICIENCY, StepTime, step_time
 from stepbill.errors import unknown_name
+from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.recipe import Recipe
 
@@ -38,6 +42,15 @@ class Bill:
     checkpoint_items: list[Line]
     layer_rows: dict[str, list[act.ActTensor]] = field(default_factory=dict)
     convention: str = "ideal"
+    ranks: list[RankClass] = field(default_factory=list)  # one class per distinct pipeline stage
+    collectives: list[Collective] = field(default_factory=list)  # per rank, per step
+    time: StepTime | None = None  # only with a GPU
+    gpu: GPU | None = None
+
+    @property
+    def worst_rank(self) -> RankClass:
+        """The rank class with the highest peak."""
+        return max(self.ranks, key=lambda c: c.memory["peak"])
 
     def __getitem__(self, name: str) -> Line:
         return self.lines[name]
@@ -70,8 +83,10 @@ def activation_lines(spec: ModelSpec, recipe: Recipe, convention: str = "ideal")
     return lines
 
 
-def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = None, convention: str = "ideal") -> Bill:
-    """The bill of one training step of `spec` under `recipe` (one micro-batch, one rank holding it all)."""
+def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = None, convention: str = "ideal",
+              gpu: GPU | None = None, efficiency: float = DEFAULT_EFFICIENCY) -> Bill:
+    """The bill of one training step of `spec` under `recipe`: global lines (one micro-batch, as if one rank held
+    it all), the per-rank classes of `recipe.parallel`, the step's collectives, and with a `gpu` the step time."""
     if convention not in act.CONVENTIONS:
         raise unknown_name("convention", convention, act.CONVENTIONS)
     inv = param_inventory(spec)
@@ -107,7 +122,13 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
                 f"cards.{key.split('.')[1]}", cards_needed(total, gpu_mem_bytes), "cards",
                 "ceil({bytes} B / {card} B per card)", {"bytes": int(total), "card": int(gpu_mem_bytes)})
     rows = {kind: act.layer_rows(spec, kind, recipe.precision.activation, convention) for kind in act.layer_kinds(spec)}
-    return Bill(spec, recipe, inv, lines, resident, activ, ckpt, rows, convention)
+    ranks = rank_classes(spec, recipe, inv, convention)
+    collectives = step_collectives(spec, recipe, inv, gpu)
+    timing = None
+    if gpu is not None:
+        worst = max(ranks, key=lambda c: c.memory["peak"])
+        timing = step_time(spec, inv, recipe, worst, collectives, gpu, efficiency)
+    return Bill(spec, recipe, inv, lines, resident, activ, ckpt, rows, convention, ranks, collectives, timing, gpu)
 
 
 def peak_phase(bill: Bill) -> str:

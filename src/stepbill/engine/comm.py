@@ -151,3 +151,17 @@ def zero_comm_volume(stage: int, psi: ArrayLike) -> FloatOrArray:
         raise StepbillError(f"ZeRO stage must be 0, 1, 2 or 3, got {stage}")
     factor = 3.0 if stage == 3 else 2.0
     return _out(factor * np.asarray(psi, dtype=float))
+
+
+def ring_half_link_bytes(n: ArrayLike, message_bytes: ArrayLike) -> FloatOrArray:
+    """Bytes each ring link carries in one reduce-scatter or one all-gather of a full `message_bytes` buffer
+    over `n` ranks: (N−1)/N · M, half an all-reduce. Source: seed 002 §07 (the two halves of the ring)."""
+    return _out(0.5 * np.asarray(ring_allreduce_link_bytes(n, message_bytes)))
+
+
+def all_to_all_link_bytes(n: ArrayLike, send_bytes: ArrayLike) -> FloatOrArray:
+    """Bytes a rank sends off-rank in one all-to-all of `send_bytes` spread evenly over `n` ranks: (N−1)/N · S
+    (the 1/N addressed to itself stays local). Used for MoE dispatch and combine."""
+    _check_at_least("N (ranks)", n, 1)
+    n_arr = np.asarray(n, dtype=float)
+    return _out((n_arr - 1.0) / n_arr * np.asarray(send_bytes, dtype=float))

@@ -6,6 +6,7 @@ from typing import Any
 
 from stepbill.engine.bill import Bill, peak_phase
 from stepbill.engine.line import Line
+from stepbill.report.parallel_json import parallel_to_json
 
 
 def _int(line: Line) -> int:
@@ -72,4 +73,5 @@ def bill_to_json(bill: Bill) -> dict[str, Any]:
     cards = {k.split(".", 1)[1]: _int(v) for k, v in lines.items() if k.startswith("cards.")}
     if cards:
         out["cards"] = cards
+    out.update(parallel_to_json(bill))
     return out

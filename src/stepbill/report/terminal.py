@@ -68,6 +68,10 @@ def render_bill(bill: Bill, explain: bool = False) -> Group:
     parts += [Text(n, style="dim") for n in notes]
     if explain:
         parts.append(_activation_table(bill))
+    if not bill.recipe.parallel.is_trivial or bill.gpu is not None:
+        from stepbill.report.parallel_terminal import render_parallel
+
+        parts += render_parallel(bill)
     return Group(*parts)
 
 

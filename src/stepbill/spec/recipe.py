@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from stepbill.errors import StepbillError, unknown_name
+from stepbill.spec.parallel import Parallel
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,7 @@ class Recipe:
     seq_len: int = 2048
     recompute: str = "none"
     lora: LoRA | None = None
+    parallel: Parallel = field(default_factory=Parallel)  # all-1: one GPU holds everything
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
@@ -93,6 +95,11 @@ class Recipe:
         """Tokens in one micro-batch."""
         return self.micro_batch * self.seq_len
 
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens in one optimizer step: dp replicas × micro-batches per step × tokens per micro-batch."""
+        return self.parallel.dp * self.parallel.micro_batches * self.tokens
+
 
 def precision(name: str) -> Precision:
     """The named precision recipe."""
@@ -109,6 +116,7 @@ def make_recipe(
     recompute: str = "none",
     lora_rank: int | None = None,
     lora_targets: tuple[str, ...] | None = None,
+    parallel: Parallel | None = None,
 ) -> Recipe:
     """A Recipe from plain names and numbers (what the CLI and the API take)."""
     lora = None
@@ -116,4 +124,4 @@ def make_recipe(
         lora = LoRA(lora_rank, tuple(lora_targets) if lora_targets else DEFAULT_LORA_TARGETS)
     elif lora_targets:
         raise StepbillError("--lora-targets needs --lora-rank")
-    return Recipe(precision(recipe), optimizer, micro_batch, seq_len, recompute, lora)
+    return Recipe(precision(recipe), optimizer, micro_batch, seq_len, recompute, lora, parallel or Parallel())

@@ -1,0 +1,78 @@
+"""Terminal tables of the per-rank bill, the step's collectives and the step time. Formatting only."""
+
+from __future__ import annotations
+
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from stepbill.engine.bill import Bill
+from stepbill.report.units import fmt_bytes
+
+RANK_COLUMNS = ("weights", "grads", "optimizer", "activations", "transient", "peak")
+
+
+def _layout(bill: Bill) -> str:
+    par = bill.recipe.parallel
+    parts = [f"dp {par.dp}", f"tp {par.tp}" + (" +sp" if par.sp else ""), f"pp {par.pp}", f"cp {par.cp}"]
+    if bill.model.moe is not None:
+        parts.append(f"ep {par.ep} etp {par.expert_tp} (edp {par.edp})")
+    zero = f"ZeRO-{par.zero}" + (f" hybrid/{par.shard_group}" if par.shard_group else "")
+    sched = f"{par.pp_schedule}" + (f" v={par.vpp}" if par.vpp > 1 else "") + f", {par.micro_batches} micro-batches"
+    off = [w for w, on in (("optimizer", par.offload_optimizer), ("activations", par.offload_activations)) if on]
+    return (" × ".join(parts) + f" = {par.world} GPUs · {zero} · {sched}"
+            + (f" · offload {', '.join(off)}" if off else ""))
+
+
+def rank_table(bill: Bill) -> Table:
+    """One row per rank class: memory per item and the peak (binary units)."""
+    gpu = bill.gpu
+    title = "Per GPU (binary units: GiB = 2^30 B)" + (f" on {gpu.display}, {fmt_bytes(gpu.memory_bytes)}" if gpu else "")
+    table = Table(title=escape(title), title_justify="left")
+    for col in ("class", "GPUs", "layers", "μb", "weights", "grads", "optimizer", "activ.", "transient", "peak"):
+        table.add_column(col, justify="left" if col == "class" else "right", no_wrap=col not in ("class", "layers"))
+    if gpu is not None:
+        table.add_column("fits")
+    worst = bill.worst_rank
+    for c in bill.ranks:
+        cells = [escape(c.name), str(c.ranks), "+".join(f"{n} {k}" for k, n in c.layers.items()), f"{c.in_flight:g}"]
+        cells += [fmt_bytes(c.memory[k]) for k in RANK_COLUMNS]
+        if gpu is not None:
+            cells.append("yes" if c.memory["peak"] <= gpu.memory_bytes else "NO")
+        table.add_row(*cells, style="bold" if c is worst else "")
+    return table
+
+
+def comm_table(bill: Bill) -> Table:
+    """One row per collective: volume per rank per step, link, time, and whether it can hide."""
+    table = Table(title="Communication per GPU per step (bytes over its busiest link; links per direction)",
+                  title_justify="left")
+    for col in ("collective", "op", "group", "link", "calls", "volume", "time", "can hide"):
+        table.add_column(col, justify="right" if col in ("group", "calls", "volume", "time") else "left")
+    for c in bill.collectives:
+        seconds = "-" if c.seconds is None else f"{c.seconds * 1e3:,.1f} ms"
+        table.add_row(c.name, c.op, str(c.group), c.link or c.scope, f"{c.calls:,}", fmt_bytes(c.bytes), seconds,
+                      c.overlap)
+    return table
+
+
+def time_lines(bill: Bill) -> list[Text]:
+    """Step time, bubble, MFU and HFU with their derivations."""
+    if bill.time is None:
+        return [Text("step time: give --gpu NAME for link bandwidths, peak FLOP/s and HBM bandwidth", style="dim")]
+    t = bill.time
+    out = [Text.assemble(("Step time ", "bold"), f"{t['time.step'].value:.3f} s  ·  MFU {100 * t['time.mfu'].value:.1f} %"
+                         f"  ·  HFU {100 * t['time.hfu'].value:.1f} %  ·  bubble {100 * t['time.bubble'].value:.1f} %"
+                         f"  ·  {t['time.tokens_per_s'].value:,.0f} tokens/s")]
+    for key in ("time.model_flops", "time.compute", "time.memory", "time.bubble", "time.step", "time.mfu"):
+        out.append(Text(escape(f"  {key}: {t[key].explain()}"), style="dim"))
+    return out
+
+
+def render_parallel(bill: Bill) -> list:
+    """Renderables appended to the bill when a layout or a GPU is given."""
+    parts: list = [Text(escape(_layout(bill)), style="bold"), rank_table(bill)]
+    if bill.collectives:
+        parts.append(comm_table(bill))
+    parts += time_lines(bill)
+    return parts

@@ -1,0 +1,136 @@
+"""Hardware: the GPU catalog (presets/hardware/gpus.json) as frozen, validated records.
+
+The catalog is data; this module only reads and checks it. Every rate is converted to SI base units here
+(bytes, FLOP/s, B/s) so the engine never sees TB/s or TFLOP/s.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from stepbill.errors import StepbillError, unknown_name
+
+GIB = 2**30
+MEMORY_UNITS = {"GiB": GIB, "GB": 10**9}
+LINK_CLASSES = ("nvlink", "pcie", "infiniband")
+
+_ENTRY_KEYS = {
+    "display", "memory", "bf16_dense_tflops", "fp8_dense_tflops", "hbm_tb_s",
+    "nvlink_gb_s", "pcie_gb_s", "infiniband_gb_s", "gpus_per_node", "source",
+}
+_MEMORY_KEYS = {"value", "unit", "note"}
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One accelerator: memory in bytes, dense peaks in FLOP/s, bandwidths in bytes/s per direction.
+
+    `nvlink_bytes_per_s` is the scale-up fabric (NVLink, or Infinity Fabric on AMD); 0 where there is none, in
+    which case intra-node collectives go over PCIe. `fp8_flops` is None on parts without fp8 tensor cores.
+    """
+
+    name: str
+    display: str
+    memory_bytes: float
+    memory_note: str
+    bf16_flops: float
+    fp8_flops: float | None
+    hbm_bytes_per_s: float
+    nvlink_bytes_per_s: float
+    pcie_bytes_per_s: float
+    infiniband_bytes_per_s: float
+    gpus_per_node: int
+    source: str
+
+    def link_bytes_per_s(self, link: str) -> float:
+        """Per-direction bandwidth of a link class ("nvlink", "pcie", "infiniband"); 0 = not present."""
+        if link not in LINK_CLASSES:
+            raise unknown_name("link class", link, LINK_CLASSES)
+        return {"nvlink": self.nvlink_bytes_per_s, "pcie": self.pcie_bytes_per_s,
+                "infiniband": self.infiniband_bytes_per_s}[link]
+
+    @property
+    def intra_node_link(self) -> str:
+        """The link a collective inside one node uses: NVLink where present, else PCIe."""
+        return "nvlink" if self.nvlink_bytes_per_s > 0 else "pcie"
+
+    def peak_flops(self, dtype: str = "bf16") -> float:
+        """Dense tensor-core peak in FLOP/s for compute dtype "bf16" or "fp8"."""
+        if dtype == "bf16":
+            return self.bf16_flops
+        if dtype == "fp8":
+            if self.fp8_flops is None:
+                raise StepbillError(f"{self.display} has no fp8 tensor cores")
+            return self.fp8_flops
+        raise unknown_name("compute dtype", dtype, ("bf16", "fp8"))
+
+
+def _number(owner: str, key: str, value: Any, allow_zero: bool = False, allow_none: bool = False) -> float | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise StepbillError(f"{owner}.{key} must be a number, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise StepbillError(f"{owner}.{key} must be {'>= 0' if allow_zero else 'positive'}, got {value}")
+    return float(value)
+
+
+def gpu_from_dict(name: str, data: Any) -> GPU:
+    """Validate one catalog entry (unknown or missing keys are errors) and convert to SI units."""
+    owner = f"gpu {name!r}"
+    if not isinstance(data, dict):
+        raise StepbillError(f"{owner} must be a JSON object")
+    for key in data:
+        if key not in _ENTRY_KEYS:
+            raise unknown_name(f"key in {owner}", key, _ENTRY_KEYS)
+    missing = sorted(_ENTRY_KEYS - set(data))
+    if missing:
+        raise StepbillError(f"{owner} is missing {', '.join(missing)}")
+    mem = data["memory"]
+    if not isinstance(mem, dict) or set(mem) != _MEMORY_KEYS:
+        raise StepbillError(f"{owner}.memory must have exactly the keys {', '.join(sorted(_MEMORY_KEYS))}")
+    if mem["unit"] not in MEMORY_UNITS:
+        raise unknown_name(f"memory unit in {owner}", str(mem["unit"]), MEMORY_UNITS)
+    per_node = data["gpus_per_node"]
+    if isinstance(per_node, bool) or not isinstance(per_node, int) or per_node <= 0:
+        raise StepbillError(f"{owner}.gpus_per_node must be a positive integer, got {per_node!r}")
+    fp8 = _number(owner, "fp8_dense_tflops", data["fp8_dense_tflops"], allow_none=True)
+    return GPU(
+        name=name,
+        display=str(data["display"]),
+        memory_bytes=_number(owner, "memory.value", mem["value"]) * MEMORY_UNITS[mem["unit"]],
+        memory_note=str(mem["note"]),
+        bf16_flops=_number(owner, "bf16_dense_tflops", data["bf16_dense_tflops"]) * 1e12,
+        fp8_flops=None if fp8 is None else fp8 * 1e12,
+        hbm_bytes_per_s=_number(owner, "hbm_tb_s", data["hbm_tb_s"]) * 1e12,
+        nvlink_bytes_per_s=_number(owner, "nvlink_gb_s", data["nvlink_gb_s"], allow_zero=True) * 1e9,
+        pcie_bytes_per_s=_number(owner, "pcie_gb_s", data["pcie_gb_s"]) * 1e9,
+        infiniband_bytes_per_s=_number(owner, "infiniband_gb_s", data["infiniband_gb_s"], allow_zero=True) * 1e9,
+        gpus_per_node=per_node,
+        source=str(data["source"]),
+    )
+
+
+@cache
+def gpu_catalog() -> dict[str, GPU]:
+    """Every GPU of the built-in catalog, by name."""
+    path = resources.files("stepbill") / "presets" / "hardware" / "gpus.json"
+    raw = json.loads(path.read_text())
+    return {name: gpu_from_dict(name, entry) for name, entry in raw["gpus"].items()}
+
+
+def gpu_names() -> tuple[str, ...]:
+    """Names of the catalog's GPUs, in catalog order."""
+    return tuple(gpu_catalog())
+
+
+def load_gpu(name: str) -> GPU:
+    """The catalog GPU `name` (e.g. "h100-sxm", "a100-80gb", "mi300x")."""
+    catalog = gpu_catalog()
+    if name not in catalog:
+        raise unknown_name("gpu", name, catalog)
+    return catalog[name]

@@ -1,0 +1,159 @@
+"""Parallel layout: how one step is cut across GPUs (data, ZeRO/FSDP, tensor, pipeline, context, expert).
+
+`Parallel` checks what it can alone (degrees positive, ZeRO stage known, schedule known); `validate_layout`
+checks it against a model and a sequence length (heads, kv heads, experts, layers divisible). Both raise one
+StepbillError line naming the flag to change.
+
+Rank placement follows Megatron-LM's order, innermost first: tp, cp, dp, pp (world = dp·tp·pp·cp). Expert
+layers re-cut the same tp·cp·dp ranks of a stage into etp × ep × edp (expert data parallel).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+from stepbill.errors import StepbillError, unknown_name
+from stepbill.spec.model import ModelSpec
+
+PPSchedule = Literal["gpipe", "1f1b", "interleaved"]
+ZERO_STAGES = (0, 1, 2, 3)
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """Degrees of each parallel axis and the sharding / scheduling options.
+
+    dp: data-parallel replicas (gradient sync group; ZeRO shards over dp·cp, as Megatron's distributed optimizer).
+    tp: tensor parallel (Megatron column/row splits of attention and MLP matrices); sp: sequence parallel on top
+        of tp (norm/dropout regions split along the sequence; all-gather + reduce-scatter instead of all-reduce).
+    pp: pipeline stages; micro_batches: micro-batches per step per pipeline (= gradient-accumulation steps);
+        pp_schedule: gpipe | 1f1b | interleaved, with vpp model chunks per stage for interleaved.
+    cp: context parallel (sequence split across ranks, ring exchange of K/V in attention).
+    ep: expert parallel (routed experts split across ep ranks); etp: expert tensor parallel (None: 1).
+    zero: ZeRO stage 0–3 (3 = FSDP full shard, 2 = FSDP shard-grad-op); shard_group: hybrid sharding — ZeRO
+        shards within groups of this many dp·cp ranks and replicates across groups (None: the whole dp·cp group).
+    offload_optimizer: master weights and optimizer states live in CPU memory (ZeRO-Offload).
+    offload_activations: kept activations are copied to CPU memory after the forward of each layer.
+    """
+
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    etp: int | None = None
+    sp: bool = False
+    zero: int = 0
+    shard_group: int | None = None
+    micro_batches: int = 1
+    pp_schedule: PPSchedule = "1f1b"
+    vpp: int = 1
+    offload_optimizer: bool = False
+    offload_activations: bool = False
+
+    def __post_init__(self) -> None:
+        for flag, value in (("dp", self.dp), ("tp", self.tp), ("pp", self.pp), ("cp", self.cp), ("ep", self.ep),
+                            ("etp", self.etp), ("shard-group", self.shard_group),
+                            ("micro-batches", self.micro_batches), ("vpp", self.vpp)):
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise StepbillError(f"--{flag} must be a positive integer, got {value!r}")
+        if self.zero not in ZERO_STAGES:
+            raise StepbillError(f"--zero must be 0, 1, 2 or 3, got {self.zero!r}")
+        if self.pp_schedule not in get_args(PPSchedule):
+            raise unknown_name("pipeline schedule", str(self.pp_schedule), get_args(PPSchedule))
+        if self.sp and self.tp == 1:
+            raise StepbillError("--sp (sequence parallel) needs --tp > 1")
+        if self.pp_schedule == "interleaved":
+            if self.pp == 1:
+                raise StepbillError("--pp-schedule interleaved needs --pp > 1")
+            if self.vpp < 2:
+                raise StepbillError("--pp-schedule interleaved needs --vpp >= 2 model chunks per stage")
+            if self.micro_batches % self.pp:
+                raise StepbillError(
+                    f"--pp-schedule interleaved needs --micro-batches ({self.micro_batches}) divisible by --pp ({self.pp})"
+                )
+        elif self.vpp != 1:
+            raise StepbillError("--vpp needs --pp-schedule interleaved")
+        if self.shard_group is not None:
+            if self.zero == 0:
+                raise StepbillError("--shard-group (hybrid sharding) needs --zero 1, 2 or 3")
+            if (self.dp * self.cp) % self.shard_group:
+                raise StepbillError(
+                    f"--shard-group ({self.shard_group}) must divide dp·cp ({self.dp * self.cp})"
+                )
+        if (self.dp * self.cp * self.tp) % (self.ep * self.expert_tp):
+            raise StepbillError(
+                f"ep·etp ({self.ep}·{self.expert_tp}) must divide dp·cp·tp ({self.dp * self.cp * self.tp}): "
+                "expert layers re-cut the ranks of one pipeline stage"
+            )
+
+    # --- derived sizes -------------------------------------------------------------------------------
+    @property
+    def world(self) -> int:
+        """GPUs: dp·tp·pp·cp (ep and etp re-cut the same ranks, they add none)."""
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def expert_tp(self) -> int:
+        """Expert tensor-parallel degree (etp, default 1: each expert whole on its rank)."""
+        return 1 if self.etp is None else self.etp
+
+    @property
+    def edp(self) -> int:
+        """Expert data parallel: replicas of each expert shard within one stage, dp·cp·tp / (ep·etp)."""
+        return self.dp * self.cp * self.tp // (self.ep * self.expert_tp)
+
+    @property
+    def zero_group(self) -> int:
+        """Ranks one dense parameter's ZeRO shards spread over: shard_group, or dp·cp."""
+        return self.shard_group or self.dp * self.cp
+
+    @property
+    def expert_zero_group(self) -> int:
+        """Ranks one expert parameter's ZeRO shards spread over (hybrid: at most shard_group)."""
+        return min(self.shard_group, self.edp) if self.shard_group else self.edp
+
+    @property
+    def is_trivial(self) -> bool:
+        """One GPU, nothing sharded: the global bill is the per-rank bill."""
+        return self.world == 1 and self.zero == 0 and not (self.offload_optimizer or self.offload_activations)
+
+
+def validate_layout(spec: ModelSpec, parallel: Parallel, seq_len: int, gpus: int | None = None) -> None:
+    """Check `parallel` against the model and sequence: one StepbillError naming the first violated rule."""
+    if gpus is not None and parallel.world != gpus:
+        raise StepbillError(
+            f"dp·tp·pp·cp = {parallel.dp}·{parallel.tp}·{parallel.pp}·{parallel.cp} = {parallel.world} "
+            f"must equal --gpus ({gpus})"
+        )
+    a, tp = spec.attention, parallel.tp
+    if a.n_heads % tp:
+        raise StepbillError(f"--tp ({tp}) must divide the attention heads ({a.n_heads})")
+    if a.kv_heads % tp:
+        raise StepbillError(f"--tp ({tp}) must divide the key/value heads ({a.kv_heads})")
+    if spec.n_dense_layers and spec.ffn.intermediate_size % tp:
+        raise StepbillError(f"--tp ({tp}) must divide the FFN width ({spec.ffn.intermediate_size})")
+    chunks = parallel.pp * parallel.vpp
+    if spec.n_layers % chunks:
+        what = "pp·vpp" if parallel.vpp > 1 else "--pp"
+        raise StepbillError(f"{what} ({chunks}) must divide the layers ({spec.n_layers})")
+    if parallel.sp and seq_len % tp:
+        raise StepbillError(f"--tp ({tp}) must divide --seq ({seq_len}) under --sp")
+    if parallel.cp > 1 and seq_len % (2 * parallel.cp):
+        raise StepbillError(f"2·cp ({2 * parallel.cp}) must divide --seq ({seq_len}) (load-balanced causal CP)")
+    moe = spec.moe
+    if moe is None:
+        if parallel.ep > 1 or parallel.etp is not None:
+            raise StepbillError(f"--ep/--etp need a mixture-of-experts model; {spec.name} is dense")
+        return
+    if moe.n_routed_experts % parallel.ep:
+        raise StepbillError(f"--ep ({parallel.ep}) must divide the routed experts ({moe.n_routed_experts})")
+    if moe.expert_intermediate_size % parallel.expert_tp:
+        raise StepbillError(
+            f"--etp ({parallel.expert_tp}) must divide the expert width ({moe.expert_intermediate_size})"
+        )
+    if moe.shared_intermediate_size % tp:
+        raise StepbillError(f"--tp ({tp}) must divide the shared-expert width ({moe.shared_intermediate_size})")

@@ -1,0 +1,114 @@
+"""Communication per step and step time: seed facts and closed forms (claim ids in docstrings; GiB = 2^30)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stepbill.engine import comm
+from stepbill.engine.bill import make_bill
+from stepbill.engine.comm_step import step_collectives
+from stepbill.engine.params import param_inventory
+from stepbill.spec import load_preset
+from stepbill.spec.hardware import load_gpu
+from stepbill.spec.parallel import Parallel
+from stepbill.spec.recipe import make_recipe
+from tests.conftest import GIB, TIB
+
+MIB = 2**20
+
+
+def test_ring_vs_server() -> None:
+    """ring-allreduce-22.8-26.0, central-server-209-13.0: M = 14e9 B (7B bf16 grads); ring 2(N−1)/N·M is
+    22.8 GiB at N = 8 and 26.0 GiB at 512; a central server carries 2NM: 209 GiB and 13.0 TiB."""
+    m = 14e9
+    assert round(comm.ring_allreduce_link_bytes(8, m) / GIB, 1) == 22.8
+    assert round(comm.ring_allreduce_link_bytes(512, m) / GIB, 1) == 26.0
+    assert round(comm.central_server_link_bytes(8, m) / GIB) == 209
+    assert round(comm.central_server_link_bytes(512, m) / TIB, 1) == 13.0
+
+
+def test_dp_allreduce_of_a_7b_step() -> None:
+    """dp-grad-comm-batch-independent: pure DP moves 2(N−1)/N × params × 2 B per step, whatever the batch."""
+    spec = load_preset("llama2-7b")
+    inv = param_inventory(spec)
+    for micro_batch in (1, 8):
+        r = make_recipe(micro_batch=micro_batch, parallel=Parallel(dp=8, micro_batches=4))
+        (c,) = step_collectives(spec, r, inv)
+        assert c.op == "all-reduce" and c.bytes == pytest.approx(2 * 7 / 8 * inv.total * 2)
+
+
+@pytest.mark.parametrize(("zero", "psi_factor"), [(0, 2), (1, 2), (2, 2), (3, 3)])
+def test_zero_comm_2_2_3(zero: int, psi_factor: int) -> None:
+    """zero-comm-2-2-3: per-rank volume 2Ψ / 2Ψ / 3Ψ (Ψ = params × 2 B) at one micro-batch, ring factor (N−1)/N."""
+    spec = load_preset("llama2-7b")
+    inv = param_inventory(spec)
+    n = 64
+    r = make_recipe(parallel=Parallel(dp=n, zero=zero))
+    total = sum(c.bytes for c in step_collectives(spec, r, inv))
+    psi = inv.total * 2
+    assert total == pytest.approx(psi_factor * psi * (n - 1) / n)
+    assert comm.zero_comm_volume(zero, psi) == pytest.approx(total * n / (n - 1))
+
+
+def test_tp_layer_seed() -> None:
+    """tp-layer-201M, tp-4-allreduces, tp-448-vs-64MiB: h = 4096 layer 201M → 25.2M per rank at t = 8; four
+    all-reduces per layer per iteration; 448 MiB of traffic against a 64 MiB activation at 8,192 tokens."""
+    assert round(comm.tp_layer_params(4096) / 1e6) == 201
+    assert round(comm.tp_layer_params(4096, 8) / 1e6, 1) == 25.2
+    assert comm.tp_activation_bytes(8192, 4096) == 64 * MIB
+    assert comm.tp_layer_traffic_bytes(8192, 4096, 8) == 448 * MIB
+
+
+def test_tp_traffic_in_the_step_matches_the_seed_per_layer() -> None:
+    """A 4096-wide model, tp = 8, 8,192 tokens per micro-batch: 448 MiB per layer per micro-batch, with or
+    without sequence parallelism (all-gather + reduce-scatter carry the same volume as all-reduce)."""
+    spec = load_preset("llama2-7b")
+    inv = param_inventory(spec)
+    for sp in (False, True):
+        r = make_recipe(micro_batch=2, seq_len=4096, parallel=Parallel(tp=8, sp=sp))
+        tp_bytes = sum(c.bytes for c in step_collectives(spec, r, inv) if c.axis == "tp")
+        assert tp_bytes == pytest.approx(448 * MIB * spec.n_layers)
+        assert sum(c.calls for c in step_collectives(spec, r, inv) if c.axis == "tp") == 4 * spec.n_layers * (2 if sp else 1)
+
+
+def test_bubble_75_16() -> None:
+    """pp-bubble-75-16: (p−1)/(m+p−1), 4 stages: m = 1 → 75 %, m = 16 → 16 %; the step time uses it."""
+    assert comm.pipeline_bubble(4, 1) == 0.75
+    assert round(100 * comm.pipeline_bubble(4, 16)) == 16
+    spec = load_preset("llama2-7b")
+    for m, printed in ((1, 75), (16, 16)):
+        bill = make_bill(spec, make_recipe(parallel=Parallel(pp=4, micro_batches=m)), gpu=load_gpu("h100-sxm"))
+        assert bill.time is not None and round(100 * bill.time["time.bubble"].value) == printed
+
+
+def test_mfu_is_efficiency_when_compute_bound_without_comm() -> None:
+    """One GPU, compute-bound, no comm, no bubble: MFU equals the assumed efficiency (closed form)."""
+    spec = load_preset("llama2-7b")
+    bill = make_bill(spec, make_recipe(seq_len=4096, micro_batch=4), gpu=load_gpu("h100-sxm"), efficiency=0.4)
+    assert bill.time is not None
+    assert bill.time["time.mfu"].value == pytest.approx(0.4)
+    assert bill.time["time.model_flops"].value > 6 * 6e9 * 4 * 4096
+
+
+def test_link_classes_follow_placement() -> None:
+    """tp = 8 inside a node (NVLink), dp across nodes (InfiniBand); PCIe where the part has no NVLink."""
+    spec = load_preset("llama2-7b")
+    inv = param_inventory(spec)
+    r = make_recipe(parallel=Parallel(dp=4, tp=8))
+    links = {c.axis: c.link for c in step_collectives(spec, r, inv, load_gpu("h100-sxm"))}
+    assert links == {"dp": "infiniband", "tp": "nvlink"}
+    links = {c.axis: c.link for c in step_collectives(spec, make_recipe(parallel=Parallel(tp=4)), inv, load_gpu("l40s"))}
+    assert links == {"tp": "pcie"}
+
+
+@settings(max_examples=30, deadline=None)
+@given(ep=st.sampled_from([2, 4, 8]), m=st.integers(1, 4), cp=st.sampled_from([1, 2]))
+def test_ep_all_to_all_closed_form(ep: int, m: int, cp: int) -> None:
+    """EP: 4 all-to-alls per MoE layer per micro-batch, each (ep−1)/ep × tokens/cp × top-k × h × 2 B."""
+    spec = load_preset("mixtral-8x7b")
+    r = make_recipe(seq_len=4096, parallel=Parallel(dp=8, ep=ep, cp=cp, micro_batches=m))
+    (a2a,) = [c for c in step_collectives(spec, r, param_inventory(spec)) if c.axis == "ep"]
+    expected = 4 * spec.n_moe_layers * m * (ep - 1) / ep * 4096 / cp * 2 * spec.hidden_size * 2
+    assert a2a.bytes == pytest.approx(expected)
