@@ -128,3 +128,32 @@ def test_module_matching_nothing() -> None:
 def test_non_positive_sequence() -> None:
     with pytest.raises(StepbillError, match="positive"):
         make_recipe(seq_len=0, recompute="budget:1GiB")
+
+
+def test_recompute_command_json(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from tests.conftest import run_cli
+
+    code, out, err = run_cli(["recompute", "deepseek-v3", "--group", "seed", "--json", "--budget", "1500GiB"], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert [round(r["tflop_per_gib"], 2) for r in data["rows"]] == [0.0, 0.0, 0.0, 0.55, 1.65, 2.20, 7.70, 175.92]
+    assert round(data["cut"]["bytes"] / GIB, 1) == 53.5
+    flops = {k: v["flops"] for k, v in data["budget"].items()}
+    assert flops["exact MILP (HiGHS)"] <= flops["greedy FLOPs/byte"]
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["recompute", "deepseek-v3", "--budget", "1GiB"], "below the floor"),
+    (["recompute", "deepseek-v3", "--seq", "0"], "must be a positive integer"),
+    (["recompute", "llama3-8b", "--group", "seed"], "needs an MLA + MoE model"),
+    (["bill", "gpt3-125m", "--recompute", "selective:attn"], "unknown recompute module"),
+    (["bill", "gpt3-125m", "--recompute", "budget:1MiB"], "below the floor"),
+    (["bill", "gpt3-125m", "--attention", "flash"], "unknown attention implementation"),
+])
+def test_cli_errors_one_line(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.conftest import run_cli
+
+    code, out, err = run_cli(argv, capsys)
+    assert code == 2 and needle in err and err.count("\n") == 1 and out == ""
