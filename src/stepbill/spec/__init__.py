@@ -3,4 +3,4 @@
 from stepbill.spec.model import AttentionSpec, FFNSpec, ModelSpec, MoESpec
 from stepbill.spec.presets import load_model, load_preset, preset_names
 
-__all__ = ["AttentionSpec", "FFNSpec", "MoESpec", "ModelSpec", "load_model", "load_preset", "preset_names"]
+__all__ = ["AttentionSpec", "FFNSpec", "ModelSpec", "MoESpec", "load_model", "load_preset", "preset_names"]
