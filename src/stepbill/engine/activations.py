@@ -205,7 +205,7 @@ BLOCK_ROWS: dict[tuple[str, str], Callable[[ModelSpec, int], list[ActTensor]]] =
     ("ideal", "moe"): _moe_ideal,
 }
 
-CONVENTIONS = ("ideal",)
+CONVENTIONS = ("ideal", "eager")
 ATTENTIONS = ("sdpa", "eager")
 
 
@@ -257,3 +257,36 @@ def full_recompute_bytes_per_token(spec: ModelSpec, activation_bytes: int, with_
     if not with_working_set:
         return kept
     return kept + max(layer_bytes_per_token(spec, k, activation_bytes, convention) for k in layer_kinds(spec))
+
+
+def outside_bytes(spec: ModelSpec, activation_bytes: int, seq_len: Any, micro_batch: Any,
+                  convention: str = "ideal") -> Any:
+    """Bytes kept outside the decoder layers (final norm, LM head input, loss). The seed's `ideal`
+    accounting counts none; `eager` counts what transformers keeps (activations_eager.outside_bytes)."""
+    if convention != "eager":
+        return 0
+    from stepbill.engine.activations_eager import outside_bytes as eager_outside
+
+    return eager_outside(spec, activation_bytes, seq_len, micro_batch)
+
+
+def saved_bytes(spec: ModelSpec, activation_bytes: int, seq_len: Any, micro_batch: Any = 1,
+                convention: str = "ideal", attention: str = "sdpa") -> Any:
+    """Bytes autograd keeps from one forward with no recompute (what saved_tensors_hooks counts, each
+    storage once): every layer's rows + what lives outside the layers."""
+    tokens = seq_len * micro_batch
+    total = outside_bytes(spec, activation_bytes, seq_len, micro_batch, convention)
+    for kind, n in layer_kinds(spec).items():
+        rows = layer_rows(spec, kind, activation_bytes, convention, attention)
+        total = total + n * tokens * sum(r.bytes_at(seq_len) for r in rows)
+    return total
+
+
+def _register_eager() -> None:
+    from stepbill.engine import activations_eager as eager
+
+    BLOCK_ROWS[("eager", "mha")] = eager._mha_eager
+    BLOCK_ROWS[("eager", "swiglu")] = eager._swiglu_eager
+
+
+_register_eager()

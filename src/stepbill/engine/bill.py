@@ -56,7 +56,7 @@ def _sum_line(name: str, parts: list[Line], unit: str = "bytes", note: str = "")
 
 
 def activation_lines(plan: RecomputePlan, forward_peak_activations: float, activation_bytes: int,
-                     hidden: int) -> list[Line]:
+                     hidden: int, outside: float = 0) -> list[Line]:
     """The activations at the forward peak, split into what the layers keep and the working set of the
     layer being computed (rows the policy drops: alive while that layer runs)."""
     tokens = plan.tokens
@@ -72,6 +72,9 @@ def activation_lines(plan: RecomputePlan, forward_peak_activations: float, activ
             lines.append(Line(f"activations.{kind}_layers", n_layers * layer.kept_bytes * tokens, "bytes",
                               "{layers} layers × {per_token} B/token × {tokens} tokens",
                               {"layers": n_layers, "per_token": layer.kept_bytes, "tokens": tokens}))
+    if outside:
+        lines.append(Line("activations.outside", outside, "bytes",
+                          "final norm, LM head input, fp32 log-softmax, labels, RoPE tables (eager)", {}))
     working = forward_peak_activations - sum(x.value for x in lines)
     if working > 0:
         lines.append(Line("activations.working_set", working, "bytes",
@@ -93,9 +96,10 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
     a_bytes = recipe.precision.activation
     plan = make_plan(spec, recipe.recompute_policy, recipe.seq_len, recipe.micro_batch, a_bytes, convention,
                      attention=attention)
-    timeline = build_timeline(inv, resident, plan, spec.tied_embeddings)
+    outside = act.outside_bytes(spec, a_bytes, recipe.seq_len, recipe.micro_batch, convention)
+    timeline = build_timeline(inv, resident, plan, spec.tied_embeddings, outside)
     time_lines = timeline.lines()
-    activ = activation_lines(plan, time_lines["memory.activations"].value, a_bytes, spec.hidden_size)
+    activ = activation_lines(plan, time_lines["memory.activations"].value, a_bytes, spec.hidden_size, outside)
     ckpt = checkpoint_lines(inv, recipe)
 
     lines: dict[str, Line] = {

@@ -113,8 +113,10 @@ def _grad_shares(inventory: ParamInventory, grads_total: int, order: tuple[str, 
 
 
 def build_timeline(inventory: ParamInventory, resident: list[Line], plan: RecomputePlan,
-                   tied_embeddings: bool = False) -> Timeline:
-    """The moments of one step (forward L layers, LM head, backward L layers, embedding, optimizer)."""
+                   tied_embeddings: bool = False, outside: float = 0) -> Timeline:
+    """The moments of one step (forward L layers, LM head, backward L layers, embedding, optimizer).
+    `outside`: activation bytes kept outside the layers (eager: final norm, LM head input, fp32 loss),
+    alive from the LM head's forward to its backward."""
     weights = round(sum(x.value for x in resident if x.name.startswith("weights")))
     grads_total = round(sum(x.value for x in resident if x.name == "grads"))
     optimizer = round(sum(x.value for x in resident if not x.name.startswith("weights") and x.name != "grads"))
@@ -129,9 +131,9 @@ def build_timeline(inventory: ParamInventory, resident: list[Line], plan: Recomp
     fwd, bwd = plan.forward_live(), plan.backward_live()
     kept = plan.kept_after_forward()
     moments = [at("forward", f"forward, layer {i} ({k})", 0, fwd[i]) for i, k in enumerate(plan.order)]
-    moments.append(at("forward", "forward, LM head and loss", 0, kept))
+    moments.append(at("forward", "forward, LM head and loss", 0, kept + outside))
     grads = head
-    moments.append(at("backward", "backward, LM head", grads, kept))
+    moments.append(at("backward", "backward, LM head", grads, kept + outside))
     for i in reversed(range(len(plan.order))):
         grads += per_layer[i]
         moments.append(at("backward", f"backward, layer {i} ({plan.order[i]})", grads, bwd[i]))
