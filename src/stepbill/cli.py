@@ -47,7 +47,13 @@ def bill(
     = "mixed-bf16",
     optimizer: Annotated[str, typer.Option("--optimizer", help="adamw, adam, sgd, sgd-momentum, lion, adafactor, muon")]
     = "adamw",
-    recompute: Annotated[str, typer.Option("--recompute", help="none | full")] = "none",
+    recompute: Annotated[str, typer.Option(
+        "--recompute", help="none | full | every:K | every:auto | selective:core_attn,mlp,... | budget:40GiB")]
+    = "none",
+    convention: Annotated[str, typer.Option("--convention", help="ideal (the seed's) | eager (what PyTorch keeps)")]
+    = "ideal",
+    attention: Annotated[str, typer.Option("--attention", help="sdpa (fused, no S² scores) | eager (stores them)")]
+    = "sdpa",
     lora_rank: Annotated[int | None, typer.Option("--lora-rank", help="LoRA rank (enables LoRA)")] = None,
     lora_targets: Annotated[str | None, typer.Option("--lora-targets", help="comma-separated, e.g. q_proj,v_proj")]
     = None,
@@ -95,7 +101,7 @@ def bill(
     the_gpu = load_gpu(gpu) if gpu is not None else None
     the_recipe = make_recipe(recipe, optimizer, micro_batch, seq, recompute, lora_rank, targets, layout)
     card = gpu_mem * GIB if gpu_mem else (the_gpu.memory_bytes if the_gpu else None)
-    result = make_bill(spec, the_recipe, card, gpu=the_gpu, efficiency=mfu)
+    result = make_bill(spec, the_recipe, card, convention, attention, gpu=the_gpu, efficiency=mfu)
     if as_json:
         from stepbill.report.bill_json import bill_to_json
 
@@ -104,6 +110,60 @@ def bill(
         from stepbill.report.terminal import print_bill
 
         print_bill(result, explain=explain)
+
+
+@app.command("recompute")
+def recompute_cmd(
+    model: Annotated[str, typer.Argument(help="preset name, ModelSpec JSON or HF config.json")] = "deepseek-v3",
+    seq: Annotated[int, typer.Option("--seq", help="sequence length (tokens)")] = 131_072,
+    micro_batch: Annotated[int, typer.Option("--micro-batch", help="sequences per micro-batch")] = 1,
+    recipe: Annotated[str, typer.Option("--recipe", help="precision recipe (sets the activation dtype)")]
+    = "mixed-bf16",
+    layer_kind: Annotated[str | None, typer.Option("--layer-kind", help="moe | dense (default: moe if any)")] = None,
+    group: Annotated[str, typer.Option("--group", help="op (every tensor, by producing op) | seed (V3 eight rows)")]
+    = "op",
+    row7: Annotated[str, typer.Option("--row7", help="seed's 7th row: seed (width 37,440) | label (+router, Q down)")]
+    = "seed",
+    threshold: Annotated[float, typer.Option("--threshold", help="cut, TFLOP per GiB")] = 3.0,
+    budget: Annotated[str | None, typer.Option("--budget", help="activation budget, e.g. 1500GiB: exact MILP vs "
+                                               "greedy")] = None,
+    convention: Annotated[str, typer.Option("--convention", help="ideal | eager")] = "ideal",
+    attention: Annotated[str, typer.Option("--attention", help="sdpa | eager")] = "sdpa",
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Rank every tensor of a layer by recompute FLOPs per byte saved, with the cut and the crossovers."""
+    from stepbill.engine import activations as act
+    from stepbill.engine import flops as fl
+    from stepbill.engine import recompute_budget as rb
+    from stepbill.engine.recompute_rank import attention_crossovers, rank_layer
+    from stepbill.spec.presets import load_model
+    from stepbill.spec.recipe import make_recipe
+    from stepbill.spec.recompute_policy import parse_size
+
+    spec = load_model(model)
+    the_recipe = make_recipe(recipe, micro_batch=micro_batch, seq_len=seq)
+    if convention not in act.CONVENTIONS:
+        raise StepbillError(f"unknown convention {convention!r} (known: {', '.join(act.CONVENTIONS)})")
+    kind = layer_kind or ("moe" if spec.n_moe_layers else "dense")
+    a_bytes = the_recipe.precision.activation
+    ranking = rank_layer(spec, kind, seq, micro_batch, a_bytes, convention, attention, group, row7, threshold)
+    slope = fl.attention_slope(spec)
+    crossings = attention_crossovers(spec, ranking)
+    solved = None
+    if budget is not None:
+        problem = rb.problem_for_spec(spec, parse_size(budget), seq, micro_batch, a_bytes, convention, attention)
+        solved = (rb.solve_milp(problem), rb.solve_greedy(problem))
+    if as_json:
+        from stepbill.report.recompute_table import ranking_to_json
+
+        _emit_json(ranking_to_json(ranking, crossings, slope, solved))
+        return
+    from stepbill.report.recompute_table import render_ranking
+    from stepbill.report.terminal import make_console
+
+    title = (f"{spec.name}: recompute ranking of one {kind} layer, micro-batch {micro_batch} × seq {seq:,} "
+             f"({convention} convention; GiB = 2^30 B, TFLOP = 1e12)")
+    make_console().print(render_ranking(ranking, crossings, slope, title, solved))
 
 
 @app.command()

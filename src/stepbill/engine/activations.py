@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
@@ -22,14 +23,44 @@ from stepbill.spec.model import ModelSpec
 FP32 = 4
 
 
+# FLOPs per output element charged for rebuilding an elementwise tensor (RMSNorm: square, mean, scale,
+# weight; SwiGLU: sigmoid, two multiplies). The seed prints 0.01 TFLOP for its two elementwise rows without
+# the constant; any c in [2.7, 6.2] reproduces both (seed-facts "Assumptions", rc-row2/rc-row3). Forward and
+# step FLOPs count matmuls only, as the seed does; this constant only prices recompute.
+ELEMENTWISE_FLOPS = 4
+
+
 @dataclass(frozen=True)
 class Recompute:
-    """How a kept tensor is rebuilt from its producer's input: `linear` [tokens, k] × [k, n] (2kn FLOPs per
-    token), `elementwise` over `n` numbers, `copy` (free), or the `attention` core (grows with sequence)."""
+    """How a kept tensor is rebuilt from its producer's input.
+
+    kinds: `linear` [tokens, k] × [k, n] (2kn FLOPs per token, or `flops` per token when the op is a sum of
+    differently shaped matmuls, e.g. routed + shared experts), `elementwise` over `n` numbers per token,
+    `copy` (free: a gather or a view), `attention` (the core QKᵀ/softmax/AV with `k` = H·(d_qk + d_v):
+    S·k FLOPs per token causal-halved, 2·S·k full square), `input` (the layer input: the checkpoint itself,
+    never dropped).
+    """
 
     kind: str
     k: int = 0
     n: int = 0
+    flops: int = 0
+
+    def flops_per_token(self, seq_len: Any = 1, causal: bool = True) -> Any:
+        """FLOPs to rebuild this tensor, per token (numpy-broadcastable over `seq_len`)."""
+        if self.kind == "linear":
+            return self.flops or 2 * self.k * self.n
+        if self.kind == "elementwise":
+            return ELEMENTWISE_FLOPS * self.n
+        if self.kind == "attention":
+            return (1 if causal else 2) * seq_len * self.k
+        if self.kind == "copy":
+            return 0
+        return float("inf")  # "input": not rebuildable
+
+    @property
+    def droppable(self) -> bool:
+        return self.kind != "input"
 
 
 @dataclass(frozen=True)
@@ -42,10 +73,31 @@ class ActTensor:
     saved_for: str  # the op whose backward reads it
     recompute: Recompute
     block: str
+    op: str = ""  # the op that produces it; tensors of one op are rebuilt together (default: its own name)
+    per_token2: bool = False  # eager attention scores: width is per token per key position (× seq_len)
 
     @property
     def bytes_per_token(self) -> int:
         return self.width * self.dtype_bytes
+
+    @property
+    def op_id(self) -> str:
+        return self.op or self.name
+
+    def bytes_at(self, seq_len: Any) -> Any:
+        """Bytes per token at sequence length `seq_len` (only S² rows depend on it)."""
+        return self.bytes_per_token * (seq_len if self.per_token2 else 1)
+
+
+def _attn_core(spec: ModelSpec) -> Recompute:
+    a = spec.attention
+    return Recompute("attention", k=a.n_heads * (a.qk_head_dim + a.v_dim))
+
+
+def _residual_mid(spec: ModelSpec) -> Recompute:
+    """The residual after attention = layer input + o_proj(core out): one [H·d_v → d] matmul."""
+    a = spec.attention
+    return Recompute("linear", a.n_heads * a.v_dim, spec.hidden_size)
 
 
 def _mha_ideal(spec: ModelSpec, act: int) -> list[ActTensor]:
@@ -56,7 +108,7 @@ def _mha_ideal(spec: ModelSpec, act: int) -> list[ActTensor]:
         ActTensor("attn.q", q, act, "attention core", Recompute("linear", d, q), "mha"),
         ActTensor("attn.k", kv, act, "attention core", Recompute("linear", d, kv), "mha"),
         ActTensor("attn.v", kv, act, "attention core", Recompute("linear", d, kv), "mha"),
-        ActTensor("attn.core_out", out, act, "output projection (weight grad)", Recompute("attention"), "mha"),
+        ActTensor("attn.core_out", out, act, "output projection (weight grad)", _attn_core(spec), "mha", "attn.core"),
     ]
 
 
@@ -65,7 +117,7 @@ def _mla_ideal(spec: ModelSpec, act: int) -> list[ActTensor]:
     kv_a = a.kv_lora_rank + a.qk_rope_head_dim
     q_up, kv_up = a.n_heads * a.qk_head_dim, a.n_heads * (a.qk_nope_head_dim + a.v_head_dim)
     rows = [
-        ActTensor("attn.norm_in", d, act, "input RMSNorm (residual entry)", Recompute("copy"), "mla"),
+        ActTensor("attn.norm_in", d, act, "input RMSNorm (the layer input)", Recompute("input"), "mla"),
         ActTensor("attn.norm_out", d, act, "Q/KV down projections (weight grad)", Recompute("elementwise", n=d), "mla"),
     ]
     if a.q_lora_rank is not None:
@@ -84,8 +136,9 @@ def _mla_ideal(spec: ModelSpec, act: int) -> list[ActTensor]:
         ActTensor("attn.q_up", q_up, act, "attention core", Recompute("linear", q_in, q_up), "mla"),
         ActTensor("attn.kv_up", kv_up, act, "attention core", Recompute("linear", a.kv_lora_rank, kv_up), "mla"),
         ActTensor("attn.core_out", a.n_heads * a.v_head_dim, act, "output projection (weight grad)",
-                  Recompute("attention"), "mla"),
-        ActTensor("attn.logsumexp", a.n_heads, FP32, "attention core (softmax statistics)", Recompute("attention"), "mla"),
+                  _attn_core(spec), "mla", "attn.core"),
+        ActTensor("attn.logsumexp", a.n_heads, FP32, "attention core (softmax statistics)", _attn_core(spec), "mla",
+                  "attn.core"),
     ]
     return rows
 
@@ -104,7 +157,7 @@ def _gelu_ideal(spec: ModelSpec, act: int) -> list[ActTensor]:
 def _swiglu_ideal(spec: ModelSpec, act: int) -> list[ActTensor]:
     d, ff = spec.hidden_size, spec.ffn.intermediate_size
     return [
-        ActTensor("mlp.norm_in", d, act, "post-attention RMSNorm (residual)", Recompute("copy"), "swiglu"),
+        ActTensor("mlp.norm_in", d, act, "post-attention RMSNorm (residual)", _residual_mid(spec), "swiglu"),
         ActTensor("mlp.norm_out", d, act, "gate/up projections (weight grad)", Recompute("elementwise", n=d), "swiglu"),
         ActTensor("mlp.gate", ff, act, "SiLU and the product", Recompute("linear", d, ff), "swiglu"),
         ActTensor("mlp.up", ff, act, "the product", Recompute("linear", d, ff), "swiglu"),
@@ -113,21 +166,35 @@ def _swiglu_ideal(spec: ModelSpec, act: int) -> list[ActTensor]:
 
 
 def _moe_ideal(spec: ModelSpec, act: int) -> list[ActTensor]:
+    """Routed experts as top_k copies of each token, plus the shared expert(s) — the seed's "9 copies" for
+    V3 count the shared expert's input as a copy too (moe.shared.input)."""
     d, moe = spec.hidden_size, spec.moe
     assert moe is not None
-    copies = moe.top_k + (1 if moe.shared_intermediate_size else 0)
-    hidden = moe.top_k * moe.expert_intermediate_size + moe.shared_intermediate_size
-    return [
-        ActTensor("moe.norm_in", d, act, "post-attention RMSNorm (residual)", Recompute("copy"), "moe"),
+    k, ef, sf = moe.top_k, moe.expert_intermediate_size, moe.shared_intermediate_size
+    rows = [
+        ActTensor("moe.norm_in", d, act, "post-attention RMSNorm (residual)", _residual_mid(spec), "moe"),
         ActTensor("moe.norm_out", d, act, "router (weight grad)", Recompute("elementwise", n=d), "moe"),
         ActTensor("moe.router_scores", moe.n_routed_experts, act, "top-k gating (softmax/sigmoid)",
                   Recompute("linear", d, moe.n_routed_experts), "moe"),
-        ActTensor("moe.dispatched", copies * d, act, "expert gate/up projections (weight grad)", Recompute("copy"), "moe"),
-        ActTensor("moe.gate_up_product", 3 * hidden, act, "SiLU, the product and the down projection",
-                  Recompute("linear", d, 2 * hidden), "moe"),
-        ActTensor("moe.expert_out", copies * d, act, "weighted combine (gate grad)",
-                  Recompute("linear", moe.expert_intermediate_size, copies * d), "moe"),
+        ActTensor("moe.dispatched", k * d, act, "routed experts' gate/up projections (weight grad)",
+                  Recompute("copy"), "moe"),
+        ActTensor("moe.gate", k * ef, act, "SiLU and the product", Recompute("linear", d, k * ef), "moe"),
+        ActTensor("moe.up", k * ef, act, "the product", Recompute("linear", d, k * ef), "moe"),
+        ActTensor("moe.product", k * ef, act, "expert down projections (weight grad)",
+                  Recompute("elementwise", n=k * ef), "moe"),
+        ActTensor("moe.expert_out", k * d, act, "weighted combine (gate grad)", Recompute("linear", ef, k * d), "moe"),
     ]
+    if sf:
+        rows += [
+            ActTensor("moe.shared.input", d, act, "shared expert gate/up projections (weight grad)",
+                      Recompute("copy"), "moe"),
+            ActTensor("moe.shared.gate", sf, act, "SiLU and the product", Recompute("linear", d, sf), "moe"),
+            ActTensor("moe.shared.up", sf, act, "the product", Recompute("linear", d, sf), "moe"),
+            ActTensor("moe.shared.product", sf, act, "shared down projection (weight grad)",
+                      Recompute("elementwise", n=sf), "moe"),
+            ActTensor("moe.shared.out", d, act, "combine with the routed output", Recompute("linear", sf, d), "moe"),
+        ]
+    return rows
 
 
 BLOCK_ROWS: dict[tuple[str, str], Callable[[ModelSpec, int], list[ActTensor]]] = {
@@ -138,7 +205,8 @@ BLOCK_ROWS: dict[tuple[str, str], Callable[[ModelSpec, int], list[ActTensor]]] =
     ("ideal", "moe"): _moe_ideal,
 }
 
-CONVENTIONS = ("ideal",)
+CONVENTIONS = ("ideal", "eager")
+ATTENTIONS = ("sdpa", "eager")
 
 
 def layer_blocks(spec: ModelSpec, layer_kind: str) -> tuple[str, str]:
@@ -146,14 +214,27 @@ def layer_blocks(spec: ModelSpec, layer_kind: str) -> tuple[str, str]:
     return spec.attention.kind, "moe" if layer_kind == "moe" else spec.ffn.kind
 
 
-def layer_rows(spec: ModelSpec, layer_kind: str, activation_bytes: int, convention: str = "ideal") -> list[ActTensor]:
-    """Every tensor one layer of `layer_kind` keeps, in forward order."""
+def eager_attention_rows(spec: ModelSpec, act: int, block: str) -> list[ActTensor]:
+    """Attention without a fused kernel: softmax saves its output P (B·H·S² numbers) for its own backward
+    and for A·V; per token that is H·S numbers (`per_token2`: width × seq_len)."""
+    a = spec.attention
+    return [ActTensor("attn.probs", a.n_heads, act, "softmax backward and A·V (grad of V)", _attn_core(spec),
+                      block, "attn.core", per_token2=True)]
+
+
+def layer_rows(spec: ModelSpec, layer_kind: str, activation_bytes: int, convention: str = "ideal",
+               attention: str = "sdpa") -> list[ActTensor]:
+    """Every tensor one layer of `layer_kind` keeps, in forward order. `attention` "eager" adds the S²
+    softmax output a non-fused attention keeps (the seed's note: then S² is back on the memory bill)."""
     rows: list[ActTensor] = []
     for block in layer_blocks(spec, layer_kind):
         builder = BLOCK_ROWS.get((convention, block))
         if builder is None:
             raise StepbillError(f"no {convention!r} activation rows for block kind {block!r}")
-        rows += builder(spec, activation_bytes)
+        block_rows = builder(spec, activation_bytes)
+        if attention == "eager" and block == spec.attention.kind and convention == "ideal":
+            block_rows += eager_attention_rows(spec, activation_bytes, block)
+        rows += block_rows
     return rows
 
 
@@ -176,3 +257,36 @@ def full_recompute_bytes_per_token(spec: ModelSpec, activation_bytes: int, with_
     if not with_working_set:
         return kept
     return kept + max(layer_bytes_per_token(spec, k, activation_bytes, convention) for k in layer_kinds(spec))
+
+
+def outside_bytes(spec: ModelSpec, activation_bytes: int, seq_len: Any, micro_batch: Any,
+                  convention: str = "ideal") -> Any:
+    """Bytes kept outside the decoder layers (final norm, LM head input, loss). The seed's `ideal`
+    accounting counts none; `eager` counts what transformers keeps (activations_eager.outside_bytes)."""
+    if convention != "eager":
+        return 0
+    from stepbill.engine.activations_eager import outside_bytes as eager_outside
+
+    return eager_outside(spec, activation_bytes, seq_len, micro_batch)
+
+
+def saved_bytes(spec: ModelSpec, activation_bytes: int, seq_len: Any, micro_batch: Any = 1,
+                convention: str = "ideal", attention: str = "sdpa") -> Any:
+    """Bytes autograd keeps from one forward with no recompute (what saved_tensors_hooks counts, each
+    storage once): every layer's rows + what lives outside the layers."""
+    tokens = seq_len * micro_batch
+    total = outside_bytes(spec, activation_bytes, seq_len, micro_batch, convention)
+    for kind, n in layer_kinds(spec).items():
+        rows = layer_rows(spec, kind, activation_bytes, convention, attention)
+        total = total + n * tokens * sum(r.bytes_at(seq_len) for r in rows)
+    return total
+
+
+def _register_eager() -> None:
+    from stepbill.engine import activations_eager as eager
+
+    BLOCK_ROWS[("eager", "mha")] = eager._mha_eager
+    BLOCK_ROWS[("eager", "swiglu")] = eager._swiglu_eager
+
+
+_register_eager()

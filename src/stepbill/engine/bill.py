@@ -6,9 +6,11 @@ from dataclasses import dataclass, field
 
 from stepbill.engine import activations as act
 from stepbill.engine.comm_step import Collective, step_collectives
+from stepbill.engine.flops import flops_lines
 from stepbill.engine.line import Line
 from stepbill.engine.parallel import RankClass, rank_classes
 from stepbill.engine.params import ParamInventory, param_inventory
+from stepbill.engine.recompute import RecomputePlan, make_plan
 from stepbill.engine.states import (
     cards_needed,
     checkpoint_lines,
@@ -17,16 +19,18 @@ from stepbill.engine.states import (
     trainable_split,
 )
 from stepbill.engine.time import DEFAULT_EFFICIENCY, StepTime, step_time
+from stepbill.engine.timeline import Timeline, build_timeline
 from stepbill.errors import unknown_name
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.recipe import Recipe
 
 GIB = 2**30
-CONVENTION_NOTE = (
-    "ideal convention (the seed's): each kept tensor once, fused attention (no S×S scores), no logits, "
-    "no dropout masks; peak = resident state + activations at the end of the forward"
-)
+CONVENTION_NOTE = {
+    "ideal": "ideal convention (the seed's): each kept tensor once, fused attention (no S×S scores), no logits, "
+    "no dropout masks",
+    "eager": "eager convention: what eager PyTorch + transformers keeps (fp32 upcasts, SDPA outputs, logits)",
+}
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,9 @@ class Bill:
     checkpoint_items: list[Line]
     layer_rows: dict[str, list[act.ActTensor]] = field(default_factory=dict)
     convention: str = "ideal"
+    timeline: Timeline | None = None
+    plan: RecomputePlan | None = None
+    attention: str = "sdpa"
     ranks: list[RankClass] = field(default_factory=list)  # one class per distinct pipeline stage
     collectives: list[Collective] = field(default_factory=list)  # per rank, per step
     time: StepTime | None = None  # only with a GPU
@@ -61,38 +68,52 @@ def _sum_line(name: str, parts: list[Line], unit: str = "bytes", note: str = "")
     return Line(name, sum(p.value for p in parts), unit, names, {}, convention=note)
 
 
-def activation_lines(spec: ModelSpec, recipe: Recipe, convention: str = "ideal") -> list[Line]:
-    """Activation bytes of the whole micro-batch: per layer kind, or the full-recompute kept set."""
-    a_bytes, tokens = recipe.precision.activation, recipe.tokens
-    if recipe.recompute == "full":
-        kept = spec.n_layers * spec.hidden_size * a_bytes * tokens
-        working = max(act.layer_bytes_per_token(spec, k, a_bytes, convention) for k in act.layer_kinds(spec)) * tokens
-        return [
-            Line("activations.layer_inputs", kept, "bytes", "{layers} layers × {hidden} × {bytes} B × {tokens} tokens",
-                 {"layers": spec.n_layers, "hidden": spec.hidden_size, "bytes": a_bytes, "tokens": tokens}),
-            Line("activations.working_set", working, "bytes",
-                 "one layer rebuilt during its backward: {width_bytes} B/token × {tokens} tokens",
-                 {"width_bytes": working // tokens, "tokens": tokens}),
-        ]
-    lines = []
-    for kind, n_layers in act.layer_kinds(spec).items():
-        per_token = act.layer_bytes_per_token(spec, kind, a_bytes, convention)
-        lines.append(Line(f"activations.{kind}_layers", n_layers * per_token * tokens, "bytes",
-                          "{layers} layers × {per_token} B/token × {tokens} tokens",
-                          {"layers": n_layers, "per_token": per_token, "tokens": tokens}))
+def activation_lines(plan: RecomputePlan, forward_peak_activations: float, activation_bytes: int,
+                     hidden: int, outside: float = 0) -> list[Line]:
+    """The activations at the forward peak, split into what the layers keep and the working set of the
+    layer being computed (rows the policy drops: alive while that layer runs)."""
+    tokens = plan.tokens
+    lines: list[Line] = []
+    if plan.policy.kind in ("full", "every"):
+        n_ckpt = sum(1 for i in range(len(plan.order)) if plan.kept_bytes(i))
+        lines.append(Line("activations.layer_inputs", plan.kept_after_forward(), "bytes",
+                          "{layers} checkpointed layer inputs × {hidden} × {bytes} B × {tokens} tokens",
+                          {"layers": n_ckpt, "hidden": hidden, "bytes": activation_bytes, "tokens": tokens}))
+    else:
+        for kind, layer in plan.layers.items():
+            n_layers = plan.order.count(kind)
+            lines.append(Line(f"activations.{kind}_layers", n_layers * layer.kept_bytes * tokens, "bytes",
+                              "{layers} layers × {per_token} B/token × {tokens} tokens",
+                              {"layers": n_layers, "per_token": layer.kept_bytes, "tokens": tokens}))
+    if outside:
+        lines.append(Line("activations.outside", outside, "bytes",
+                          "final norm, LM head input, fp32 log-softmax, labels, RoPE tables (eager)", {}))
+    working = forward_peak_activations - sum(x.value for x in lines)
+    if working > 0:
+        lines.append(Line("activations.working_set", working, "bytes",
+                          "tensors the policy drops, alive while their layer runs: {per_token} B/token × {tokens}",
+                          {"per_token": working / tokens, "tokens": tokens}))
     return lines
 
 
 def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = None, convention: str = "ideal",
-              gpu: GPU | None = None, efficiency: float = DEFAULT_EFFICIENCY) -> Bill:
+              attention: str = "sdpa", gpu: GPU | None = None, efficiency: float = DEFAULT_EFFICIENCY) -> Bill:
     """The bill of one training step of `spec` under `recipe`: global lines (one micro-batch, as if one rank held
     it all), the per-rank classes of `recipe.parallel`, the step's collectives, and with a `gpu` the step time."""
     if convention not in act.CONVENTIONS:
         raise unknown_name("convention", convention, act.CONVENTIONS)
+    if attention not in act.ATTENTIONS:
+        raise unknown_name("attention implementation", attention, act.ATTENTIONS)
     inv = param_inventory(spec)
     split = trainable_split(inv, recipe.lora)
     resident = resident_lines(inv, recipe)
-    activ = activation_lines(spec, recipe, convention)
+    a_bytes = recipe.precision.activation
+    plan = make_plan(spec, recipe.recompute_policy, recipe.seq_len, recipe.micro_batch, a_bytes, convention,
+                     attention=attention)
+    outside = act.outside_bytes(spec, a_bytes, recipe.seq_len, recipe.micro_batch, convention)
+    timeline = build_timeline(inv, resident, plan, spec.tied_embeddings, outside)
+    time_lines = timeline.lines()
+    activ = activation_lines(plan, time_lines["memory.activations"].value, a_bytes, spec.hidden_size, outside)
     ckpt = checkpoint_lines(inv, recipe)
 
     lines: dict[str, Line] = {
@@ -110,27 +131,44 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
     lines["memory.optimizer"] = _sum_line("memory.optimizer", optimizer_side, note="master copy + optimizer states")
     lines["memory.model"] = _sum_line("memory.model", model_side, note="weights + grads")
     lines["memory.resident"] = _sum_line("memory.resident", resident)
-    lines["memory.activations"] = _sum_line("memory.activations", activ, note=CONVENTION_NOTE)
-    peak = Line("memory.peak", lines["memory.resident"].value + lines["memory.activations"].value, "bytes",
-                "memory.resident + memory.activations", {}, convention=CONVENTION_NOTE)
-    lines["memory.peak"] = peak
+    lines.update(time_lines)
+    lines["memory.activations"] = Line("memory.activations", time_lines["memory.activations"].value, "bytes",
+                                       " + ".join(x.name for x in activ) or "0", {},
+                                       convention=f"{CONVENTION_NOTE[convention]}; at the forward peak")
     lines["checkpoint.bytes"] = _sum_line("checkpoint.bytes", ckpt)
+    lines.update(flops_lines(spec, recipe.seq_len, recipe.micro_batch, inv.active, plan.recompute_flops(True),
+                             plan.recompute_flops(False)))
     if gpu_mem_bytes:
         for key in ("memory.resident", "memory.peak"):
             total = lines[key].value
             lines[f"cards.{key.split('.')[1]}"] = Line(
                 f"cards.{key.split('.')[1]}", cards_needed(total, gpu_mem_bytes), "cards",
                 "ceil({bytes} B / {card} B per card)", {"bytes": int(total), "card": int(gpu_mem_bytes)})
-    rows = {kind: act.layer_rows(spec, kind, recipe.precision.activation, convention) for kind in act.layer_kinds(spec)}
+    rows = {kind: act.layer_rows(spec, kind, a_bytes, convention, attention) for kind in act.layer_kinds(spec)}
     ranks = rank_classes(spec, recipe, inv, convention)
     collectives = step_collectives(spec, recipe, inv, gpu)
     timing = None
     if gpu is not None:
         worst = max(ranks, key=lambda c: c.memory["peak"])
         timing = step_time(spec, inv, recipe, worst, collectives, gpu, efficiency)
-    return Bill(spec, recipe, inv, lines, resident, activ, ckpt, rows, convention, ranks, collectives, timing, gpu)
+    return Bill(spec, recipe, inv, lines, resident, activ, ckpt, rows, convention, timeline, plan, attention,
+                ranks, collectives, timing, gpu)
+
+
+def peak_items(bill: Bill) -> list[Line]:
+    """The items at the peak moment; they sum to memory.peak exactly."""
+    assert bill.timeline is not None
+    peak = bill.timeline.peak
+    items = [x for x in bill.resident_items if x.name != "grads"]
+    items.append(Line("grads", peak.items["grads"], "bytes", "gradients that exist at {moment}",
+                      {"moment": peak.label}))
+    items.append(Line("activations", peak.items["activations"], "bytes", "activations alive at {moment}",
+                      {"moment": peak.label}))
+    rounded = [Line(x.name, round(x.value), x.unit, x.formula, x.inputs, x.provenance, x.convention) for x in items]
+    return rounded
 
 
 def peak_phase(bill: Bill) -> str:
-    """When the peak happens under the bill's convention."""
-    return "end of forward"
+    """When the peak happens: forward, backward or optimizer."""
+    assert bill.timeline is not None
+    return bill.timeline.peak.phase

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stepbill.engine.bill import Bill, peak_phase
+from stepbill.engine.bill import Bill, peak_items, peak_phase
 from stepbill.engine.line import Line
 from stepbill.report.parallel_json import parallel_to_json
 
@@ -16,11 +16,14 @@ def _int(line: Line) -> int:
 def bill_to_json(bill: Bill) -> dict[str, Any]:
     """Plain JSON-ready dict: bytes, params and FLOPs as integers; every line with its formula."""
     spec, recipe, lines = bill.model, bill.recipe, bill.lines
-    memory_items = [x.to_json() for x in [*bill.resident_items, *bill.activation_items]]
+    memory_items = [x.to_json() for x in peak_items(bill)]
+    assert bill.timeline is not None
+    timeline = bill.timeline
     out: dict[str, Any] = {
         "schema": "stepbill.bill/1",
         "units": {"memory": "bytes", "params": "count", "text_output": "binary units: GiB = 2^30 B"},
         "convention": bill.convention,
+        "attention": bill.attention,
         "model": {
             "name": spec.name,
             "family": spec.family,
@@ -51,8 +54,26 @@ def bill_to_json(bill: Bill) -> dict[str, Any]:
         },
         "memory": {
             key: _int(lines[f"memory.{key}"])
-            for key in ("weights", "grads", "optimizer", "model", "resident", "activations", "peak")
+            for key in ("weights", "grads", "optimizer", "model", "resident", "activations", "peak", "peak_forward",
+                        "peak_backward")
         },
+        "flops": {
+            "step": _int(lines["flops.step"]),
+            "step_noncausal": _int(lines["flops.step_noncausal"]),
+            "forward": _int(lines["flops.forward"]),
+            "forward_noncausal": _int(lines["flops.forward_noncausal"]),
+            "attention": _int(lines["flops.attention"]),
+            "lm_head": _int(lines["flops.lm_head"]),
+            "recompute": _int(lines["flops.recompute"]),
+            "six_nd": _int(lines["flops.6nd"]),
+            "attention_share": lines["flops.attention_share"].value,
+            "step_over_6nd": lines["flops.6nd_ratio"].value,
+            "convention": "2 FLOPs per multiply-add, matmuls only; step = 3 × forward + recompute; "
+            "flops.step causal-halved attention, step_noncausal full square (FlopCounterMode's)",
+        },
+        "timeline": [
+            {"phase": m.phase, "moment": m.label, "total": m.total, **m.items} for m in timeline.moments
+        ],
         "activations": {
             "convention_note": lines["memory.activations"].convention,
             "layer_rows": {
@@ -69,6 +90,10 @@ def bill_to_json(bill: Bill) -> dict[str, Any]:
         "lines": {name: line.to_json() for name, line in lines.items()},
     }
     out["memory"]["peak_phase"] = peak_phase(bill)
+    out["memory"]["peak_moment"] = timeline.peak.label
+    out["memory"]["peak_dominant"] = timeline.peak.dominant
+    out["memory"]["advice"] = timeline.advice
+    out["memory"]["activation_items"] = [x.to_json() for x in bill.activation_items]
     out["memory"]["items"] = memory_items
     cards = {k.split(".", 1)[1]: _int(v) for k, v in lines.items() if k.startswith("cards.")}
     if cards:

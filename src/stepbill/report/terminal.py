@@ -8,7 +8,7 @@ from rich.text import Text
 
 from stepbill.engine.bill import Bill, peak_phase
 from stepbill.engine.line import Line
-from stepbill.report.units import fmt_bytes, fmt_count
+from stepbill.report.units import fmt_bytes, fmt_count, fmt_flops
 
 
 def _explain_cell(line: Line) -> str:
@@ -24,7 +24,8 @@ def render_bill(bill: Bill, explain: bool = False) -> Group:
         f"  {fmt_count(lines['params.total'].value)} params",
         f" ({fmt_count(lines['params.active'].value)} active/token)" if spec.moe else "",
         f"  ·  {recipe.precision.name} {recipe.optimizer}  ·  micro-batch {recipe.micro_batch} × seq {recipe.seq_len}"
-        f" = {recipe.tokens:,} tokens  ·  recompute {recipe.recompute}",
+        f" = {recipe.tokens:,} tokens  ·  recompute {recipe.recompute}  ·  {bill.convention} convention,"
+        f" {bill.attention} attention",
         f"  ·  LoRA r={recipe.lora.rank} on {','.join(recipe.lora.targets)}" if recipe.lora else "",
     )
     peak = lines["memory.peak"].value
@@ -52,13 +53,24 @@ def render_bill(bill: Bill, explain: bool = False) -> Group:
         if not recipe.lora else "", "bold")
     for item in bill.activation_items:
         row(item)
+    assert bill.timeline is not None
+    tl = bill.timeline
     row(lines["memory.peak"], "", "bold")
     parts: list = [head, table]
 
     notes = [
         f"model (weights + grads) {fmt_bytes(lines['memory.model'].value)} · optimizer (master + states) "
-        f"{fmt_bytes(lines['memory.optimizer'].value)} · peak at: {peak_phase(bill)}",
+        f"{fmt_bytes(lines['memory.optimizer'].value)}",
+        f"peak {fmt_bytes(tl.peak.total)} at {tl.peak.label} ({peak_phase(bill)}); there "
+        + ", ".join(f"{k} {fmt_bytes(v)}" for k, v in tl.peak.items.items())
+        + f" → {tl.advice}",
+        f"forward peak {fmt_bytes(tl.peak_forward.total)} ({tl.peak_forward.label}) · backward peak "
+        f"{fmt_bytes(tl.peak_backward.total)} ({tl.peak_backward.label})",
         f"activations: {lines['memory.activations'].convention}",
+        f"FLOPs (decimal): step {fmt_flops(lines['flops.step'].value)} causal-halved attention, "
+        f"{fmt_flops(lines['flops.step_noncausal'].value)} full square; recompute "
+        f"{fmt_flops(lines['flops.recompute'].value)}; 6ND {fmt_flops(lines['flops.6nd'].value)} "
+        f"(misses attention: {100 * lines['flops.attention_share'].value:.1f} % of the forward)",
         f"checkpoint to resume: {fmt_bytes(lines['checkpoint.bytes'].value)} "
         f"({', '.join(x.name.removeprefix('checkpoint.') for x in bill.checkpoint_items)})",
     ]

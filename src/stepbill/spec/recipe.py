@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from stepbill.errors import StepbillError, unknown_name
 from stepbill.spec.parallel import Parallel
+from stepbill.spec.recompute_policy import RecomputePolicy, parse_recompute
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,6 @@ OPTIMIZERS: dict[str, str] = {
     "muon": "Muon on 2-D hidden matrices (one momentum), AdamW on the rest",
 }
 
-RECOMPUTE_POLICIES = ("none", "full")
 
 DEFAULT_LORA_TARGETS = ("q_proj", "v_proj")
 
@@ -72,15 +72,14 @@ class Recipe:
     optimizer: str = "adamw"
     micro_batch: int = 1
     seq_len: int = 2048
-    recompute: str = "none"
+    recompute: str = "none"  # none | full | every:K | every:auto | selective:M1,M2 | budget:40GiB
     lora: LoRA | None = None
     parallel: Parallel = field(default_factory=Parallel)  # all-1: one GPU holds everything
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
             raise unknown_name("optimizer", self.optimizer, OPTIMIZERS)
-        if self.recompute not in RECOMPUTE_POLICIES:
-            raise unknown_name("recompute policy", self.recompute, RECOMPUTE_POLICIES)
+        parse_recompute(self.recompute)  # validates: none | full | every:K | selective:M,... | budget:SIZE
         for name in ("micro_batch", "seq_len"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -89,6 +88,11 @@ class Recipe:
             raise StepbillError(f"lora rank must be positive, got {self.lora.rank}")
         if self.lora is not None and not self.lora.targets:
             raise StepbillError("lora targets must name at least one matrix")
+
+    @property
+    def recompute_policy(self) -> RecomputePolicy:
+        """The parsed recompute policy (see spec/recompute_policy.py for the grammar)."""
+        return parse_recompute(self.recompute)
 
     @property
     def tokens(self) -> int:

@@ -1,0 +1,197 @@
+"""FLOPs of one training step: per op, per layer, per model; 6·N·D beside the direct count.
+
+Conventions (the seed's): 2 FLOPs per multiply-add; only matmuls count (norms, activations, softmax are
+left out of the step count); a linear [tokens, k] × [k, n] costs 2·k·n per token. The attention core
+(QKᵀ and A·V, no weights) costs 2·S²·H·(d_qk + d_v) per sequence as a full square — what PyTorch's
+`FlopCounterMode` counts — and half that causal-halved, the figure the bill reports as `flops.step`.
+The backward is 2× the forward; recompute adds the FLOPs of what it rebuilds.
+
+Functions take `seq_len` / `micro_batch` as scalars or numpy arrays (broadcasting), so the planner can
+evaluate many shapes at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from stepbill.engine.line import Line
+from stepbill.spec.model import ModelSpec
+
+BACKWARD_FACTOR = 2  # backward = grad w.r.t. inputs + grad w.r.t. weights, each as costly as the forward
+
+
+@dataclass(frozen=True)
+class LinearOp:
+    """A matmul every token goes through `copies` times (routed experts: top_k): [k] → [n]."""
+
+    name: str
+    k: int
+    n: int
+    copies: int = 1
+
+    @property
+    def flops_per_token(self) -> int:
+        return 2 * self.k * self.n * self.copies
+
+
+def attention_linear_ops(spec: ModelSpec) -> list[LinearOp]:
+    """The projections of one attention block (MHA/GQA or MLA)."""
+    a, d = spec.attention, spec.hidden_size
+    if a.kind == "mla":
+        kv_a = a.kv_lora_rank + a.qk_rope_head_dim
+        ops = []
+        if a.q_lora_rank is None:
+            ops.append(LinearOp("attn.q_proj", d, a.n_heads * a.qk_head_dim))
+        else:
+            ops += [LinearOp("attn.q_a_proj", d, a.q_lora_rank),
+                    LinearOp("attn.q_b_proj", a.q_lora_rank, a.n_heads * a.qk_head_dim)]
+        return [
+            *ops,
+            LinearOp("attn.kv_a_proj", d, kv_a),
+            LinearOp("attn.kv_b_proj", a.kv_lora_rank, a.n_heads * (a.qk_nope_head_dim + a.v_head_dim)),
+            LinearOp("attn.o_proj", a.n_heads * a.v_head_dim, d),
+        ]
+    return [
+        LinearOp("attn.q_proj", d, a.n_heads * a.qk_head_dim),
+        LinearOp("attn.k_proj", d, a.kv_heads * a.qk_head_dim),
+        LinearOp("attn.v_proj", d, a.kv_heads * a.v_dim),
+        LinearOp("attn.o_proj", a.n_heads * a.v_dim, d),
+    ]
+
+
+def ffn_linear_ops(spec: ModelSpec, layer_kind: str) -> list[LinearOp]:
+    """The matmuls of the FFN of a "dense" or "moe" layer (router, top_k routed experts, shared experts)."""
+    d = spec.hidden_size
+    if layer_kind == "moe":
+        moe = spec.moe
+        assert moe is not None
+        ef, sf = moe.expert_intermediate_size, moe.shared_intermediate_size
+        ops = [LinearOp("moe.router", d, moe.n_routed_experts),
+               LinearOp("moe.experts.gate_up", d, 2 * ef, moe.top_k),
+               LinearOp("moe.experts.down", ef, d, moe.top_k)]
+        if sf:
+            ops += [LinearOp("moe.shared.gate_up", d, 2 * sf), LinearOp("moe.shared.down", sf, d)]
+        if moe.shared_expert_gate:
+            ops.append(LinearOp("moe.shared_expert_gate", d, 1))
+        return ops
+    f = spec.ffn
+    up = 2 * f.intermediate_size if f.kind == "swiglu" else f.intermediate_size
+    return [LinearOp("mlp.gate_up" if f.kind == "swiglu" else "mlp.up", d, up),
+            LinearOp("mlp.down", f.intermediate_size, d)]
+
+
+def layer_linear_ops(spec: ModelSpec, layer_kind: str) -> list[LinearOp]:
+    return attention_linear_ops(spec) + ffn_linear_ops(spec, layer_kind)
+
+
+def lm_head_op(spec: ModelSpec) -> LinearOp:
+    return LinearOp("lm_head", spec.hidden_size, spec.vocab_size)
+
+
+def attention_core_flops(spec: ModelSpec, seq_len: Any, causal: bool = True) -> Any:
+    """FLOPs of one layer's attention core for one sequence: QKᵀ (2·S²·H·d_qk) + A·V (2·S²·H·d_v) as a full
+    square, halved when causal (only the lower triangle is computed)."""
+    a = spec.attention
+    full = 2 * seq_len * seq_len * a.n_heads * (a.qk_head_dim + a.v_dim)
+    return full // 2 if causal else full  # full is even: exact integer halving, arrays too
+
+
+def layer_linear_flops_per_token(spec: ModelSpec, layer_kind: str) -> int:
+    return sum(op.flops_per_token for op in layer_linear_ops(spec, layer_kind))
+
+
+def layer_forward_flops(spec: ModelSpec, layer_kind: str, seq_len: Any, micro_batch: Any = 1,
+                        causal: bool = True) -> Any:
+    """Forward FLOPs of one layer over a micro-batch: B·S·Σ 2kn + B·attention core."""
+    return micro_batch * (seq_len * layer_linear_flops_per_token(spec, layer_kind)
+                          + attention_core_flops(spec, seq_len, causal))
+
+
+def layer_attention_share(spec: ModelSpec, layer_kind: str, seq_len: Any, causal: bool = True) -> Any:
+    """Share of one layer's forward FLOPs spent in the attention core (82.1 % for a V3 MoE layer at 128K)."""
+    core = attention_core_flops(spec, seq_len, causal)
+    return core / (core + seq_len * layer_linear_flops_per_token(spec, layer_kind))
+
+
+def layer_counts(spec: ModelSpec) -> dict[str, int]:
+    return {k: n for k, n in (("dense", spec.n_dense_layers), ("moe", spec.n_moe_layers)) if n}
+
+
+def forward_flops(spec: ModelSpec, seq_len: Any, micro_batch: Any = 1, causal: bool = True) -> Any:
+    """Forward FLOPs of the whole model over a micro-batch: every layer plus the LM head (embedding
+    lookups are gathers, 0 FLOPs)."""
+    total = micro_batch * seq_len * lm_head_op(spec).flops_per_token
+    for kind, n in layer_counts(spec).items():
+        total = total + n * layer_forward_flops(spec, kind, seq_len, micro_batch, causal)
+    return total
+
+
+def attention_flops(spec: ModelSpec, seq_len: Any, micro_batch: Any = 1, causal: bool = True) -> Any:
+    """Attention-core FLOPs of the whole forward."""
+    return spec.n_layers * micro_batch * attention_core_flops(spec, seq_len, causal)
+
+
+def step_flops(spec: ModelSpec, seq_len: Any, micro_batch: Any = 1, causal: bool = True,
+               recompute: Any = 0) -> Any:
+    """One step: forward 1× + backward 2× + whatever recompute rebuilds."""
+    return (1 + BACKWARD_FACTOR) * forward_flops(spec, seq_len, micro_batch, causal) + recompute
+
+
+def six_nd(n_active: Any, tokens: Any) -> Any:
+    """The 6·N·D rule: 2 (forward) + 4 (backward) FLOPs per active parameter per token. It counts only
+    products with weights, so it misses the attention core (29.1 PFLOP for 37e9 × 131,072)."""
+    return 6 * n_active * tokens
+
+
+def attention_slope(spec: ModelSpec, causal: bool = True) -> float:
+    """Recompute FLOPs per byte of the attention output, divided by S (bf16): S²·H·(d_qk+d_v) / (S·H·d_v·2)
+    = S·(d_qk+d_v)/(2·d_v) causal; doubled full-square. 1.25 for V3 (192/128), 1.00 for GPT-3."""
+    a = spec.attention
+    slope = (a.qk_head_dim + a.v_dim) / (2 * a.v_dim)
+    return slope if causal else 2 * slope
+
+
+def crossover_seq_len(k: Any, slope: float) -> Any:
+    """Sequence length above which recomputing the attention output costs more per byte than a linear
+    layer of input width `k` (whose cost per byte is k): S* = k / slope (5,734 for k = 7,168 on V3)."""
+    return k / slope
+
+
+def flops_lines(spec: ModelSpec, seq_len: int, micro_batch: int, n_active: int,
+                recompute_causal: float = 0, recompute_full: float = 0) -> dict[str, Line]:
+    """The FLOPs lines of the bill (decimal units on output; TFLOP = 1e12)."""
+    tokens = seq_len * micro_batch
+    fwd = forward_flops(spec, seq_len, micro_batch, True)
+    fwd_full = forward_flops(spec, seq_len, micro_batch, False)
+    attn = attention_flops(spec, seq_len, micro_batch, True)
+    head = tokens * lm_head_op(spec).flops_per_token
+    step = step_flops(spec, seq_len, micro_batch, True, recompute_causal)
+    step_full = step_flops(spec, seq_len, micro_batch, False, recompute_full)
+    nd = six_nd(n_active, tokens)
+    causal_note = "causal-halved attention (the seed's convention)"
+    square_note = "full-square attention (what FlopCounterMode counts)"
+    return {
+        "flops.forward": Line("flops.forward", fwd, "FLOPs", "Σ layers (B·S·Σ 2kn + attention core) + LM head {head}",
+                              {"head": head}, convention=causal_note),
+        "flops.forward_noncausal": Line("flops.forward_noncausal", fwd_full, "FLOPs", "as flops.forward, attention "
+                                        "core as a full square", {}, convention=square_note),
+        "flops.attention": Line("flops.attention", attn, "FLOPs", "{layers} layers × B × S²·H·(d_qk+d_v)",
+                                {"layers": spec.n_layers}, convention=causal_note),
+        "flops.lm_head": Line("flops.lm_head", head, "FLOPs", "2 × {tokens} tokens × {d} × {vocab}",
+                              {"tokens": tokens, "d": spec.hidden_size, "vocab": spec.vocab_size}),
+        "flops.recompute": Line("flops.recompute", recompute_causal, "FLOPs",
+                                "FLOPs of the tensors the recompute policy rebuilds", {}, convention=causal_note),
+        "flops.step": Line("flops.step", step, "FLOPs", "3 × {forward} + recompute {recompute}",
+                           {"forward": fwd, "recompute": recompute_causal}, convention=causal_note),
+        "flops.step_noncausal": Line("flops.step_noncausal", step_full, "FLOPs",
+                                     "3 × {forward} + recompute {recompute}",
+                                     {"forward": fwd_full, "recompute": recompute_full}, convention=square_note),
+        "flops.6nd": Line("flops.6nd", nd, "FLOPs", "6 × {n_active} active params × {tokens} tokens",
+                          {"n_active": n_active, "tokens": tokens},
+                          "cited: Kaplan et al., arXiv 2001.08361 (C ≈ 6ND)"),
+        "flops.attention_share": Line("flops.attention_share", attn / fwd, "1", "flops.attention / flops.forward",
+                                      {}, convention=causal_note),
+        "flops.6nd_ratio": Line("flops.6nd_ratio", (step - recompute_causal) / nd, "1",
+                                "3 × flops.forward / flops.6nd (how far 6ND undercounts)", {}),
+    }

@@ -1,0 +1,143 @@
+"""Memory through one step, item by item: forward layer by layer, backward layer by layer, optimizer step.
+
+Definitions (the same moments issue 4's `check` measures with MemTracker):
+- weights and the optimizer side (master copy + states) are alive the whole step;
+- gradients do not exist at the start (zero_grad(set_to_none=True) after the previous step); a layer's
+  weight gradients appear during its backward, while its activations are still alive; the LM head's
+  first, the embedding's last (tied embeddings: with the LM head);
+- activations follow the recompute plan (recompute.py): a layer's dropped tensors exist while its forward
+  runs and again while its backward runs; everything is freed by the end of the backward;
+- the optimizer step holds weights + grads + states (fused-kernel convention: no temporaries).
+
+The peak is the largest total over these moments; `peak_forward` / `peak_backward` the largest within each
+phase; `activations` the activation bytes at the forward peak. Summing curves of different shapes, the
+total's peak need not sit on any single item's peak — so the dominant item at the peak is reported with the
+seed's advice (activations → recompute / context parallel; states → ZeRO / FSDP).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stepbill.engine.line import Line
+from stepbill.engine.params import ParamInventory
+from stepbill.engine.recompute import RecomputePlan
+
+ITEMS = ("weights", "optimizer", "grads", "activations")
+ADVICE = {
+    "activations": "activations dominate: recompute (stepbill recompute MODEL) or context parallelism",
+    "optimizer": "optimizer states dominate: shard them (ZeRO-1/2/3, FSDP)",
+    "weights": "weights dominate: shard parameters (ZeRO-3 / FSDP) or lower their precision",
+    "grads": "gradients dominate: shard them (ZeRO-2/3, FSDP)",
+}
+
+
+@dataclass(frozen=True)
+class Moment:
+    """One instant of the step: bytes of each item (integers) and their total."""
+
+    phase: str  # "forward" | "backward" | "optimizer"
+    label: str
+    items: dict[str, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.items.values())
+
+    @property
+    def dominant(self) -> str:
+        return max(self.items, key=lambda k: self.items[k])
+
+
+@dataclass(frozen=True)
+class Timeline:
+    moments: tuple[Moment, ...]
+
+    def _peak(self, phase: str | None = None) -> Moment:
+        pool = [m for m in self.moments if phase is None or m.phase == phase]
+        return max(pool, key=lambda m: m.total)  # first of equal totals: the earliest moment
+
+    @property
+    def peak(self) -> Moment:
+        return self._peak()
+
+    @property
+    def peak_forward(self) -> Moment:
+        return self._peak("forward")
+
+    @property
+    def peak_backward(self) -> Moment:
+        return self._peak("backward")
+
+    @property
+    def advice(self) -> str:
+        return ADVICE[self.peak.dominant]
+
+    def lines(self) -> dict[str, Line]:
+        peak, fwd, bwd = self.peak, self.peak_forward, self.peak_backward
+        note = "timeline peak: weights + optimizer states always, grads from the backward, activations per plan"
+        return {
+            "memory.peak": Line("memory.peak", peak.total, "bytes", "largest total over the step, at {moment}",
+                                {"moment": peak.label, **peak.items}, convention=note),
+            "memory.peak_forward": Line("memory.peak_forward", fwd.total, "bytes", "largest total in the forward, "
+                                        "at {moment}", {"moment": fwd.label, **fwd.items}),
+            "memory.peak_backward": Line("memory.peak_backward", bwd.total, "bytes", "largest total in the "
+                                         "backward, at {moment}", {"moment": bwd.label, **bwd.items}),
+            "memory.activations": Line("memory.activations", fwd.items["activations"], "bytes",
+                                       "activations alive at the forward peak ({moment})", {"moment": fwd.label},
+                                       convention=note),
+        }
+
+
+def _grad_shares(inventory: ParamInventory, grads_total: int, order: tuple[str, ...]) -> tuple[int, list[int], int]:
+    """Grad bytes appearing with the LM head (+ final norm, + tied embedding), per layer, and with the
+    embedding, split in proportion to parameters (exact for full training; LoRA adapters spread alike)."""
+    total = inventory.total
+    per_kind: dict[str, int] = {}
+    head = embed = 0
+    for t in inventory.tensors:
+        if t.layer_kind:
+            per_kind[t.layer_kind] = per_kind.get(t.layer_kind, 0) + t.total
+        elif t.component == "embedding":
+            embed += t.total
+        else:
+            head += t.total
+    counts = {k: order.count(k) for k in per_kind}
+
+    def share(params: float) -> int:
+        return round(grads_total * params / total)
+
+    layers = [share(per_kind[k] / counts[k]) for k in order]
+    head_bytes = share(head)
+    return head_bytes, layers, grads_total - head_bytes - sum(layers)
+
+
+def build_timeline(inventory: ParamInventory, resident: list[Line], plan: RecomputePlan,
+                   tied_embeddings: bool = False, outside: float = 0) -> Timeline:
+    """The moments of one step (forward L layers, LM head, backward L layers, embedding, optimizer).
+    `outside`: activation bytes kept outside the layers (eager: final norm, LM head input, fp32 loss),
+    alive from the LM head's forward to its backward."""
+    weights = round(sum(x.value for x in resident if x.name.startswith("weights")))
+    grads_total = round(sum(x.value for x in resident if x.name == "grads"))
+    optimizer = round(sum(x.value for x in resident if not x.name.startswith("weights") and x.name != "grads"))
+    head, per_layer, embed = _grad_shares(inventory, grads_total, plan.order)
+    if tied_embeddings:
+        head, embed = head + embed, 0
+
+    def at(phase: str, label: str, grads: int, activations: float) -> Moment:
+        return Moment(phase, label, {"weights": weights, "optimizer": optimizer, "grads": grads,
+                                     "activations": round(activations)})
+
+    fwd, bwd = plan.forward_live(), plan.backward_live()
+    kept = plan.kept_after_forward()
+    moments = [at("forward", f"forward, layer {i} ({k})", 0, fwd[i]) for i, k in enumerate(plan.order)]
+    moments.append(at("forward", "forward, LM head and loss", 0, kept + outside))
+    grads = head
+    moments.append(at("backward", "backward, LM head", grads, kept + outside))
+    for i in reversed(range(len(plan.order))):
+        grads += per_layer[i]
+        moments.append(at("backward", f"backward, layer {i} ({plan.order[i]})", grads, bwd[i]))
+    grads += embed
+    moments.append(at("backward", "backward, embedding", grads, 0))
+    moments.append(at("optimizer", "optimizer step", grads, 0))
+    return Timeline(tuple(moments))
