@@ -1,0 +1,263 @@
+"""Per-rank memory of data-parallel sharding as PyTorch implements it: FSDP2 (ZeRO-3 / ZeRO-2) and ZeRO-1
+(ZeroRedundancyOptimizer), rank by rank. What measure/sharded.py measures, predicted (tp = pp = 1).
+
+Parameter tensors are those transformers builds (the ParamInventory expanded per layer; MoE experts fused into
+`gate_up_proj` (E, 2·F, d) and `down_proj` (E, d, F) as transformers 5 stores them).
+
+FSDP2 (`fully_shard` per decoder layer + root, MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), fp32
+sharded parameters, AdamW single-tensor):
+- each parameter is chunked along dim 0 into N chunks of ceil(d0/N) rows, padded: every rank allocates the padded
+  chunk for its sharded parameter and its sharded gradient (4 B per element), while AdamW's `exp_avg` and
+  `exp_avg_sq` follow the unpadded local rows (rank r holds clamp(d0 − r·ceil(d0/N), 0, ceil(d0/N)) rows), plus
+  one 4-byte `step` tensor per parameter;
+- a unit (a layer, or the root: embedding, final norm, LM head) is all-gathered in bf16 into a flat buffer of its
+  padded size and copied out into unsharded parameters; the buffer lives until the next unit's all-gather (two
+  copies of one unit while it computes); the root is gathered during the forward and again for the backward;
+  ZeRO-3 reshards every unit after its forward and prefetches the next unit's all-gather in the backward;
+  ZeRO-2 (reshard_after_forward=False) keeps every layer unsharded from its forward to its backward;
+- a unit's bf16 gradients are cast to an fp32 reduce-scatter input of its padded size, which lives until the next
+  unit's reduce-scatter; the output (the sharded fp32 gradient) is kept.
+ZeRO-1 (ZeroRedundancyOptimizer over AdamW): full parameters and gradients on every rank; AdamW states only for
+the rank's partition: parameters sorted by size (largest first, stable) and each given to the rank with the
+fewest elements so far (torch's greedy partition).
+
+Peaks: the single-rank eager timeline's activations at each moment (bill.timeline, compute dtype bf16) plus the
+pieces above at that moment, plus the loss's logits temporaries (bf16 logits and their fp32 upcast at the loss).
+All values are bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from stepbill.engine.params import param_inventory
+from stepbill.errors import StepbillError
+from stepbill.spec.model import ModelSpec
+
+FP32, BF16, STEP = 4, 2, 4
+UNPADDED_FAMILIES_NOTE = "sharded prediction covers llama-like and MoE families (separate q/k/v, SwiGLU)"
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    shape: tuple[int, ...]
+    unit: int  # -1: root (embedding, final norm, LM head); i: decoder layer i
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+def hf_tensors(spec: ModelSpec) -> list[Tensor]:
+    """Every parameter tensor transformers builds for `spec`, per layer, with its FSDP unit."""
+    if spec.attention.kind == "mha" and (spec.norm != "rmsnorm" or spec.ffn.kind != "swiglu"):
+        raise StepbillError(f"{spec.name} ({spec.family}): {UNPADDED_FAMILIES_NOTE}")
+    inv = param_inventory(spec)
+    kinds = ["moe" if spec.is_moe_layer(i) else "dense" for i in range(spec.n_layers)]
+    n_kind = {k: kinds.count(k) for k in set(kinds)}
+    out: list[Tensor] = []
+    for t in inv.tensors:
+        if not t.layer_kind:
+            out.append(Tensor(t.name, t.shape, -1))
+    for i, kind in enumerate(kinds):
+        for t in inv.tensors:
+            if t.layer_kind != kind:
+                continue
+            per_layer = t.copies // n_kind[kind]
+            if t.component == "experts":
+                if t.name.endswith("up_proj.weight"):
+                    continue  # fused into gate_up_proj with gate_proj
+                f_out, f_in = t.shape
+                if t.name.endswith("gate_proj.weight"):
+                    out.append(Tensor(f"layers.{i}.experts.gate_up_proj", (per_layer, 2 * f_out, f_in), i))
+                else:
+                    out.append(Tensor(f"layers.{i}.experts.down_proj", (per_layer, f_out, f_in), i))
+                continue
+            out += [Tensor(f"layers.{i}.{t.name}", t.shape, i)] * per_layer
+    return out
+
+
+# --- FSDP2 -----------------------------------------------------------------------------------------------
+
+def chunk_rows(d0: int, world: int) -> int:
+    """Rows of one FSDP2 chunk (torch.chunk: ceil(d0 / N)); the padded shard of every rank has this many."""
+    return -(-d0 // world)
+
+
+def local_rows(d0: int, world: int, rank: int) -> int:
+    """Unpadded rows rank `rank` holds of a dim-0 of `d0`."""
+    c = chunk_rows(d0, world)
+    return max(0, min(c, d0 - rank * c))
+
+
+def _rest(t: Tensor) -> int:
+    return t.numel // t.shape[0]
+
+
+def padded_shard(t: Tensor, world: int) -> int:
+    return chunk_rows(t.shape[0], world) * _rest(t)
+
+
+def unit_padded(tensors: list[Tensor], world: int, unit: int) -> int:
+    """Elements of one unit all-gathered (padded: N × padded shards)."""
+    return sum(world * padded_shard(t, world) for t in tensors if t.unit == unit)
+
+
+@dataclass(frozen=True)
+class RankPrediction:
+    """Predicted memory of one rank (bytes), fields as RankMeasurement's; `moments`: (label, total)."""
+
+    rank: int
+    world: int
+    zero: int
+    params: float
+    grads: float
+    optimizer_states: float
+    buffers: float
+    inputs: float
+    activations: float
+    peak_forward: float
+    peak_backward: float
+    peak_optimizer: float
+    transient: dict[str, float] = field(default_factory=dict)
+    moments: list[tuple[str, float]] = field(default_factory=list)
+    convention: str = "eager"  # activations' convention ("ideal" where eager rows are missing: peaks rough)
+
+    @property
+    def peak(self) -> float:
+        return max(self.peak_forward, self.peak_backward, self.peak_optimizer)
+
+
+def fsdp_resident(tensors: list[Tensor], world: int, rank: int) -> dict[str, float]:
+    params = sum(padded_shard(t, world) for t in tensors) * FP32
+    local = [local_rows(t.shape[0], world, rank) * _rest(t) for t in tensors]
+    opt = 2 * FP32 * sum(local) + STEP * len(tensors)
+    return {"params": params, "grads": params, "optimizer_states": opt, "largest_local": max(local)}
+
+
+def zero1_partition(tensors: list[Tensor], world: int) -> list[list[Tensor]]:
+    """torch ZeroRedundancyOptimizer's partition: largest first (stable sort), each to the emptiest rank."""
+    sizes = [0] * world
+    parts: list[list[Tensor]] = [[] for _ in range(world)]
+    for t in sorted(tensors, key=lambda x: x.numel, reverse=True):
+        r = sizes.index(min(sizes))
+        parts[r].append(t)
+        sizes[r] += t.numel
+    return parts
+
+
+def rank_classes(predict, world: int) -> dict[tuple, list[int]]:  # type: ignore[no-untyped-def]
+    """Group ranks with identical predictions: {key: [ranks]} (key = the prediction's resident numbers)."""
+    out: dict[tuple, list[int]] = {}
+    for r in range(world):
+        p = predict(r)
+        out.setdefault((p.params, p.grads, p.optimizer_states, round(p.peak)), []).append(r)
+    return out
+
+
+def _buffers(spec: ModelSpec) -> float:
+    """RoPE inverse frequencies (fp32, head_dim/2) — the only buffer of these families."""
+    a = spec.attention
+    rope = a.qk_rope_head_dim if a.kind == "mla" else a.qk_head_dim
+    # transformers keeps `inv_freq` and `original_inv_freq` (dynamic-RoPE reset), both fp32 head_dim/2.
+    return 2 * (rope // 2) * FP32 if spec.positions == "rotary" else 0
+
+
+def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int = 0, micro_batch: int = 1, seq_len: int = 128,
+                 recipe: str = "fp32") -> RankPrediction:
+    """Predicted memory of rank `rank` of `world` under ZeRO-`zero` as measure/sharded.py runs it."""
+    from stepbill.engine.bill import make_bill
+    from stepbill.spec.recipe import make_recipe
+
+    if zero not in (1, 2, 3):
+        raise StepbillError(f"--zero must be 1, 2 or 3 for a sharded prediction, got {zero}")
+    if not 0 <= rank < world:
+        raise StepbillError(f"--rank must be in 0..{world - 1}, got {rank}")
+    tensors = hf_tensors(spec)
+    compute = "pure-bf16" if zero in (2, 3) else recipe
+    convention = "eager"
+    try:
+        bill = make_bill(spec, make_recipe(compute, "adamw", micro_batch, seq_len), convention=convention)
+    except StepbillError:  # no eager rows for this family yet (MoE, MLA): resident state stays exact
+        convention = "ideal"
+        bill = make_bill(spec, make_recipe(compute, "adamw", micro_batch, seq_len), convention=convention)
+    assert bill.timeline is not None
+    act_bytes = bill.recipe.precision.activation
+    tokens = micro_batch * seq_len
+    # the logits in the compute dtype and, unless that is fp32 already, their fp32 upcast for the loss
+    loss_temp = tokens * spec.vocab_size * (act_bytes + (FP32 if act_bytes != FP32 else 0))
+    inputs = tokens * 8
+    buffers = _buffers(spec)
+    moments = list(bill.timeline.moments)
+    layers = spec.n_layers
+    if zero == 1:
+        p = bill.recipe.precision
+        parts = zero1_partition(tensors, world)
+        mine = sum(t.numel for t in parts[rank])
+        params = sum(t.numel for t in tensors) * p.weights
+        grads = sum(t.numel for t in tensors) * p.grads
+        opt = 2 * p.state * mine + STEP * len(parts[rank])
+        base = params + opt + inputs + buffers
+        largest = max((t.numel for t in parts[rank]), default=0)
+        out: list[tuple[str, str, float]] = []
+        for m in moments:
+            extra = loss_temp if "loss" in m.label else 0
+            out.append((m.phase, m.label, base + m.items["grads"] + m.items["activations"] + extra))
+        out.append(("optimizer", "AdamW temporaries", base + grads + 2 * p.state * largest))
+        return _finish(rank, world, zero, params, grads, opt, buffers, inputs, bill, out, {}, loss_temp, convention)
+    res = fsdp_resident(tensors, world, rank)
+    unit = {u: unit_padded(tensors, world, u) for u in range(-1, layers)}
+    u_bf16 = {u: n * BF16 for u, n in unit.items()}
+    rs_fp32 = {u: n * FP32 for u, n in unit.items()}
+    shard_grad = {u: sum(padded_shard(t, world) for t in tensors if t.unit == u) * FP32 for u in unit}
+    full_grad_bf16 = {u: sum(t.numel for t in tensors if t.unit == u) * BF16 for u in unit}
+    base = res["params"] + res["optimizer_states"] + inputs + buffers
+    out = []
+    for m in moments:
+        a = m.items["activations"]
+        label = m.label
+        if m.phase == "forward":
+            if label.startswith("forward, layer"):
+                i = int(label.split()[2])
+                held = sum(u_bf16[j] for j in range(i)) if zero == 2 else 0
+                out.append((m.phase, label, base + u_bf16[-1] + held + 2 * u_bf16[i] + a))
+            else:
+                held = sum(u_bf16[j] for j in range(layers)) if zero == 2 else 0
+                out.append((m.phase, label, base + u_bf16[-1] + held + u_bf16[layers - 1] + a + loss_temp))
+        elif m.phase == "backward":
+            # ZeRO-2 never all-gathers again: the last layer's all-gather buffer lives through the backward
+            base_b = base + (u_bf16[layers - 1] if zero == 2 else 0)
+            if label.startswith("backward, layer"):
+                i = int(label.split()[2])
+                done = sum(shard_grad[j] for j in range(i + 1, layers))
+                rs = rs_fp32[i + 1] if i + 1 < layers else 0
+                if zero == 3:
+                    gathered = u_bf16[i] + (u_bf16[i - 1] if i > 0 else 0)
+                else:
+                    gathered = sum(u_bf16[j] for j in range(i + 1))
+                out.append((m.phase, label, base_b + u_bf16[-1] + gathered + rs + done + full_grad_bf16[i] + a))
+            elif "LM head" in label:
+                gathered = u_bf16[layers - 1] if zero == 3 else sum(u_bf16[j] for j in range(layers))
+                out.append((m.phase, label, base_b + u_bf16[-1] + gathered + a))
+            else:  # embedding: the root's reduce-scatter
+                done = sum(shard_grad[j] for j in range(layers))
+                out.append((m.phase, label, base_b + u_bf16[-1] + rs_fp32[0] + done + full_grad_bf16[-1]
+                            + rs_fp32[-1]))
+        else:
+            out.append((m.phase, label, base + res["grads"] + 2 * FP32 * res["largest_local"]))
+    transient = {"all_gather_layer": max(u_bf16[u] for u in range(layers)), "all_gather_root": u_bf16[-1],
+                 "reduce_scatter_layer": max(rs_fp32[u] for u in range(layers)), "reduce_scatter_root": rs_fp32[-1]}
+    return _finish(rank, world, zero, res["params"], res["grads"], res["optimizer_states"], buffers, inputs, bill,
+                   out, transient, loss_temp, convention)
+
+
+def _finish(rank, world, zero, params, grads, opt, buffers, inputs, bill, out, transient, loss_temp,  # type: ignore[no-untyped-def]
+            convention):
+    def peak(phase: str) -> float:
+        return max(v for ph, _, v in out if ph == phase)
+
+    return RankPrediction(rank, world, zero, params, grads, opt, buffers, inputs,
+                          bill.lines["memory.activations"].value + loss_temp, peak("forward"), peak("backward"),
+                          peak("optimizer"), transient, [(label, v) for _, label, v in out], convention)
