@@ -114,3 +114,40 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# --- Sharded runs: one rank of N (FSDP2 ZeRO-3/2, ZeRO-1) vs engine/sharded.py ---------------------------------
+
+SHARDED_SUITE = (  # (name, tiny family, layers, world, zero, rank, seq)
+    ("tiny llama ZeRO-3 N=2", "llama", 3, 2, 3, 0, 128),
+    ("tiny llama ZeRO-3 N=64", "llama", 3, 64, 3, 0, 128),
+    ("tiny llama ZeRO-2 N=8", "llama", 3, 8, 2, 3, 128),
+    ("tiny llama ZeRO-1 N=4 (last rank)", "llama", 3, 4, 1, 3, 128),
+    ("tiny mixtral ZeRO-3 N=8 (MoE)", "mixtral", 2, 8, 3, 5, 128),
+    ("tiny mixtral ZeRO-1 N=8 (MoE)", "mixtral", 2, 8, 1, 7, 128),
+    ("tiny qwen2_moe ZeRO-3 N=2 (MoE)", "qwen2_moe", 2, 2, 3, 1, 128),
+    ("tiny deepseek_v3 ZeRO-3 N=8 (MLA, MoE)", "deepseek_v3", 2, 8, 3, 0, 128),
+)
+
+
+def run_sharded() -> list[str]:
+    """Predicted vs measured per rank for SHARDED_SUITE; returns markdown table lines.
+
+    Run: PYTHONPATH=src python -c "import sys; sys.path.insert(0, 'benchmarks'); import accuracy;
+    accuracy.run_sharded()"  (~40 s)"""
+    from stepbill.check import SHARDED_CATEGORIES, compare_sharded
+    from stepbill.engine.sharded import predict_rank
+    from stepbill.measure.sharded import measure_rank
+    from stepbill.measure.tiny import TINY_CONFIGS
+    from stepbill.spec.hf import from_hf_config
+
+    headers = ["case", "rank", "convention"] + [c for c, _ in SHARDED_CATEGORIES]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for name, family, layers, world, zero, rank, seq in SHARDED_SUITE:
+        cfg = {**TINY_CONFIGS[family], "num_hidden_layers": layers}
+        pred = predict_rank(from_hf_config(cfg), world, zero, rank, 1, seq)
+        meas = measure_rank(cfg, world=world, zero=zero, rank=rank, seq_len=seq)
+        rows = compare_sharded(pred, meas)
+        lines.append("| " + " | ".join([name, str(rank), pred.convention] + [_pct(r.error) for r in rows]) + " |")
+        print(lines[-1], flush=True)
+    return lines

@@ -104,3 +104,22 @@ def verdict(rows: list[CheckRow]) -> str:
     judged = [r for r in rows if r.error is not None]
     good = sum(r.verdict == "ok" for r in judged)
     return f"{good} of {len(judged)} predicted categories within {TOLERANCE:.0%} of PyTorch's measurement"
+
+
+# (category, RankPrediction / RankMeasurement field) for a sharded check (one rank of N).
+SHARDED_CATEGORIES: tuple[tuple[str, str], ...] = (
+    ("params (this rank's shard)", "params"),
+    ("grads (this rank's shard)", "grads"),
+    ("optimizer states (this rank)", "optimizer_states"),
+    ("activations (at forward peak)", "activations"),
+    ("peak of the forward", "peak_forward"),
+    ("peak of the backward", "peak_backward"),
+    ("peak of the optimizer step", "peak_optimizer"),
+    ("peak of the step", "peak"),
+)
+
+
+def compare_sharded(predicted: Any, measured: Any) -> list[CheckRow]:
+    """Rows for one rank: `predicted` a RankPrediction, `measured` a RankMeasurement (both bytes)."""
+    return [CheckRow(category, "bytes", float(getattr(predicted, name)), float(getattr(measured, name)),
+                     f"rank.{name}") for category, name in SHARDED_CATEGORIES]

@@ -39,8 +39,17 @@ def check(
     = False,
     fake: Annotated[bool, typer.Option("--fake", help="fake tensors: any size, no memory used")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    dp: Annotated[int, typer.Option("--dp", help="data-parallel ranks: > 1 measures one rank of N (fake process "
+                                             "group)")] = 1,
+    zero: Annotated[int, typer.Option("--zero", help="with --dp: 1 (ZeroRedundancyOptimizer), 2 or 3 (FSDP2)")] = 0,
+    rank: Annotated[int | None, typer.Option("--rank", help="with --dp: this rank only (default: one rank per "
+                                                            "distinct predicted class)")] = None,
 ) -> None:
     """Measure a real training step in PyTorch and compare it with the bill, category by category."""
+    if dp > 1 or zero:
+        _check_sharded(model, seq, micro_batch, recipe, dp, zero, rank, "real" if real else "fake" if fake else
+                       "auto", as_json)
+        return
     from stepbill.check import choose_mode, compare, predictions, verdict
     from stepbill.engine.bill import make_bill
     from stepbill.spec.hf import to_hf_config
@@ -88,3 +97,42 @@ def _print_rows(name: str, mode: str, convention: str, rows: list, summary: str)
     console = make_console()
     console.print(table)
     console.print(summary)
+
+
+def _check_sharded(model: str, seq: int, micro_batch: int, recipe: str, dp: int, zero: int, rank: int | None,
+                   requested: str, as_json: bool) -> None:
+    """One rank of `dp` under ZeRO-`zero`: predicted (engine/sharded.py) vs measured (measure/sharded.py)."""
+    from stepbill.check import choose_mode, compare_sharded, verdict
+    from stepbill.engine.sharded import predict_rank, rank_classes
+    from stepbill.spec.hf import to_hf_config
+    from stepbill.spec.presets import load_model
+
+    if dp < 2 or zero not in (1, 2, 3):
+        raise StepbillError("a sharded check needs --dp >= 2 and --zero 1, 2 or 3")
+    spec = load_model(model)
+
+    def predict(r: int):  # noqa: ANN202
+        return predict_rank(spec, dp, zero, r, micro_batch, seq, recipe)
+
+    ranks = [rank] if rank is not None else [rs[0] for rs in rank_classes(predict, dp).values()]
+    try:
+        from stepbill.measure.sharded import measure_rank
+    except ImportError as exc:  # pragma: no cover - optional extra
+        raise StepbillError(f"stepbill check needs PyTorch and transformers ({exc.name} is missing)") from None
+    results = []
+    for r in ranks:
+        pred = predict(r)
+        mode = choose_mode(requested, pred.peak)
+        measured = measure_rank(to_hf_config(spec), world=dp, zero=zero, rank=r, micro_batch=micro_batch,
+                                seq_len=seq, mode=mode, recipe=recipe)
+        results.append((r, mode, pred, measured, compare_sharded(pred, measured)))
+    if as_json:
+        print(json.dumps({"model": spec.name, "dp": dp, "zero": zero, "ranks": [
+            {"rank": r, "mode": mode, "convention": pred.convention,
+             "rows": [{"category": x.category, "predicted": x.predicted, "measured": x.measured, "error": x.error,
+                       "verdict": x.verdict} for x in rows],
+             "measured_breakdown_at_peak": m.breakdown, "predicted_transient": pred.transient,
+             "verdict": verdict(rows)} for r, mode, pred, m, rows in results]}, indent=2))
+        return
+    for r, mode, pred, _, rows in results:
+        _print_rows(f"{spec.name} rank {r} of {dp}, ZeRO-{zero}", mode, pred.convention, rows, verdict(rows))
