@@ -111,7 +111,7 @@ def _check_sharded(model: str, seq: int, micro_batch: int, recipe: str, dp: int,
         raise StepbillError("a sharded check needs --dp >= 2 and --zero 1, 2 or 3")
     spec = load_model(model)
 
-    def predict(r: int):  # noqa: ANN202
+    def predict(r: int):
         return predict_rank(spec, dp, zero, r, micro_batch, seq, recipe)
 
     ranks = [rank] if rank is not None else [rs[0] for rs in rank_classes(predict, dp).values()]
