@@ -5,9 +5,10 @@ Router (per family, transformers' code and config defaults, which `to_hf_config`
   token, saved as its result), `topk` (its int64 ids saved); mixtral always renormalises the top-k (the
   division saves the k values and their sum, fp32) and keeps fp32 routing weights; qwen*_moe renormalise only
   with `norm_topk_prob` (default False) and cast the weights to the router logits' dtype.
-- deepseek_v3: `linear(x.float(), w.float())` (an fp32 copy of the input unless it is fp32 already; autocast
-  makes it bf16 again), sigmoid scores (saved result), top-k ids from a gather (int64), renormalisation
-  (`norm_topk_prob`, default True) and the routed scaling (a new tensor: the routing weights).
+- deepseek_v2 / v3: `linear(x.float(), w.float())` (an fp32 copy of the input unless it is fp32 already;
+  autocast makes it bf16 again); v3: sigmoid scores (saved result), top-k ids from a gather (int64),
+  renormalisation (`norm_topk_prob`, default True); v2: fp32 softmax and top-k, no renormalisation (default);
+  both multiply by routed_scaling_factor (a new tensor in the scores' dtype: the routing weights).
 Dispatch (every family): the token↔expert permutation (int64, top_k per token) is saved three times as
 separate storages, the dispatched copy of the hidden states (top_k·h), the gate_up output (top_k·2f, whose
 chunks SiLU and the product read), SiLU's output, the product (down's input), the routing weights and the
@@ -28,12 +29,13 @@ from stepbill.engine.eager.norms import linear_inputs
 from stepbill.spec.model import ModelSpec
 
 SIGMOID_ROUTER = ("deepseek_v3",)
+FP32_ROUTER = ("deepseek_v2", "deepseek_v3")  # linear(x.float(), w.float())
 # transformers' defaults of norm_topk_prob (mixtral has no flag: it always renormalises)
 RENORMALISE = {"mixtral": True, "qwen2_moe": False, "qwen3_moe": False, "deepseek_v3": True, "deepseek_v2": False}
 
 
 def _router_logits_bytes(spec: ModelSpec, dt: Dt) -> int:
-    if spec.family in SIGMOID_ROUTER and not dt.amp:
+    if spec.family in FP32_ROUTER and not dt.amp:
         return FP32  # x.float() @ w.float()
     return dt.compute
 
@@ -57,7 +59,9 @@ def _router(spec: ModelSpec, dt: Dt, b: str) -> list[ActTensor]:
             ActTensor("moe.topk_values", k, sd, "renormalisation (division: grad of the sum)", logits, b, "moe.router"),
             ActTensor("moe.topk_sum", 1, sd, "renormalisation denominator", logits, b, "moe.router"),
         ]
-    w = FP32 if spec.family == "mixtral" else sd if spec.family in SIGMOID_ROUTER else rd
+    # mixtral keeps the fp32 top-k values; deepseek scales them (a new tensor in the scores' dtype); qwen casts
+    # them to the router logits' dtype.
+    w = FP32 if spec.family == "mixtral" else sd if spec.family in FP32_ROUTER else rd
     rows.append(ActTensor("moe.routing_weights", k, w, "weighted combine (grad of the expert outputs)", logits, b,
                           "moe.router"))
     return rows
@@ -74,7 +78,7 @@ def moe_rows(spec: ModelSpec, act: int) -> list[ActTensor]:
     qwen_shared_first = spec.family == "qwen2_moe"
     if sf and qwen_shared_first:
         readers += ["shared.gate_proj", "shared.up_proj"]
-    if spec.family in SIGMOID_ROUTER and not dt.amp and p != FP32:
+    if spec.family in FP32_ROUTER and not dt.amp and p != FP32:
         rows.append(ActTensor("moe.router_in_fp32", d, FP32, "router weight grad (x.float() copy of its input)",
                               Recompute("elementwise", n=d), b))
     else:

@@ -6,6 +6,7 @@ Not per token (`per` "position" or "constant"):
 - RoPE cos/sin tables: per position, in the parameter dtype (computed in fp32, cast to the hidden states'
   dtype), rotary width (head_dim·rotary_fraction; MLA: qk_rope_head_dim); built once per forward and shared by
   the batch and every layer. Under full recompute the checkpoints hold no tables.
+  DeepSeek-V2 rotates with complex numbers: one complex64 table of rope/2 entries (8 B each) per position.
 - GPT-2's learned positions: the position ids (int64 per position) saved by the position embedding.
 - At micro-batch 1 the shifted labels are a view of the (T+1)-long padded labels: one more int64.
 - The loss's count of non-ignored tokens (a 4-byte scalar).
@@ -50,7 +51,10 @@ def outside_fixed_rows(spec: ModelSpec, act: int, micro_batch: int, recompute: s
     b, copy = "outside", Recompute("copy")
     rows: list[ActTensor] = []
     rope = rope_width(spec)
-    if rope and recompute == "none":
+    if rope and recompute == "none" and spec.family == "deepseek_v2":
+        rows.append(ActTensor("rope.freqs_cis", rope // 2, 8, "RoPE as a complex product (view_as_complex): one "
+                              "complex64 table per position, in every recipe", copy, b, per="position"))
+    elif rope and recompute == "none":
         rows.append(ActTensor("rope.cos_sin", 2 * rope, dt.param, "RoPE backward (q·cos, rotate_half(q)·sin): "
                               "the tables, per position, shared by the batch and every layer", copy, b, per="position"))
     if spec.positions == "learned":
