@@ -75,6 +75,9 @@ class ActTensor:
     block: str
     op: str = ""  # the op that produces it; tensors of one op are rebuilt together (default: its own name)
     per_token2: bool = False  # eager attention scores: width is per token per key position (× seq_len)
+    # "token" (the default: width per token), or — for eager rows kept outside the per-token plan — "position"
+    # (per sequence position, shared by the batch: RoPE tables) or "constant" (per layer or per step).
+    per: str = "token"
 
     @property
     def bytes_per_token(self) -> int:
@@ -265,7 +268,7 @@ def outside_bytes(spec: ModelSpec, activation_bytes: int, seq_len: Any, micro_ba
     accounting counts none; `eager` counts what transformers keeps (activations_eager.outside_bytes)."""
     if convention != "eager":
         return 0
-    from stepbill.engine.activations_eager import outside_bytes as eager_outside
+    from stepbill.engine.eager import outside_bytes as eager_outside
 
     return eager_outside(spec, activation_bytes, seq_len, micro_batch)
 
@@ -273,7 +276,12 @@ def outside_bytes(spec: ModelSpec, activation_bytes: int, seq_len: Any, micro_ba
 def saved_bytes(spec: ModelSpec, activation_bytes: int, seq_len: Any, micro_batch: Any = 1,
                 convention: str = "ideal", attention: str = "sdpa") -> Any:
     """Bytes autograd keeps from one forward with no recompute (what saved_tensors_hooks counts, each
-    storage once): every layer's rows + what lives outside the layers."""
+    storage once): every layer's rows + what lives outside the layers (eager: engine.eager.saved_bytes, which
+    also counts the rows that do not grow per token)."""
+    if convention == "eager" and attention == "sdpa":
+        from stepbill.engine.eager import saved_bytes as eager_saved
+
+        return eager_saved(spec, activation_bytes, seq_len, micro_batch)
     tokens = seq_len * micro_batch
     total = outside_bytes(spec, activation_bytes, seq_len, micro_batch, convention)
     for kind, n in layer_kinds(spec).items():
@@ -283,10 +291,10 @@ def saved_bytes(spec: ModelSpec, activation_bytes: int, seq_len: Any, micro_batc
 
 
 def _register_eager() -> None:
-    from stepbill.engine import activations_eager as eager
+    from stepbill.engine.eager.blocks import BLOCKS
 
-    BLOCK_ROWS[("eager", "mha")] = eager._mha_eager
-    BLOCK_ROWS[("eager", "swiglu")] = eager._swiglu_eager
+    for block, builder in BLOCKS.items():
+        BLOCK_ROWS[("eager", block)] = builder
 
 
 _register_eager()

@@ -1,0 +1,50 @@
+"""Byte widths the eager rows need: the parameter dtype (weights, the residual stream, RoPE tables, MoE experts
+under amp) and the compute dtype (matmul outputs). They differ only under autocast (amp-bf16: fp32 weights,
+bf16 matmuls), and the rest of the engine passes a single int (`Precision.activation`), so `EagerBytes` is that
+int (the compute bytes) carrying the parameter bytes along; a plain int means both are equal."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+FP32 = 4
+INT64 = 8
+INT32 = 4
+
+
+class EagerBytes(int):
+    """The compute dtype's bytes (its int value) with `param`, the parameter dtype's bytes."""
+
+    param: int
+
+    def __new__(cls, compute: int, param: int | None = None) -> EagerBytes:
+        obj = super().__new__(cls, compute)
+        obj.param = int(param if param is not None else compute)
+        return obj
+
+    def __repr__(self) -> str:
+        return f"EagerBytes(compute={int(self)}, param={self.param})"
+
+
+def from_precision(precision: Any) -> EagerBytes:
+    """EagerBytes of a recipe's Precision: activations in `activation` bytes, weights in `weights` bytes
+    (amp-bf16: 2 and 4; fp32: 4 and 4; pure-bf16 and mixed-bf16, whose eager model is a bf16 module: 2 and 2)."""
+    return EagerBytes(precision.activation, precision.weights)
+
+
+@dataclass(frozen=True)
+class Dt:
+    """param: weights, residual stream, norms' output dtype; compute: matmul outputs (bf16 under autocast)."""
+
+    param: int
+    compute: int
+
+    @property
+    def amp(self) -> bool:
+        """Autocast: every linear casts its input and its weight to the compute dtype (new storages)."""
+        return self.param != self.compute
+
+
+def dt_of(act: Any) -> Dt:
+    return Dt(int(getattr(act, "param", act)), int(act))
