@@ -190,6 +190,10 @@ def _eager_timeline(inventory: ParamInventory, resident: list[Line], plan: Recom
         cast -= casts[i]
         moments.append(at("backward", f"backward, layer {i} ({k}), FFN", grads + e.layer_grad.get(k, 0),
                           bwd[i] + e.rope + e.layer_act.get(k, 0), e.layer_temp.get(k, 0), cast + casts[i]))
+        if e.norm_temp:
+            moments.append(at("backward", f"backward, layer {i} ({k}), FFN input norm",
+                              grads + e.norm_grad.get(k, 0), bwd[i] + e.rope + e.norm_act.get(k, 0), e.norm_temp,
+                              cast + casts[i]))
         grads += per_layer[i]
     grads += embed
     moments.append(at("backward", "backward, embedding", grads, 0))

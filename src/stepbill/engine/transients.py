@@ -17,7 +17,9 @@ step, `model(input_ids, labels=input_ids, use_cache=False)`, `loss.backward()`, 
 - inside a decoder layer's backward the largest moment is the FFN's first elementwise backward (SwiGLU: the
   product's two factor gradients being made while its incoming gradient lives): the layer's rows minus the
   down projection's input, the residual gradient (hidden wide) and three FFN-wide gradients; the weight
-  gradients of every later layer and of the layer's down projection exist;
+  gradients of every later layer and of the layer's down projection exist; in low precision the FFN's input
+  norm backward can top it (RMSNorm works in fp32: five fp32 hidden-wide temporaries, with the FFN's rows
+  freed but for the norm's fp32 input, and all the FFN's weight gradients made);
 - optimizer step: `single` (foreach=False) makes `exp_avg_sq.sqrt()` and its division by the bias
   correction for one tensor while the previous tensor's `denom` is still referenced: max over consecutive
   tensors of 2·s_j + s_{j-1} bytes; `foreach` builds `_foreach_sqrt` of every state at once: one more copy of
@@ -59,6 +61,11 @@ class EagerTerms:
     layer_act: dict[str, int] = field(default_factory=dict)  # per layer kind: − the down projection's input
     layer_temp: dict[str, int] = field(default_factory=dict)  # per layer kind: residual + FFN gradients
     layer_grad: dict[str, int] = field(default_factory=dict)  # per layer kind: its last matrix's gradient
+    # The FFN's input norm backward (RMSNorm upcast to fp32: five fp32 hidden-wide temporaries), after the
+    # FFN's rows are freed and its weight gradients made: activation change, temporaries, gradients.
+    norm_act: dict[str, int] = field(default_factory=dict)
+    norm_temp: int = 0
+    norm_grad: dict[str, int] = field(default_factory=dict)
     optimizer_temp: int = 0
     cast_layer: dict[str, int] = field(default_factory=dict)  # amp: bf16 weight copies of one layer
     cast_head: int = 0  # amp: the LM head's bf16 copy
@@ -110,6 +117,8 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
     layer_temp: dict[str, int] = {}
     layer_grad: dict[str, int] = {}
     cast_layer: dict[str, int] = {}
+    norm_act: dict[str, int] = {}
+    norm_grad: dict[str, int] = {}
     for kind in plan.layers:
         count = max(1, plan.order.count(kind))
         rows = act.layer_rows(spec, kind, a, "eager")
@@ -119,6 +128,11 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         mats = [x for x in inventory.tensors if x.layer_kind == kind and x.is_matrix]
         layer_grad[kind] = mats[-1].total // count * p.grads if mats else 0
         per_layer = sum(x.total for x in mats if _is_linear(x)) // count
+        ffn_block = rows[-1].block if rows else ""
+        freed = sum(r.bytes_at(t) for r in rows if r.block == ffn_block and not r.name.endswith("norm_x_fp32"))
+        norm_act[kind] = -round(freed * n)
+        ffn_params = sum(x.total for x in inventory.tensors if x.layer_kind == kind and x.component == "ffn")
+        norm_grad[kind] = (ffn_params // count + h) * p.grads
         cast_layer[kind] = AMP_CAST * per_layer if amp else 0
     return EagerTerms(
         constant=INT64 * n + buffers,
@@ -132,6 +146,9 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         layer_act=layer_act,
         layer_temp=layer_temp,
         layer_grad=layer_grad,
+        norm_act=norm_act,
+        norm_temp=(a + 5 * FP32) * h * n if spec.norm == "rmsnorm" else 0,
+        norm_grad=norm_grad,
         optimizer_temp=optimizer_temporaries(inventory, recipe.optimizer_impl, p.state),
         cast_layer=cast_layer,
         cast_head=AMP_CAST * v * h if amp else 0,
