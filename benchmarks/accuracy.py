@@ -14,8 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from stepbill.check import CATEGORIES, choose_mode, compare, predictions
-from stepbill.engine.bill import make_bill
+from stepbill.check import CATEGORIES, choose_mode, compare, predict, predictions
 from stepbill.measure.step import measure_step
 from stepbill.spec.hf import to_hf_config
 from stepbill.spec.presets import load_model
@@ -63,8 +62,11 @@ SUITE = (
 
 def run_case(case: Case) -> tuple[str, list, float, str]:
     spec = load_model(case.model)
-    recipe = make_recipe(case.recipe, "adamw", case.micro_batch, case.seq_len, case.recompute)
-    bill = make_bill(spec, recipe)
+    recipe = make_recipe(case.recipe, "adamw", case.micro_batch, case.seq_len, case.recompute,
+                         optimizer_impl=case.optimizer_impl)
+    bill, note = predict(spec, recipe)
+    if note:
+        print(note, flush=True)
     mode = choose_mode("auto", bill.lines["memory.peak"].value)
     start = time.perf_counter()
     measured = measure_step(

@@ -69,6 +69,18 @@ def predictions(bill: Bill) -> dict[str, float]:
     return {line: bill.lines[line].value for _, line, _, _ in CATEGORIES if line in bill.lines}
 
 
+def predict(spec: Any, recipe: Any) -> tuple[Bill, str]:
+    """The bill `check` holds to the measurement: the `eager` convention (what eager PyTorch + transformers
+    keep, with their transients), or `ideal` with a note where the family has no eager rows yet."""
+    from stepbill.engine.bill import make_bill
+
+    try:
+        return make_bill(spec, recipe, convention="eager"), ""
+    except StepbillError as exc:
+        note = f"note: no eager convention for {spec.name} ({exc}); predicting with the ideal convention"
+        return make_bill(spec, recipe, convention="ideal"), note
+
+
 def available_ram_bytes() -> int:
     """Memory the kernel says is available (MemAvailable), or total physical memory where unknown."""
     try:

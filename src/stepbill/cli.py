@@ -50,6 +50,9 @@ def bill(
     recompute: Annotated[str, typer.Option(
         "--recompute", help="none | full | every:K | every:auto | selective:core_attn,mlp,... | budget:40GiB")]
     = "none",
+    optimizer_impl: Annotated[str, typer.Option(
+        "--optimizer-impl", help="AdamW in PyTorch: single | foreach | fused (their temporaries; eager convention)")]
+    = "single",
     convention: Annotated[str, typer.Option("--convention", help="ideal (the seed's) | eager (what PyTorch keeps)")]
     = "ideal",
     attention: Annotated[str, typer.Option("--attention", help="sdpa (fused, no S² scores) | eager (stores them)")]
@@ -99,7 +102,8 @@ def bill(
                       offload_optimizer=offload_optimizer, offload_activations=offload_activations)
     validate_layout(spec, layout, seq, gpus)
     the_gpu = load_gpu(gpu) if gpu is not None else None
-    the_recipe = make_recipe(recipe, optimizer, micro_batch, seq, recompute, lora_rank, targets, layout)
+    the_recipe = make_recipe(recipe, optimizer, micro_batch, seq, recompute, lora_rank, targets, layout,
+                             optimizer_impl)
     card = gpu_mem * GIB if gpu_mem else (the_gpu.memory_bytes if the_gpu else None)
     result = make_bill(spec, the_recipe, card, convention, attention, gpu=the_gpu, efficiency=mfu)
     if as_json:

@@ -50,8 +50,7 @@ def check(
         _check_sharded(model, seq, micro_batch, recipe, dp, zero, rank, "real" if real else "fake" if fake else
                        "auto", as_json)
         return
-    from stepbill.check import choose_mode, compare, predictions, verdict
-    from stepbill.engine.bill import make_bill
+    from stepbill.check import choose_mode, compare, predict, predictions, verdict
     from stepbill.spec.hf import to_hf_config
     from stepbill.spec.presets import load_model
     from stepbill.spec.recipe import make_recipe
@@ -61,7 +60,10 @@ def check(
     if real and fake:
         raise StepbillError("choose one of --real and --fake")
     spec = load_model(model)
-    bill = make_bill(spec, make_recipe(recipe, "adamw", micro_batch, seq, recompute))
+    bill, note = predict(spec, make_recipe(recipe, "adamw", micro_batch, seq, recompute,
+                                           optimizer_impl=optimizer_impl))
+    if note:
+        typer.echo(note, err=True)
     mode = choose_mode("real" if real else "fake" if fake else "auto", bill.lines["memory.peak"].value)
     measured = _measure_with_progress(
         to_hf_config(spec), mode, recipe=recipe, optimizer_impl=optimizer_impl, micro_batch=micro_batch,

@@ -20,6 +20,7 @@ from stepbill.engine.states import (
 )
 from stepbill.engine.time import DEFAULT_EFFICIENCY, StepTime, step_time
 from stepbill.engine.timeline import Timeline, build_timeline
+from stepbill.engine.transients import EagerTerms, eager_terms
 from stepbill.errors import unknown_name
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
@@ -69,7 +70,7 @@ def _sum_line(name: str, parts: list[Line], unit: str = "bytes", note: str = "")
 
 
 def activation_lines(plan: RecomputePlan, forward_peak_activations: float, activation_bytes: int,
-                     hidden: int, outside: float = 0) -> list[Line]:
+                     hidden: int, outside: float = 0, extra: list[Line] | None = None) -> list[Line]:
     """The activations at the forward peak, split into what the layers keep and the working set of the
     layer being computed (rows the policy drops: alive while that layer runs)."""
     tokens = plan.tokens
@@ -88,12 +89,27 @@ def activation_lines(plan: RecomputePlan, forward_peak_activations: float, activ
     if outside:
         lines.append(Line("activations.outside", outside, "bytes",
                           "final norm, LM head input, fp32 log-softmax, labels, RoPE tables (eager)", {}))
+    lines += extra or []
     working = forward_peak_activations - sum(x.value for x in lines)
     if working > 0:
         lines.append(Line("activations.working_set", working, "bytes",
                           "tensors the policy drops, alive while their layer runs: {per_token} B/token × {tokens}",
                           {"per_token": working / tokens, "tokens": tokens}))
     return lines
+
+
+def _eager_activation_lines(eager: EagerTerms | None, timeline: Timeline) -> list[Line]:
+    """Forward-made tensors the eager convention adds at the forward peak: logits and loss, autocast's cache."""
+    if eager is None:
+        return []
+    out = [Line("activations.logits_and_loss", eager.forward_end, "bytes",
+                "logits (compute dtype) + their fp32 upcast (unless fp32) + padded labels + loss", {},
+                convention="eager: transformers' ForCausalLMLoss; alive at the end of the forward")]
+    cache = timeline.peak_forward.items.get("autocast_cache", 0)
+    if cache:
+        out.append(Line("activations.autocast_cache", cache, "bytes", "bf16 copy of every linear weight (2 B each)",
+                        {}, convention="amp-bf16: autocast's weight-cast cache"))
+    return out
 
 
 def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = None, convention: str = "ideal",
@@ -111,9 +127,11 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
     plan = make_plan(spec, recipe.recompute_policy, recipe.seq_len, recipe.micro_batch, a_bytes, convention,
                      attention=attention)
     outside = act.outside_bytes(spec, a_bytes, recipe.seq_len, recipe.micro_batch, convention)
-    timeline = build_timeline(inv, resident, plan, spec.tied_embeddings, outside)
+    eager = eager_terms(spec, recipe, inv, plan) if convention == "eager" else None
+    timeline = build_timeline(inv, resident, plan, spec.tied_embeddings, outside, eager)
     time_lines = timeline.lines()
-    activ = activation_lines(plan, time_lines["memory.activations"].value, a_bytes, spec.hidden_size, outside)
+    activ = activation_lines(plan, time_lines["memory.activations"].value, a_bytes, spec.hidden_size, outside,
+                             _eager_activation_lines(eager, timeline))
     ckpt = checkpoint_lines(inv, recipe)
 
     lines: dict[str, Line] = {
@@ -129,6 +147,11 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
     lines["memory.weights"] = _sum_line("memory.weights", [x for x in resident if x.name.startswith("weights")])
     lines["memory.grads"] = by_name["grads"]
     lines["memory.optimizer"] = _sum_line("memory.optimizer", optimizer_side, note="master copy + optimizer states")
+    if eager is not None and eager.step_counters:
+        opt = lines["memory.optimizer"]
+        lines["memory.optimizer"] = Line("memory.optimizer", opt.value + eager.step_counters, "bytes",
+                                         opt.formula + " + AdamW step counters (4 B per parameter tensor)", {},
+                                         convention="eager: PyTorch's AdamW keeps a 4-byte `step` per tensor")
     lines["memory.model"] = _sum_line("memory.model", model_side, note="weights + grads")
     lines["memory.resident"] = _sum_line("memory.resident", resident)
     lines.update(time_lines)
@@ -155,6 +178,13 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
                 ranks, collectives, timing, gpu)
 
 
+EXTRA_PEAK_ITEMS = {
+    "inputs": "input ids (int64) and module buffers",
+    "temporaries": "backward / optimizer temporaries",
+    "autocast_cache": "autocast's bf16 weight copies",
+}
+
+
 def peak_items(bill: Bill) -> list[Line]:
     """The items at the peak moment; they sum to memory.peak exactly."""
     assert bill.timeline is not None
@@ -164,6 +194,16 @@ def peak_items(bill: Bill) -> list[Line]:
                       {"moment": peak.label}))
     items.append(Line("activations", peak.items["activations"], "bytes", "activations alive at {moment}",
                       {"moment": peak.label}))
+    for name, what in EXTRA_PEAK_ITEMS.items():
+        if peak.items.get(name):
+            items.append(Line(name, peak.items[name], "bytes", what + " at {moment}", {"moment": peak.label},
+                              convention="eager"))
+    if "optimizer" in peak.items:  # eager: the optimizer item also holds AdamW's step counters
+        extra = peak.items["optimizer"] - round(sum(x.value for x in bill.resident_items
+                                                    if not is_model_item(x.name)))
+        if extra:
+            items.append(Line("optimizer.step_counters", extra, "bytes", "AdamW `step`: 4 B per parameter tensor",
+                              {}, convention="eager"))
     rounded = [Line(x.name, round(x.value), x.unit, x.formula, x.inputs, x.provenance, x.convention) for x in items]
     return rounded
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from stepbill.engine.params import param_inventory
 from stepbill.errors import StepbillError
@@ -165,6 +166,12 @@ def _buffers(spec: ModelSpec) -> float:
     return 2 * (rope // 2) * FP32 if spec.positions == "rotary" else 0
 
 
+def _live(moment: Any) -> float:
+    """Activations plus the moment's temporaries and autocast copies (eager timeline; 0 under ideal)."""
+    items = moment.items
+    return items["activations"] + items.get("temporaries", 0) + items.get("autocast_cache", 0)
+
+
 def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int = 0, micro_batch: int = 1, seq_len: int = 128,
                  recipe: str = "fp32") -> RankPrediction:
     """Predicted memory of rank `rank` of `world` under ZeRO-`zero` as measure/sharded.py runs it."""
@@ -186,8 +193,9 @@ def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int = 0, micro_ba
     assert bill.timeline is not None
     act_bytes = bill.recipe.precision.activation
     tokens = micro_batch * seq_len
-    # the logits in the compute dtype and, unless that is fp32 already, their fp32 upcast for the loss
-    loss_temp = tokens * spec.vocab_size * (act_bytes + (FP32 if act_bytes != FP32 else 0))
+    # The eager timeline already holds the logits (and their fp32 upcast) at the loss and each backward
+    # moment's temporaries; the ideal one has neither, so add the loss's logits here.
+    loss_temp = 0 if convention == "eager" else tokens * spec.vocab_size * (act_bytes + (FP32 if act_bytes != FP32 else 0))
     inputs = tokens * 8
     buffers = _buffers(spec)
     moments = list(bill.timeline.moments)
@@ -204,7 +212,7 @@ def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int = 0, micro_ba
         out: list[tuple[str, str, float]] = []
         for m in moments:
             extra = loss_temp if "loss" in m.label else 0
-            out.append((m.phase, m.label, base + m.items["grads"] + m.items["activations"] + extra))
+            out.append((m.phase, m.label, base + m.items["grads"] + _live(m) + extra))
         out.append(("optimizer", "AdamW temporaries", base + grads + 2 * p.state * largest))
         return _finish(rank, world, zero, params, grads, opt, buffers, inputs, bill, out, {}, loss_temp, convention)
     res = fsdp_resident(tensors, world, rank)
@@ -216,7 +224,7 @@ def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int = 0, micro_ba
     base = res["params"] + res["optimizer_states"] + inputs + buffers
     out = []
     for m in moments:
-        a = m.items["activations"]
+        a = _live(m)
         label = m.label
         if m.phase == "forward":
             if label.startswith("forward, layer"):

@@ -22,9 +22,14 @@ from dataclasses import dataclass
 from stepbill.engine.line import Line
 from stepbill.engine.params import ParamInventory
 from stepbill.engine.recompute import RecomputePlan
+from stepbill.engine.transients import EagerTerms
 
 ITEMS = ("weights", "optimizer", "grads", "activations")
 ADVICE = {
+    "temporaries": "temporaries dominate (logits' gradients, optimizer update): chunk the loss, use a fused "
+    "optimizer",
+    "inputs": "inputs dominate: shorten the micro-batch",
+    "autocast_cache": "autocast's bf16 weight copies dominate: keep bf16 weights (pure-bf16 or mixed-bf16)",
     "activations": "activations dominate: recompute (stepbill recompute MODEL) or context parallelism",
     "optimizer": "optimizer states dominate: shard them (ZeRO-1/2/3, FSDP)",
     "weights": "weights dominate: shard parameters (ZeRO-3 / FSDP) or lower their precision",
@@ -83,7 +88,8 @@ class Timeline:
                                         "at {moment}", {"moment": fwd.label, **fwd.items}),
             "memory.peak_backward": Line("memory.peak_backward", bwd.total, "bytes", "largest total in the "
                                          "backward, at {moment}", {"moment": bwd.label, **bwd.items}),
-            "memory.activations": Line("memory.activations", fwd.items["activations"], "bytes",
+            "memory.activations": Line("memory.activations",
+                                       fwd.items["activations"] + fwd.items.get("autocast_cache", 0), "bytes",
                                        "activations alive at the forward peak ({moment})", {"moment": fwd.label},
                                        convention=note),
         }
@@ -113,10 +119,13 @@ def _grad_shares(inventory: ParamInventory, grads_total: int, order: tuple[str, 
 
 
 def build_timeline(inventory: ParamInventory, resident: list[Line], plan: RecomputePlan,
-                   tied_embeddings: bool = False, outside: float = 0) -> Timeline:
+                   tied_embeddings: bool = False, outside: float = 0, eager: EagerTerms | None = None) -> Timeline:
     """The moments of one step (forward L layers, LM head, backward L layers, embedding, optimizer).
     `outside`: activation bytes kept outside the layers (eager: final norm, LM head input, fp32 loss),
-    alive from the LM head's forward to its backward."""
+    alive from the LM head's forward to its backward. `eager`: the transients eager PyTorch adds (then the
+    moments are those MemTracker sees; see transients.py)."""
+    if eager is not None:
+        return _eager_timeline(inventory, resident, plan, tied_embeddings, outside, eager)
     weights = round(sum(x.value for x in resident if x.name.startswith("weights")))
     grads_total = round(sum(x.value for x in resident if x.name == "grads"))
     optimizer = round(sum(x.value for x in resident if not x.name.startswith("weights") and x.name != "grads"))
@@ -140,4 +149,53 @@ def build_timeline(inventory: ParamInventory, resident: list[Line], plan: Recomp
     grads += embed
     moments.append(at("backward", "backward, embedding", grads, 0))
     moments.append(at("optimizer", "optimizer step", grads, 0))
+    return Timeline(tuple(moments))
+
+
+def _eager_timeline(inventory: ParamInventory, resident: list[Line], plan: RecomputePlan, tied_embeddings: bool,
+                    outside: float, e: EagerTerms) -> Timeline:
+    """The eager convention's moments: as build_timeline, plus inputs, logits, loss and LM head gradients,
+    the largest moment inside each layer's backward, optimizer temporaries and amp's weight-cast cache."""
+    weights = round(sum(x.value for x in resident if x.name.startswith("weights")))
+    grads_total = round(sum(x.value for x in resident if x.name == "grads"))
+    optimizer = round(sum(x.value for x in resident if not x.name.startswith("weights") and x.name != "grads"))
+    optimizer += e.step_counters
+    head, per_layer, embed = _grad_shares(inventory, grads_total, plan.order)
+    if tied_embeddings:
+        head, embed = head + embed, 0
+    casts = [e.cast_layer.get(k, 0) for k in plan.order]
+    cast_all = sum(casts) + e.cast_head
+
+    def at(phase: str, label: str, grads: int, activations: float, temporaries: int = 0, cast: int = 0) -> Moment:
+        return Moment(phase, label, {"weights": weights, "optimizer": optimizer, "grads": grads,
+                                     "activations": round(activations), "inputs": e.constant,
+                                     "temporaries": temporaries, "autocast_cache": cast})
+
+    bwd = plan.backward_live()
+    kept, cast = 0.0, 0
+    moments = []
+    for i, k in enumerate(plan.order):
+        kept += plan.kept_bytes(i) * plan.tokens
+        cast += casts[i]
+        # A checkpointed layer saves nothing in its forward; otherwise its rows are kept (and counted in kept).
+        moments.append(at("forward", f"forward, layer {i} ({k})", 0, kept, cast=cast))
+    saved = plan.kept_after_forward() + outside
+    moments.append(at("forward", "forward, LM head and loss", 0, saved + e.forward_end, cast=cast_all))
+    moments.append(at("backward", "backward, loss (log-softmax gradient)", 0, saved + e.loss_act, e.loss_temp,
+                      cast_all))
+    moments.append(at("backward", "backward, LM head", 0, saved + e.head_act, e.head_temp, cast_all))
+    grads = head
+    for i in reversed(range(len(plan.order))):
+        k = plan.order[i]
+        cast -= casts[i]
+        moments.append(at("backward", f"backward, layer {i} ({k}), FFN", grads + e.layer_grad.get(k, 0),
+                          bwd[i] + e.rope + e.layer_act.get(k, 0), e.layer_temp.get(k, 0), cast + casts[i]))
+        if e.norm_temp:
+            moments.append(at("backward", f"backward, layer {i} ({k}), FFN input norm",
+                              grads + e.norm_grad.get(k, 0), bwd[i] + e.rope + e.norm_act.get(k, 0), e.norm_temp,
+                              cast + casts[i]))
+        grads += per_layer[i]
+    grads += embed
+    moments.append(at("backward", "backward, embedding", grads, 0))
+    moments.append(at("optimizer", "optimizer step", grads, 0, e.optimizer_temp))
     return Timeline(tuple(moments))

@@ -55,6 +55,14 @@ OPTIMIZERS: dict[str, str] = {
 
 DEFAULT_LORA_TARGETS = ("q_proj", "v_proj")
 
+#: How PyTorch's AdamW runs its update (torch.optim.AdamW foreach=False / foreach=True / fused=True). Only the
+#: eager convention's timeline tells them apart (their temporaries during optimizer.step()).
+OPTIMIZER_IMPLS: dict[str, str] = {
+    "single": "one parameter at a time (foreach=False): two temporaries of one tensor at a time",
+    "foreach": "multi-tensor (foreach=True): one temporary copy of every state at once",
+    "fused": "fused kernel (fused=True): no temporaries",
+}
+
 
 @dataclass(frozen=True)
 class LoRA:
@@ -75,10 +83,13 @@ class Recipe:
     recompute: str = "none"  # none | full | every:K | every:auto | selective:M1,M2 | budget:40GiB
     lora: LoRA | None = None
     parallel: Parallel = field(default_factory=Parallel)  # all-1: one GPU holds everything
+    optimizer_impl: str = "single"  # single | foreach | fused (OPTIMIZER_IMPLS)
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
             raise unknown_name("optimizer", self.optimizer, OPTIMIZERS)
+        if self.optimizer_impl not in OPTIMIZER_IMPLS:
+            raise unknown_name("optimizer implementation", self.optimizer_impl, OPTIMIZER_IMPLS)
         parse_recompute(self.recompute)  # validates: none | full | every:K | selective:M,... | budget:SIZE
         for name in ("micro_batch", "seq_len"):
             value = getattr(self, name)
@@ -121,6 +132,7 @@ def make_recipe(
     lora_rank: int | None = None,
     lora_targets: tuple[str, ...] | None = None,
     parallel: Parallel | None = None,
+    optimizer_impl: str = "single",
 ) -> Recipe:
     """A Recipe from plain names and numbers (what the CLI and the API take)."""
     lora = None
@@ -128,4 +140,5 @@ def make_recipe(
         lora = LoRA(lora_rank, tuple(lora_targets) if lora_targets else DEFAULT_LORA_TARGETS)
     elif lora_targets:
         raise StepbillError("--lora-targets needs --lora-rank")
-    return Recipe(precision(recipe), optimizer, micro_batch, seq_len, recompute, lora, parallel or Parallel())
+    return Recipe(precision(recipe), optimizer, micro_batch, seq_len, recompute, lora, parallel or Parallel(),
+                  optimizer_impl)

@@ -1,0 +1,155 @@
+"""What eager PyTorch holds besides weights, states and saved tensors: the `eager` convention's transients.
+
+The moments are those `stepbill check` measures with MemTracker (second iteration of transformers' training
+step, `model(input_ids, labels=input_ids, use_cache=False)`, `loss.backward()`, `optimizer.step()`,
+`zero_grad(set_to_none=True)`). Traced op by op on tiny llama models (torch 2.13 CPU, transformers 5.24):
+
+- always alive: the input ids (int64, B·T; the labels are the same tensor), the module buffers (RoPE
+  `inv_freq` and `original_inv_freq`, fp32, head_dim/2 each) and AdamW's `step` counter (a 4-byte fp32
+  tensor per parameter tensor);
+- end of the forward (`nll_loss`): besides every saved tensor, the logits (compute dtype, B·T·V), their fp32
+  upcast when they are not fp32 already (`ForCausalLMLoss`: `logits.float()`), the padded labels
+  (B·(T+1) int64; at B = 1 they are the saved shifted labels' storage, counted there) and the loss;
+- loss backward (`_log_softmax_backward_data`): NLL's gradient and log-softmax's gradient, both fp32 B·T·V;
+  the labels and token count are released, the loss and its seed gradient are alive;
+- LM head backward: the log-softmax is freed; dlogits (compute dtype), the head's weight gradient and the
+  gradient of its input are alive;
+- inside a decoder layer's backward the largest moment is the FFN's first elementwise backward (SwiGLU: the
+  product's two factor gradients being made while its incoming gradient lives): the layer's rows minus the
+  down projection's input, the residual gradient (hidden wide) and three FFN-wide gradients; the weight
+  gradients of every later layer and of the layer's down projection exist; in low precision the FFN's input
+  norm backward can top it (RMSNorm works in fp32: five fp32 hidden-wide temporaries, with the FFN's rows
+  freed but for the norm's fp32 input, and all the FFN's weight gradients made);
+- optimizer step: `single` (foreach=False) makes `exp_avg_sq.sqrt()` and its division by the bias
+  correction for one tensor while the previous tensor's `denom` is still referenced: max over consecutive
+  tensors of 2·s_j + s_{j-1} bytes; `foreach` builds `_foreach_sqrt` of every state at once: one more copy of
+  all states; `fused`: none;
+- amp-bf16: autocast caches a bf16 copy of every linear weight at its first use in the forward; a layer's
+  copies live until its backward frees the graph nodes that saved them (LM head's until the head backward).
+
+Family-independent: sizes come from the eager rows (layer_rows), the ModelSpec and the ParamInventory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import pairwise
+
+from stepbill.engine import activations as act
+from stepbill.engine.params import ParamInventory
+from stepbill.engine.recompute import RecomputePlan
+from stepbill.spec.model import ModelSpec
+from stepbill.spec.recipe import Recipe
+
+FP32 = 4
+INT64 = 8
+AMP_CAST = 2  # autocast's bf16 weight copies
+
+
+@dataclass(frozen=True)
+class EagerTerms:
+    """Bytes the eager timeline adds to the ideal one (whole micro-batch)."""
+
+    constant: int  # input ids + module buffers, alive the whole step
+    step_counters: int  # AdamW `step` tensors (counted with the optimizer states)
+    forward_end: int  # logits (+ fp32 upcast) + padded labels + loss, on top of the saved tensors
+    loss_act: int  # activation change at the loss backward (labels and token count freed, loss + seed alive)
+    loss_temp: int  # NLL and log-softmax gradients (fp32)
+    head_act: int  # activation change at the LM head backward (log-softmax freed as well)
+    head_temp: int  # dlogits + head weight gradient + gradient of the head input
+    rope: int  # outside bytes that live through the layers' backward (RoPE tables)
+    layer_act: dict[str, int] = field(default_factory=dict)  # per layer kind: − the down projection's input
+    layer_temp: dict[str, int] = field(default_factory=dict)  # per layer kind: residual + FFN gradients
+    layer_grad: dict[str, int] = field(default_factory=dict)  # per layer kind: its last matrix's gradient
+    # The FFN's input norm backward (RMSNorm upcast to fp32: five fp32 hidden-wide temporaries), after the
+    # FFN's rows are freed and its weight gradients made: activation change, temporaries, gradients.
+    norm_act: dict[str, int] = field(default_factory=dict)
+    norm_temp: int = 0
+    norm_grad: dict[str, int] = field(default_factory=dict)
+    optimizer_temp: int = 0
+    cast_layer: dict[str, int] = field(default_factory=dict)  # amp: bf16 weight copies of one layer
+    cast_head: int = 0  # amp: the LM head's bf16 copy
+
+
+def _is_linear(t: object) -> bool:
+    return getattr(t, "is_matrix", False) and getattr(t, "component", "") != "embedding"
+
+
+def optimizer_temporaries(inventory: ParamInventory, impl: str, state_bytes: int) -> int:
+    """Peak bytes AdamW's update holds beyond its states (see the module docstring)."""
+    if impl == "fused" or state_bytes == 0:
+        return 0
+    if impl == "foreach":
+        return inventory.total * state_bytes
+    # single: parameters in module order — embedding, then each layer (matrices, then norms), final norm,
+    # LM head; the layers repeat, so one layer's sequence read cyclically gives every consecutive pair.
+    sizes = [t.numel * state_bytes for t in inventory.tensors]
+    layer = [t.numel * state_bytes for t in inventory.tensors if t.layer_kind and t.is_matrix]
+    layer += [t.numel * state_bytes for t in inventory.tensors if t.layer_kind and not t.is_matrix]
+    head = [t.numel * state_bytes for t in inventory.tensors if not t.layer_kind and t.component != "embedding"]
+    embed = [t.numel * state_bytes for t in inventory.tensors if t.component == "embedding"]
+    seq = embed + layer + layer[:1] + head if layer else sizes
+    best = 2 * seq[0] if seq else 0
+    for prev, cur in pairwise(seq):
+        best = max(best, 2 * cur + prev)
+    return best
+
+
+def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan: RecomputePlan) -> EagerTerms:
+    """The eager convention's extra bytes for one micro-batch of `recipe`."""
+    p = recipe.precision
+    a = p.activation
+    b, t = recipe.micro_batch, recipe.seq_len
+    n = b * t
+    v, h = spec.vocab_size, spec.hidden_size
+    rotary = spec.positions == "rotary"
+    buffers = 2 * (spec.attention.qk_head_dim // 2) * FP32 if rotary else 0
+    n_tensors = sum(x.copies for x in inventory.tensors)
+    logits = a * v * n + (FP32 * v * n if a != FP32 else 0)
+    padded = INT64 * b * (t + 1) if b > 1 else 0
+    labels_saved = INT64 * n + (INT64 if b == 1 else 0)
+    loss_and_seed = 2 * FP32
+    loss_act = -labels_saved - FP32 + loss_and_seed  # labels and the token count freed
+    head_grad = v * h * p.grads
+    amp = recipe.precision.name == "amp-bf16"
+    head_temp = a * v * n + head_grad + a * h * n + (AMP_CAST * v * h if amp else 0)
+    layer_act: dict[str, int] = {}
+    layer_temp: dict[str, int] = {}
+    layer_grad: dict[str, int] = {}
+    cast_layer: dict[str, int] = {}
+    norm_act: dict[str, int] = {}
+    norm_grad: dict[str, int] = {}
+    for kind in plan.layers:
+        count = max(1, plan.order.count(kind))
+        rows = act.layer_rows(spec, kind, a, "eager")
+        last = rows[-1].bytes_at(t) if rows else 0
+        layer_act[kind] = -round(last * n)
+        layer_temp[kind] = round((a * h + 3 * last) * n)
+        mats = [x for x in inventory.tensors if x.layer_kind == kind and x.is_matrix]
+        layer_grad[kind] = mats[-1].total // count * p.grads if mats else 0
+        per_layer = sum(x.total for x in mats if _is_linear(x)) // count
+        ffn_block = rows[-1].block if rows else ""
+        freed = sum(r.bytes_at(t) for r in rows if r.block == ffn_block and not r.name.endswith("norm_x_fp32"))
+        norm_act[kind] = -round(freed * n)
+        ffn_params = sum(x.total for x in inventory.tensors if x.layer_kind == kind and x.component == "ffn")
+        norm_grad[kind] = (ffn_params // count + h) * p.grads
+        cast_layer[kind] = AMP_CAST * per_layer if amp else 0
+    return EagerTerms(
+        constant=INT64 * n + buffers,
+        step_counters=FP32 * n_tensors if recipe.optimizer in ("adamw", "adam") else 0,
+        forward_end=logits + padded + FP32,
+        loss_act=loss_act,
+        loss_temp=2 * FP32 * v * n,
+        head_act=loss_act - FP32 * v * n,
+        head_temp=head_temp,
+        rope=(2 * spec.attention.qk_head_dim * a * t) if rotary else 0,
+        layer_act=layer_act,
+        layer_temp=layer_temp,
+        layer_grad=layer_grad,
+        norm_act=norm_act,
+        norm_temp=(a + 5 * FP32) * h * n if spec.norm == "rmsnorm" else 0,
+        norm_grad=norm_grad,
+        optimizer_temp=optimizer_temporaries(inventory, recipe.optimizer_impl, p.state),
+        cast_layer=cast_layer,
+        cast_head=AMP_CAST * v * h if amp else 0,
+    )
