@@ -33,7 +33,7 @@ def render_bill(bill: Bill, explain: bool = False) -> Group:
     table.add_column("item")
     table.add_column("B/param", justify="right")
     table.add_column("size", justify="right")
-    table.add_column("share of peak", justify="right")
+    table.add_column("size ÷ peak", justify="right")  # items are full-step sizes; the peak is one moment
     if explain:
         table.add_column("formula with inputs · provenance", overflow="fold")
     n_train = lines["params.trainable"].value

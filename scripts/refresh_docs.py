@@ -1,0 +1,59 @@
+"""Regenerate the real command output shown in README.md and docs/json.md (between <!-- out:NAME --> markers).
+
+Run after changing what the bill prints: python scripts/refresh_docs.py
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+from pathlib import Path
+
+from stepbill.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(argv: list[str]) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+        main(argv)
+    return out.getvalue().rstrip()
+
+
+def short_json(argv: list[str]) -> str:
+    """The bill's JSON with long lists and maps cut to their first entries, so the doc stays readable."""
+    data = json.loads(run(argv))
+    data["model"]["spec"] = "{…}"
+    data["lines"] = {k: data["lines"][k] for k in list(data["lines"])[:2]}
+    for key in ("items", "activation_items"):
+        data["memory"][key] = data["memory"][key][:2]
+    data["timeline"] = data["timeline"][:2]
+    data["activations"]["layer_rows"] = {k: v[:2] for k, v in data["activations"]["layer_rows"].items()}
+    data["checkpoint"]["items"] = data["checkpoint"]["items"][:1]
+    data["ranks"] = data["ranks"][:1]
+    return json.dumps(data, indent=2, ensure_ascii=False)
+
+
+BLOCKS = {
+    "default": ("text", lambda: run([])),
+    "v3": ("text", lambda: run(["bill", "deepseek-v3", "--seq", "131072", "--gpu-mem", "80"])),
+    "json": ("json", lambda: short_json(["bill", "gpt3-125m", "--micro-batch", "8", "--seq", "1024", "--json"])),
+}
+
+
+def refresh(path: Path) -> None:
+    text = path.read_text()
+    for name, (lang, make) in BLOCKS.items():
+        pattern = re.compile(rf"(<!-- out:{name} -->\n```{lang}\n).*?(\n```)", re.S)
+        if pattern.search(text):
+            text = pattern.sub(lambda m, make=make: m.group(1) + make() + m.group(2), text)
+    path.write_text(text)
+
+
+if __name__ == "__main__":
+    for doc in ("README.md", "docs/json.md"):
+        refresh(ROOT / doc)
+        print(f"refreshed {doc}")
