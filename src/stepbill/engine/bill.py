@@ -160,7 +160,7 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
                                        convention=f"{CONVENTION_NOTE[convention]}; at the forward peak")
     lines["checkpoint.bytes"] = _sum_line("checkpoint.bytes", ckpt)
     lines.update(flops_lines(spec, recipe.seq_len, recipe.micro_batch, inv.active, plan.recompute_flops(True),
-                             plan.recompute_flops(False)))
+                             plan.recompute_flops(False), attention))
     if gpu_mem_bytes:
         for key in ("memory.resident", "memory.peak"):
             total = lines[key].value

@@ -6,6 +6,20 @@ left out of the step count); a linear [tokens, k] × [k, n] costs 2·k·n per to
 `FlopCounterMode` counts — and half that causal-halved, the figure the bill reports as `flops.step`.
 The backward is 2× the forward; recompute adds the FLOPs of what it rebuilds.
 
+What PyTorch's `FlopCounterMode` counts for the same step (`flops.step_noncausal`, "counted" convention)
+differs from that in two places, both modelled here:
+
+- a fused SDPA kernel's backward (flash / memory-efficient / cuDNN, and our CPU flash formula, which copies
+  theirs) first rebuilds the scores QKᵀ, then runs 4 matmuls: 2·S²·H·(3·d_qk + 2·d_v), one QKᵀ more than
+  2× the forward. The math path (eager attention; MLA on CPU, whose q/k and v heads differ in width) runs
+  bmm's whose backward is exactly 2× the forward.
+- full recompute with transformers' non-reentrant checkpoint stops rebuilding a layer as soon as the last
+  tensor its backward needs is saved again (PyTorch's early stop): the layer's trailing matmul, whose output
+  nothing saves — the MLP's down projection, DeepSeek's shared-expert down projection — is not rerun.
+
+Embedding lookups (gathers) and their backward (a scatter-add) count 0 in both conventions; the LM head's
+matmul counts 1× forward + 2× backward in both.
+
 Functions take `seq_len` / `micro_batch` as scalars or numpy arrays (broadcasting), so the planner can
 evaluate many shapes at once.
 """
@@ -97,6 +111,40 @@ def attention_core_flops(spec: ModelSpec, seq_len: Any, causal: bool = True) -> 
     return full // 2 if causal else full  # full is even: exact integer halving, arrays too
 
 
+def attention_backward_rescore(spec: ModelSpec, attention: str = "sdpa") -> bool:
+    """Whether the attention backward rebuilds QKᵀ (a fused SDPA kernel) rather than reading saved
+    probabilities (the math path: attention "eager", or SDPA on CPU with unequal q/k and v head widths, as
+    DeepSeek's MLA has)."""
+    a = spec.attention
+    return attention == "sdpa" and a.qk_head_dim == a.v_dim
+
+
+def attention_rescore_flops(spec: ModelSpec, seq_len: Any, causal: bool = True, attention: str = "sdpa") -> Any:
+    """FLOPs a fused SDPA backward spends beyond 2× the forward, one layer, one sequence: the rebuilt QKᵀ,
+    2·S²·H·d_qk as a full square (halved causal); 0 on the math path."""
+    if not attention_backward_rescore(spec, attention):
+        return 0 * seq_len
+    full = 2 * seq_len * seq_len * spec.attention.n_heads * spec.attention.qk_head_dim
+    return full // 2 if causal else full
+
+
+def checkpoint_skipped_ops(spec: ModelSpec, layer_kind: str) -> list[LinearOp]:
+    """The trailing matmuls of a layer that non-reentrant checkpointing does not rerun (early stop): a layer's
+    recompute ends when the last tensor its backward needs is saved again, and a matmul that saves only its
+    input and weight is stopped before it runs. That is the FFN's down projection when its output goes
+    straight into the residual add — the dense MLP (every family), and DeepSeek's shared experts, which
+    transformers runs after the routed ones. Routed experts' outputs are scaled by the routing weights
+    (which saves them) and Qwen2-MoE's shared expert is gated by a sigmoid (likewise), so MoE layers without
+    shared experts or with a shared-expert gate rerun everything."""
+    if layer_kind != "moe":
+        return [op for op in ffn_linear_ops(spec, layer_kind) if op.name == "mlp.down"]
+    moe = spec.moe
+    assert moe is not None
+    if moe.shared_intermediate_size and not moe.shared_expert_gate:
+        return [op for op in ffn_linear_ops(spec, layer_kind) if op.name == "moe.shared.down"]
+    return []
+
+
 def layer_linear_flops_per_token(spec: ModelSpec, layer_kind: str) -> int:
     return sum(op.flops_per_token for op in layer_linear_ops(spec, layer_kind))
 
@@ -106,6 +154,17 @@ def layer_forward_flops(spec: ModelSpec, layer_kind: str, seq_len: Any, micro_ba
     """Forward FLOPs of one layer over a micro-batch: B·S·Σ 2kn + B·attention core."""
     return micro_batch * (seq_len * layer_linear_flops_per_token(spec, layer_kind)
                           + attention_core_flops(spec, seq_len, causal))
+
+
+def layer_recompute_flops(spec: ModelSpec, layer_kind: str, seq_len: Any, micro_batch: Any = 1,
+                          causal: bool = True, early_stop: bool = False) -> Any:
+    """FLOPs of rebuilding one layer's forward over a micro-batch: the whole forward (the seed's convention),
+    or with `early_stop` less the trailing matmuls non-reentrant checkpointing does not rerun (what
+    FlopCounterMode counts under transformers' gradient checkpointing)."""
+    total = layer_forward_flops(spec, layer_kind, seq_len, micro_batch, causal)
+    if early_stop:
+        total = total - micro_batch * seq_len * sum(op.flops_per_token for op in checkpoint_skipped_ops(spec, layer_kind))
+    return total
 
 
 def layer_attention_share(spec: ModelSpec, layer_kind: str, seq_len: Any, causal: bool = True) -> Any:
@@ -138,6 +197,25 @@ def step_flops(spec: ModelSpec, seq_len: Any, micro_batch: Any = 1, causal: bool
     return (1 + BACKWARD_FACTOR) * forward_flops(spec, seq_len, micro_batch, causal) + recompute
 
 
+def backward_flops(spec: ModelSpec, seq_len: Any, micro_batch: Any = 1, causal: bool = True,
+                   attention: str | None = None) -> Any:
+    """Backward FLOPs of the whole model: 2× the forward (the seed's convention, `attention` None), plus with
+    `attention` ("sdpa" / "eager") the QKᵀ a fused SDPA backward rebuilds in every layer (FlopCounterMode's)."""
+    total = BACKWARD_FACTOR * forward_flops(spec, seq_len, micro_batch, causal)
+    if attention is not None:
+        total = total + spec.n_layers * micro_batch * attention_rescore_flops(spec, seq_len, causal, attention)
+    return total
+
+
+def counted_step_flops(spec: ModelSpec, seq_len: Any, micro_batch: Any = 1, recompute: Any = 0,
+                       attention: str = "sdpa") -> Any:
+    """One step as FlopCounterMode counts it: forward + backward (a fused SDPA kernel's rebuilt QKᵀ
+    included), attention as a full square, plus `recompute` (give it in the same convention:
+    `layer_recompute_flops(..., causal=False, early_stop=True)` per layer for full recompute)."""
+    return (forward_flops(spec, seq_len, micro_batch, False)
+            + backward_flops(spec, seq_len, micro_batch, False, attention) + recompute)
+
+
 def six_nd(n_active: Any, tokens: Any) -> Any:
     """The 6·N·D rule: 2 (forward) + 4 (backward) FLOPs per active parameter per token. It counts only
     products with weights, so it misses the attention core (29.1 PFLOP for 37e9 × 131,072)."""
@@ -158,19 +236,31 @@ def crossover_seq_len(k: Any, slope: float) -> Any:
     return k / slope
 
 
+def _kernel(spec: ModelSpec, attention: str) -> str:
+    if attention_backward_rescore(spec, attention):
+        return "fused SDPA"
+    return "math path: eager attention" if attention != "sdpa" else "math path: q/k and v heads differ in width"
+
+
 def flops_lines(spec: ModelSpec, seq_len: int, micro_batch: int, n_active: int,
-                recompute_causal: float = 0, recompute_full: float = 0) -> dict[str, Line]:
-    """The FLOPs lines of the bill (decimal units on output; TFLOP = 1e12)."""
+                recompute_causal: float = 0, recompute_full: float = 0, attention: str = "sdpa") -> dict[str, Line]:
+    """The FLOPs lines of the bill (decimal units on output; TFLOP = 1e12). `recompute_causal` is in the
+    seed's convention (whole layer forwards, causal-halved attention); `recompute_full` in FlopCounterMode's
+    (full square; full recompute's early stop), as `RecomputePlan.recompute_flops(causal)` gives them."""
     tokens = seq_len * micro_batch
     fwd = forward_flops(spec, seq_len, micro_batch, True)
     fwd_full = forward_flops(spec, seq_len, micro_batch, False)
     attn = attention_flops(spec, seq_len, micro_batch, True)
     head = tokens * lm_head_op(spec).flops_per_token
     step = step_flops(spec, seq_len, micro_batch, True, recompute_causal)
-    step_full = step_flops(spec, seq_len, micro_batch, False, recompute_full)
+    bwd_full = backward_flops(spec, seq_len, micro_batch, False, attention)
+    rescore = bwd_full - BACKWARD_FACTOR * fwd_full
+    step_full = counted_step_flops(spec, seq_len, micro_batch, recompute_full, attention)
     nd = six_nd(n_active, tokens)
     causal_note = "causal-halved attention (the seed's convention)"
     square_note = "full-square attention (what FlopCounterMode counts)"
+    counted_note = ("FlopCounterMode's: full-square attention, fused SDPA backward rebuilds QKᵀ, full recompute "
+                    "stops before each layer's trailing down projection (non-reentrant checkpoint's early stop)")
     return {
         "flops.forward": Line("flops.forward", fwd, "FLOPs", "Σ layers (B·S·Σ 2kn + attention core) + LM head {head}",
                               {"head": head}, convention=causal_note),
@@ -184,9 +274,18 @@ def flops_lines(spec: ModelSpec, seq_len: int, micro_batch: int, n_active: int,
                                 "FLOPs of the tensors the recompute policy rebuilds", {}, convention=causal_note),
         "flops.step": Line("flops.step", step, "FLOPs", "3 × {forward} + recompute {recompute}",
                            {"forward": fwd, "recompute": recompute_causal}, convention=causal_note),
+        "flops.backward_noncausal": Line("flops.backward_noncausal", bwd_full, "FLOPs",
+                                         "2 × flops.forward_noncausal + {rescore} QKᵀ rebuilt by a fused SDPA "
+                                         "backward ({kernel})",
+                                         {"rescore": rescore, "kernel": _kernel(spec, attention)},
+                                         convention=counted_note),
+        "flops.recompute_noncausal": Line("flops.recompute_noncausal", recompute_full, "FLOPs",
+                                          "FLOPs of what the recompute policy reruns (full: each layer's forward "
+                                          "less its trailing down projection)", {}, convention=counted_note),
         "flops.step_noncausal": Line("flops.step_noncausal", step_full, "FLOPs",
-                                     "3 × {forward} + recompute {recompute}",
-                                     {"forward": fwd_full, "recompute": recompute_full}, convention=square_note),
+                                     "{forward} forward + {backward} backward + recompute {recompute}",
+                                     {"forward": fwd_full, "backward": bwd_full, "recompute": recompute_full},
+                                     convention=counted_note),
         "flops.6nd": Line("flops.6nd", nd, "FLOPs", "6 × {n_active} active params × {tokens} tokens",
                           {"n_active": n_active, "tokens": tokens},
                           "cited: Kaplan et al., arXiv 2001.08361 (C ≈ 6ND)"),

@@ -145,9 +145,11 @@ def make_plan(spec: ModelSpec, policy: RecomputePolicy, seq_len: int, micro_batc
     input_bytes = spec.hidden_size * activation_bytes
     if policy.kind in ("full", "every"):
         for k, r in rows.items():
-            # Rebuilding a layer reruns its whole forward: matmuls + attention core (matmul-only count).
+            # Rebuilding a layer reruns its whole forward: matmuls + attention core (matmul-only count; the
+            # seed's convention). The non-causal figure is FlopCounterMode's: under full recompute
+            # (transformers' non-reentrant per-layer checkpoint) the trailing down projection is not rerun.
             per_tok = (fl.layer_forward_flops(spec, k, seq_len, 1, True) / seq_len,
-                       fl.layer_forward_flops(spec, k, seq_len, 1, False) / seq_len)
+                       fl.layer_recompute_flops(spec, k, seq_len, 1, False, policy.kind == "full") / seq_len)
             layers[k] = _plan(k, r, r, seq_len, input_bytes, per_tok)
         if policy.kind == "every":
             segment = policy.every or best_segment(spec, seq_len, micro_batch, activation_bytes, convention)
