@@ -32,7 +32,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from stepbill.engine.fsdp_moments import Units, fsdp_moments
 from stepbill.engine.params import param_inventory
+from stepbill.engine.transients import eager_terms
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
 
@@ -219,42 +221,15 @@ def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int = 0, micro_ba
     unit = {u: unit_padded(tensors, world, u) for u in range(-1, layers)}
     u_bf16 = {u: n * BF16 for u, n in unit.items()}
     rs_fp32 = {u: n * FP32 for u, n in unit.items()}
-    shard_grad = {u: sum(padded_shard(t, world) for t in tensors if t.unit == u) * FP32 for u in unit}
-    full_grad_bf16 = {u: sum(t.numel for t in tensors if t.unit == u) * BF16 for u in unit}
+    units = Units(
+        gathered=u_bf16, reduce_scatter=rs_fp32,
+        shard_grad={u: sum(padded_shard(t, world) for t in tensors if t.unit == u) * FP32 for u in unit},
+        grad_bf16={u: sum(t.numel for t in tensors if t.unit == u) * BF16 for u in unit},
+        head_grad_bf16=sum(t.numel for t in tensors if t.unit == -1 and "embed" not in t.name) * BF16)
+    rope = eager_terms(spec, bill.recipe, bill.inventory, bill.plan).rope if convention == "eager" else 0
     base = res["params"] + res["optimizer_states"] + inputs + buffers
-    out = []
-    for m in moments:
-        a = _live(m)
-        label = m.label
-        if m.phase == "forward":
-            if label.startswith("forward, layer"):
-                i = int(label.split()[2])
-                held = sum(u_bf16[j] for j in range(i)) if zero == 2 else 0
-                out.append((m.phase, label, base + u_bf16[-1] + held + 2 * u_bf16[i] + a))
-            else:
-                held = sum(u_bf16[j] for j in range(layers)) if zero == 2 else 0
-                out.append((m.phase, label, base + u_bf16[-1] + held + u_bf16[layers - 1] + a + loss_temp))
-        elif m.phase == "backward":
-            # ZeRO-2 never all-gathers again: the last layer's all-gather buffer lives through the backward
-            base_b = base + (u_bf16[layers - 1] if zero == 2 else 0)
-            if label.startswith("backward, layer"):
-                i = int(label.split()[2])
-                done = sum(shard_grad[j] for j in range(i + 1, layers))
-                rs = rs_fp32[i + 1] if i + 1 < layers else 0
-                if zero == 3:
-                    gathered = u_bf16[i] + (u_bf16[i - 1] if i > 0 else 0)
-                else:
-                    gathered = sum(u_bf16[j] for j in range(i + 1))
-                out.append((m.phase, label, base_b + u_bf16[-1] + gathered + rs + done + full_grad_bf16[i] + a))
-            elif "LM head" in label:
-                gathered = u_bf16[layers - 1] if zero == 3 else sum(u_bf16[j] for j in range(layers))
-                out.append((m.phase, label, base_b + u_bf16[-1] + gathered + a))
-            else:  # embedding: the root's reduce-scatter
-                done = sum(shard_grad[j] for j in range(layers))
-                out.append((m.phase, label, base_b + u_bf16[-1] + rs_fp32[0] + done + full_grad_bf16[-1]
-                            + rs_fp32[-1]))
-        else:
-            out.append((m.phase, label, base + res["grads"] + 2 * FP32 * res["largest_local"]))
+    out = fsdp_moments(bill, units, zero, base, rope)
+    out.append(("optimizer", "optimizer step", base + res["grads"] + 2 * FP32 * res["largest_local"]))
     transient = {"all_gather_layer": max(u_bf16[u] for u in range(layers)), "all_gather_root": u_bf16[-1],
                  "reduce_scatter_layer": max(rs_fp32[u] for u in range(layers)), "reduce_scatter_root": rs_fp32[-1]}
     return _finish(rank, world, zero, res["params"], res["grads"], res["optimizer_states"], buffers, inputs, bill,
