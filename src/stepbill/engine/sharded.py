@@ -29,6 +29,7 @@ All values are bytes.
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -174,24 +175,42 @@ def _live(moment: Any) -> float:
     return items["activations"] + items.get("temporaries", 0) + items.get("autocast_cache", 0)
 
 
-def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int = 0, micro_batch: int = 1, seq_len: int = 128,
-                 recipe: str = "fp32") -> RankPrediction:
-    """Predicted memory of rank `rank` of `world` under ZeRO-`zero` as measure/sharded.py runs it."""
+@dataclass(frozen=True)
+class ShardedContext:
+    """What every rank's prediction shares: the tensors and the single-rank bill of the compute recipe."""
+
+    tensors: list[Tensor]
+    bill: Any
+    convention: str
+    partitions: dict[int, list[list[Tensor]]] = field(default_factory=dict)  # ZeRO-1, per world size
+
+
+def sharded_context(spec: ModelSpec, zero: int, micro_batch: int = 1, seq_len: int = 128,
+                    recipe: str = "fp32") -> ShardedContext:
+    """The shared part of predict_rank (build once, predict every rank)."""
     from stepbill.engine.bill import make_bill
     from stepbill.spec.recipe import make_recipe
 
-    if zero not in (1, 2, 3):
-        raise StepbillError(f"--zero must be 1, 2 or 3 for a sharded prediction, got {zero}")
-    if not 0 <= rank < world:
-        raise StepbillError(f"--rank must be in 0..{world - 1}, got {rank}")
     tensors = hf_tensors(spec)
     compute = "pure-bf16" if zero in (2, 3) else recipe
     convention = "eager"
     try:
         bill = make_bill(spec, make_recipe(compute, "adamw", micro_batch, seq_len), convention=convention)
-    except StepbillError:  # no eager rows for this family yet (MoE, MLA): resident state stays exact
+    except StepbillError:  # no eager rows for this family: resident state stays exact, peaks rough
         convention = "ideal"
         bill = make_bill(spec, make_recipe(compute, "adamw", micro_batch, seq_len), convention=convention)
+    return ShardedContext(tensors, bill, convention)
+
+
+def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int = 0, micro_batch: int = 1, seq_len: int = 128,
+                 recipe: str = "fp32", context: ShardedContext | None = None) -> RankPrediction:
+    """Predicted memory of rank `rank` of `world` under ZeRO-`zero` as measure/sharded.py runs it."""
+    if zero not in (1, 2, 3):
+        raise StepbillError(f"--zero must be 1, 2 or 3 for a sharded prediction, got {zero}")
+    if not 0 <= rank < world:
+        raise StepbillError(f"--rank must be in 0..{world - 1}, got {rank}")
+    ctx = context or sharded_context(spec, zero, micro_batch, seq_len, recipe)
+    tensors, bill, convention = ctx.tensors, ctx.bill, ctx.convention
     assert bill.timeline is not None
     act_bytes = bill.recipe.precision.activation
     tokens = micro_batch * seq_len
@@ -204,13 +223,18 @@ def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int = 0, micro_ba
     layers = spec.n_layers
     if zero == 1:
         p = bill.recipe.precision
-        parts = zero1_partition(tensors, world)
+        if world not in ctx.partitions:
+            ctx.partitions[world] = zero1_partition(tensors, world)
+        parts = ctx.partitions[world]
         mine = sum(t.numel for t in parts[rank])
         params = sum(t.numel for t in tensors) * p.weights
         grads = sum(t.numel for t in tensors) * p.grads
         opt = 2 * p.state * mine + STEP * len(parts[rank])
         base = params + opt + inputs + buffers
-        largest = max((t.numel for t in parts[rank]), default=0)
+        # AdamW single-tensor over the local partition (largest first): exp_avg_sq.sqrt() and its division for
+        # one tensor while the previous tensor's `denom` is still referenced (transients.optimizer_temporaries)
+        local = [t.numel for t in parts[rank]]
+        largest = max([2 * x for x in local[:1]] + [2 * b + a for a, b in pairwise(local)], default=0) / 2
         out: list[tuple[str, str, float]] = []
         for m in moments:
             extra = loss_temp if "loss" in m.label else 0
