@@ -29,8 +29,8 @@ All values are bytes.
 from __future__ import annotations
 
 import math
-from itertools import pairwise
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from stepbill.engine.fsdp_moments import Units, fsdp_moments
