@@ -89,3 +89,19 @@ def test_fsdp_rank_within_3_percent(name, world, zero, rank, layers):
         assert getattr(predicted, key) == getattr(measured, key), key
     for key in PEAKS:
         assert getattr(predicted, key) == pytest.approx(getattr(measured, key), rel=0.03), key
+
+
+def test_accuracy_doc_sections_keep_each_other(tmp_path):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from accuracy_doc import SHARDED_BEGIN, write_section
+
+    doc = tmp_path / "accuracy.md"
+    write_section(doc, "# single v1\n| a |")
+    write_section(doc, "## sharded v1", sharded=True)
+    write_section(doc, "# single v2")
+    assert doc.read_text() == f"# single v2\n\n{SHARDED_BEGIN}\n## sharded v1\n<!-- sharded:end -->\n"
+    write_section(doc, "## sharded v2", sharded=True)
+    assert "sharded v1" not in doc.read_text() and doc.read_text().startswith("# single v2\n")

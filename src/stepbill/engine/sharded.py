@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from itertools import pairwise
 from typing import Any
 
 from stepbill.engine.fsdp_moments import Units, fsdp_moments
@@ -231,10 +230,7 @@ def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int = 0, micro_ba
         grads = sum(t.numel for t in tensors) * p.grads
         opt = 2 * p.state * mine + STEP * len(parts[rank])
         base = params + opt + inputs + buffers
-        # AdamW single-tensor over the local partition (largest first): exp_avg_sq.sqrt() and its division for
-        # one tensor while the previous tensor's `denom` is still referenced (transients.optimizer_temporaries)
-        local = [t.numel for t in parts[rank]]
-        largest = max([2 * x for x in local[:1]] + [2 * b + a for a, b in pairwise(local)], default=0) / 2
+        largest = max((t.numel for t in parts[rank]), default=0)
         out: list[tuple[str, str, float]] = []
         for m in moments:
             extra = loss_temp if "loss" in m.label else 0
