@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from stepbill.engine import activations as act
 from stepbill.engine.line import Line
+from stepbill.engine.parallel_exact import exact_applies, exact_classes
 from stepbill.engine.params import ParamInventory, ParamTensor
 from stepbill.engine.shard import Slice, row_slice, stage_layer_kinds, zero_divisor
 from stepbill.engine.states import lora_adapter_groups, optimizer_state_elements
@@ -31,7 +32,8 @@ OPTIMIZER_SIDE = ("master", "optimizer.")
 # split only under sequence parallelism.
 TP_WIDTH_ROWS = frozenset({"attn.q", "attn.k", "attn.v", "attn.core_out", "attn.q_up", "attn.kv_up",
                            "attn.logsumexp", "mlp.up_out", "mlp.act_out", "mlp.gate", "mlp.up", "mlp.product"})
-MEMORY_KEYS = ("weights", "grads", "optimizer", "model", "resident", "activations", "transient", "peak")
+MEMORY_KEYS = ("weights", "grads", "optimizer", "model", "resident", "activations", "transient", "peak",
+               "peak_forward", "peak_backward")
 
 
 @dataclass(frozen=True)
@@ -185,10 +187,14 @@ def _sum(lines: list[Line], prefix: tuple[str, ...] | str = "") -> float:
 
 
 def rank_classes(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, convention: str = "ideal") -> list[RankClass]:
-    """One RankClass per pipeline stage, identical stages merged; ranks per class = dp·tp·cp per stage."""
+    """One RankClass per pipeline stage, identical stages merged; ranks per class = dp·tp·cp per stage.
+    Data-parallel sharding alone under the eager convention: engine/sharded.py's exact classes instead
+    (parallel_exact.py)."""
     par = recipe.parallel
     validate_layout(spec, par, recipe.seq_len)
     kinds = stage_layer_kinds(spec, par)
+    if not par.is_trivial and exact_applies(spec, recipe, convention):
+        return exact_classes(spec, recipe, kinds[0])
     per_stage = par.dp * par.tp * par.cp
     classes: list[RankClass] = []
     for stage in range(par.pp):
@@ -221,6 +227,9 @@ def rank_classes(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, conventio
         memory["model"] = memory["weights"] + memory["grads"]
         memory["resident"] = memory["model"] + memory["optimizer"]
         memory["peak"] = memory["resident"] + memory["activations"] + memory["transient"]
+        # Ideal per-rank model: the forward peak holds no gradients, the backward peak everything.
+        memory["peak_forward"] = memory["peak"] - memory["grads"]
+        memory["peak_backward"] = memory["peak"]
         memory = {k: memory[k] for k in MEMORY_KEYS}
         tags = [t for t, on in (("first", stage == 0), ("last", stage == par.pp - 1)) if on and par.pp > 1]
         name = "all ranks" if par.pp == 1 else f"stage {stage}" + (f" ({', '.join(tags)})" if tags else "")

@@ -32,7 +32,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from stepbill.engine.fsdp_moments import Units, fsdp_moments
 from stepbill.engine.params import param_inventory
+from stepbill.engine.transients import eager_terms
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
 
@@ -172,24 +174,42 @@ def _live(moment: Any) -> float:
     return items["activations"] + items.get("temporaries", 0) + items.get("autocast_cache", 0)
 
 
-def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int = 0, micro_batch: int = 1, seq_len: int = 128,
-                 recipe: str = "fp32") -> RankPrediction:
-    """Predicted memory of rank `rank` of `world` under ZeRO-`zero` as measure/sharded.py runs it."""
+@dataclass(frozen=True)
+class ShardedContext:
+    """What every rank's prediction shares: the tensors and the single-rank bill of the compute recipe."""
+
+    tensors: list[Tensor]
+    bill: Any
+    convention: str
+    partitions: dict[int, list[list[Tensor]]] = field(default_factory=dict)  # ZeRO-1, per world size
+
+
+def sharded_context(spec: ModelSpec, zero: int, micro_batch: int = 1, seq_len: int = 128,
+                    recipe: str = "fp32") -> ShardedContext:
+    """The shared part of predict_rank (build once, predict every rank)."""
     from stepbill.engine.bill import make_bill
     from stepbill.spec.recipe import make_recipe
 
-    if zero not in (1, 2, 3):
-        raise StepbillError(f"--zero must be 1, 2 or 3 for a sharded prediction, got {zero}")
-    if not 0 <= rank < world:
-        raise StepbillError(f"--rank must be in 0..{world - 1}, got {rank}")
     tensors = hf_tensors(spec)
     compute = "pure-bf16" if zero in (2, 3) else recipe
     convention = "eager"
     try:
         bill = make_bill(spec, make_recipe(compute, "adamw", micro_batch, seq_len), convention=convention)
-    except StepbillError:  # no eager rows for this family yet (MoE, MLA): resident state stays exact
+    except StepbillError:  # no eager rows for this family: resident state stays exact, peaks rough
         convention = "ideal"
         bill = make_bill(spec, make_recipe(compute, "adamw", micro_batch, seq_len), convention=convention)
+    return ShardedContext(tensors, bill, convention)
+
+
+def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int = 0, micro_batch: int = 1, seq_len: int = 128,
+                 recipe: str = "fp32", context: ShardedContext | None = None) -> RankPrediction:
+    """Predicted memory of rank `rank` of `world` under ZeRO-`zero` as measure/sharded.py runs it."""
+    if zero not in (1, 2, 3):
+        raise StepbillError(f"--zero must be 1, 2 or 3 for a sharded prediction, got {zero}")
+    if not 0 <= rank < world:
+        raise StepbillError(f"--rank must be in 0..{world - 1}, got {rank}")
+    ctx = context or sharded_context(spec, zero, micro_batch, seq_len, recipe)
+    tensors, bill, convention = ctx.tensors, ctx.bill, ctx.convention
     assert bill.timeline is not None
     act_bytes = bill.recipe.precision.activation
     tokens = micro_batch * seq_len
@@ -202,7 +222,9 @@ def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int = 0, micro_ba
     layers = spec.n_layers
     if zero == 1:
         p = bill.recipe.precision
-        parts = zero1_partition(tensors, world)
+        if world not in ctx.partitions:
+            ctx.partitions[world] = zero1_partition(tensors, world)
+        parts = ctx.partitions[world]
         mine = sum(t.numel for t in parts[rank])
         params = sum(t.numel for t in tensors) * p.weights
         grads = sum(t.numel for t in tensors) * p.grads
@@ -219,42 +241,15 @@ def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int = 0, micro_ba
     unit = {u: unit_padded(tensors, world, u) for u in range(-1, layers)}
     u_bf16 = {u: n * BF16 for u, n in unit.items()}
     rs_fp32 = {u: n * FP32 for u, n in unit.items()}
-    shard_grad = {u: sum(padded_shard(t, world) for t in tensors if t.unit == u) * FP32 for u in unit}
-    full_grad_bf16 = {u: sum(t.numel for t in tensors if t.unit == u) * BF16 for u in unit}
+    units = Units(
+        gathered=u_bf16, reduce_scatter=rs_fp32,
+        shard_grad={u: sum(padded_shard(t, world) for t in tensors if t.unit == u) * FP32 for u in unit},
+        grad_bf16={u: sum(t.numel for t in tensors if t.unit == u) * BF16 for u in unit},
+        head_grad_bf16=sum(t.numel for t in tensors if t.unit == -1 and "embed" not in t.name) * BF16)
+    rope = eager_terms(spec, bill.recipe, bill.inventory, bill.plan).rope if convention == "eager" else 0
     base = res["params"] + res["optimizer_states"] + inputs + buffers
-    out = []
-    for m in moments:
-        a = _live(m)
-        label = m.label
-        if m.phase == "forward":
-            if label.startswith("forward, layer"):
-                i = int(label.split()[2])
-                held = sum(u_bf16[j] for j in range(i)) if zero == 2 else 0
-                out.append((m.phase, label, base + u_bf16[-1] + held + 2 * u_bf16[i] + a))
-            else:
-                held = sum(u_bf16[j] for j in range(layers)) if zero == 2 else 0
-                out.append((m.phase, label, base + u_bf16[-1] + held + u_bf16[layers - 1] + a + loss_temp))
-        elif m.phase == "backward":
-            # ZeRO-2 never all-gathers again: the last layer's all-gather buffer lives through the backward
-            base_b = base + (u_bf16[layers - 1] if zero == 2 else 0)
-            if label.startswith("backward, layer"):
-                i = int(label.split()[2])
-                done = sum(shard_grad[j] for j in range(i + 1, layers))
-                rs = rs_fp32[i + 1] if i + 1 < layers else 0
-                if zero == 3:
-                    gathered = u_bf16[i] + (u_bf16[i - 1] if i > 0 else 0)
-                else:
-                    gathered = sum(u_bf16[j] for j in range(i + 1))
-                out.append((m.phase, label, base_b + u_bf16[-1] + gathered + rs + done + full_grad_bf16[i] + a))
-            elif "LM head" in label:
-                gathered = u_bf16[layers - 1] if zero == 3 else sum(u_bf16[j] for j in range(layers))
-                out.append((m.phase, label, base_b + u_bf16[-1] + gathered + a))
-            else:  # embedding: the root's reduce-scatter
-                done = sum(shard_grad[j] for j in range(layers))
-                out.append((m.phase, label, base_b + u_bf16[-1] + rs_fp32[0] + done + full_grad_bf16[-1]
-                            + rs_fp32[-1]))
-        else:
-            out.append((m.phase, label, base + res["grads"] + 2 * FP32 * res["largest_local"]))
+    out = fsdp_moments(bill, units, zero, base, rope)
+    out.append(("optimizer", "optimizer step", base + res["grads"] + 2 * FP32 * res["largest_local"]))
     transient = {"all_gather_layer": max(u_bf16[u] for u in range(layers)), "all_gather_root": u_bf16[-1],
                  "reduce_scatter_layer": max(rs_fp32[u] for u in range(layers)), "reduce_scatter_root": rs_fp32[-1]}
     return _finish(rank, world, zero, res["params"], res["grads"], res["optimizer_states"], buffers, inputs, bill,
