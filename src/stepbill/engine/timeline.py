@@ -165,6 +165,10 @@ def _eager_timeline(inventory: ParamInventory, resident: list[Line], plan: Recom
         head, embed = head + embed, 0
     casts = [e.cast_layer.get(k, 0) for k in plan.order]
     cast_all = sum(casts) + e.cast_head
+    # A checkpointed layer saves nothing in its forward (its rows, fixed ones and weight casts included); its
+    # backward rebuilds them. Otherwise its fixed rows and casts live from its forward to its backward.
+    ckpt = plan.policy.kind in ("full", "every")
+    fixed = [0 if ckpt else e.layer_fixed.get(k, 0) for k in plan.order]
 
     def at(phase: str, label: str, grads: int, activations: float, temporaries: int = 0, cast: int = 0) -> Moment:
         return Moment(phase, label, {"weights": weights, "optimizer": optimizer, "grads": grads,
@@ -172,29 +176,35 @@ def _eager_timeline(inventory: ParamInventory, resident: list[Line], plan: Recom
                                      "temporaries": temporaries, "autocast_cache": cast})
 
     bwd = plan.backward_live()
-    kept, cast = 0.0, 0
+    kept, cast, fix = 0.0, 0, 0
     moments = []
     for i, k in enumerate(plan.order):
         kept += plan.kept_bytes(i) * plan.tokens
         cast += casts[i]
-        # A checkpointed layer saves nothing in its forward; otherwise its rows are kept (and counted in kept).
-        moments.append(at("forward", f"forward, layer {i} ({k})", 0, kept, cast=cast))
-    saved = plan.kept_after_forward() + outside
+        fix += fixed[i]
+        moments.append(at("forward", f"forward, layer {i} ({k})", 0, kept + fix, cast=cast))
+    saved = plan.kept_after_forward() + outside + fix
     moments.append(at("forward", "forward, LM head and loss", 0, saved + e.forward_end, cast=cast_all))
+    # autocast's cache is cleared when the forward leaves autocast: what remains is what graphs saved.
+    cast = cast_all if not ckpt else e.cast_head
     moments.append(at("backward", "backward, loss (log-softmax gradient)", 0, saved + e.loss_act, e.loss_temp,
-                      cast_all))
-    moments.append(at("backward", "backward, LM head", 0, saved + e.head_act, e.head_temp, cast_all))
+                      cast))
+    moments.append(at("backward", "backward, LM head", 0, saved + e.head_act, e.head_temp, cast))
+    cast -= e.cast_head
     grads = head
     for i in reversed(range(len(plan.order))):
         k = plan.order[i]
-        cast -= casts[i]
+        mine = casts[i] if ckpt else 0  # the recomputed forward casts this layer's weights again
+        live = bwd[i] + e.rope + fix + (e.layer_fixed.get(k, 0) if ckpt else 0)
         moments.append(at("backward", f"backward, layer {i} ({k}), FFN", grads + e.layer_grad.get(k, 0),
-                          bwd[i] + e.rope + e.layer_act.get(k, 0), e.layer_temp.get(k, 0), cast + casts[i]))
+                          live + e.layer_act.get(k, 0), e.layer_temp.get(k, 0), cast + mine))
         if e.norm_temp:
             moments.append(at("backward", f"backward, layer {i} ({k}), FFN input norm",
-                              grads + e.norm_grad.get(k, 0), bwd[i] + e.rope + e.norm_act.get(k, 0), e.norm_temp,
-                              cast + casts[i]))
+                              grads + e.norm_grad.get(k, 0), live + e.norm_act.get(k, 0), e.norm_temp,
+                              cast + mine))
         grads += per_layer[i]
+        fix -= fixed[i]
+        cast -= 0 if ckpt else casts[i]
     grads += embed
     moments.append(at("backward", "backward, embedding", grads, 0))
     moments.append(at("optimizer", "optimizer step", grads, 0, e.optimizer_temp))
