@@ -37,6 +37,7 @@ from itertools import pairwise
 
 from stepbill.engine import activations as act
 from stepbill.engine import eager
+from stepbill.engine.eager.torch_params import torch_tensor_sizes
 from stepbill.engine.params import ParamInventory
 from stepbill.engine.recompute import RecomputePlan
 from stepbill.spec.model import ModelSpec
@@ -74,12 +75,16 @@ class EagerTerms:
     layer_fixed: dict[str, int] = field(default_factory=dict)
 
 
-def optimizer_temporaries(inventory: ParamInventory, impl: str, state_bytes: int) -> int:
-    """Peak bytes AdamW's update holds beyond its states (see the module docstring)."""
+def optimizer_temporaries(inventory: ParamInventory, impl: str, state_bytes: int,
+                          sizes: list[int] | None = None) -> int:
+    """Peak bytes AdamW's update holds beyond its states (see the module docstring). `sizes`: elements of
+    every parameter tensor as torch holds them, in order (eager.torch_params); else the inventory's rows."""
     if impl == "fused" or state_bytes == 0:
         return 0
     if impl == "foreach":
         return inventory.total * state_bytes
+    if sizes is not None:
+        return max((2 * cur + prev) * state_bytes for prev, cur in pairwise([0, *sizes]))
     # single: parameters in module order — embedding, then each layer (matrices, then norms), final norm,
     # LM head; the layers repeat, so one layer's sequence read cyclically gives every consecutive pair.
     sizes = [t.numel * state_bytes for t in inventory.tensors]
@@ -104,7 +109,8 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
     v, h = spec.vocab_size, spec.hidden_size
     rotary = spec.positions == "rotary"
     buffers = 2 * (spec.attention.qk_head_dim // 2) * FP32 if rotary else 0
-    n_tensors = sum(x.copies for x in inventory.tensors)
+    sizes = torch_tensor_sizes(spec, inventory, plan.order)
+    n_tensors = len(sizes)
     logits = a * v * n + (FP32 * v * n if a != FP32 else 0)
     padded = INT64 * b * (t + 1) if b > 1 else 0
     labels_saved = INT64 * n + (INT64 if b == 1 else 0)
@@ -152,7 +158,7 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         norm_act=norm_act,
         norm_temp=(a + 5 * FP32) * h * n if spec.norm == "rmsnorm" else 0,
         norm_grad=norm_grad,
-        optimizer_temp=optimizer_temporaries(inventory, recipe.optimizer_impl, p.state),
+        optimizer_temp=optimizer_temporaries(inventory, recipe.optimizer_impl, p.state, sizes),
         cast_layer=cast_layer,
         layer_fixed=layer_fixed,
         cast_head=AMP_CAST * v * h if amp else 0,
