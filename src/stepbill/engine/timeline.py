@@ -17,7 +17,8 @@ seed's advice (activations → recompute / context parallel; states → ZeRO / F
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 from stepbill.engine.line import Line
 from stepbill.engine.params import ParamInventory
@@ -44,10 +45,10 @@ class Moment:
     phase: str  # "forward" | "backward" | "optimizer"
     label: str
     items: dict[str, int]
+    total: int = field(init=False, compare=False)  # summed once: the peaks compare it many times
 
-    @property
-    def total(self) -> int:
-        return sum(self.items.values())
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "total", sum(self.items.values()))
 
     @property
     def dominant(self) -> str:
@@ -58,21 +59,27 @@ class Moment:
 class Timeline:
     moments: tuple[Moment, ...]
 
-    def _peak(self, phase: str | None = None) -> Moment:
-        pool = [m for m in self.moments if phase is None or m.phase == phase]
-        return max(pool, key=lambda m: m.total)  # first of equal totals: the earliest moment
+    @cached_property
+    def _peaks(self) -> dict[str | None, Moment]:
+        """The first moment of the largest total overall (key None) and per phase, in one pass."""
+        best: dict[str | None, Moment] = {}
+        for m in self.moments:
+            for key in (None, m.phase):
+                if key not in best or m.total > best[key].total:  # first of equal totals: the earliest
+                    best[key] = m
+        return best
 
     @property
     def peak(self) -> Moment:
-        return self._peak()
+        return self._peaks[None]
 
     @property
     def peak_forward(self) -> Moment:
-        return self._peak("forward")
+        return self._peaks["forward"]
 
     @property
     def peak_backward(self) -> Moment:
-        return self._peak("backward")
+        return self._peaks["backward"]
 
     @property
     def advice(self) -> str:
