@@ -1,10 +1,11 @@
 """Accuracy of the bill against PyTorch: predicted vs measured per category over a suite of configurations.
 
 Every configuration is measured with `stepbill.measure.step.measure_step` (MemTracker + FlopCounterMode; real
-tensors when small, fake tensors otherwise) and predicted with the bill under its most faithful convention.
-Prints a table and writes docs/accuracy.md.
+tensors for models up to `--real-max-params` parameters, fake tensors otherwise: the same bytes to the byte, no
+memory and far less time — a real 0.5B step takes minutes on a 2-core CPU) and predicted with the bill under its
+most faithful convention. Prints a table with each case's measured wall time and writes docs/accuracy.md.
 
-Run: python benchmarks/accuracy.py [--only NAME,NAME] [--no-write]   (the full suite takes several minutes)
+Run: python benchmarks/accuracy.py [--only NAME,NAME] [--real-max-params N] [--no-write]
 """
 
 from __future__ import annotations
@@ -60,14 +61,18 @@ SUITE = (
 )
 
 
-def run_case(case: Case) -> tuple[str, list, float, str]:
+REAL_MAX_PARAMS = 50_000_000  # real tensors up to this size (and when the step fits in RAM), fake above
+
+
+def run_case(case: Case, real_max_params: int = REAL_MAX_PARAMS) -> tuple[str, list, float, str]:
     spec = load_model(case.model)
     recipe = make_recipe(case.recipe, "adamw", case.micro_batch, case.seq_len, case.recompute,
                          optimizer_impl=case.optimizer_impl)
     bill, note = predict(spec, recipe)
     if note:
         print(note, flush=True)
-    mode = choose_mode("auto", bill.lines["memory.peak"].value)
+    mode = "fake" if bill.lines["params.total"].value > real_max_params else \
+        choose_mode("auto", bill.lines["memory.peak"].value)
     start = time.perf_counter()
     measured = measure_step(
         to_hf_config(spec), recipe=case.recipe, optimizer_impl=case.optimizer_impl, micro_batch=case.micro_batch,
@@ -83,37 +88,60 @@ def _pct(err: float | None) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--only", help="comma-separated case names (substring match)")
+    parser.add_argument("--real-max-params", type=float, default=REAL_MAX_PARAMS,
+                        help="largest model (parameters) measured with real tensors; larger ones use fake tensors")
     parser.add_argument("--no-write", action="store_true", help="do not rewrite docs/accuracy.md")
     args = parser.parse_args()
     cases = [c for c in SUITE if not args.only or any(s in c.name for s in args.only.split(","))]
     headers = ["case", "mode", "s"] + [cat for cat, _, _, _ in CATEGORIES]
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     conventions = set()
+    results: list[list] = []
     for case in cases:
-        mode, rows, seconds, convention = run_case(case)
+        mode, rows, seconds, convention = run_case(case, int(args.real_max_params))
+        results.append(rows)
         conventions.add(convention)
         cells = [case.name, mode, f"{seconds:.0f}"] + [_pct(r.error) for r in rows]
         lines.append("| " + " | ".join(cells) + " |")
         print(lines[-1], flush=True)
     judged = [line for line in lines[2:]]
+    summary = _summary(cases, results)
     doc = [
         "# Accuracy: the bill vs PyTorch",
         "",
         "Produced by `python benchmarks/accuracy.py` (torch 2.13 CPU, transformers 5.24). Each cell is "
         "(predicted − measured) / measured for one category; measured with MemTracker (memory, second iteration) "
         "and FlopCounterMode (FLOPs, full-square attention). `–` means the bill has no prediction for that category "
-        f"yet. Bill convention(s): {', '.join(sorted(conventions))}. Modes: `real` tensors when the step fits in "
-        "half the free RAM, else `fake` tensors (same bytes, no memory).",
+        f"yet. Bill convention(s): {', '.join(sorted(conventions))}. Modes: `real` tensors for models up to "
+        f"{args.real_max_params:,.0f} parameters whose step fits in half the free RAM, else `fake` tensors (same "
+        "bytes to the byte, no memory); `s` is the measurement's wall time in seconds (warm-up, tracked iteration "
+        "and the FLOP-counting pass).",
         "",
         *lines,
         "",
         f"{len(judged)} configurations.",
+        "",
+        *summary,
     ]
-    print("\n".join(doc[-2:]))
+    print("\n".join(doc[-len(summary) - 2:]))
     if not args.no_write:  # keeps the sharded section (run_sharded) between its markers
         from accuracy_doc import write_section
 
         write_section(ROOT / "docs" / "accuracy.md", "\n".join(doc))
+
+
+def _summary(cases: list[Case], results: list[list]) -> list[str]:
+    """Median and largest |error| per category over the cases, and the wall time of the 7B fake checks."""
+    if not results:
+        return []
+    out = ["| category | median abs error | largest abs error |", "|---|---|---|"]
+    for j, (category, _, _, _) in enumerate(CATEGORIES):
+        errs = sorted(abs(rows[j].error) for rows in results if rows[j].error is not None)
+        if errs:
+            mid = len(errs) // 2
+            median = errs[mid] if len(errs) % 2 else (errs[mid - 1] + errs[mid]) / 2
+            out.append(f"| {category} | {100 * median:.2f}% | {100 * errs[-1]:.2f}% |")
+    return out
 
 
 if __name__ == "__main__":

@@ -124,6 +124,10 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
     split = trainable_split(inv, recipe.lora)
     resident = resident_lines(inv, recipe)
     a_bytes = recipe.precision.activation
+    if convention == "eager":  # two widths under amp (bf16 compute, fp32 params); an int otherwise
+        from stepbill.engine.eager import from_precision
+
+        a_bytes = from_precision(recipe.precision)
     plan = make_plan(spec, recipe.recompute_policy, recipe.seq_len, recipe.micro_batch, a_bytes, convention,
                      attention=attention)
     outside = act.outside_bytes(spec, a_bytes, recipe.seq_len, recipe.micro_batch, convention)

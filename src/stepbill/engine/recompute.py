@@ -142,7 +142,8 @@ def make_plan(spec: ModelSpec, policy: RecomputePolicy, seq_len: int, micro_batc
     rows = {k: act.layer_rows(spec, k, activation_bytes, convention, attention) for k in act.layer_kinds(spec)}
     tokens = seq_len * micro_batch
     segment, layers = 1, {}
-    input_bytes = spec.hidden_size * activation_bytes
+    # A checkpoint keeps the layer input: the residual stream, in the parameter dtype (fp32 under amp).
+    input_bytes = spec.hidden_size * getattr(activation_bytes, "param", activation_bytes)
     if policy.kind in ("full", "every"):
         for k, r in rows.items():
             # Rebuilding a layer reruns its whole forward: matmuls + attention core (matmul-only count; the

@@ -17,7 +17,8 @@ seed's advice (activations → recompute / context parallel; states → ZeRO / F
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 from stepbill.engine.line import Line
 from stepbill.engine.params import ParamInventory
@@ -44,10 +45,10 @@ class Moment:
     phase: str  # "forward" | "backward" | "optimizer"
     label: str
     items: dict[str, int]
+    total: int = field(init=False, compare=False)  # summed once: the peaks compare it many times
 
-    @property
-    def total(self) -> int:
-        return sum(self.items.values())
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "total", sum(self.items.values()))
 
     @property
     def dominant(self) -> str:
@@ -58,21 +59,27 @@ class Moment:
 class Timeline:
     moments: tuple[Moment, ...]
 
-    def _peak(self, phase: str | None = None) -> Moment:
-        pool = [m for m in self.moments if phase is None or m.phase == phase]
-        return max(pool, key=lambda m: m.total)  # first of equal totals: the earliest moment
+    @cached_property
+    def _peaks(self) -> dict[str | None, Moment]:
+        """The first moment of the largest total overall (key None) and per phase, in one pass."""
+        best: dict[str | None, Moment] = {}
+        for m in self.moments:
+            for key in (None, m.phase):
+                if key not in best or m.total > best[key].total:  # first of equal totals: the earliest
+                    best[key] = m
+        return best
 
     @property
     def peak(self) -> Moment:
-        return self._peak()
+        return self._peaks[None]
 
     @property
     def peak_forward(self) -> Moment:
-        return self._peak("forward")
+        return self._peaks["forward"]
 
     @property
     def peak_backward(self) -> Moment:
-        return self._peak("backward")
+        return self._peaks["backward"]
 
     @property
     def advice(self) -> str:
@@ -165,6 +172,10 @@ def _eager_timeline(inventory: ParamInventory, resident: list[Line], plan: Recom
         head, embed = head + embed, 0
     casts = [e.cast_layer.get(k, 0) for k in plan.order]
     cast_all = sum(casts) + e.cast_head
+    # A checkpointed layer saves nothing in its forward (its rows, fixed ones and weight casts included); its
+    # backward rebuilds them. Otherwise its fixed rows and casts live from its forward to its backward.
+    ckpt = plan.policy.kind in ("full", "every")
+    fixed = [0 if ckpt else e.layer_fixed.get(k, 0) for k in plan.order]
 
     def at(phase: str, label: str, grads: int, activations: float, temporaries: int = 0, cast: int = 0) -> Moment:
         return Moment(phase, label, {"weights": weights, "optimizer": optimizer, "grads": grads,
@@ -172,29 +183,35 @@ def _eager_timeline(inventory: ParamInventory, resident: list[Line], plan: Recom
                                      "temporaries": temporaries, "autocast_cache": cast})
 
     bwd = plan.backward_live()
-    kept, cast = 0.0, 0
+    kept, cast, fix = 0.0, 0, 0
     moments = []
     for i, k in enumerate(plan.order):
         kept += plan.kept_bytes(i) * plan.tokens
         cast += casts[i]
-        # A checkpointed layer saves nothing in its forward; otherwise its rows are kept (and counted in kept).
-        moments.append(at("forward", f"forward, layer {i} ({k})", 0, kept, cast=cast))
-    saved = plan.kept_after_forward() + outside
+        fix += fixed[i]
+        moments.append(at("forward", f"forward, layer {i} ({k})", 0, kept + fix, cast=cast))
+    saved = plan.kept_after_forward() + outside + fix
     moments.append(at("forward", "forward, LM head and loss", 0, saved + e.forward_end, cast=cast_all))
+    # autocast's cache is cleared when the forward leaves autocast: what remains is what graphs saved.
+    cast = cast_all if not ckpt else e.cast_head
     moments.append(at("backward", "backward, loss (log-softmax gradient)", 0, saved + e.loss_act, e.loss_temp,
-                      cast_all))
-    moments.append(at("backward", "backward, LM head", 0, saved + e.head_act, e.head_temp, cast_all))
+                      cast))
+    moments.append(at("backward", "backward, LM head", 0, saved + e.head_act, e.head_temp, cast))
+    cast -= e.cast_head
     grads = head
     for i in reversed(range(len(plan.order))):
         k = plan.order[i]
-        cast -= casts[i]
+        mine = casts[i] if ckpt else 0  # the recomputed forward casts this layer's weights again
+        live = bwd[i] + e.rope + fix + (e.layer_fixed.get(k, 0) if ckpt else 0)
         moments.append(at("backward", f"backward, layer {i} ({k}), FFN", grads + e.layer_grad.get(k, 0),
-                          bwd[i] + e.rope + e.layer_act.get(k, 0), e.layer_temp.get(k, 0), cast + casts[i]))
+                          live + e.layer_act.get(k, 0), e.layer_temp.get(k, 0), cast + mine))
         if e.norm_temp:
             moments.append(at("backward", f"backward, layer {i} ({k}), FFN input norm",
-                              grads + e.norm_grad.get(k, 0), bwd[i] + e.rope + e.norm_act.get(k, 0), e.norm_temp,
-                              cast + casts[i]))
+                              grads + e.norm_grad.get(k, 0), live + e.norm_act.get(k, 0), e.norm_temp,
+                              cast + mine))
         grads += per_layer[i]
+        fix -= fixed[i]
+        cast -= 0 if ckpt else casts[i]
     grads += embed
     moments.append(at("backward", "backward, embedding", grads, 0))
     moments.append(at("optimizer", "optimizer step", grads, 0, e.optimizer_temp))

@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 
 from stepbill.engine import activations as act
+from stepbill.engine import eager
+from stepbill.engine.eager.torch_params import torch_tensor_sizes
 from stepbill.engine.params import ParamInventory
 from stepbill.engine.recompute import RecomputePlan
 from stepbill.spec.model import ModelSpec
@@ -69,18 +71,20 @@ class EagerTerms:
     optimizer_temp: int = 0
     cast_layer: dict[str, int] = field(default_factory=dict)  # amp: bf16 weight copies of one layer
     cast_head: int = 0  # amp: the LM head's bf16 copy
+    # per layer kind: saved rows that do not grow per token (grouped_mm offsets, B=1 views; engine.eager)
+    layer_fixed: dict[str, int] = field(default_factory=dict)
 
 
-def _is_linear(t: object) -> bool:
-    return getattr(t, "is_matrix", False) and getattr(t, "component", "") != "embedding"
-
-
-def optimizer_temporaries(inventory: ParamInventory, impl: str, state_bytes: int) -> int:
-    """Peak bytes AdamW's update holds beyond its states (see the module docstring)."""
+def optimizer_temporaries(inventory: ParamInventory, impl: str, state_bytes: int,
+                          sizes: list[int] | None = None) -> int:
+    """Peak bytes AdamW's update holds beyond its states (see the module docstring). `sizes`: elements of
+    every parameter tensor as torch holds them, in order (eager.torch_params); else the inventory's rows."""
     if impl == "fused" or state_bytes == 0:
         return 0
     if impl == "foreach":
         return inventory.total * state_bytes
+    if sizes is not None:
+        return max((2 * cur + prev) * state_bytes for prev, cur in pairwise([0, *sizes]))
     # single: parameters in module order — embedding, then each layer (matrices, then norms), final norm,
     # LM head; the layers repeat, so one layer's sequence read cyclically gives every consecutive pair.
     sizes = [t.numel * state_bytes for t in inventory.tensors]
@@ -98,13 +102,15 @@ def optimizer_temporaries(inventory: ParamInventory, impl: str, state_bytes: int
 def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan: RecomputePlan) -> EagerTerms:
     """The eager convention's extra bytes for one micro-batch of `recipe`."""
     p = recipe.precision
+    width = eager.from_precision(p)  # compute bytes, with the parameter bytes (amp: 2 and 4)
     a = p.activation
     b, t = recipe.micro_batch, recipe.seq_len
     n = b * t
     v, h = spec.vocab_size, spec.hidden_size
     rotary = spec.positions == "rotary"
     buffers = 2 * (spec.attention.qk_head_dim // 2) * FP32 if rotary else 0
-    n_tensors = sum(x.copies for x in inventory.tensors)
+    sizes = torch_tensor_sizes(spec, inventory, plan.order)
+    n_tensors = len(sizes)
     logits = a * v * n + (FP32 * v * n if a != FP32 else 0)
     padded = INT64 * b * (t + 1) if b > 1 else 0
     labels_saved = INT64 * n + (INT64 if b == 1 else 0)
@@ -119,25 +125,28 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
     cast_layer: dict[str, int] = {}
     norm_act: dict[str, int] = {}
     norm_grad: dict[str, int] = {}
+    layer_fixed: dict[str, int] = {}
     for kind in plan.layers:
         count = max(1, plan.order.count(kind))
-        rows = act.layer_rows(spec, kind, a, "eager")
+        rows = act.layer_rows(spec, kind, width, "eager")
         last = rows[-1].bytes_at(t) if rows else 0
         layer_act[kind] = -round(last * n)
         layer_temp[kind] = round((a * h + 3 * last) * n)
         mats = [x for x in inventory.tensors if x.layer_kind == kind and x.is_matrix]
         layer_grad[kind] = mats[-1].total // count * p.grads if mats else 0
-        per_layer = sum(x.total for x in mats if _is_linear(x)) // count
         ffn_block = rows[-1].block if rows else ""
         freed = sum(r.bytes_at(t) for r in rows if r.block == ffn_block and not r.name.endswith("norm_x_fp32"))
         norm_act[kind] = -round(freed * n)
         ffn_params = sum(x.total for x in inventory.tensors if x.layer_kind == kind and x.component == "ffn")
         norm_grad[kind] = (ffn_params // count + h) * p.grads
-        cast_layer[kind] = AMP_CAST * per_layer if amp else 0
+        cast_layer[kind] = eager.layer_cast_bytes(spec, kind, width)
+        layer_fixed[kind] = eager.fixed_bytes(eager.layer_fixed_rows(spec, kind, width, b, with_casts=False), t)
     return EagerTerms(
         constant=INT64 * n + buffers,
         step_counters=FP32 * n_tensors if recipe.optimizer in ("adamw", "adam") else 0,
-        forward_end=logits + padded + FP32,
+        # amp: the final norm's fp32 output is alive until the causal LM's forward returns (the LM head saves
+        # its bf16 cast instead); otherwise it is the LM head's saved input, counted in the outside rows.
+        forward_end=logits + padded + FP32 + (width.param * h * n if amp else 0),
         loss_act=loss_act,
         loss_temp=2 * FP32 * v * n,
         head_act=loss_act - FP32 * v * n,
@@ -149,7 +158,8 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         norm_act=norm_act,
         norm_temp=(a + 5 * FP32) * h * n if spec.norm == "rmsnorm" else 0,
         norm_grad=norm_grad,
-        optimizer_temp=optimizer_temporaries(inventory, recipe.optimizer_impl, p.state),
+        optimizer_temp=optimizer_temporaries(inventory, recipe.optimizer_impl, p.state, sizes),
         cast_layer=cast_layer,
+        layer_fixed=layer_fixed,
         cast_head=AMP_CAST * v * h if amp else 0,
     )

@@ -32,6 +32,7 @@ __all__ = [
     "amp_weight_cast_bytes",
     "fixed_bytes",
     "from_precision",
+    "layer_cast_bytes",
     "layer_fixed_rows",
     "outside_bytes",
     "outside_fixed_rows",
@@ -79,6 +80,15 @@ def amp_weight_cast_bytes(spec: ModelSpec, act: int) -> int:
     for kind, n in layer_kinds(spec).items():
         total += n * (attention_weights(spec) + (moe_cast_weights(spec) if kind == "moe" else ffn_weights(spec)))
     return total * dt.compute
+
+
+def layer_cast_bytes(spec: ModelSpec, layer_kind: str, act: int) -> int:
+    """amp: bytes of autocast's bf16 copies of one layer's linear weights (the autocast cache); 0 otherwise."""
+    dt = dt_of(act)
+    if not dt.amp:
+        return 0
+    return (attention_weights(spec) + (moe_cast_weights(spec) if layer_kind == "moe" else ffn_weights(spec))) \
+        * dt.compute
 
 
 def outside_bytes(spec: ModelSpec, act: int, seq_len: Any, micro_batch: Any, recompute: str = "none") -> Any:

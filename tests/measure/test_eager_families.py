@@ -1,0 +1,60 @@
+"""Every family's tiny model under the eager convention: every memory category of the step within 3 % of
+MemTracker (real tensors, seconds each), for fp32, pure-bf16 and amp-bf16, recompute none and full.
+
+Known gaps are marked xfail (strict: fixing one turns it into a failure to be removed from the list): they are
+moments inside a checkpointed layer's forward (full recompute: the layer's unsaved intermediates — GELU-new's
+four FFN-wide temporaries, MoE's grouped_mm fallback, MLA's math-path attention) and layer-backward moments of
+LayerNorm/GELU, parallel-residual and MoE layers, which transients.py still models as SwiGLU + RMSNorm."""
+
+from __future__ import annotations
+
+import pytest
+
+from stepbill.check import compare, predictions
+from stepbill.engine.bill import make_bill
+from stepbill.measure.step import measure_step
+from stepbill.measure.tiny import TINY_CONFIGS
+from stepbill.spec.hf import from_hf_config
+from stepbill.spec.recipe import make_recipe
+
+MEMORY = ("memory.weights", "memory.grads", "memory.optimizer", "memory.activations", "memory.peak_forward",
+          "memory.peak_backward", "memory.peak")
+TOLERANCE = 0.03
+KNOWN_GAPS = {
+    ("gpt2", "fp32", "full"), ("gpt2", "pure-bf16", "full"), ("gpt2", "amp-bf16", "none"),
+    ("gpt2", "amp-bf16", "full"), ("gpt_neox", "fp32", "none"), ("gpt_neox", "fp32", "full"),
+    ("gpt_neox", "pure-bf16", "full"), ("gpt_neox", "amp-bf16", "full"), ("mixtral", "fp32", "full"),
+    ("mixtral", "pure-bf16", "full"), ("mixtral", "amp-bf16", "full"), ("qwen2_moe", "fp32", "full"),
+    ("qwen2_moe", "pure-bf16", "full"), ("qwen2_moe", "amp-bf16", "full"), ("deepseek_v3", "fp32", "full"),
+    ("deepseek_v3", "pure-bf16", "full"), ("deepseek_v3", "amp-bf16", "full"), ("llama", "amp-bf16", "full"),
+    ("qwen3", "amp-bf16", "full"),
+}
+
+
+def errors(family: str, recipe: str, recompute: str, micro_batch: int = 2, seq: int = 64) -> dict[str, float]:
+    config = TINY_CONFIGS[family]
+    bill = make_bill(from_hf_config(config, "tiny"), make_recipe(recipe, "adamw", micro_batch, seq, recompute),
+                     convention="eager")
+    measured = measure_step(config, recipe=recipe, micro_batch=micro_batch, seq_len=seq, recompute=recompute,
+                            flops=False)
+    return {r.line: r.error for r in compare(predictions(bill), measured) if r.line in MEMORY}
+
+
+CASES = [pytest.param(f, r, c, marks=pytest.mark.xfail(strict=True, reason="known gap (module docstring)")
+                      if (f, r, c) in KNOWN_GAPS else ())
+         for f in TINY_CONFIGS for r in ("fp32", "pure-bf16", "amp-bf16") for c in ("none", "full")]
+
+
+@pytest.mark.parametrize(("family", "recipe", "recompute"), CASES)
+def test_every_category_within_three_percent(family: str, recipe: str, recompute: str) -> None:
+    errs = errors(family, recipe, recompute)
+    off = {k: v for k, v in errs.items() if abs(v) > TOLERANCE}
+    assert not off, off
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3", "qwen2_moe", "deepseek_v3"])
+def test_amp_without_recompute_exact(family: str) -> None:
+    """amp-bf16: EagerBytes (bf16 compute, fp32 params) through the plan, per-layer autocast casts and fixed
+    rows, and the final norm's fp32 output at the forward end: every category within 0.2 %."""
+    errs = errors(family, "amp-bf16", "none")
+    assert all(abs(v) <= 0.002 for v in errs.values()), errs
