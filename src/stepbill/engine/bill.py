@@ -8,7 +8,7 @@ from stepbill.engine import activations as act
 from stepbill.engine.comm_step import Collective, step_collectives
 from stepbill.engine.flops import flops_lines
 from stepbill.engine.line import Line
-from stepbill.engine.parallel import RankClass, rank_classes
+from stepbill.engine.parallel import RankClass, rank_classes, single_rank_class
 from stepbill.engine.params import ParamInventory, param_inventory
 from stepbill.engine.recompute import RecomputePlan, make_plan
 from stepbill.engine.states import (
@@ -172,7 +172,10 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
                 f"cards.{key.split('.')[1]}", cards_needed(total, gpu_mem_bytes), "cards",
                 "ceil({bytes} B / {card} B per card)", {"bytes": int(total), "card": int(gpu_mem_bytes)})
     rows = {kind: act.layer_rows(spec, kind, a_bytes, convention, attention) for kind in act.layer_kinds(spec)}
-    ranks = rank_classes(spec, recipe, inv, convention)
+    if recipe.parallel.is_trivial:  # one GPU: the rank is the global bill
+        ranks = [single_rank_class(spec, lines, resident, activ)]
+    else:
+        ranks = rank_classes(spec, recipe, inv, convention)
     collectives = step_collectives(spec, recipe, inv, gpu)
     timing = None
     if gpu is not None:

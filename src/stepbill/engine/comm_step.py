@@ -114,6 +114,8 @@ def _data_parallel(recipe: Recipe, side: str, group: int, stride: int, grads: fl
 def step_collectives(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, gpu: GPU | None = None) -> list[Collective]:
     """Every collective of one step on one rank of the largest pipeline stage."""
     par, p = recipe.parallel, recipe.precision
+    if par.world == 1:  # one GPU talks to nobody (offload traffic is PCIe to the host, not a collective)
+        return []
     per_node = gpu.gpus_per_node if gpu else DEFAULT_GPUS_PER_NODE
     m, tokens, h = par.micro_batches, recipe.tokens, spec.hidden_size
     elems = rank_param_elements(spec, recipe, inv)

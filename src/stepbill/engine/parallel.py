@@ -14,6 +14,7 @@ All values are bytes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 from stepbill.engine import activations as act
 from stepbill.engine.line import Line
@@ -23,7 +24,7 @@ from stepbill.engine.shard import Slice, row_slice, stage_layer_kinds, zero_divi
 from stepbill.engine.states import lora_adapter_groups, optimizer_state_elements
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.parallel import validate_layout
-from stepbill.spec.recipe import Recipe
+from stepbill.spec.recipe import LoRA, Recipe
 
 MIB = 2**20
 DDP_BUCKET_BYTES = 25 * MIB  # torch DDP bucket_cap_mb default, cited in the seed §1.8
@@ -54,18 +55,24 @@ class RankClass:
 
 
 def row_item_elements(t: ParamTensor, recipe: Recipe) -> dict[str, float]:
-    """Elements of each resident item over all copies of row `t` (LoRA: adapters trainable, base frozen)."""
-    if recipe.lora is None:
+    """Elements of each resident item over all copies of row `t` (LoRA: adapters trainable, base frozen).
+    The result is shared (memoised): read it, never change it."""
+    return _row_item_elements(t, recipe.optimizer, recipe.lora, bool(recipe.precision.master))
+
+
+@lru_cache(maxsize=8192)  # pure in its arguments; a bill asks once per tensor row per rank class
+def _row_item_elements(t: ParamTensor, optimizer: str, lora: LoRA | None, has_master: bool) -> dict[str, float]:
+    if lora is None:
         groups = [(t.shape, t.copies, t.is_matrix)]
         out: dict[str, float] = {"weights": t.total}
     else:
-        groups = list(lora_adapter_groups(ParamInventory((t,)), recipe.lora))
+        groups = list(lora_adapter_groups(ParamInventory((t,)), lora))
         out = {"weights.frozen": t.total, "weights": sum(s[0] * s[1] * c for s, c, _ in groups)}
     trained = out["weights"]
     out["grads"] = trained
-    if recipe.precision.master:
+    if has_master:
         out["master"] = trained
-    for name, elements in optimizer_state_elements(recipe.optimizer, groups).items():
+    for name, elements in optimizer_state_elements(optimizer, groups).items():
         out[f"optimizer.{name}"] = elements
     return out
 
@@ -242,6 +249,17 @@ def rank_classes(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, conventio
         classes.append(RankClass(name, (stage,), per_stage, kinds[stage], flight, gpu_items, activ, transient, memory,
                                  cpu, owned))
     return classes
+
+
+def single_rank_class(spec: ModelSpec, lines: dict[str, Line], resident: list[Line],
+                      activations: list[Line]) -> RankClass:
+    """The trivial layout (one GPU, nothing sharded): the rank is the global bill, timeline peaks included."""
+    memory = {key: lines[f"memory.{key}"].value for key in MEMORY_KEYS if f"memory.{key}" in lines}
+    memory["transient"] = 0.0
+    memory = {k: float(memory[k]) for k in MEMORY_KEYS}
+    held = {x.name: x.value for x in resident}
+    return RankClass("all ranks", (0,), 1, act.layer_kinds(spec), 1.0, list(resident), list(activations), [], memory,
+                     {}, held)
 
 
 def worst_rank(classes: list[RankClass]) -> RankClass:
