@@ -58,3 +58,14 @@ def test_tiny_real_check_matches_resident_state(capsys: pytest.CaptureFixture[st
     assert data["convention"] == "eager"
     # eager convention: every memory category to the byte (AdamW's 4-byte `step` counters included)
     assert all(r["error"] == 0 for r in data["rows"] if r["unit"] == "bytes")
+
+
+def test_check_without_torch_names_the_extra(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """torch missing → one line naming the extra to install, exit 2."""
+    import sys
+
+    for name in [m for m in sys.modules if m == "stepbill.measure" or m.startswith(("stepbill.measure.", "torch"))]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` raise ImportError
+    code, out, err = run_cli(["check", TINY, "--fake"], capsys)
+    assert code == 2 and "stepbill[measure]" in err and err.count("\n") == 1 and out == ""

@@ -17,10 +17,12 @@ def _measure_with_progress(config: dict[str, Any], mode: str, **settings: Any) -
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     try:
+        from stepbill.measure.build import require_torch
         from stepbill.measure.step import measure_step
     except ImportError as exc:  # torch/transformers are an optional extra
         raise StepbillError(f"stepbill check needs PyTorch and transformers ({exc.name} is missing): "
                             "pip install 'stepbill[measure]'") from None
+    require_torch()  # measure/ imports torch lazily: ask before the progress bar starts
     columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
     with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
         progress.add_task(f"measuring two training steps in PyTorch ({mode} tensors)…", total=None)
@@ -76,10 +78,15 @@ def check(
             "rows": [{"category": r.category, "unit": r.unit, "line": r.line, "predicted": r.predicted,
                       "measured": r.measured, "error": r.error, "verdict": r.verdict} for r in rows],
             "measured": {"peak_phase": measured.peak_phase, "breakdown_at_peak": measured.breakdown},
+            "predicted_flops_causal": bill.lines["flops.step"].value,
             "verdict": verdict(rows),
         }, indent=2))
         return
     _print_rows(spec.name, mode, bill.convention, rows, verdict(rows))
+    from stepbill.report.units import fmt_flops
+
+    typer.echo(f"causal-halved step FLOPs (the seed's convention; FlopCounterMode counts the full square): "
+               f"{fmt_flops(bill.lines['flops.step'].value)}")
 
 
 def _print_rows(name: str, mode: str, convention: str, rows: list, summary: str) -> None:
@@ -118,9 +125,12 @@ def _check_sharded(model: str, seq: int, micro_batch: int, recipe: str, dp: int,
 
     ranks = [rank] if rank is not None else [rs[0] for rs in rank_classes(predict, dp).values()]
     try:
+        from stepbill.measure.build import require_torch
         from stepbill.measure.sharded import measure_rank
     except ImportError as exc:  # pragma: no cover - optional extra
-        raise StepbillError(f"stepbill check needs PyTorch and transformers ({exc.name} is missing)") from None
+        raise StepbillError(f"stepbill check needs PyTorch and transformers ({exc.name} is missing): "
+                            "pip install 'stepbill[measure]'") from None
+    require_torch()
     results = []
     for r in ranks:
         pred = predict(r)
