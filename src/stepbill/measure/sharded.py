@@ -29,6 +29,7 @@ from typing import Any
 
 from stepbill.errors import StepbillError
 from stepbill.measure.build import Mode, build_model, hf_patches, new_fake_mode, require_torch
+from stepbill.measure.step import PhasePeaks
 
 PHASES = ("forward", "backward", "optimizer")
 
@@ -91,35 +92,6 @@ def _flatten(snapshot: dict[Any, dict[Any, int]]) -> dict[str, int]:
             if name is not None:
                 out[name] += int(value)
     return out
-
-
-class _PhasePeaks:
-    """One peak per phase out of the tracker's running peak (as step.PhasePeaks, FSDP categories kept)."""
-
-    def __init__(self, tracker: Any) -> None:
-        self.tracker = tracker
-        self.current: str | None = None
-        self.peaks: dict[str, dict[str, int]] = {}
-        self.marks: dict[str, dict[str, int]] = {}
-
-    def _restart(self) -> None:
-        from copy import deepcopy
-
-        snap = self.tracker.get_tracker_snapshot("current")
-        self.tracker._peak_mem_snap = deepcopy(snap)
-        self.tracker._peak_mem = {dev: s.get("Total", 0) for dev, s in snap.items()}
-
-    def close(self) -> None:
-        if self.current is not None:
-            self.peaks[self.current] = _flatten(self.tracker.get_tracker_snapshot("peak"))
-            self.marks[f"end:{self.current}"] = _flatten(self.tracker.get_tracker_snapshot("current"))
-        self.current = None
-
-    def __call__(self, phase: str) -> None:
-        self.close()
-        self.marks[f"start:{phase}"] = _flatten(self.tracker.get_tracker_snapshot("current"))
-        self.current = phase
-        self._restart()
 
 
 @contextlib.contextmanager
@@ -237,7 +209,7 @@ def measure_rank(
             tracker = MemTracker()
             # ZeroRedundancyOptimizer keeps the states in its local optimizer (`optim`), not in its own `state`
             tracker.track_external(model, optimizer.optim, input_ids)
-        phases = _PhasePeaks(tracker)
+        phases = PhasePeaks(tracker, flatten=_flatten)
         with tracker:
             iteration(phases)
             phases.close()

@@ -15,6 +15,7 @@ Definitions (bytes of live tensor storage, no allocator rounding on CPU):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from copy import deepcopy
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,8 +82,9 @@ class PhasePeaks:
     so each phase's peak is the maximum over its own ops, the live total at its start included.
     """
 
-    def __init__(self, tracker: Any) -> None:
+    def __init__(self, tracker: Any, flatten: Callable[[Any], dict[str, int]] | None = None) -> None:
         self.tracker = tracker
+        self.flatten = flatten or _flatten  # sharded runs pass one that keeps FSDP's categories
         self.current: Phase | None = None
         self.peaks: dict[str, dict[str, int]] = {}
         self.marks: dict[str, dict[str, int]] = {}
@@ -94,13 +96,13 @@ class PhasePeaks:
 
     def close(self) -> None:
         if self.current is not None:
-            self.peaks[self.current] = _flatten(self.tracker.get_tracker_snapshot("peak"))
-            self.marks[f"end:{self.current}"] = _flatten(self.tracker.get_tracker_snapshot("current"))
+            self.peaks[self.current] = self.flatten(self.tracker.get_tracker_snapshot("peak"))
+            self.marks[f"end:{self.current}"] = self.flatten(self.tracker.get_tracker_snapshot("current"))
         self.current = None
 
     def __call__(self, phase: Phase) -> None:
         self.close()
-        self.marks[f"start:{phase}"] = _flatten(self.tracker.get_tracker_snapshot("current"))
+        self.marks[f"start:{phase}"] = self.flatten(self.tracker.get_tracker_snapshot("current"))
         self.current = phase
         self.restart()
 
