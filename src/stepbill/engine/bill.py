@@ -175,7 +175,7 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
     if recipe.parallel.is_trivial:  # one GPU: the rank is the global bill
         ranks = [single_rank_class(spec, lines, resident, activ)]
     else:
-        ranks = rank_classes(spec, recipe, inv, convention)
+        ranks = rank_classes(spec, recipe, inv, convention, timeline)
     collectives = step_collectives(spec, recipe, inv, gpu)
     timing = None
     if gpu is not None:

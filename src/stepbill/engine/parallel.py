@@ -22,6 +22,7 @@ from stepbill.engine.parallel_exact import exact_applies, exact_classes
 from stepbill.engine.params import ParamInventory, ParamTensor
 from stepbill.engine.shard import Slice, row_slice, stage_layer_kinds, zero_divisor
 from stepbill.engine.states import lora_adapter_groups, optimizer_state_elements
+from stepbill.engine.timeline import Timeline
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.parallel import validate_layout
 from stepbill.spec.recipe import LoRA, Recipe
@@ -193,7 +194,27 @@ def _sum(lines: list[Line], prefix: tuple[str, ...] | str = "") -> float:
     return sum(x.value for x in lines if x.name.startswith(prefix))
 
 
-def rank_classes(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, convention: str = "ideal") -> list[RankClass]:
+def _peaks_on_timeline(timeline: Timeline, memory: dict[str, float]) -> dict[str, float]:
+    """The rank's peaks read off the global timeline: at each moment the rank holds its own weights, optimizer
+    states and transient buffers, and its share of that moment's gradients and activations (the rank's grads
+    and activations over the global ones: 1/tp, 1/cp, ZeRO shards, micro-batches in flight)."""
+    global_grads = max(m.items["grads"] for m in timeline.moments)
+    global_act = max(m.items["activations"] for m in timeline.moments if m.phase == "forward")
+    grad_share = memory["grads"] / global_grads if global_grads else 0.0
+    act_share = memory["activations"] / global_act if global_act else 0.0
+    base = memory["weights"] + memory["optimizer"] + memory["transient"]
+    best: dict[str, float] = {}
+    for m in timeline.moments:
+        # inputs, temporaries and autocast copies (eager) scale with the rank's tokens like its activations
+        other = sum(v for k, v in m.items.items() if k not in ("weights", "optimizer", "grads", "activations"))
+        total = base + grad_share * m.items["grads"] + act_share * (m.items["activations"] + other)
+        best[m.phase] = max(best.get(m.phase, 0.0), total)
+    return {"peak": max(best.values()), "peak_forward": best.get("forward", 0.0),
+            "peak_backward": best.get("backward", 0.0)}
+
+
+def rank_classes(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, convention: str = "ideal",
+                 timeline: Timeline | None = None) -> list[RankClass]:
     """One RankClass per pipeline stage, identical stages merged; ranks per class = dp·tp·cp per stage.
     Data-parallel sharding alone under the eager convention: engine/sharded.py's exact classes instead
     (parallel_exact.py)."""
@@ -233,10 +254,12 @@ def rank_classes(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, conventio
         }
         memory["model"] = memory["weights"] + memory["grads"]
         memory["resident"] = memory["model"] + memory["optimizer"]
-        memory["peak"] = memory["resident"] + memory["activations"] + memory["transient"]
-        # Ideal per-rank model: the forward peak holds no gradients, the backward peak everything.
-        memory["peak_forward"] = memory["peak"] - memory["grads"]
-        memory["peak_backward"] = memory["peak"]
+        if timeline is not None:
+            memory.update(_peaks_on_timeline(timeline, memory))
+        else:  # no timeline: everything at once (an upper bound)
+            memory["peak"] = memory["resident"] + memory["activations"] + memory["transient"]
+            memory["peak_forward"] = memory["peak"] - memory["grads"]
+            memory["peak_backward"] = memory["peak"]
         memory = {k: memory[k] for k in MEMORY_KEYS}
         tags = [t for t, on in (("first", stage == 0), ("last", stage == par.pp - 1)) if on and par.pp > 1]
         name = "all ranks" if par.pp == 1 else f"stage {stage}" + (f" ({', '.join(tags)})" if tags else "")
