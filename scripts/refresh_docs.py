@@ -37,7 +37,35 @@ def short_json(argv: list[str]) -> str:
     return json.dumps(data, indent=2, ensure_ascii=False)
 
 
+PARALLEL = ["bill", "llama2-7b", "--seq", "4096", "--dp", "2", "--tp", "2", "--sp", "--pp", "2", "--micro-batches", "4",
+            "--zero", "1", "--gpus", "8", "--gpu", "h100-sxm"]
+MIXTRAL_DP64 = ["bill", "mixtral-8x7b", "--seq", "4096", "--dp", "64", "--zero", "3", "--convention", "eager"]
+
+
+def after_global_bill(argv: list[str]) -> str:
+    """The per-GPU part of a bill's terminal output (from the layout line on)."""
+    lines = run(argv).splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("dp "))
+    return "\n".join(lines[start:])
+
+
+def parallel_json(argv: list[str]) -> str:
+    """The parallel keys of the bill's JSON, first rows only."""
+    data = json.loads(run([*argv, "--json"]))
+    out = {key: data[key] for key in ("parallel", "ranks", "worst_rank", "comm", "time", "gpu")}
+    first = out["ranks"][0]
+    first["items"] = [*first["items"][:1], "... cut"]
+    out["ranks"] = [first] + ([f"... {len(data['ranks']) - 1} more classes"] if len(data["ranks"]) > 1 else [])
+    out["comm"]["collectives"] = [*out["comm"]["collectives"][:1], "... cut"]
+    if out["time"]:
+        out["time"] = {k: out["time"][k] for k in ("step", "mfu")}
+    return json.dumps(out, indent=2, ensure_ascii=False)
+
+
 BLOCKS = {
+    "parallel": ("text", lambda: after_global_bill(PARALLEL)),
+    "parallel-json": ("json", lambda: parallel_json(PARALLEL)),
+    "mixtral-dp64": ("text", lambda: after_global_bill(MIXTRAL_DP64)),
     "default": ("text", lambda: run([])),
     "v3": ("text", lambda: run(["bill", "deepseek-v3", "--seq", "131072", "--gpu-mem", "80"])),
     "json": ("json", lambda: short_json(["bill", "gpt3-125m", "--micro-batch", "8", "--seq", "1024", "--json"])),
@@ -54,6 +82,6 @@ def refresh(path: Path) -> None:
 
 
 if __name__ == "__main__":
-    for doc in ("README.md", "docs/json.md"):
+    for doc in ("README.md", "docs/json.md", "docs/parallel.md"):
         refresh(ROOT / doc)
         print(f"refreshed {doc}")
