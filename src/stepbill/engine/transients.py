@@ -37,6 +37,7 @@ from itertools import pairwise
 
 from stepbill.engine import activations as act
 from stepbill.engine import eager
+from stepbill.engine.eager.ffn import GELU_TANH_FAMILIES
 from stepbill.engine.eager.torch_params import torch_tensor_sizes
 from stepbill.engine.params import ParamInventory
 from stepbill.engine.recompute import RecomputePlan
@@ -73,6 +74,45 @@ class EagerTerms:
     cast_head: int = 0  # amp: the LM head's bf16 copy
     # per layer kind: saved rows that do not grow per token (grouped_mm offsets, B=1 views; engine.eager)
     layer_fixed: dict[str, int] = field(default_factory=dict)
+    # Checkpointed layers (full recompute): per layer kind, the bytes its forward holds at its largest op
+    # beyond its saved input (in_layer_forward); 0 where no in-layer model exists (then the layer's end is
+    # its forward moment). `embed_locals`: the model's embedding locals alive while the layers run.
+    layer_inner: dict[str, int] = field(default_factory=dict)
+    embed_locals: int = 0
+
+
+def in_layer_forward(spec: ModelSpec, kind: str, width: int, n: int) -> int:
+    """Bytes a checkpointed layer's forward (no tensors saved) holds at its largest op, beyond its input.
+
+    GPT-2's `gelu_new` (`0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`, written as elementwise ops) holds
+    four FFN-wide tensors at once: the up projection's output x, `0.5·x`, `x³` and `0.044715·x³`; the block
+    keeps alive the attention's output (`attn_output`, a local the block reuses for the residual add), the
+    residual sum and `ln_2`'s output (the MLP's input). 0: no in-layer model for this layer (see module doc).
+    Under autocast the moment's weight casts are those made so far (the result can be net of the later ones).
+    """
+    dt = eager.dt_of(width)
+    d, f = spec.hidden_size, spec.ffn.intermediate_size
+    _attn, ffn = act.layer_blocks(spec, kind)
+    if ffn == "gelu_mlp" and spec.family in GELU_TANH_FAMILIES:
+        attn_output = dt.compute * d  # c_proj's output, still named by the block
+        residual = dt.param * d  # attn_output + residual: the stream the MLP's output is added to
+        ln_2_out = dt.param * d  # the MLP's input
+        up_out = dt.compute * f  # c_fc's output x
+        gelu_temps = 3 * dt.compute * f  # 0.5·x, x³, 0.044715·x³
+        # autocast: the layer's moment counts all its weight casts; the down projection's (c_proj, f×d weight
+        # and d bias) is made after the GELU, so it is not there yet.
+        down_cast = AMP_CAST * (f * d + d) if dt.amp else 0
+        return (attn_output + residual + ln_2_out + up_out + gelu_temps) * n - down_cast
+    return 0
+
+
+def embedding_locals(spec: ModelSpec, width: int, b: int, t: int) -> int:
+    """Learned positions (GPT-2): `inputs_embeds` (B·T·h) and `position_embeds` (T·h, batch-broadcast) stay
+    named in the model's forward until the final norm; rotary models' embedding output is layer 0's input."""
+    if spec.positions != "learned":
+        return 0
+    p = eager.dt_of(width).param
+    return p * spec.hidden_size * (b * t + t)
 
 
 def optimizer_temporaries(inventory: ParamInventory, impl: str, state_bytes: int,
@@ -126,7 +166,9 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
     norm_act: dict[str, int] = {}
     norm_grad: dict[str, int] = {}
     layer_fixed: dict[str, int] = {}
+    layer_inner: dict[str, int] = {}
     for kind in plan.layers:
+        layer_inner[kind] = in_layer_forward(spec, kind, width, n)
         count = max(1, plan.order.count(kind))
         rows = act.layer_rows(spec, kind, width, "eager")
         last = rows[-1].bytes_at(t) if rows else 0
@@ -162,4 +204,6 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         cast_layer=cast_layer,
         layer_fixed=layer_fixed,
         cast_head=AMP_CAST * v * h if amp else 0,
+        layer_inner=layer_inner,
+        embed_locals=embedding_locals(spec, width, b, t),
     )
