@@ -47,6 +47,7 @@ from stepbill.spec.recipe import Recipe
 FP32 = 4
 INT64 = 8
 AMP_CAST = 2  # autocast's bf16 weight copies
+FALLBACK_MOE_FAMILIES = ("mixtral",)  # in-layer MoE forward traced (transformers' fp32 expert fallback)
 
 
 @dataclass(frozen=True)
@@ -103,15 +104,34 @@ def in_layer_forward(spec: ModelSpec, kind: str, width: int, n: int) -> int:
         # and d bias) is made after the GELU, so it is not there yet.
         down_cast = AMP_CAST * (f * d + d) if dt.amp else 0
         return (attn_output + residual + ln_2_out + up_out + gelu_temps) * n - down_cast
+    if ffn == "moe" and spec.family in FALLBACK_MOE_FAMILIES and spec.moe is not None and dt.param == FP32:
+        # fp32 experts (fp32, and amp: autocast leaves grouped_mm alone) run transformers' per-expert fallback;
+        # its largest op is the product of SiLU(gate) and up, over all top_k·tokens dispatched rows.
+        m = spec.moe
+        k, e, fe = m.top_k, m.n_routed_experts, m.expert_intermediate_size
+        residual = dt.param * d  # residual + attention output: the stream the MoE output is added to
+        norm_out = dt.param * d  # post_attention_layernorm's output (the router's and experts' input)
+        router = dt.compute * e + FP32 * k + INT64 * k  # router logits; top-k weights (fp32) and ids
+        renormalised = FP32 * k  # the top-k weights divided by their sum
+        permutation = 2 * INT64 * k  # sort of the flat expert ids: values and order
+        token_index = INT64 * k  # order // top_k: the token of each dispatched row
+        dispatched = dt.param * k * d  # the gathered hidden states, top_k rows per token
+        gate_up = dt.param * k * 2 * fe  # gate_up projection of every dispatched row
+        silu_and_product = 2 * dt.param * k * fe  # SiLU(gate), SiLU(gate)·up
+        return (residual + norm_out + router + renormalised + permutation + token_index + dispatched + gate_up
+                + silu_and_product) * n
     return 0
 
 
 def embedding_locals(spec: ModelSpec, width: int, b: int, t: int) -> int:
     """Learned positions (GPT-2): `inputs_embeds` (B·T·h) and `position_embeds` (T·h, batch-broadcast) stay
-    named in the model's forward until the final norm; rotary models' embedding output is layer 0's input."""
+    named in the model's forward until the final norm; rotary models' embedding output is layer 0's input,
+    their cos/sin tables (compute dtype, per position) are the locals alive through the layers."""
+    p = eager.dt_of(width).param
+    if spec.positions == "rotary":  # the cos/sin tables (position_embeddings), shared by every layer
+        return 2 * spec.attention.qk_head_dim * int(width) * t
     if spec.positions != "learned":
         return 0
-    p = eager.dt_of(width).param
     return p * spec.hidden_size * (b * t + t)
 
 
