@@ -37,7 +37,10 @@ from itertools import pairwise
 
 from stepbill.engine import activations as act
 from stepbill.engine import eager
+from stepbill.engine.eager.attention import mla_uses_math_path
+from stepbill.engine.eager.dtypes import Dt
 from stepbill.engine.eager.ffn import GELU_TANH_FAMILIES
+from stepbill.engine.eager.outside import rope_width
 from stepbill.engine.eager.torch_params import torch_tensor_sizes
 from stepbill.engine.params import ParamInventory
 from stepbill.engine.recompute import RecomputePlan
@@ -82,7 +85,7 @@ class EagerTerms:
     embed_locals: int = 0
 
 
-def in_layer_forward(spec: ModelSpec, kind: str, width: int, n: int) -> int:
+def in_layer_forward(spec: ModelSpec, kind: str, width: int, n: int, t: int) -> int:
     """Bytes a checkpointed layer's forward (no tensors saved) holds at its largest op, beyond its input.
 
     GPT-2's `gelu_new` (`0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`, written as elementwise ops) holds
@@ -93,7 +96,37 @@ def in_layer_forward(spec: ModelSpec, kind: str, width: int, n: int) -> int:
     """
     dt = eager.dt_of(width)
     d, f = spec.hidden_size, spec.ffn.intermediate_size
-    _attn, ffn = act.layer_blocks(spec, kind)
+    attn, ffn = act.layer_blocks(spec, kind)
+    attn_peak = mla_math_forward(spec, dt, n, t) if attn == "mla" else 0
+    return max(attn_peak, _ffn_forward(spec, dt, ffn, d, f, n))
+
+
+def mla_math_forward(spec: ModelSpec, dt: Dt, n: int, t: int) -> int:
+    """MLA on SDPA's math path (q/k and v head widths differ), at its Q·Kᵀ (`bmm`): everything the attention
+    has named so far plus the math path's own copies. fp32 and pure-bf16 only (one dtype throughout); under
+    autocast the rotary products promote to fp32 (not modelled: 0)."""
+    if not mla_uses_math_path(spec) or dt.amp:
+        return 0
+    a, d, c = spec.attention, spec.hidden_size, dt.compute
+    heads, qk, rope = a.n_heads, a.qk_head_dim, a.qk_rope_head_dim
+    norm_out = c * d  # input_layernorm's output, the attention's input
+    q_states = c * heads * qk  # q_b_proj(q_a_layernorm(q_a_proj(x))): q_pass is a view of it
+    compressed_kv = c * (a.kv_lora_rank + rope)  # kv_a_proj_with_mqa's output (k_pass and k_rot views)
+    kv_normed = c * a.kv_lora_rank  # kv_a_layernorm(k_pass), named until kv_b_proj
+    rotated = c * (heads * rope + rope)  # q_rot and k_rot after RoPE
+    query = c * heads * qk  # cat(q_pass, q_rot)
+    kv_b = c * heads * (a.qk_nope_head_dim + a.v_head_dim)  # kv_b_proj's output: k_pass and value_states views
+    key = c * heads * qk  # cat(k_pass, k_rot expanded to every head)
+    scaled = c * heads * qk  # the math path's q·√scale (and k·√scale)
+    scores = c * heads * t  # Q·Kᵀ: heads × T scores per token
+    mask = c * t * t  # the causal mask built by the math path (where(tril(ones)), T×T, shared by the batch)
+    # the largest of: at Q·Kᵀ (both scaled copies and the scores), and at the mask's addition (a second scores
+    # tensor, q·√scale released)
+    core = scaled + max(scaled + scores, 2 * scores)
+    return (norm_out + q_states + compressed_kv + kv_normed + rotated + query + kv_b + key + core) * n + mask
+
+
+def _ffn_forward(spec: ModelSpec, dt: Dt, ffn: str, d: int, f: int, n: int) -> int:
     if ffn == "gelu_mlp" and spec.family in GELU_TANH_FAMILIES:
         attn_output = dt.compute * d  # c_proj's output, still named by the block
         residual = dt.param * d  # attn_output + residual: the stream the MLP's output is added to
@@ -129,7 +162,7 @@ def embedding_locals(spec: ModelSpec, width: int, b: int, t: int) -> int:
     their cos/sin tables (compute dtype, per position) are the locals alive through the layers."""
     p = eager.dt_of(width).param
     if spec.positions == "rotary":  # the cos/sin tables (position_embeddings), shared by every layer
-        return 2 * spec.attention.qk_head_dim * int(width) * t
+        return 2 * rope_width(spec) * p * t
     if spec.positions != "learned":
         return 0
     return p * spec.hidden_size * (b * t + t)
@@ -188,7 +221,7 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
     layer_fixed: dict[str, int] = {}
     layer_inner: dict[str, int] = {}
     for kind in plan.layers:
-        layer_inner[kind] = in_layer_forward(spec, kind, width, n)
+        layer_inner[kind] = in_layer_forward(spec, kind, width, n, t)
         count = max(1, plan.order.count(kind))
         rows = act.layer_rows(spec, kind, width, "eager")
         last = rows[-1].bytes_at(t) if rows else 0
