@@ -40,6 +40,7 @@ from stepbill.engine import eager
 from stepbill.engine.eager.attention import mla_uses_math_path
 from stepbill.engine.eager.dtypes import Dt
 from stepbill.engine.eager.ffn import GELU_TANH_FAMILIES
+from stepbill.engine.eager.moe import RENORMALISE
 from stepbill.engine.eager.outside import rope_width
 from stepbill.engine.eager.torch_params import torch_tensor_sizes
 from stepbill.engine.params import ParamInventory
@@ -50,7 +51,8 @@ from stepbill.spec.recipe import Recipe
 FP32 = 4
 INT64 = 8
 AMP_CAST = 2  # autocast's bf16 weight copies
-FALLBACK_MOE_FAMILIES = ("mixtral",)  # in-layer MoE forward traced (transformers' fp32 expert fallback)
+FALLBACK_MOE_FAMILIES = ("mixtral", "qwen2_moe")  # in-layer MoE forward traced (transformers' fp32 fallback)
+SHARED_FIRST = ("qwen2_moe",)  # the shared expert runs before the routed ones: its output is alive meanwhile
 
 
 @dataclass(frozen=True)
@@ -139,20 +141,25 @@ def _ffn_forward(spec: ModelSpec, dt: Dt, ffn: str, d: int, f: int, n: int) -> i
         return (attn_output + residual + ln_2_out + up_out + gelu_temps) * n - down_cast
     if ffn == "moe" and spec.family in FALLBACK_MOE_FAMILIES and spec.moe is not None and dt.param == FP32:
         # fp32 experts (fp32, and amp: autocast leaves grouped_mm alone) run transformers' per-expert fallback;
-        # its largest op is the product of SiLU(gate) and up, over all top_k·tokens dispatched rows.
+        # its largest op is either the product of SiLU(gate) and up over all top_k·tokens dispatched rows, or
+        # the combine (down outputs, their weighted copies and the rows put back in token order).
         m = spec.moe
         k, e, fe = m.top_k, m.n_routed_experts, m.expert_intermediate_size
         residual = dt.param * d  # residual + attention output: the stream the MoE output is added to
         norm_out = dt.param * d  # post_attention_layernorm's output (the router's and experts' input)
+        shared = dt.param * d if spec.family in SHARED_FIRST and m.shared_intermediate_size else 0  # its output
         router = dt.compute * e + FP32 * k + INT64 * k  # router logits; top-k weights (fp32) and ids
-        renormalised = FP32 * k  # the top-k weights divided by their sum
+        renormalised = FP32 * k if RENORMALISE.get(spec.family) else 0  # the top-k weights divided by their sum
         permutation = 2 * INT64 * k  # sort of the flat expert ids: values and order
         token_index = INT64 * k  # order // top_k: the token of each dispatched row
         dispatched = dt.param * k * d  # the gathered hidden states, top_k rows per token
+        before = residual + norm_out + shared + router + renormalised + permutation + token_index + dispatched
         gate_up = dt.param * k * 2 * fe  # gate_up projection of every dispatched row
         silu_and_product = 2 * dt.param * k * fe  # SiLU(gate), SiLU(gate)·up
-        return (residual + norm_out + router + renormalised + permutation + token_index + dispatched + gate_up
-                + silu_and_product) * n
+        down_and_weighted = 2 * dt.param * k * d  # down projection's outputs and their routing-weighted copies
+        inverse = INT64 * k  # the inverse permutation
+        combined = dt.param * k * d  # the weighted rows in token order (summed over top_k next)
+        return (before + max(gate_up + silu_and_product, down_and_weighted + inverse + combined)) * n
     return 0
 
 
