@@ -105,9 +105,10 @@ def in_layer_forward(spec: ModelSpec, kind: str, width: int, n: int, t: int) -> 
 
 def mla_math_forward(spec: ModelSpec, dt: Dt, n: int, t: int) -> int:
     """MLA on SDPA's math path (q/k and v head widths differ), at its Q·Kᵀ (`bmm`): everything the attention
-    has named so far plus the math path's own copies. fp32 and pure-bf16 only (one dtype throughout); under
-    autocast the rotary products promote to fp32 (not modelled: 0)."""
-    if not mla_uses_math_path(spec) or dt.amp:
+    has named so far plus the math path's own copies. fp32 only: in bf16 CPU's math path upcasts q, k and v to
+    fp32 and keeps further copies after the softmax, and under autocast the rotary products promote to fp32
+    (neither modelled yet: 0)."""
+    if not mla_uses_math_path(spec) or dt.amp or dt.compute != FP32:
         return 0
     a, d, c = spec.attention, spec.hidden_size, dt.compute
     heads, qk, rope = a.n_heads, a.qk_head_dim, a.qk_rope_head_dim
