@@ -169,7 +169,12 @@ def _eager_timeline(inventory: ParamInventory, resident: list[Line], plan: Recom
     optimizer += e.step_counters
     head, per_layer, embed = _grad_shares(inventory, grads_total, plan.order)
     if tied_embeddings:
-        head, embed = head + embed, 0
+        # the LM head's backward makes the tied token embedding's gradient; learned position embeddings
+        # (GPT-2's wpe) get theirs at the embedding's backward
+        emb = [x.total for x in inventory.tensors if x.component == "embedding"]
+        tokens = sum(x.total for x in inventory.tensors if x.name == "embed_tokens.weight")
+        moved = round(embed * tokens / sum(emb)) if sum(emb) else embed
+        head, embed = head + moved, embed - moved
     casts = [e.cast_layer.get(k, 0) for k in plan.order]
     cast_all = sum(casts) + e.cast_head
     # A checkpointed layer saves nothing in its forward (its rows, fixed ones and weight casts included); its
@@ -189,6 +194,9 @@ def _eager_timeline(inventory: ParamInventory, resident: list[Line], plan: Recom
         kept += plan.kept_bytes(i) * plan.tokens
         cast += casts[i]
         fix += fixed[i]
+        if ckpt and e.layer_inner.get(k, 0):
+            moments.append(at("forward", f"forward, inside layer {i} ({k})", 0,
+                              kept + fix + e.embed_locals + e.layer_inner[k], cast=cast))
         moments.append(at("forward", f"forward, layer {i} ({k})", 0, kept + fix, cast=cast))
     saved = plan.kept_after_forward() + outside + fix
     moments.append(at("forward", "forward, LM head and loss", 0, saved + e.forward_end, cast=cast_all))

@@ -37,6 +37,11 @@ from itertools import pairwise
 
 from stepbill.engine import activations as act
 from stepbill.engine import eager
+from stepbill.engine.eager.attention import mla_uses_math_path
+from stepbill.engine.eager.dtypes import Dt
+from stepbill.engine.eager.ffn import GELU_TANH_FAMILIES
+from stepbill.engine.eager.moe import RENORMALISE
+from stepbill.engine.eager.outside import rope_width
 from stepbill.engine.eager.torch_params import torch_tensor_sizes
 from stepbill.engine.params import ParamInventory
 from stepbill.engine.recompute import RecomputePlan
@@ -46,6 +51,8 @@ from stepbill.spec.recipe import Recipe
 FP32 = 4
 INT64 = 8
 AMP_CAST = 2  # autocast's bf16 weight copies
+FALLBACK_MOE_FAMILIES = ("mixtral", "qwen2_moe")  # in-layer MoE forward traced (transformers' fp32 fallback)
+SHARED_FIRST = ("qwen2_moe",)  # the shared expert runs before the routed ones: its output is alive meanwhile
 
 
 @dataclass(frozen=True)
@@ -73,6 +80,100 @@ class EagerTerms:
     cast_head: int = 0  # amp: the LM head's bf16 copy
     # per layer kind: saved rows that do not grow per token (grouped_mm offsets, B=1 views; engine.eager)
     layer_fixed: dict[str, int] = field(default_factory=dict)
+    # Checkpointed layers (full recompute): per layer kind, the bytes its forward holds at its largest op
+    # beyond its saved input (in_layer_forward); 0 where no in-layer model exists (then the layer's end is
+    # its forward moment). `embed_locals`: the model's embedding locals alive while the layers run.
+    layer_inner: dict[str, int] = field(default_factory=dict)
+    embed_locals: int = 0
+
+
+def in_layer_forward(spec: ModelSpec, kind: str, width: int, n: int, t: int) -> int:
+    """Bytes a checkpointed layer's forward (no tensors saved) holds at its largest op, beyond its input.
+
+    GPT-2's `gelu_new` (`0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`, written as elementwise ops) holds
+    four FFN-wide tensors at once: the up projection's output x, `0.5·x`, `x³` and `0.044715·x³`; the block
+    keeps alive the attention's output (`attn_output`, a local the block reuses for the residual add), the
+    residual sum and `ln_2`'s output (the MLP's input). 0: no in-layer model for this layer (see module doc).
+    Under autocast the moment's weight casts are those made so far (the result can be net of the later ones).
+    """
+    dt = eager.dt_of(width)
+    d, f = spec.hidden_size, spec.ffn.intermediate_size
+    attn, ffn = act.layer_blocks(spec, kind)
+    attn_peak = mla_math_forward(spec, dt, n, t) if attn == "mla" else 0
+    return max(attn_peak, _ffn_forward(spec, dt, ffn, d, f, n))
+
+
+def mla_math_forward(spec: ModelSpec, dt: Dt, n: int, t: int) -> int:
+    """MLA on SDPA's math path (q/k and v head widths differ), at its Q·Kᵀ (`bmm`): everything the attention
+    has named so far plus the math path's own copies. fp32 only: in bf16 CPU's math path upcasts q, k and v to
+    fp32 and keeps further copies after the softmax, and under autocast the rotary products promote to fp32
+    (neither modelled yet: 0)."""
+    if not mla_uses_math_path(spec) or dt.amp or dt.compute != FP32:
+        return 0
+    a, d, c = spec.attention, spec.hidden_size, dt.compute
+    heads, qk, rope = a.n_heads, a.qk_head_dim, a.qk_rope_head_dim
+    norm_out = c * d  # input_layernorm's output, the attention's input
+    q_states = c * heads * qk  # q_b_proj(q_a_layernorm(q_a_proj(x))): q_pass is a view of it
+    compressed_kv = c * (a.kv_lora_rank + rope)  # kv_a_proj_with_mqa's output (k_pass and k_rot views)
+    kv_normed = c * a.kv_lora_rank  # kv_a_layernorm(k_pass), named until kv_b_proj
+    rotated = c * (heads * rope + rope)  # q_rot and k_rot after RoPE
+    query = c * heads * qk  # cat(q_pass, q_rot)
+    kv_b = c * heads * (a.qk_nope_head_dim + a.v_head_dim)  # kv_b_proj's output: k_pass and value_states views
+    key = c * heads * qk  # cat(k_pass, k_rot expanded to every head)
+    scaled = c * heads * qk  # the math path's q·√scale (and k·√scale)
+    scores = c * heads * t  # Q·Kᵀ: heads × T scores per token
+    mask = c * t * t  # the causal mask built by the math path (where(tril(ones)), T×T, shared by the batch)
+    # the largest of: at Q·Kᵀ (both scaled copies and the scores), and at the mask's addition (a second scores
+    # tensor, q·√scale released)
+    core = scaled + max(scaled + scores, 2 * scores)
+    return (norm_out + q_states + compressed_kv + kv_normed + rotated + query + kv_b + key + core) * n + mask
+
+
+def _ffn_forward(spec: ModelSpec, dt: Dt, ffn: str, d: int, f: int, n: int) -> int:
+    if ffn == "gelu_mlp" and spec.family in GELU_TANH_FAMILIES:
+        attn_output = dt.compute * d  # c_proj's output, still named by the block
+        residual = dt.param * d  # attn_output + residual: the stream the MLP's output is added to
+        ln_2_out = dt.param * d  # the MLP's input
+        up_out = dt.compute * f  # c_fc's output x
+        gelu_temps = 3 * dt.compute * f  # 0.5·x, x³, 0.044715·x³
+        # autocast: the layer's moment counts all its weight casts; the down projection's (c_proj, f×d weight
+        # and d bias) is made after the GELU, so it is not there yet.
+        down_cast = AMP_CAST * (f * d + d) if dt.amp else 0
+        return (attn_output + residual + ln_2_out + up_out + gelu_temps) * n - down_cast
+    if ffn == "moe" and spec.family in FALLBACK_MOE_FAMILIES and spec.moe is not None and dt.param == FP32:
+        # fp32 experts (fp32, and amp: autocast leaves grouped_mm alone) run transformers' per-expert fallback;
+        # its largest op is either the product of SiLU(gate) and up over all top_k·tokens dispatched rows, or
+        # the combine (down outputs, their weighted copies and the rows put back in token order).
+        m = spec.moe
+        k, e, fe = m.top_k, m.n_routed_experts, m.expert_intermediate_size
+        residual = dt.param * d  # residual + attention output: the stream the MoE output is added to
+        norm_out = dt.param * d  # post_attention_layernorm's output (the router's and experts' input)
+        shared = dt.param * d if spec.family in SHARED_FIRST and m.shared_intermediate_size else 0  # its output
+        router = dt.compute * e + FP32 * k + INT64 * k  # router logits; top-k weights (fp32) and ids
+        renormalised = FP32 * k if RENORMALISE.get(spec.family) else 0  # the top-k weights divided by their sum
+        permutation = 2 * INT64 * k  # sort of the flat expert ids: values and order
+        token_index = INT64 * k  # order // top_k: the token of each dispatched row
+        dispatched = dt.param * k * d  # the gathered hidden states, top_k rows per token
+        before = residual + norm_out + shared + router + renormalised + permutation + token_index + dispatched
+        gate_up = dt.param * k * 2 * fe  # gate_up projection of every dispatched row
+        silu_and_product = 2 * dt.param * k * fe  # SiLU(gate), SiLU(gate)·up
+        down_and_weighted = 2 * dt.param * k * d  # down projection's outputs and their routing-weighted copies
+        inverse = INT64 * k  # the inverse permutation
+        combined = dt.param * k * d  # the weighted rows in token order (summed over top_k next)
+        return (before + max(gate_up + silu_and_product, down_and_weighted + inverse + combined)) * n
+    return 0
+
+
+def embedding_locals(spec: ModelSpec, width: int, b: int, t: int) -> int:
+    """Learned positions (GPT-2): `inputs_embeds` (B·T·h) and `position_embeds` (T·h, batch-broadcast) stay
+    named in the model's forward until the final norm; rotary models' embedding output is layer 0's input,
+    their cos/sin tables (compute dtype, per position) are the locals alive through the layers."""
+    p = eager.dt_of(width).param
+    if spec.positions == "rotary":  # the cos/sin tables (position_embeddings), shared by every layer
+        return 2 * rope_width(spec) * p * t
+    if spec.positions != "learned":
+        return 0
+    return p * spec.hidden_size * (b * t + t)
 
 
 def optimizer_temporaries(inventory: ParamInventory, impl: str, state_bytes: int,
@@ -126,7 +227,9 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
     norm_act: dict[str, int] = {}
     norm_grad: dict[str, int] = {}
     layer_fixed: dict[str, int] = {}
+    layer_inner: dict[str, int] = {}
     for kind in plan.layers:
+        layer_inner[kind] = in_layer_forward(spec, kind, width, n, t)
         count = max(1, plan.order.count(kind))
         rows = act.layer_rows(spec, kind, width, "eager")
         last = rows[-1].bytes_at(t) if rows else 0
@@ -162,4 +265,6 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         cast_layer=cast_layer,
         layer_fixed=layer_fixed,
         cast_head=AMP_CAST * v * h if amp else 0,
+        layer_inner=layer_inner,
+        embed_locals=embedding_locals(spec, width, b, t),
     )
