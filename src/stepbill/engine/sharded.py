@@ -32,6 +32,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from stepbill.engine.eager.outside import rope_buffer_bytes
 from stepbill.engine.fsdp_moments import Units, fsdp_moments
 from stepbill.engine.params import param_inventory
 from stepbill.engine.transients import eager_terms
@@ -160,14 +161,6 @@ def rank_classes(predict, world: int) -> dict[tuple, list[int]]:  # type: ignore
     return out
 
 
-def _buffers(spec: ModelSpec) -> float:
-    """RoPE inverse frequencies (fp32, head_dim/2) — the only buffer of these families."""
-    a = spec.attention
-    rope = a.qk_rope_head_dim if a.kind == "mla" else a.qk_head_dim
-    # transformers keeps `inv_freq` and `original_inv_freq` (dynamic-RoPE reset), both fp32 head_dim/2.
-    return 2 * (rope // 2) * FP32 if spec.positions == "rotary" else 0
-
-
 def _live(moment: Any) -> float:
     """Activations plus the moment's temporaries and autocast copies (eager timeline; 0 under ideal)."""
     items = moment.items
@@ -217,7 +210,7 @@ def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int = 0, micro_ba
     # moment's temporaries; the ideal one has neither, so add the loss's logits here.
     loss_temp = 0 if convention == "eager" else tokens * spec.vocab_size * (act_bytes + (FP32 if act_bytes != FP32 else 0))
     inputs = tokens * 8
-    buffers = _buffers(spec)
+    buffers = rope_buffer_bytes(spec)
     moments = list(bill.timeline.moments)
     layers = spec.n_layers
     if zero == 1:

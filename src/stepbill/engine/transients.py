@@ -41,7 +41,7 @@ from stepbill.engine.eager.attention import mla_uses_math_path
 from stepbill.engine.eager.dtypes import Dt
 from stepbill.engine.eager.ffn import GELU_TANH_FAMILIES
 from stepbill.engine.eager.moe import RENORMALISE
-from stepbill.engine.eager.outside import rope_width
+from stepbill.engine.eager.outside import rope_buffer_bytes, rope_width
 from stepbill.engine.eager.torch_params import torch_tensor_sizes
 from stepbill.engine.params import ParamInventory
 from stepbill.engine.recompute import RecomputePlan
@@ -208,8 +208,7 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
     b, t = recipe.micro_batch, recipe.seq_len
     n = b * t
     v, h = spec.vocab_size, spec.hidden_size
-    rotary = spec.positions == "rotary"
-    buffers = 2 * (spec.attention.qk_head_dim // 2) * FP32 if rotary else 0
+    buffers = rope_buffer_bytes(spec)
     sizes = torch_tensor_sizes(spec, inventory, plan.order)
     n_tensors = len(sizes)
     logits = a * v * n + (FP32 * v * n if a != FP32 else 0)
@@ -254,7 +253,7 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         loss_temp=2 * FP32 * v * n,
         head_act=loss_act - FP32 * v * n,
         head_temp=head_temp,
-        rope=(2 * spec.attention.qk_head_dim * a * t) if rotary else 0,
+        rope=2 * rope_width(spec) * a * t,  # cos and sin tables, rotary width each
         layer_act=layer_act,
         layer_temp=layer_temp,
         layer_grad=layer_grad,

@@ -44,6 +44,12 @@ def rope_width(spec: ModelSpec) -> int:
     return int(a.qk_head_dim * spec.rotary_fraction)
 
 
+def rope_buffer_bytes(spec: ModelSpec) -> int:
+    """RoPE's module buffers: transformers keeps `inv_freq` and `original_inv_freq` (for dynamic-RoPE resets),
+    both fp32 of rotary width / 2. The only buffers of the rotary families."""
+    return 2 * (rope_width(spec) // 2) * 4
+
+
 def outside_fixed_rows(spec: ModelSpec, act: int, micro_batch: int, recompute: str = "none",
                        with_casts: bool = True) -> list[ActTensor]:
     """Rows outside the layers that do not grow per token (`per`: position or constant)."""
