@@ -28,13 +28,12 @@ All values are bytes.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from stepbill.engine.eager.outside import rope_buffer_bytes
+from stepbill.engine.eager.torch_params import TorchTensor, torch_tensors
 from stepbill.engine.fsdp_moments import Units, fsdp_moments
-from stepbill.engine.params import param_inventory
 from stepbill.engine.transients import eager_terms
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
@@ -43,44 +42,14 @@ FP32, BF16, STEP = 4, 2, 4
 UNPADDED_FAMILIES_NOTE = "sharded prediction covers llama-like and MoE families (separate q/k/v, SwiGLU)"
 
 
-@dataclass(frozen=True)
-class Tensor:
-    name: str
-    shape: tuple[int, ...]
-    unit: int  # -1: root (embedding, final norm, LM head); i: decoder layer i
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
+Tensor = TorchTensor  # the FSDP/ZeRO-1 arithmetic below works on torch's own tensors
 
 
 def hf_tensors(spec: ModelSpec) -> list[Tensor]:
-    """Every parameter tensor transformers builds for `spec`, per layer, with its FSDP unit."""
+    """Every parameter tensor transformers builds for `spec`, with its FSDP unit (engine/eager/torch_params)."""
     if spec.attention.kind == "mha" and (spec.norm != "rmsnorm" or spec.ffn.kind != "swiglu"):
         raise StepbillError(f"{spec.name} ({spec.family}): {UNPADDED_FAMILIES_NOTE}")
-    inv = param_inventory(spec)
-    kinds = ["moe" if spec.is_moe_layer(i) else "dense" for i in range(spec.n_layers)]
-    n_kind = {k: kinds.count(k) for k in set(kinds)}
-    out: list[Tensor] = []
-    for t in inv.tensors:
-        if not t.layer_kind:
-            out.append(Tensor(t.name, t.shape, -1))
-    for i, kind in enumerate(kinds):
-        for t in inv.tensors:
-            if t.layer_kind != kind:
-                continue
-            per_layer = t.copies // n_kind[kind]
-            if t.component == "experts":
-                if t.name.endswith("up_proj.weight"):
-                    continue  # fused into gate_up_proj with gate_proj
-                f_out, f_in = t.shape
-                if t.name.endswith("gate_proj.weight"):
-                    out.append(Tensor(f"layers.{i}.experts.gate_up_proj", (per_layer, 2 * f_out, f_in), i))
-                else:
-                    out.append(Tensor(f"layers.{i}.experts.down_proj", (per_layer, f_out, f_in), i))
-                continue
-            out += [Tensor(f"layers.{i}.{t.name}", t.shape, i)] * per_layer
-    return out
+    return torch_tensors(spec)
 
 
 # --- FSDP2 -----------------------------------------------------------------------------------------------

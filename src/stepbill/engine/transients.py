@@ -209,7 +209,7 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
     n = b * t
     v, h = spec.vocab_size, spec.hidden_size
     buffers = rope_buffer_bytes(spec)
-    sizes = torch_tensor_sizes(spec, inventory, plan.order)
+    sizes = torch_tensor_sizes(spec)
     n_tensors = len(sizes)
     logits = a * v * n + (FP32 * v * n if a != FP32 else 0)
     padded = INT64 * b * (t + 1) if b > 1 else 0
