@@ -27,6 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from stepbill.engine.kinds import Part, Phase
+
 INT64, LOSS_AND_SEED = 8, 8
 
 
@@ -54,8 +56,8 @@ def fsdp_moments(bill: Any, units: Units, zero: int, base: float, rope: int) -> 
     hidden = a * spec.hidden_size * n
     layers = spec.n_layers
     g, rs, done, full = units.gathered, units.reduce_scatter, units.shard_grad, units.grad_bf16
-    tl = {m.label: m for m in bill.timeline.moments}
-    fwd = [m for m in bill.timeline.moments if m.label.startswith("forward, layer")]
+    timeline = bill.timeline
+    fwd = [timeline.find(Phase.FORWARD, Part.LAYER, i)[0] for i in range(layers)]
     kept = [m.items["activations"] for m in fwd]
     pre = hidden + rope + INT64 * n
     out: list[tuple[str, str, float]] = []
@@ -73,13 +75,13 @@ def fsdp_moments(bill: Any, units: Units, zero: int, base: float, rope: int) -> 
         add("forward", f"forward, layer {i} all-gather", g[-1], held, prev, 2 * g[i], before)
         add("forward", fwd[i].label, g[-1], held, 2 * g[i], kept[i] + pre + hidden * min(i + 1, 2))
     held_all = 0 if z3 else sum(g[j] for j in range(layers))
-    loss = tl["forward, LM head and loss"]
+    loss = timeline.find(Phase.FORWARD, Part.HEAD)[0]
     add("forward", loss.label, g[-1], held_all, g[layers - 1], _live(loss))
     # backward: loss and LM head (root re-gathered under ZeRO-3; last layer's flat buffer prefetched)
     prefetch_last = g[layers - 1] if z3 else 0
-    for label in ("backward, loss (log-softmax gradient)", "backward, LM head"):
-        if label in tl:
-            add("backward", label, g[-1], held_all, prefetch_last, _live(tl[label]))
+    for part in (Part.LOSS, Part.HEAD_BACKWARD):
+        for m in timeline.find(Phase.BACKWARD, part):
+            add("backward", m.label, g[-1], held_all, prefetch_last, _live(m))
     head = units.head_grad_bf16
     for i in reversed(range(layers)):
         finished = sum(done[j] for j in range(i + 1, layers))
@@ -90,10 +92,9 @@ def fsdp_moments(bill: Any, units: Units, zero: int, base: float, rope: int) -> 
             add("backward", f"backward, layer {i} copy-out", g[-1], 2 * g[i], rs_prev, finished, head, between)
         nxt = g[i - 1] if (z3 and i) else 0
         grads_before = head + sum(full[j] for j in range(i + 1, layers))  # single-rank bf16 grads so far
-        for m in bill.timeline.moments:
-            if m.phase == "backward" and m.label.startswith(f"backward, layer {i} ("):
-                partial = m.items["grads"] - grads_before
-                add("backward", m.label, g[-1], others, g[i], nxt, rs_prev, finished, head, partial, _live(m))
+        for m in timeline.find(Phase.BACKWARD, Part.LAYER, i) + timeline.find(Phase.BACKWARD, Part.LAYER_NORM, i):
+            partial = m.items["grads"] - grads_before
+            add("backward", m.label, g[-1], others, g[i], nxt, rs_prev, finished, head, partial, _live(m))
         after = (kept[i - 1] + rope if i else 0) + LOSS_AND_SEED + hidden
         add("backward", f"backward, layer {i} post-backward", g[-1], others, g[i], nxt, rs_prev, finished, head,
             full[i], after)

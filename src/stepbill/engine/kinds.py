@@ -12,13 +12,23 @@ from __future__ import annotations
 from enum import Enum
 
 
-class Phase(str, Enum):
+class _Word(str, Enum):
+    """A str enum that prints as its value (JSON and f-strings show "forward", not "Phase.FORWARD")."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class Phase(_Word):
     FORWARD = "forward"
     BACKWARD = "backward"
     OPTIMIZER = "optimizer"
 
 
-class Part(str, Enum):
+class Part(_Word):
     """What a moment is. Layer parts carry the layer index on the Moment; the others have none."""
 
     LAYER_INNER = "inside layer"  # forward: a checkpointed layer at its largest op
@@ -38,7 +48,7 @@ class Part(str, Enum):
     TEMPORARIES = "optimizer temporaries"
 
 
-class Split(str, Enum):
+class Split(_Word):
     """How one kept tensor is divided on a rank (always ÷ cp: context parallelism splits every token-wise tensor).
 
     SEQ: residual-stream wide (hidden size, norm statistics, per-token ids): replicated across tp, split by tp only

@@ -34,6 +34,7 @@ from typing import Any
 from stepbill.engine.eager.outside import rope_buffer_bytes
 from stepbill.engine.eager.torch_params import TorchTensor, torch_tensors
 from stepbill.engine.fsdp_moments import Units, fsdp_moments
+from stepbill.engine.kinds import Part
 from stepbill.engine.transients import eager_terms
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
@@ -195,7 +196,7 @@ def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int = 0, micro_ba
         largest = max((t.numel for t in parts[rank]), default=0)
         out: list[tuple[str, str, float]] = []
         for m in moments:
-            extra = loss_temp if "loss" in m.label else 0
+            extra = loss_temp if m.part in (Part.HEAD, Part.LOSS) else 0
             out.append((m.phase, m.label, base + m.items["grads"] + _live(m) + extra))
         out.append(("optimizer", "AdamW temporaries", base + grads + 2 * p.state * largest))
         return _finish(rank, world, zero, params, grads, opt, buffers, inputs, bill, out, {}, loss_temp, convention)
