@@ -209,7 +209,10 @@ def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int = 0, micro_ba
         shard_grad={u: sum(padded_shard(t, world) for t in tensors if t.unit == u) * FP32 for u in unit},
         grad_bf16={u: sum(t.numel for t in tensors if t.unit == u) * BF16 for u in unit},
         head_grad_bf16=sum(t.numel for t in tensors if t.unit == -1 and "embed" not in t.name) * BF16)
-    rope = eager_terms(spec, bill.recipe, bill.inventory, bill.plan).rope if convention == "eager" else 0
+    eager = getattr(bill, "eager", None)
+    if eager is None and convention == "eager":
+        eager = eager_terms(spec, bill.recipe, bill.inventory, bill.plan)
+    rope = eager.rope if eager is not None else 0
     base = res["params"] + res["optimizer_states"] + inputs + buffers
     out = fsdp_moments(bill, units, zero, base, rope)
     out.append(("optimizer", "optimizer step", base + res["grads"] + 2 * FP32 * res["largest_local"]))

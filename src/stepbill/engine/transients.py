@@ -32,7 +32,7 @@ Family-independent: sizes come from the eager rows (layer_rows), the ModelSpec a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import pairwise
 
 from stepbill.engine import activations as act
@@ -85,6 +85,43 @@ class EagerTerms:
     # its forward moment). `embed_locals`: the model's embedding locals alive while the layers run.
     layer_inner: dict[str, int] = field(default_factory=dict)
     embed_locals: int = 0
+
+    def for_rank(self, tokens: float, width: float, vocab: float, grads: float, counters: float = 1.0,
+                 optimizer: float = 1.0, weights: float = 1.0) -> EagerTerms:
+        """These terms on one rank of a layout (approximate: each term divided as the tensors it stands for).
+
+        `tokens`: the divisor of residual-stream-wide tensors (cp, × tp under sequence parallelism); `width`:
+        of head/FFN-wide tensors (cp × tp); `vocab`: of the logits and loss (cp × tp: vocab-parallel
+        cross-entropy, Megatron-LM); `grads`: of one layer's weight gradients (tp, × ZeRO-2/3 shards);
+        `counters`: the share of parameter tensors the rank holds; `optimizer`: of the optimizer's largest
+        state tensor (tp, × ZeRO shards); `weights`: of autocast's weight copies (tp)."""
+
+        def per(mapping: dict[str, int], divisor: float) -> dict[str, int]:
+            return {k: round(v / divisor) for k, v in mapping.items()}
+
+        return replace(
+            self,
+            constant=round(self.constant / tokens),
+            step_counters=round(self.step_counters * counters),
+            forward_end=round(self.forward_end / vocab),
+            loss_act=round(self.loss_act / vocab),
+            loss_temp=round(self.loss_temp / vocab),
+            head_act=round(self.head_act / vocab),
+            head_temp=round(self.head_temp / vocab),
+            rope=round(self.rope / tokens),
+            layer_act=per(self.layer_act, width),
+            layer_temp=per(self.layer_temp, width),
+            layer_grad=per(self.layer_grad, grads),
+            norm_act=per(self.norm_act, width),
+            norm_temp=round(self.norm_temp / tokens),
+            norm_grad=per(self.norm_grad, grads),
+            optimizer_temp=round(self.optimizer_temp / optimizer),
+            cast_layer=per(self.cast_layer, weights),
+            cast_head=round(self.cast_head / weights),
+            layer_fixed=per(self.layer_fixed, tokens),
+            layer_inner=per(self.layer_inner, width),
+            embed_locals=round(self.embed_locals / tokens),
+        )
 
 
 def in_layer_forward(spec: ModelSpec, kind: str, width: int, n: int, t: int) -> int:

@@ -69,9 +69,33 @@ def time_lines(bill: Bill) -> list[Text]:
     return out
 
 
-def render_parallel(bill: Bill) -> list:
+def model_notes(bill: Bill) -> list[Text]:
+    """Which model produced the per-GPU numbers, once per distinct note."""
+    seen: list[str] = []
+    for c in bill.ranks:
+        text = f"per-GPU model: {c.model}" + (f" — {'; '.join(c.notes)}" if c.notes else "")
+        if text not in seen:
+            seen.append(text)
+    return [Text(escape(t), style="dim") for t in seen]
+
+
+def rank_explain(bill: Bill) -> list[Text]:
+    """--explain for the per-GPU table: every item of every rank class with its formula and inputs."""
+    out = []
+    for c in bill.ranks:
+        out.append(Text(escape(f"  {c.name} ({c.ranks} GPUs, {c.in_flight:g} micro-batches in flight):"), style="bold"))
+        for line in [*c.resident_items, *c.activation_items, *c.transient_items]:
+            out.append(Text(escape(f"    {line.name} = {fmt_bytes(line.value)}: {line.explain()}"), style="dim"))
+        for item, value in c.cpu.items():
+            out.append(Text(escape(f"    cpu.{item} = {fmt_bytes(value)} (offloaded to host memory)"), style="dim"))
+    return out
+
+
+def render_parallel(bill: Bill, explain: bool = False) -> list:
     """Renderables appended to the bill when a layout or a GPU is given."""
-    parts: list = [Text(escape(_layout(bill)), style="bold"), rank_table(bill)]
+    parts: list = [Text(escape(_layout(bill)), style="bold"), rank_table(bill), *model_notes(bill)]
+    if explain:
+        parts += rank_explain(bill)
     if bill.collectives:
         parts.append(comm_table(bill))
     parts += time_lines(bill)

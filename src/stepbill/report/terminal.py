@@ -83,7 +83,7 @@ def render_bill(bill: Bill, explain: bool = False) -> Group:
     if not bill.recipe.parallel.is_trivial or bill.gpu is not None:
         from stepbill.report.parallel_terminal import render_parallel
 
-        parts += render_parallel(bill)
+        parts += render_parallel(bill, explain)
     return Group(*parts)
 
 
