@@ -191,10 +191,14 @@ def layout_buffers(spec: ModelSpec, recipe: Recipe, order: tuple[str, ...], held
     """The layout's own buffers at each moment, and one Line per buffer kind (its largest size)."""
     par, p = recipe.parallel, recipe.precision
     lines: list[Line] = []
-    layer_units = [u for u in held.unit_weights if u.startswith("layer.")]
-    gather = max((held.unit_weights[u] for u in layer_units), default=0.0) * p.weights
+    # One FSDP unit per layer: its parameters gathered (weight dtype) and its gradients before the reduce-scatter
+    # (grad dtype), per layer kind; the rank's own shard of them is already counted in its grads.
+    gather_of = {k: held.unit_weights.get(f"layer.{k}", 0.0) * p.weights for k in set(order)}
+    zero_group = par.zero_group if par.zero >= 2 else 1
+    scatter_of = {k: held.unit_grads.get(f"layer.{k}", 0.0) * p.grads * (1 - 1 / zero_group) for k in set(order)}
+    gather = max(gather_of.values(), default=0.0)
+    scatter = max(scatter_of.values(), default=0.0)
     root = held.unit_weights.get("root", 0.0) * p.weights
-    scatter = max((held.unit_grads[u] for u in layer_units), default=0.0) * p.grads
     bucket = DDP_BUCKET_BYTES if par.zero <= 1 and par.zero_group > 1 else 0
     seq_tokens = recipe.tokens / par.cp
     if bucket:
@@ -208,9 +212,10 @@ def layout_buffers(spec: ModelSpec, recipe: Recipe, order: tuple[str, ...], held
                           "gathered: {elements} elements × {bytes} B, at the LM head", {"elements": root / p.weights,
                                                                                           "bytes": p.weights}))
     if par.zero >= 2:
-        lines.append(Line("transient.zero_reduce_scatter", scatter, "bytes", "one unit's unsharded grads: "
-                          "{elements} elements × {bytes} B, during its backward",
-                          {"elements": scatter / p.grads if p.grads else 0, "bytes": p.grads}))
+        lines.append(Line("transient.zero_reduce_scatter", scatter, "bytes", "one unit's unsharded grads beyond "
+                          "the rank's shard: {elements} elements × {bytes} B × (1 − 1/{group}), during its backward",
+                          {"elements": scatter / p.grads / (1 - 1 / zero_group) if p.grads and zero_group > 1 else 0,
+                           "bytes": p.grads, "group": zero_group}))
     kv_block = 0.0
     if par.cp > 1:
         a = spec.attention
@@ -235,17 +240,18 @@ def layout_buffers(spec: ModelSpec, recipe: Recipe, order: tuple[str, ...], held
 
     def buffers(phase: Phase, part: Part, layer: int | None) -> int:
         total = float(bucket)
-        in_layer = part in LAYER_PARTS
+        in_layer = part in LAYER_PARTS and layer is not None
+        kind = order[layer] if in_layer and layer is not None else None
         if par.zero == 3 and phase is not Phase.OPTIMIZER:
-            if in_layer:
-                total += 2 * gather
+            if kind is not None:
+                total += 2 * gather_of[kind]  # current + prefetched unit
             elif part in HEAD_PARTS:
                 total += root + (gather if phase is Phase.BACKWARD else 0.0)
-        if par.zero >= 2 and phase is Phase.BACKWARD and in_layer:
-            total += scatter
+        if par.zero >= 2 and phase is Phase.BACKWARD and kind is not None:
+            total += scatter_of[kind]
         if in_layer:
             total += kv_block + gathered_input
-            if dispatch and layer is not None and order[layer] == "moe":
+            if dispatch and kind == "moe":
                 total += dispatch
         return round(total)
 
