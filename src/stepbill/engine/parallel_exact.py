@@ -24,6 +24,7 @@ from stepbill.engine.sharded import (
     hf_tensors,
     local_rows,
     predict_rank,
+    shape_counts,
 )
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
@@ -68,7 +69,7 @@ def exact_reason(spec: ModelSpec, recipe: Recipe, convention: str) -> str:
 def _fsdp_representatives(tensors: list[Tensor], world: int) -> list[tuple[int, int]]:
     """(first rank, ranks) of each interval of ranks with identical FSDP2 local rows for every tensor."""
     cuts = {0, world}
-    for d0 in {t.shape[0] for t in tensors}:
+    for d0 in {t.shape[0] for t in tensors}:  # a few distinct row counts
         full = d0 // chunk_rows(d0, world)
         cuts.update(r for r in (full, full + 1) if 0 < r < world)
     edges = sorted(cuts)
@@ -94,7 +95,8 @@ def _owned(p: RankPrediction, ctx: ShardedContext, world: int, rank: int) -> dic
         mine = sum(t.numel for t in ctx.partitions[world][rank])
         state = ctx.bill.recipe.precision.state
         return {"weights": p.params / world, "grads": p.grads / world, "optimizer": 2 * state * mine}
-    local = sum(local_rows(t.shape[0], world, rank) * (t.numel // t.shape[0]) for t in tensors)
+    shapes = shape_counts(tensors)
+    local = sum(n * local_rows(d0, world, rank) * rest for (d0, rest), n in shapes.items())
     return {"weights": 4 * local, "grads": 4 * local, "optimizer": 8 * local}
 
 

@@ -65,21 +65,22 @@ class Moment:
     def dominant(self) -> str:
         return max(self.items, key=lambda k: self.items[k])
 
-    @property
+    @cached_property
     def label(self) -> str:
         """Display text, e.g. "backward, layer 11 (dense)"; never used as a key."""
-        if self.part is Part.STEP:
+        part = self.part
+        if part is Part.STEP:
             return "optimizer step"
-        where = f"layer {self.layer} ({self.kind})" if self.layer is not None else ""
-        text = {
-            Part.LAYER_INNER: f"inside {where}",
-            Part.LAYER: where,
-            Part.LAYER_NORM: f"{where}, FFN input norm",
-            Part.GATHER: f"{where} all-gather" if where else "all-gather",
-            Part.COPY_OUT: f"{where} copy-out",
-            Part.POST_BACKWARD: f"{where} post-backward",
-        }.get(self.part, str(self.part))
-        return f"{self.phase}, {text}"
+        if self.layer is None:
+            return f"{self.phase.value}, {part.value}"
+        where = f"layer {self.layer} ({self.kind})"
+        if part is Part.LAYER:
+            return f"{self.phase.value}, {where}"
+        if part is Part.LAYER_INNER:
+            return f"{self.phase.value}, inside {where}"
+        if part is Part.LAYER_NORM:
+            return f"{self.phase.value}, {where}, FFN input norm"
+        return f"{self.phase.value}, {where} {part.value}"
 
 
 @dataclass(frozen=True)
@@ -112,9 +113,16 @@ class Timeline:
     def peak_optimizer(self) -> Moment:
         return self._peaks[Phase.OPTIMIZER]
 
+    @cached_property
+    def _index(self) -> dict[tuple[Phase, Part, int | None], list[Moment]]:
+        index: dict[tuple[Phase, Part, int | None], list[Moment]] = {}
+        for m in self.moments:
+            index.setdefault((m.phase, m.part, m.layer), []).append(m)
+        return index
+
     def find(self, phase: Phase, part: Part, layer: int | None = None) -> list[Moment]:
         """The moments of one typed identity, in step order."""
-        return [m for m in self.moments if m.phase is phase and m.part is part and m.layer == layer]
+        return self._index.get((phase, part, layer), [])
 
     @property
     def advice(self) -> str:

@@ -33,6 +33,7 @@ Family-independent: sizes come from the eager rows (layer_rows), the ModelSpec a
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from itertools import pairwise
 
 from stepbill.engine import activations as act
@@ -237,6 +238,11 @@ def optimizer_temporaries(inventory: ParamInventory, impl: str, state_bytes: int
     return best
 
 
+@lru_cache(maxsize=64)  # a pure function of the frozen spec; the planner asks for it many times
+def _torch_sizes(spec: ModelSpec) -> list[int]:
+    return torch_tensor_sizes(spec)
+
+
 def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan: RecomputePlan) -> EagerTerms:
     """The eager convention's extra bytes for one micro-batch of `recipe`."""
     p = recipe.precision
@@ -246,7 +252,7 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
     n = b * t
     v, h = spec.vocab_size, spec.hidden_size
     buffers = rope_buffer_bytes(spec)
-    sizes = torch_tensor_sizes(spec)
+    sizes = _torch_sizes(spec)
     n_tensors = len(sizes)
     logits = a * v * n + (FP32 * v * n if a != FP32 else 0)
     padded = INT64 * b * (t + 1) if b > 1 else 0
