@@ -8,7 +8,7 @@ from stepbill.engine import activations as act
 from stepbill.engine.comm_step import Collective, step_collectives
 from stepbill.engine.flops import flops_lines
 from stepbill.engine.line import Line
-from stepbill.engine.parallel import RankClass, SingleRank, rank_classes
+from stepbill.engine.parallel import RankClass, SingleRank, one_gpu_timeline, rank_classes
 from stepbill.engine.params import ParamInventory, param_inventory
 from stepbill.engine.recompute import RecomputePlan, make_plan
 from stepbill.engine.states import (
@@ -19,7 +19,7 @@ from stepbill.engine.states import (
     trainable_split,
 )
 from stepbill.engine.time import DEFAULT_EFFICIENCY, StepTime, step_time
-from stepbill.engine.timeline import Timeline, build_timeline
+from stepbill.engine.timeline import Timeline
 from stepbill.engine.transients import EagerTerms, eager_terms
 from stepbill.errors import unknown_name
 from stepbill.spec.hardware import GPU
@@ -133,7 +133,7 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
                      attention=attention)
     outside = act.outside_bytes(spec, a_bytes, recipe.seq_len, recipe.micro_batch, convention)
     eager = eager_terms(spec, recipe, inv, plan) if convention == "eager" else None
-    timeline = build_timeline(inv, resident, plan, spec.tied_embeddings, outside, eager)
+    timeline = one_gpu_timeline(spec, recipe, inv, plan, outside, eager)
     time_lines = timeline.lines()
     activ = activation_lines(plan, time_lines["memory.activations"].value, a_bytes, spec.hidden_size, outside,
                              _eager_activation_lines(eager, timeline))

@@ -159,16 +159,23 @@ class _Held:
     grads: dict[str, float] = field(default_factory=dict)  # held grads per group: head, embed, layer.<kind>
     unit_weights: dict[str, float] = field(default_factory=dict)  # elements of one FSDP unit (layer of a kind, root)
     unit_grads: dict[str, float] = field(default_factory=dict)
+    params_share: float = 0.0  # of the model's parameters, the share this rank holds (before ZeRO)
+    token_embedding_share: float = 1.0  # of the embedding grads on this rank, the token embedding's
 
 
 def _resident(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, stage: int,
               kinds: list[dict[str, int]]) -> _Held:
     par = recipe.parallel
     out = _Held()
+    params = embeddings = token_embedding = 0.0
     for t in inv.tensors:
         sl: Slice = row_slice(spec, par, t, stage, kinds)
         if sl.fraction == 0:
             continue
+        params += t.total * sl.fraction
+        if t.component == "embedding":
+            embeddings += t.total * sl.fraction
+            token_embedding += t.total * sl.fraction if t.name == "embed_tokens.weight" else 0.0
         elements = row_item_elements(t, recipe)
         unit = f"layer.{t.layer_kind}" if t.layer_kind else "root"
         per_unit = kinds[stage][t.layer_kind] if t.layer_kind else 1
@@ -184,6 +191,8 @@ def _resident(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, stage: int,
             out.owned[item] = out.owned.get(item, 0.0) + b / sl.holders
             if item == "grads":
                 out.grads[group] = out.grads.get(group, 0.0) + mine
+    out.params_share = params / inv.total if inv.total else 0.0
+    out.token_embedding_share = token_embedding / embeddings if embeddings else 1.0
     return out
 
 
@@ -259,7 +268,7 @@ def layout_buffers(spec: ModelSpec, recipe: Recipe, order: tuple[str, ...], held
 
 
 def _rank_view(recipe: Recipe, held: _Held, order: tuple[str, ...], stage: int, eager: EagerTerms | None,
-               tied: bool, flight_bytes: float, buffers: Buffers) -> tuple[RankView, dict[str, float]]:
+               tied: bool, flight_bytes: float, buffers: Buffers | None) -> tuple[RankView, dict[str, float]]:
     """The RankView of one rank of `stage`, and what it keeps in CPU memory (offload)."""
     par = recipe.parallel
     cpu: dict[str, float] = {}
@@ -273,8 +282,9 @@ def _rank_view(recipe: Recipe, held: _Held, order: tuple[str, ...], stage: int, 
     counts = {k: order.count(k) for k in set(order)}
     layers = [held.grads.get(f"layer.{k}", 0.0) / counts[k] for k in order]
     head, embed = held.grads.get("head", 0.0), held.grads.get("embed", 0.0)
-    if tied:
-        head, embed = head + embed, 0.0
+    if tied:  # the LM head's backward makes the tied token embedding's gradient (as timeline.grad_shares)
+        moved = embed * (held.token_embedding_share if eager is not None else 1.0)
+        head, embed = head + moved, embed - moved
     grads_total = sum(held.grads.values())
     first, last = stage == 0, stage == par.pp - 1
     if par.micro_batches > 1:  # gradient accumulation: the earlier micro-batches' gradients exist already
@@ -292,8 +302,7 @@ def _rank_eager(eager: EagerTerms, recipe: Recipe, held: _Held, inv: ParamInvent
     width = par.cp * par.tp
     unsharded = held.unsharded.get("grads", 0.0)
     grad_div = unsharded / held.held["grads"] if held.held.get("grads") else 1.0
-    counters = sum(held.unsharded.get(k, 0.0) for k in held.unsharded if k.startswith("weights")) / max(
-        sum(t.total for t in inv.tensors), 1) / max(recipe.precision.weights, 1)
+    counters = held.params_share  # AdamW keeps one step tensor per parameter tensor: the rank's share of them
     opt_div = par.tp * (par.zero_group if par.zero >= 1 else 1)
     if par.offload_optimizer:
         eager = replace(eager, optimizer_temp=0, step_counters=0)
@@ -341,6 +350,18 @@ def _memory(tl: Timeline, weights: float, optimizer: float, grads: float) -> dic
         "peak_backward": float(tl.peak_backward.total),
     }
     return {k: float(memory[k]) for k in MEMORY_KEYS}
+
+
+def one_gpu_timeline(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, plan: RecomputePlan, outside: float,
+                     eager: EagerTerms | None) -> Timeline:
+    """The one-GPU timeline: world size 1 of the per-rank model (everything held, nothing divided, no buffers),
+    with the recipe's micro-batches (gradient accumulation)."""
+    from stepbill.spec.parallel import Parallel
+
+    single = replace(recipe, parallel=Parallel(micro_batches=recipe.parallel.micro_batches))
+    held = _resident(spec, single, inv, 0, stage_layer_kinds(spec, single.parallel))
+    view, _ = _rank_view(single, held, plan.order, 0, eager, spec.tied_embeddings, 0.0, None)
+    return rank_timeline(view, plan, outside, eager)
 
 
 def one_gpu_class(one: SingleRank) -> RankClass:

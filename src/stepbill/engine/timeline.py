@@ -16,8 +16,8 @@ seed's advice (activations → recompute / context parallel; states → ZeRO / F
 
 Every rank's timeline comes from the same builder: `RankView` says what one rank holds (its weights, optimizer
 states, gradient shares, which ends of the model, micro-batches in flight, the layout's buffers); the plan and
-the eager terms it is given are already the rank's (rows divided by their Split). The one-GPU bill is
-`RankView.whole(...)`, world size 1 of the same code.
+the eager terms it is given are already the rank's (rows divided by their Split). The one-GPU bill is world
+size 1 of the same code (engine/parallel.one_gpu_timeline).
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from functools import cached_property
 
 from stepbill.engine.kinds import Part, Phase
 from stepbill.engine.line import Line
-from stepbill.engine.params import ParamInventory
 from stepbill.engine.recompute import RecomputePlan
 from stepbill.engine.transients import EagerTerms
 
@@ -169,61 +168,6 @@ class RankView:
     last: bool = True
     in_flight_bytes: int = 0
     buffers: Buffers | None = None
-
-    @staticmethod
-    def whole(inventory: ParamInventory, resident: list[Line], order: tuple[str, ...], tied_embeddings: bool,
-              eager: EagerTerms | None = None) -> RankView:
-        """One GPU holding everything (the global bill)."""
-        weights = round(sum(x.value for x in resident if x.name.startswith("weights")))
-        grads_total = round(sum(x.value for x in resident if x.name == "grads"))
-        optimizer = round(sum(x.value for x in resident if not x.name.startswith("weights") and x.name != "grads"))
-        optimizer += eager.step_counters if eager is not None else 0
-        head, layers, embed = grad_shares(inventory, grads_total, order, tied_embeddings, eager is not None)
-        return RankView(weights, optimizer, head, tuple(layers), embed)
-
-
-def grad_shares(inventory: ParamInventory, grads_total: int, order: tuple[str, ...], tied_embeddings: bool = False,
-                eager: bool = False) -> tuple[int, list[int], int]:
-    """Grad bytes appearing with the LM head (+ final norm, + tied embedding), per layer, and with the
-    embedding, split in proportion to parameters (exact for full training; LoRA adapters spread alike)."""
-    total = inventory.total
-    per_kind: dict[str, int] = {}
-    head = embed = 0
-    for t in inventory.tensors:
-        if t.layer_kind:
-            per_kind[t.layer_kind] = per_kind.get(t.layer_kind, 0) + t.total
-        elif t.component == "embedding":
-            embed += t.total
-        else:
-            head += t.total
-    counts = {k: order.count(k) for k in per_kind}
-
-    def share(params: float) -> int:
-        return round(grads_total * params / total) if total else 0
-
-    layers = [share(per_kind[k] / counts[k]) for k in order]
-    head_bytes = share(head)
-    embed_bytes = grads_total - head_bytes - sum(layers)
-    if tied_embeddings and not eager:
-        return head_bytes + embed_bytes, layers, 0
-    if tied_embeddings:
-        # the LM head's backward makes the tied token embedding's gradient; learned position embeddings
-        # (GPT-2's wpe) get theirs at the embedding's backward
-        emb = [x.total for x in inventory.tensors if x.component == "embedding"]
-        tokens = sum(x.total for x in inventory.tensors if x.name == "embed_tokens.weight")
-        moved = round(embed_bytes * tokens / sum(emb)) if sum(emb) else embed_bytes
-        return head_bytes + moved, layers, embed_bytes - moved
-    return head_bytes, layers, embed_bytes
-
-
-def build_timeline(inventory: ParamInventory, resident: list[Line], plan: RecomputePlan,
-                   tied_embeddings: bool = False, outside: float = 0, eager: EagerTerms | None = None) -> Timeline:
-    """The one-GPU timeline (forward L layers, LM head, backward L layers, embedding, optimizer).
-    `outside`: activation bytes kept outside the layers (eager: final norm, LM head input, fp32 loss),
-    alive from the LM head's forward to its backward. `eager`: the transients eager PyTorch adds (then the
-    moments are those MemTracker sees; see transients.py)."""
-    view = RankView.whole(inventory, resident, plan.order, tied_embeddings, eager)
-    return rank_timeline(view, plan, outside, eager)
 
 
 def rank_timeline(view: RankView, plan: RecomputePlan, outside: float = 0,
