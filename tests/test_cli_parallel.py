@@ -25,8 +25,8 @@ def test_json_has_ranks_and_comm(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_eager_dp_ranks_equal_the_sharded_check(capsys: pytest.CaptureFixture[str]) -> None:
-    """`bill --dp N --zero Z --convention eager` prints what `check --dp N --zero Z` predicts (engine/sharded.py)."""
-    from stepbill.engine.sharded import predict_rank
+    """`bill --dp N --zero Z --convention eager` prints what `check --dp N --zero Z` predicts (engine/parallel/fsdp2.py)."""
+    from stepbill.engine.check_rank import predict_rank
     from stepbill.spec.presets import load_model
 
     tiny = "tests/data/tiny-llama.json"

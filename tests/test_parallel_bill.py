@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stepbill.engine.parallel import in_flight_microbatches, worst_rank
+from stepbill.engine.parallel.layout import zero_item_bytes
 from stepbill.engine.params import param_inventory
-from stepbill.engine.shard import zero_item_bytes
 from stepbill.engine.states import resident_lines
 from stepbill.errors import StepbillError
 from stepbill.spec import load_preset
@@ -173,7 +173,7 @@ def test_worst_rank_is_first_stage_under_1f1b() -> None:
 @pytest.mark.parametrize("model", ["tests/data/tiny-llama.json", "mixtral-8x7b"])
 @pytest.mark.parametrize("dp", [2, 8, 64])
 def test_exact_dp_classes_sum_and_monotonic(model: str, dp: int) -> None:
-    """Eager, data-parallel sharding alone (engine/sharded.py's exact classes: ZeRO-1 on fp32, FSDP2 on its
+    """Eager, data-parallel sharding alone (engine/parallel/fsdp2.py's exact classes: ZeRO-1 on fp32, FSDP2 on its
     mixed-bf16 setup): every rank counted once, owned unpadded shards sum to the global fp32 bytes, raising the ZeRO stage 1 → 2 → 3 never raises the worst
     rank's resident memory, nor 2 → 3 its peak. (FSDP2's ZeRO-2 keeps every layer unsharded in bf16, padded per
     dim-0 chunk: with 8 experts over 64 ranks that is 8× the experts, above ZeRO-1's peak — real, not asserted.)"""

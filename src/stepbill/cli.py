@@ -151,7 +151,7 @@ def recompute_cmd(
     from stepbill.engine import activations as act
     from stepbill.engine import flops as fl
     from stepbill.engine import recompute_budget as rb
-    from stepbill.engine.recompute_rank import attention_crossovers, rank_layer
+    from stepbill.engine.recompute.ranking import attention_crossovers, rank_layer
     from stepbill.spec.presets import load_model
     from stepbill.spec.recipe import make_recipe
     from stepbill.spec.recompute_policy import parse_size

@@ -110,9 +110,10 @@ def _print_rows(name: str, mode: str, convention: str, rows: list, summary: str)
 
 def _check_sharded(model: str, seq: int, micro_batch: int, recipe: str, dp: int, zero: int, rank: int | None,
                    requested: str, as_json: bool) -> None:
-    """One rank of `dp` under ZeRO-`zero`: predicted (engine/sharded.py) vs measured (measure/sharded.py)."""
+    """One rank of `dp` under ZeRO-`zero`: predicted (engine/parallel/fsdp2.py) vs measured (measure/sharded.py)."""
     from stepbill.check import choose_mode, compare_sharded, verdict
-    from stepbill.engine.sharded import predict_rank, rank_classes
+    from stepbill.engine.check_rank import predict_rank
+    from stepbill.engine.parallel.fsdp2 import rank_classes
     from stepbill.spec.hf import to_hf_config
     from stepbill.spec.presets import load_model
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from stepbill.engine import activations as act
-from stepbill.engine.comm_step import Collective, step_collectives
 from stepbill.engine.flops import flops_lines
 from stepbill.engine.line import Line
+from stepbill.engine.memory.eager import EagerTerms, eager_terms
+from stepbill.engine.memory.timeline import Timeline
 from stepbill.engine.parallel import RankClass, SingleRank, one_gpu_timeline, rank_classes
+from stepbill.engine.parallel.collectives import Collective, step_collectives
 from stepbill.engine.params import ParamInventory, param_inventory
 from stepbill.engine.recompute import RecomputePlan, make_plan
 from stepbill.engine.states import (
@@ -18,9 +20,7 @@ from stepbill.engine.states import (
     resident_lines,
     trainable_split,
 )
-from stepbill.engine.time import DEFAULT_EFFICIENCY, StepTime, step_time
-from stepbill.engine.timeline import Timeline
-from stepbill.engine.transients import EagerTerms, eager_terms
+from stepbill.engine.steptime import DEFAULT_EFFICIENCY, StepTime, step_time
 from stepbill.errors import unknown_name
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
@@ -126,7 +126,7 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
     resident = resident_lines(inv, recipe)
     a_bytes = recipe.precision.activation
     if convention == "eager":  # two widths under amp (bf16 compute, fp32 params); an int otherwise
-        from stepbill.engine.eager import from_precision
+        from stepbill.engine.activations.eager import from_precision
 
         a_bytes = from_precision(recipe.precision)
     plan = make_plan(spec, recipe.recompute_policy, recipe.seq_len, recipe.micro_batch, a_bytes, convention,
@@ -175,7 +175,7 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
     rows = {kind: act.layer_rows(spec, kind, a_bytes, convention, attention) for kind in act.layer_kinds(spec)}
     outside_rows = None
     if convention == "eager":
-        from stepbill.engine.eager import outside_bytes_on_rank
+        from stepbill.engine.activations.eager import outside_bytes_on_rank
 
         def outside_rows(divisor):  # type: ignore[no-untyped-def]
             return outside_bytes_on_rank(spec, a_bytes, recipe.seq_len, recipe.micro_batch, divisor,

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stepbill.engine import comm
-from stepbill.engine.comm_step import Collective, rank_param_elements
 from stepbill.engine.line import Line
 from stepbill.engine.parallel import RankClass
+from stepbill.engine.parallel.collectives import Collective, rank_param_elements
 from stepbill.engine.params import ParamInventory
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec

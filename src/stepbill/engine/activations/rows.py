@@ -264,39 +264,6 @@ def full_recompute_bytes_per_token(spec: ModelSpec, activation_bytes: int, with_
     return kept + max(layer_bytes_per_token(spec, k, activation_bytes, convention) for k in layer_kinds(spec))
 
 
-def outside_bytes(spec: ModelSpec, activation_bytes: int, seq_len: Any, micro_batch: Any,
-                  convention: str = "ideal") -> Any:
-    """Bytes kept outside the decoder layers (final norm, LM head input, loss). The seed's `ideal`
-    accounting counts none; `eager` counts what transformers keeps (activations_eager.outside_bytes)."""
-    if convention != "eager":
-        return 0
-    from stepbill.engine.eager import outside_bytes as eager_outside
-
-    return eager_outside(spec, activation_bytes, seq_len, micro_batch)
-
-
-def saved_bytes(spec: ModelSpec, activation_bytes: int, seq_len: Any, micro_batch: Any = 1,
-                convention: str = "ideal", attention: str = "sdpa") -> Any:
-    """Bytes autograd keeps from one forward with no recompute (what saved_tensors_hooks counts, each
-    storage once): every layer's rows + what lives outside the layers (eager: engine.eager.saved_bytes, which
-    also counts the rows that do not grow per token)."""
-    if convention == "eager" and attention == "sdpa":
-        from stepbill.engine.eager import saved_bytes as eager_saved
-
-        return eager_saved(spec, activation_bytes, seq_len, micro_batch)
-    tokens = seq_len * micro_batch
-    total = outside_bytes(spec, activation_bytes, seq_len, micro_batch, convention)
-    for kind, n in layer_kinds(spec).items():
-        rows = layer_rows(spec, kind, activation_bytes, convention, attention)
-        total = total + n * tokens * sum(r.bytes_at(seq_len) for r in rows)
-    return total
-
-
-def _register_eager() -> None:
-    from stepbill.engine.eager.blocks import BLOCKS
-
-    for block, builder in BLOCKS.items():
-        BLOCK_ROWS[("eager", block)] = builder
-
-
-_register_eager()
+def layer_order(spec: ModelSpec) -> tuple[str, ...]:
+    """The layer kind of each layer index, in model order."""
+    return tuple("moe" if spec.is_moe_layer(i) else "dense" for i in range(spec.n_layers))

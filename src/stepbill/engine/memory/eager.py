@@ -37,13 +37,13 @@ from functools import lru_cache
 from itertools import pairwise
 
 from stepbill.engine import activations as act
-from stepbill.engine import eager
-from stepbill.engine.eager.attention import mla_uses_math_path
-from stepbill.engine.eager.dtypes import Dt
-from stepbill.engine.eager.ffn import GELU_TANH_FAMILIES
-from stepbill.engine.eager.moe import RENORMALISE
-from stepbill.engine.eager.outside import rope_buffer_bytes, rope_width
-from stepbill.engine.eager.torch_params import torch_tensor_sizes
+from stepbill.engine.activations import eager
+from stepbill.engine.activations.eager.attention import mla_uses_math_path
+from stepbill.engine.activations.eager.dtypes import Dt
+from stepbill.engine.activations.eager.ffn import GELU_TANH_FAMILIES
+from stepbill.engine.activations.eager.moe import RENORMALISE
+from stepbill.engine.activations.eager.outside import rope_buffer_bytes, rope_width
+from stepbill.engine.activations.eager.torch_params import torch_tensor_sizes
 from stepbill.engine.params import ParamInventory
 from stepbill.engine.recompute import RecomputePlan
 from stepbill.spec.model import ModelSpec

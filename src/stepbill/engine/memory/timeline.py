@@ -28,8 +28,8 @@ from functools import cached_property
 
 from stepbill.engine.kinds import Part, Phase
 from stepbill.engine.line import Line
+from stepbill.engine.memory.eager import EagerTerms
 from stepbill.engine.recompute import RecomputePlan
-from stepbill.engine.transients import EagerTerms
 
 ADVICE = {
     "temporaries": "temporaries dominate (logits' gradients, optimizer update): chunk the loss, use a fused "

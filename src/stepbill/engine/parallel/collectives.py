@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 from stepbill.engine import comm
 from stepbill.engine.line import Line
-from stepbill.engine.parallel import row_item_elements
+from stepbill.engine.parallel.layout import row_slice, stage_layer_kinds
+from stepbill.engine.parallel.ranks import row_item_elements
 from stepbill.engine.params import ParamInventory
-from stepbill.engine.shard import row_slice, stage_layer_kinds
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.recipe import Recipe

@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from stepbill.engine.eager.outside import rope_buffer_bytes
-from stepbill.engine.eager.torch_params import TorchTensor, torch_tensors
-from stepbill.engine.fsdp_moments import Units, fsdp_moments
+from stepbill.engine.activations.eager.outside import rope_buffer_bytes
+from stepbill.engine.activations.eager.torch_params import TorchTensor, torch_tensors
 from stepbill.engine.kinds import Part
-from stepbill.engine.transients import eager_terms
+from stepbill.engine.memory.eager import eager_terms
+from stepbill.engine.parallel.fsdp2_moments import Units, fsdp_moments
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
 
@@ -48,7 +48,7 @@ Tensor = TorchTensor  # the FSDP/ZeRO-1 arithmetic below works on torch's own te
 
 
 def hf_tensors(spec: ModelSpec) -> list[Tensor]:
-    """Every parameter tensor transformers builds for `spec`, with its FSDP unit (engine/eager/torch_params).
+    """Every parameter tensor transformers builds for `spec`, with its FSDP unit (engine/activations/eager/torch_params).
     The list is shared (memoised): read it, never change it."""
     if spec.attention.kind == "mha" and (spec.norm != "rmsnorm" or spec.ffn.kind != "swiglu"):
         raise StepbillError(f"{spec.name} ({spec.family}): {UNPADDED_FAMILIES_NOTE}")
@@ -184,31 +184,15 @@ class ShardedContext:
     partitions: dict[int, list[list[Tensor]]] = field(default_factory=dict)  # ZeRO-1, per world size
 
 
-def sharded_context(spec: ModelSpec, zero: int, micro_batch: int = 1, seq_len: int = 128,
-                    recipe: str = "fp32") -> ShardedContext:
-    """The shared part of predict_rank (build once, predict every rank)."""
-    from stepbill.engine.bill import make_bill
-    from stepbill.spec.recipe import make_recipe
-
-    tensors = hf_tensors(spec)
-    compute = "pure-bf16" if zero in (2, 3) else recipe
-    convention = "eager"
-    try:
-        bill = make_bill(spec, make_recipe(compute, "adamw", micro_batch, seq_len), convention=convention)
-    except StepbillError:  # no eager rows for this family: resident state stays exact, peaks rough
-        convention = "ideal"
-        bill = make_bill(spec, make_recipe(compute, "adamw", micro_batch, seq_len), convention=convention)
-    return ShardedContext(tensors, bill, convention)
-
-
-def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int = 0, micro_batch: int = 1, seq_len: int = 128,
-                 recipe: str = "fp32", context: ShardedContext | None = None) -> RankPrediction:
-    """Predicted memory of rank `rank` of `world` under ZeRO-`zero` as measure/sharded.py runs it."""
+def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int, micro_batch: int, seq_len: int,
+                 context: ShardedContext) -> RankPrediction:
+    """Predicted memory of rank `rank` of `world` under ZeRO-`zero` as measure/sharded.py runs it, on the one-GPU
+    bill in `context` (see engine/check_rank.sharded_context to build one outside a bill)."""
     if zero not in (1, 2, 3):
         raise StepbillError(f"--zero must be 1, 2 or 3 for a sharded prediction, got {zero}")
     if not 0 <= rank < world:
         raise StepbillError(f"--rank must be in 0..{world - 1}, got {rank}")
-    ctx = context or sharded_context(spec, zero, micro_batch, seq_len, recipe)
+    ctx = context
     tensors, bill, convention = ctx.tensors, ctx.bill, ctx.convention
     assert bill.timeline is not None
     act_bytes = bill.recipe.precision.activation

@@ -1,5 +1,5 @@
 """Per-rank classes of data-parallel sharding alone (tp = pp = cp = ep = 1, one micro-batch, ZeRO 1/2/3 over dp,
-eager convention) under the rules measured exact against FSDPMemTracker (engine/sharded.py): FSDP2 ZeRO-3/2 with
+eager convention) under the rules measured exact against FSDPMemTracker (engine/parallel/fsdp2.py): FSDP2 ZeRO-3/2 with
 fp32 sharded parameters and bf16 compute (MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): what the
 `mixed-bf16` recipe is under FSDP2) and ZeroRedundancyOptimizer (ZeRO-1) on the recipe as it is.
 
@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import heapq
 from itertools import pairwise
-from typing import Any
 
 from stepbill.engine.line import Line
-from stepbill.engine.sharded import (
+from stepbill.engine.parallel.fsdp2 import (
     RankPrediction,
     ShardedContext,
     Tensor,
@@ -26,6 +25,7 @@ from stepbill.engine.sharded import (
     predict_rank,
     shape_counts,
 )
+from stepbill.engine.parallel.rank_class import MEASURED_EXACT, MEMORY_KEYS, RankClass, SingleRank
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.recipe import Recipe
@@ -100,11 +100,9 @@ def _owned(p: RankPrediction, ctx: ShardedContext, world: int, rank: int) -> dic
     return {"weights": 4 * local, "grads": 4 * local, "optimizer": 8 * local}
 
 
-def exact_classes(one: Any) -> list[Any]:
+def exact_classes(one: SingleRank) -> list[RankClass]:
     """One RankClass per distinct rank prediction (rank numbers in its name), from the one-GPU bill `one`
     (engine.parallel.SingleRank)."""
-    from stepbill.engine.parallel import MEASURED_EXACT, MEMORY_KEYS, RankClass
-
     spec, recipe = one.model, one.recipe
     par = recipe.parallel
     world, zero = par.dp, par.zero
@@ -120,7 +118,7 @@ def exact_classes(one: Any) -> list[Any]:
         reps = [(a, list(range(a, a + n))) for a, n in _fsdp_representatives(ctx.tensors, world)]
     groups: dict[tuple, tuple[RankPrediction, list[int]]] = {}
     for r, ranks in reps:
-        p = predict_rank(spec, world, zero, r, recipe.micro_batch, recipe.seq_len, context=ctx)
+        p = predict_rank(spec, world, zero, r, recipe.micro_batch, recipe.seq_len, ctx)
         key = (p.params, p.grads, p.optimizer_states, round(p.peak_forward), round(p.peak_backward),
                round(p.peak_optimizer))
         if key in groups:

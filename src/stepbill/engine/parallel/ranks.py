@@ -1,7 +1,7 @@
 """The bill per GPU: each rank class's timeline, built by the one-GPU timeline's builder from the same recompute
 plan, with every tensor divided by how that rank holds it, plus the layout's own buffers at the moments they live.
 
-Who holds what (engine/shard.py's slicing rules for parameters; engine/kinds.Split for kept tensors):
+Who holds what (engine/parallel/layout.py's slicing rules for parameters; engine/kinds.Split for kept tensors):
 - resident items: the stage's parameters after the tp / ep / etp split, ÷ the ZeRO group for the items the ZeRO
   stage shards (ZeRO §5); optimizer offload moves master + states to CPU memory;
 - kept tensors: ÷ cp always, ÷ tp for head/FFN/vocab-wide rows (and for residual-stream rows under sequence
@@ -15,7 +15,7 @@ Who holds what (engine/shard.py's slicing rules for parameters; engine/kinds.Spl
   prefetched) and the root, the reduce-scatter input of one unit (ZeRO-2/3), CP's incoming K/V block, the
   sequence-parallel all-gathered layer input, EP's all-to-all receive buffer.
 
-Data-parallel FSDP2 / ZeRO-1 layouts the measured rules cover use engine/sharded.py's buffer model on the same
+Data-parallel FSDP2 / ZeRO-1 layouts the measured rules cover use engine/parallel/fsdp2.py's buffer model on the same
 one-GPU timeline (`ranks[].model` = "measured-exact"); every other layout is "approximate" and says why.
 All values are bytes.
 """
@@ -30,12 +30,21 @@ from typing import Any
 from stepbill.engine.activations import ActTensor
 from stepbill.engine.kinds import Part, Phase, Split
 from stepbill.engine.line import Line
+from stepbill.engine.memory.eager import EagerTerms
+from stepbill.engine.memory.timeline import Buffers, RankView, Timeline, rank_timeline
+from stepbill.engine.parallel.fsdp2_ranks import exact_classes, exact_reason
+from stepbill.engine.parallel.layout import Slice, row_slice, stage_layer_indices, stage_layer_kinds, zero_divisor
+from stepbill.engine.parallel.rank_class import (
+    APPROXIMATE,
+    IDEAL,
+    MEASURED_EXACT,
+    MEMORY_KEYS,
+    RankClass,
+    SingleRank,
+)
 from stepbill.engine.params import ParamInventory, ParamTensor
 from stepbill.engine.recompute import RecomputePlan
-from stepbill.engine.shard import Slice, row_slice, stage_layer_indices, stage_layer_kinds, zero_divisor
 from stepbill.engine.states import lora_adapter_groups, optimizer_state_elements
-from stepbill.engine.timeline import Buffers, RankView, Timeline, rank_timeline
-from stepbill.engine.transients import EagerTerms
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.parallel import validate_layout
 from stepbill.spec.recipe import LoRA, Recipe
@@ -43,50 +52,8 @@ from stepbill.spec.recipe import LoRA, Recipe
 MIB = 2**20
 DDP_BUCKET_BYTES = 25 * MIB  # torch DDP bucket_cap_mb default, cited in the seed §1.8
 OPTIMIZER_SIDE = ("master", "optimizer.")
-MEMORY_KEYS = ("weights", "grads", "optimizer", "model", "resident", "activations", "transient", "peak",
-               "peak_forward", "peak_backward")
-MEASURED_EXACT, APPROXIMATE, IDEAL = "measured-exact", "approximate", "ideal"
 LAYER_PARTS = (Part.LAYER, Part.LAYER_INNER, Part.LAYER_NORM)
 HEAD_PARTS = (Part.HEAD, Part.LOSS, Part.HEAD_BACKWARD)
-
-
-@dataclass(frozen=True)
-class SingleRank:
-    """What the per-rank model reads of the one-GPU bill (built once by make_bill; no bill inside the bill)."""
-
-    model: ModelSpec
-    recipe: Recipe
-    inventory: ParamInventory
-    plan: RecomputePlan
-    timeline: Timeline
-    eager: EagerTerms | None
-    convention: str
-    attention: str
-    lines: dict[str, Line]
-    resident: list[Line]
-    activation_items: list[Line]
-    outside_rows: Callable[[Callable[[ActTensor], float]], float] | None = None  # rank outside bytes by divisor
-
-
-@dataclass(frozen=True)
-class RankClass:
-    """One class of identical ranks (a pipeline stage, or ranks with identical shards): its per-item lines,
-    memory totals in bytes, the timeline they come from, and which model produced them."""
-
-    name: str
-    stages: tuple[int, ...]
-    ranks: int
-    layers: dict[str, int]
-    in_flight: float
-    resident_items: list[Line]
-    activation_items: list[Line]
-    transient_items: list[Line]
-    memory: dict[str, float]
-    cpu: dict[str, float] = field(default_factory=dict)
-    owned: dict[str, float] = field(default_factory=dict)  # item bytes / holders: sums over all ranks to global
-    model: str = APPROXIMATE  # measured-exact | approximate | ideal (the seed's accounting)
-    notes: tuple[str, ...] = ()
-    timeline: Timeline | None = field(default=None, compare=False, repr=False)
 
 
 def row_item_elements(t: ParamTensor, recipe: Recipe) -> dict[str, float]:
@@ -382,8 +349,6 @@ def one_gpu_class(one: SingleRank) -> RankClass:
 
 def approximate_reason(one: SingleRank) -> str:
     """Why the layout's per-rank numbers come from the approximate model ('' when the measured rules apply)."""
-    from stepbill.engine.parallel_exact import exact_reason
-
     return exact_reason(one.model, one.recipe, one.convention)
 
 
@@ -397,8 +362,6 @@ def rank_classes(one: SingleRank) -> list[RankClass]:
     validate_layout(spec, par, recipe.seq_len)
     reason = approximate_reason(one)
     if not reason:
-        from stepbill.engine.parallel_exact import exact_classes
-
         return exact_classes(one)
     kinds = stage_layer_kinds(spec, par)
     indices = stage_layer_indices(spec, par)

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from stepbill.engine import activations as act
+from stepbill.engine.activations import layer_order
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
 
@@ -158,9 +160,6 @@ def solve_brute_force(problem: Problem) -> Solution:
 def problem_for_spec(spec: ModelSpec, budget: float, seq_len: int, micro_batch: int, activation_bytes: int,
                      convention: str = "ideal", attention: str = "sdpa") -> Problem:
     """The budget problem of a model: one item per droppable tensor per layer kind."""
-    from stepbill.engine import activations as act
-    from stepbill.engine.recompute import layer_order
-
     tokens = seq_len * micro_batch
     order = layer_order(spec)
     items, op_cost, full = [], {}, {}

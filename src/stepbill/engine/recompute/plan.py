@@ -22,7 +22,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from stepbill.engine import activations as act
-from stepbill.engine.activations import ActTensor
+from stepbill.engine import flops as fl
+from stepbill.engine.activations import ActTensor, layer_order
+from stepbill.engine.recompute.budget import solve_for_spec
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.recompute_policy import RecomputePolicy
@@ -129,10 +131,6 @@ class RecomputePlan:
         return replace(self, layers={k: v for k, v in layers.items() if k in order or not order}, order=order)
 
 
-def layer_order(spec: ModelSpec) -> tuple[str, ...]:
-    return tuple("moe" if spec.is_moe_layer(i) else "dense" for i in range(spec.n_layers))
-
-
 def op_flops(rows: tuple[ActTensor, ...] | list[ActTensor], seq_len: Any, causal: bool = True) -> Any:
     """FLOPs per token to rebuild `rows`: each distinct producing op once."""
     ops: dict[str, Any] = {}
@@ -154,8 +152,6 @@ def make_plan(spec: ModelSpec, policy: RecomputePolicy, seq_len: int, micro_batc
               convention: str = "ideal", drop: dict[str, tuple[str, ...]] | None = None,
               attention: str = "sdpa") -> RecomputePlan:
     """Apply `policy` to `spec`. `drop` ({layer kind: tensor names}) overrides the choice (budget solver)."""
-    from stepbill.engine import flops as fl
-
     order = layer_order(spec)
     rows = {k: act.layer_rows(spec, k, activation_bytes, convention, attention) for k in act.layer_kinds(spec)}
     tokens = seq_len * micro_batch
@@ -185,8 +181,6 @@ def make_plan(spec: ModelSpec, policy: RecomputePolicy, seq_len: int, micro_batc
         if drop is None and not any(p.dropped for p in layers.values()):
             raise StepbillError(f"recompute modules {', '.join(policy.modules)} match no tensor of {spec.name}")
     else:  # budget: solved elsewhere, then planned with `drop`
-        from stepbill.engine.recompute_budget import solve_for_spec
-
         solution = solve_for_spec(spec, policy.budget_bytes, seq_len, micro_batch, activation_bytes, convention,
                                   attention)
         return make_plan(spec, policy, seq_len, micro_batch, activation_bytes, convention, solution.drop, attention)

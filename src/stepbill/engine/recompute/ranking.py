@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from stepbill.engine import activations as act
 from stepbill.engine import flops as fl
 from stepbill.engine.activations import ActTensor
-from stepbill.engine.recompute import op_flops
+from stepbill.engine.recompute.plan import op_flops
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
 

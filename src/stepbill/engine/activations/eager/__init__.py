@@ -17,13 +17,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from stepbill.engine.activations import ActTensor, Recompute, layer_kinds, layer_rows
-from stepbill.engine.eager.attention import attention_weights, mla_uses_math_path
-from stepbill.engine.eager.blocks import BLOCKS
-from stepbill.engine.eager.dtypes import FP32, EagerBytes, dt_of, from_precision
-from stepbill.engine.eager.ffn import ffn_weights
-from stepbill.engine.eager.moe import grouped_mm_offsets, moe_cast_weights
-from stepbill.engine.eager.outside import outside_fixed_rows, outside_rows
+from stepbill.engine.activations.eager.attention import attention_weights, mla_uses_math_path
+from stepbill.engine.activations.eager.blocks import BLOCKS
+from stepbill.engine.activations.eager.dtypes import FP32, EagerBytes, dt_of, from_precision
+from stepbill.engine.activations.eager.ffn import ffn_weights
+from stepbill.engine.activations.eager.moe import grouped_mm_offsets, moe_cast_weights
+from stepbill.engine.activations.eager.outside import outside_fixed_rows, outside_rows
+from stepbill.engine.activations.rows import ActTensor, Recompute, layer_kinds, layer_rows
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
 

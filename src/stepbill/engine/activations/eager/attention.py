@@ -17,9 +17,9 @@ Which storages exist depends on transformers' modeling code of the family (Model
 
 from __future__ import annotations
 
-from stepbill.engine.activations import FP32, ActTensor, Recompute, _attn_core
-from stepbill.engine.eager.dtypes import dt_of
-from stepbill.engine.eager.norms import layernorm, linear_inputs, rmsnorm
+from stepbill.engine.activations.eager.dtypes import dt_of
+from stepbill.engine.activations.eager.norms import layernorm, linear_inputs, rmsnorm
+from stepbill.engine.activations.rows import FP32, ActTensor, Recompute, _attn_core
 from stepbill.engine.kinds import Split
 from stepbill.spec.model import ModelSpec
 

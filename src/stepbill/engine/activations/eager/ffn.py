@@ -9,10 +9,10 @@ only; the down projection saves the activation's output.
 
 from __future__ import annotations
 
-from stepbill.engine.activations import ActTensor, Recompute, _residual_mid
-from stepbill.engine.eager.attention import pre_norm
-from stepbill.engine.eager.dtypes import dt_of
-from stepbill.engine.eager.norms import linear_inputs
+from stepbill.engine.activations.eager.attention import pre_norm
+from stepbill.engine.activations.eager.dtypes import dt_of
+from stepbill.engine.activations.eager.norms import linear_inputs
+from stepbill.engine.activations.rows import ActTensor, Recompute, _residual_mid
 from stepbill.engine.kinds import Split
 from stepbill.spec.model import ModelSpec
 

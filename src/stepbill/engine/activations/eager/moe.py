@@ -22,10 +22,10 @@ Data: every token picks exactly top_k distinct experts, so although the rows per
 
 from __future__ import annotations
 
-from stepbill.engine.activations import FP32, ActTensor, Recompute
-from stepbill.engine.eager.dtypes import INT64, Dt, dt_of
-from stepbill.engine.eager.ffn import ffn_norm, swiglu_core
-from stepbill.engine.eager.norms import linear_inputs
+from stepbill.engine.activations.eager.dtypes import INT64, Dt, dt_of
+from stepbill.engine.activations.eager.ffn import ffn_norm, swiglu_core
+from stepbill.engine.activations.eager.norms import linear_inputs
+from stepbill.engine.activations.rows import FP32, ActTensor, Recompute
 from stepbill.engine.kinds import Split
 from stepbill.spec.model import ModelSpec
 

@@ -13,8 +13,8 @@ stats for a bf16 input on CPU; autocast runs it in fp32).
 
 from __future__ import annotations
 
-from stepbill.engine.activations import ActTensor, Recompute
-from stepbill.engine.eager.dtypes import FP32, Dt
+from stepbill.engine.activations.eager.dtypes import FP32, Dt
+from stepbill.engine.activations.rows import ActTensor, Recompute
 from stepbill.engine.kinds import Split
 
 

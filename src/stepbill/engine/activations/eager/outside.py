@@ -16,10 +16,10 @@ Token ids themselves are the step's input, not an activation.
 
 from __future__ import annotations
 
-from stepbill.engine.activations import FP32, ActTensor, Recompute
-from stepbill.engine.eager.attention import pre_norm
-from stepbill.engine.eager.dtypes import INT64, dt_of
-from stepbill.engine.eager.norms import linear_inputs
+from stepbill.engine.activations.eager.attention import pre_norm
+from stepbill.engine.activations.eager.dtypes import INT64, dt_of
+from stepbill.engine.activations.eager.norms import linear_inputs
+from stepbill.engine.activations.rows import FP32, ActTensor, Recompute
 from stepbill.engine.kinds import Split
 from stepbill.spec.model import ModelSpec
 
