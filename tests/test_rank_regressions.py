@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from stepbill.engine import parallel_exact
+from stepbill.engine.parallel import fsdp2_ranks as parallel_exact
 from stepbill.engine.bill import make_bill
 from stepbill.spec.parallel import Parallel
 from stepbill.spec.presets import load_model

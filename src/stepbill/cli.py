@@ -150,7 +150,7 @@ def recompute_cmd(
     """Rank every tensor of a layer by recompute FLOPs per byte saved, with the cut and the crossovers."""
     from stepbill.engine import activations as act
     from stepbill.engine import flops as fl
-    from stepbill.engine import recompute_budget as rb
+    from stepbill.engine.recompute import budget as rb
     from stepbill.engine.recompute.ranking import attention_crossovers, rank_layer
     from stepbill.spec.presets import load_model
     from stepbill.spec.recipe import make_recipe
