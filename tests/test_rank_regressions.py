@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from stepbill.engine.parallel import fsdp2_ranks as parallel_exact
 from stepbill.engine.bill import make_bill
+from stepbill.engine.parallel import fsdp2_ranks as parallel_exact
 from stepbill.spec.parallel import Parallel
 from stepbill.spec.presets import load_model
 from stepbill.spec.recipe import make_recipe
