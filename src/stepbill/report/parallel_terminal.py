@@ -49,11 +49,10 @@ def rank_table(bill: Bill, fit: Fit | None = None) -> Table:
     title = f"Per GPU ({bill.convention} convention; binary units: GiB = 2^30 B)"
     if fit is not None:
         title += f" on {fit.card.name}"
-    table = Table(title=escape(title), title_justify="left")
-    for col in ("class", "GPUs", "layers", "μb in flight", "weights", "grads", "optimizer", "activ.", "transient",
+    table = Table(title=escape(title), title_justify="left", pad_edge=False)
+    for col in ("class", "GPUs", "layers", "μb in\nflight", "weights", "grads", "optimizer", "activ.", "transient",
                 "peak"):
-        table.add_column(col, justify="left" if col == "class" else "right",
-                         no_wrap=col not in ("class", "layers", "μb in flight"))
+        table.add_column(col, justify="left" if col == "class" else "right", no_wrap=col != "layers")
     if fit is not None:
         table.add_column("fits")
     worst = bill.worst_rank
