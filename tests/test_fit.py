@@ -15,6 +15,7 @@ from stepbill.engine.fit import (
     Card,
     default_reserve,
     fit_verdict,
+    judge,
     per_gpu_advice,
     user_reserve,
 )
@@ -89,6 +90,15 @@ def test_qwen_micro_batch_24_full_recompute_judged_on_eager() -> None:
     assert small.fits and small.worst.headroom_bytes > 0
 
 
+def test_judge_is_the_python_entry() -> None:
+    """`judge(bill, card, reserve_gib)` makes the eager bill itself: what the CLI prints, from Python."""
+    ideal = _bill(QWEN, "ideal", micro_batch=24, recompute="full", recipe="pure-bf16")
+    fit = judge(ideal, Card.from_gib(80))
+    assert fit.convention == "eager" and not fit.fits
+    assert fit.card.usable_bytes == 80 * GIB and not fit.reserve.user_given
+    assert judge(ideal, H100, reserve_gib=1.5).reserve.total_bytes == 1.5 * GIB
+
+
 def test_fallback_to_ideal_says_so() -> None:
     ideal = _bill("llama2-7b", "ideal")
     fit = fit_verdict(ideal, None, H100, default_reserve(H100, Parallel()), "eager rows not modelled for X")
@@ -158,16 +168,16 @@ def test_cli_single_gpu_fit_with_gpu_mem(capsys: pytest.CaptureFixture[str]) -> 
 
 def test_cli_eager_missing_falls_back_and_says_so(capsys: pytest.CaptureFixture[str],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    import stepbill.engine.bill as bill_module
+    import stepbill.engine.fit as fit_module
 
-    real = bill_module.make_bill
+    real = fit_module.make_bill
 
     def no_eager(*args, **kwargs):  # type: ignore[no-untyped-def]
         if args[3:4] == ("eager",) or kwargs.get("convention") == "eager":
             raise StepbillError("eager rows not modelled for this family")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(bill_module, "make_bill", no_eager)
+    monkeypatch.setattr(fit_module, "make_bill", no_eager)
     code, out, _ = run_cli(["bill", "llama2-7b", "--gpu", "h100"], capsys)
     assert code == 0
     assert "judged on the ideal convention" in out and "eager rows not modelled for this family" in out

@@ -14,8 +14,6 @@ if TYPE_CHECKING:
     from stepbill.engine.bill import Bill
     from stepbill.engine.fit import Fit
     from stepbill.spec.hardware import GPU
-    from stepbill.spec.model import ModelSpec
-    from stepbill.spec.recipe import Recipe
 
 try:  # typer >= 0.2x vendors its own click
     from typer._click import exceptions as click_exceptions
@@ -123,7 +121,7 @@ def bill(
                              optimizer_impl)
     card = gpu_mem * GIB if gpu_mem else (the_gpu.usable_bytes if the_gpu else None)
     result = make_bill(spec, the_recipe, card, convention, attention, gpu=the_gpu, efficiency=mfu)
-    fit = _fit(result, spec, the_recipe, attention, the_gpu, mfu, gpu_mem, reserve)
+    fit = _fit(result, the_gpu, gpu_mem, reserve)
     if as_json:
         from stepbill.report.bill_json import bill_to_json
 
@@ -148,25 +146,16 @@ def _data_parallel(dp: int | None, gpus: int | None, tp: int, pp: int, cp: int) 
     return dp, f"dp {dp} = --gpus {gpus} ÷ tp·pp·cp {model_parallel} (no --dp given)"
 
 
-def _fit(result: Bill, spec: ModelSpec, recipe: Recipe, attention: str, gpu: GPU | None, efficiency: float,
-         gpu_mem: float | None, reserve_gib: float | None) -> Fit | None:
-    """The fit verdict when a card is known (--gpu or --gpu-mem), judged on the eager bill (engine/fit.py)."""
-    from stepbill.engine.bill import make_bill
-    from stepbill.engine.fit import Card, default_reserve, fit_verdict, user_reserve
+def _fit(result: Bill, gpu: GPU | None, gpu_mem: float | None, reserve_gib: float | None) -> Fit | None:
+    """The fit verdict when a card is known (--gpu or --gpu-mem): engine/fit.py's `judge`."""
+    from stepbill.engine.fit import Card, judge
 
     if gpu is None and gpu_mem is None:
         if reserve_gib is not None:
             raise StepbillError("--reserve needs a card: give --gpu NAME or --gpu-mem GiB")
         return None
-    card = Card.from_gib(gpu_mem) if gpu_mem else Card.from_gpu(gpu)  # type: ignore[arg-type]
-    reserve = user_reserve(reserve_gib) if reserve_gib is not None else default_reserve(card, recipe.parallel)
-    eager, missing = None, ""
-    if result.convention != "eager":
-        try:
-            eager = make_bill(spec, recipe, None, "eager", attention, gpu=gpu, efficiency=efficiency)
-        except StepbillError as exc:  # a family without eager rows: the verdict falls back to ideal and says so
-            missing = str(exc)
-    return fit_verdict(result, eager, card, reserve, missing)
+    card = Card.from_gpu(gpu) if gpu_mem is None and gpu is not None else Card.from_gib(gpu_mem or 0)
+    return judge(result, card, reserve_gib)
 
 
 @app.command("recompute")

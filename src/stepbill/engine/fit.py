@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stepbill.engine.bill import Bill
+from stepbill.engine.bill import Bill, make_bill
 from stepbill.engine.line import Line, cited
 from stepbill.engine.parallel import RankClass
+from stepbill.errors import StepbillError
 from stepbill.spec.hardware import GPU
 from stepbill.spec.parallel import Parallel
 
@@ -173,6 +174,25 @@ class Fit:
             return (f"fits: judged on the {words}: peak {self.worst.peak_bytes / GIB:.2f} GiB; the "
                     f"{self.shown_convention} figures of this bill leave the logits out")
         return f"fits: judged on the {words}"
+
+
+def judge(bill: Bill, card: Card, reserve_gib: float | None = None) -> Fit:
+    """The fit verdict of `bill` on `card`: `reserve_gib` GiB kept back (None: `default_reserve`), judged on the
+    same step under the eager convention (made here; the ideal peak, said, when the model has no eager bill)."""
+    reserve = user_reserve(reserve_gib) if reserve_gib is not None else default_reserve(card, bill.recipe.parallel)
+    eager, missing = eager_bill_for(bill)
+    return fit_verdict(bill, eager, card, reserve, missing)
+
+
+def eager_bill_for(bill: Bill) -> tuple[Bill | None, str]:
+    """The same step under the eager convention, or (None, why) where it cannot be made. Made without a GPU: the
+    verdict reads its ranks only, not its step time."""
+    if bill.convention == "eager":
+        return bill, ""
+    try:
+        return make_bill(bill.model, bill.recipe, None, "eager", bill.attention), ""
+    except StepbillError as exc:
+        return None, str(exc)
 
 
 def fit_verdict(bill: Bill, bill_eager: Bill | None, card: Card, reserve: Reserve,
