@@ -205,3 +205,17 @@ def test_cli_bad_fit_input_is_one_line(argv: list[str], needle: str, capsys: pyt
     code, out, err = run_cli(["bill", "llama2-7b", *argv], capsys)
     assert code == 2 and out == ""
     assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_explain_covers_the_per_gpu_items(capsys: pytest.CaptureFixture[str]) -> None:
+    """User trial §3 item 9: --explain shows each rank item's formula (sharding divisor, micro-batches in flight,
+    transient unit), the host bytes under offload, and the fit's lines."""
+    code, out, _ = run_cli(["bill", "llama2-7b", "--seq", "4096", "--dp", "2", "--tp", "2", "--sp", "--pp", "2",
+                            "--micro-batches", "4", "--zero", "3", "--offload-optimizer", "--gpus", "8", "--gpu",
+                            "h100", "--explain"], capsys)
+    assert code == 0
+    flat = " ".join(out.split())
+    assert "Per GPU, item by item" in flat and "host (CPU)" in flat
+    assert "effective ZeRO-3 sharding" in flat and "micro-batches in flight" in flat
+    assert "2 units (current + prefetched)" in flat
+    assert "fit.reserve.nccl" in flat and "3 communicators" in flat

@@ -78,6 +78,24 @@ def fit_table(fit: Fit) -> Table:
     return table
 
 
+def rank_items_table(bill: Bill, fit: Fit | None = None) -> Table:
+    """--explain: every item of every rank class with its formula and inputs (sharding divisor, micro-batches in
+    flight, transient unit), the bytes held in host memory under offload, and the fit's budget lines."""
+    table = Table(title=f"Per GPU, item by item ({bill.convention} convention; binary units)", title_justify="left")
+    for col in ("class", "item", "GPU", "host (CPU)", "formula with inputs · provenance"):
+        table.add_column(col, justify="right" if col in ("GPU", "host (CPU)") else "left",
+                         overflow="fold", no_wrap=col in ("GPU", "host (CPU)"))
+    for c in bill.ranks:
+        for x in [*c.resident_items, *c.activation_items, *c.transient_items]:
+            host = c.cpu.get(x.name)
+            table.add_row(escape(c.name), escape(x.name), fmt_bytes(x.value), fmt_bytes(host) if host else "",
+                          escape(f"{x.explain()} · {x.provenance}"))
+    if fit is not None:
+        for x in [*fit.reserve.items, *fit.lines.values()]:
+            table.add_row("fit", escape(x.name), fmt_bytes(x.value), "", escape(f"{x.explain()} · {x.provenance}"))
+    return table
+
+
 def comm_table(bill: Bill) -> Table:
     """One row per collective: volume per rank per step, link, time, and whether it can hide."""
     table = Table(title="Communication per GPU per step (bytes over its busiest link; links per direction)",
@@ -104,9 +122,11 @@ def time_lines(bill: Bill) -> list[Text]:
     return out
 
 
-def render_parallel(bill: Bill, fit: Fit | None = None, layout_note: str = "") -> list:
-    """Renderables appended to the bill when a layout or a GPU is given."""
+def render_parallel(bill: Bill, fit: Fit | None = None, layout_note: str = "", explain: bool = False) -> list:
+    """Renderables appended to the bill when a layout or a GPU is given; `explain` adds every rank item's formula."""
     parts: list = [Text(escape(_layout(bill, layout_note)), style="bold"), rank_table(bill, fit)]
+    if explain:
+        parts.append(rank_items_table(bill, fit))
     if fit is not None:
         parts += [fit_table(fit), *fit_lines(fit)]
     if bill.collectives:

@@ -99,7 +99,7 @@ def render_bill(bill: Bill, explain: bool = False, fit: Fit | None = None, layou
     if not bill.recipe.parallel.is_trivial or bill.gpu is not None:
         from stepbill.report.parallel_terminal import render_parallel
 
-        parts += render_parallel(bill, fit, layout_note)
+        parts += render_parallel(bill, fit, layout_note, explain)
     elif fit is not None:
         from stepbill.report.parallel_terminal import fit_lines
 
