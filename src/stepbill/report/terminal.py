@@ -90,7 +90,8 @@ def render_bill(bill: Bill, explain: bool = False, fit: Fit | None = None, layou
     ]
     for key in ("cards.resident", "cards.peak"):
         if key in lines:
-            notes.append(f"{key}: {lines[key].value:.0f} cards ({lines[key].explain()})")
+            notes.append(f"{key}: {lines[key].value:.0f} cards ({lines[key].explain()})"
+                         + (f"; {bill.convention} convention, no reserve: the fit below is the verdict" if fit else ""))
     if per_gpu:
         parts.append(Text.assemble(("hint ", "bold"), top_advice(bill, fit)))
     parts += [Text(n, style="dim") for n in notes]
@@ -100,10 +101,10 @@ def render_bill(bill: Bill, explain: bool = False, fit: Fit | None = None, layou
         from stepbill.report.parallel_terminal import render_parallel
 
         parts += render_parallel(bill, fit, layout_note, explain)
-    elif fit is not None:
-        from stepbill.report.parallel_terminal import fit_lines
+    elif fit is not None:  # one GPU, --gpu-mem only: the verdict without the per-GPU table
+        from stepbill.report.parallel_terminal import fit_lines, fit_table
 
-        parts += fit_lines(fit)
+        parts += [fit_table(fit), *fit_lines(fit)]
     return Group(*parts)
 
 
