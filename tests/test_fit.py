@@ -197,6 +197,7 @@ def test_cli_gpus_alone_sets_dp(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [(["--gpus", "12", "--tp", "8"], "not a multiple of tp·pp·cp"),
+     (["--gpus", "8", "--tp", "0"], "tp"),
      (["--reserve", "2"], "--reserve needs a card"),
      (["--gpu", "h100", "--reserve", "-1"], "--reserve must be >= 0"),
      (["--gpu", "h10x"], "unknown gpu")],

@@ -136,7 +136,7 @@ def _data_parallel(dp: int | None, gpus: int | None, tp: int, pp: int, cp: int) 
     """--dp as given; without it, --gpus ÷ (tp·pp·cp) when --gpus is given (said in the header), else 1."""
     if dp is not None:
         return dp, ""
-    if gpus is None:
+    if gpus is None or min(tp, pp, cp) < 1:  # bad degrees: Parallel says which flag
         return 1, ""
     model_parallel = tp * pp * cp
     if gpus <= 0 or gpus % model_parallel:
