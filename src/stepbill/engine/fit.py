@@ -268,4 +268,6 @@ def _next_flags(item: str, par: Parallel, recompute: str) -> list[str]:
             flags.append("--offload-activations")
         return list(dict.fromkeys(flags))
     # transient: ZeRO-3's gathered unit and prefetch, gradient buckets, CP blocks
-    return ["--tp (smaller gathered units)", "--shard-group" if par.zero == 3 else "a smaller --micro-batch"]
+    if par.zero == 3:
+        return ["--tp (smaller gathered units)", "--zero 2 (whole weights, no gathers)"]
+    return ["a smaller --micro-batch", "--tp"]
