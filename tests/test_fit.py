@@ -53,14 +53,16 @@ def test_default_reserve_parts() -> None:
 
 
 def test_mixtral_77_gib_no_longer_fits_on_80gb_with_the_reserve() -> None:
-    """User trial task b / W14: dp16 ep8 ZeRO-1 printed "77.10 GiB, fits" on an H100; 79.65 GiB usable minus the
-    default reserve (5.59 GiB) leaves 74.05 GiB, so even the ideal peak does not fit."""
+    """User trial task b / W14: dp16 ep8 ZeRO-1 printed "77.10 GiB, fits" on an H100 (77.35 GiB since the per-rank
+    rewrite's layout buffers); 79.65 GiB usable minus the default reserve (5.59 GiB) leaves 74.05 GiB, so even the
+    ideal peak does not fit."""
     ideal = _bill("mixtral-8x7b", "ideal", MIXTRAL_LAYOUT)
-    assert round(ideal.worst_rank.memory["peak"] / GIB, 2) == 77.10
+    peak = ideal.worst_rank.memory["peak"]
+    assert 77.0 * GIB < peak < H100.usable_bytes  # the user trial's figure, below the card: "fits" without a reserve
     on_ideal = fit_verdict(ideal, None, H100, default_reserve(H100, MIXTRAL_LAYOUT), "test: no eager rows")
     assert not on_ideal.fits
     assert round(on_ideal.budget_bytes / GIB, 2) == 74.05
-    assert on_ideal.worst.headroom_bytes == pytest.approx(on_ideal.budget_bytes - 77.10 * GIB, abs=0.01 * GIB)
+    assert on_ideal.worst.headroom_bytes == pytest.approx(on_ideal.budget_bytes - peak)
     assert on_ideal.worst.headroom_bytes < 0
     # With no reserve at all, the ideal verdict was "fits" (what the user saw) ...
     assert fit_verdict(ideal, None, H100, user_reserve(0)).fits
@@ -136,7 +138,7 @@ def test_cli_mixtral_user_trial_command(capsys: pytest.CaptureFixture[str]) -> N
     code, out, _ = run_cli(["bill", "mixtral-8x7b", "--seq", "4096", "--dp", "16", "--ep", "8", "--zero", "1",
                             "--gpus", "16", "--gpu", "h100-sxm"], capsys)
     assert code == 0
-    assert "Fits NO" in out and "77.10 GiB" in out
+    assert "Fits NO" in out and "│ 77." in out
     assert "usable 79.65 GiB − reserve 5.59 GiB = budget 74.05 GiB" in out
     assert "μb in" in out and "flight" in out
     assert "judged on the eager convention" in out
@@ -208,16 +210,15 @@ def test_cli_bad_fit_input_is_one_line(argv: list[str], needle: str, capsys: pyt
     assert needle in err and len(err.strip().splitlines()) == 1
 
 
-def test_cli_explain_covers_the_per_gpu_items(capsys: pytest.CaptureFixture[str]) -> None:
-    """User trial §3 item 9: --explain shows each rank item's formula (sharding divisor, micro-batches in flight,
-    transient unit), the host bytes under offload, and the fit's lines."""
+def test_cli_explain_covers_the_fit(capsys: pytest.CaptureFixture[str]) -> None:
+    """--explain adds the fit's reserve parts and the usable / budget / headroom lines with their formulas and
+    sources (the per-rank items are the per-GPU table's own --explain)."""
     code, out, _ = run_cli(["bill", "llama2-7b", "--seq", "4096", "--dp", "2", "--tp", "2", "--sp", "--pp", "2",
                             "--micro-batches", "4", "--zero", "3", "--offload-optimizer", "--gpus", "8", "--gpu",
                             "h100", "--explain"], capsys)
     assert code == 0
-    cells = [line.split("│")[-2].strip() for line in out.splitlines() if line.count("│") >= 6]  # last column
-    flat = " ".join(" ".join(cells).split())
-    assert "Per GPU, item by item" in out and "host (CPU)" in out
-    assert "effective ZeRO-3 sharding" in flat and "micro-batches in flight" in flat
-    assert "2 units (current + prefetched)" in flat
-    assert "fit.reserve.nccl" in flat and "3 communicators" in flat
+    flat = " ".join(out.split())
+    assert "fit.reserve.nccl = 4.50 GiB: 3 communicators (parallel axes of degree > 1)" in flat
+    assert "cited: NVIDIA/nccl#864" in flat
+    assert "fit.usable = 79.65 GiB: 81,559 MiB × 2^20 B" in flat
+    assert "fit.headroom =" in flat and "of stage 0 (first)" in flat

@@ -42,6 +42,14 @@ def _default(ctx: typer.Context) -> None:
         bill(model=DEFAULT_MODEL, seq=1024, micro_batch=8)
 
 
+def _int_list(flag: str, text: str) -> tuple[int, ...]:
+    """A comma-separated list of positive integers ("7,8,8,7"), or one StepbillError line."""
+    parts = [p.strip() for p in text.split(",")]
+    if not parts or not all(p.isascii() and p.isdigit() for p in parts):
+        raise StepbillError(f"{flag} takes comma-separated positive integers, got {text!r}")
+    return tuple(int(p) for p in parts)
+
+
 @app.command()
 def bill(
     model: Annotated[str, typer.Argument(help="preset name (see `stepbill models`), ModelSpec JSON or HF config.json")]
@@ -74,6 +82,8 @@ def bill(
     = None,
     tp: Annotated[int, typer.Option("--tp", help="tensor-parallel degree")] = 1,
     pp: Annotated[int, typer.Option("--pp", help="pipeline stages")] = 1,
+    pp_layers: Annotated[str | None, typer.Option("--pp-layers", help="transformer layers per stage, e.g. 7,8,8,7 "
+                                                  "(default: even, or Megatron-LM's uneven split)")] = None,
     cp: Annotated[int, typer.Option("--cp", help="context-parallel degree")] = 1,
     ep: Annotated[int, typer.Option("--ep", help="expert-parallel degree (MoE)")] = 1,
     etp: Annotated[int | None, typer.Option("--etp", help="expert tensor-parallel degree (default 1)")] = None,
@@ -112,9 +122,11 @@ def bill(
         raise StepbillError(f"--efficiency must lie in (0, 1], got {mfu}")
     targets = tuple(t.strip() for t in lora_targets.split(",") if t.strip()) if lora_targets is not None else None
     spec = load_model(model)
+    stage_layers = _int_list("--pp-layers", pp_layers) if pp_layers is not None else None
     layout = Parallel(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, sp=sp, zero=zero, shard_group=shard_group,
                       micro_batches=micro_batches, pp_schedule=pp_schedule, vpp=vpp,  # type: ignore[arg-type]
-                      offload_optimizer=offload_optimizer, offload_activations=offload_activations)
+                      offload_optimizer=offload_optimizer, offload_activations=offload_activations,
+                      pp_layers=stage_layers)
     validate_layout(spec, layout, seq, gpus)
     the_gpu = load_gpu(gpu) if gpu is not None else None
     the_recipe = make_recipe(recipe, optimizer, micro_batch, seq, recompute, lora_rank, targets, layout,

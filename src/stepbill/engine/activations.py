@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from stepbill.engine.kinds import Split
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
 
@@ -78,6 +79,7 @@ class ActTensor:
     # "token" (the default: width per token), or — for eager rows kept outside the per-token plan — "position"
     # (per sequence position, shared by the batch: RoPE tables) or "constant" (per layer or per step).
     per: str = "token"
+    split: Split = Split.SEQ  # how the tensor divides across a layout's ranks (engine/kinds.py)
 
     @property
     def bytes_per_token(self) -> int:
@@ -108,10 +110,10 @@ def _mha_ideal(spec: ModelSpec, act: int) -> list[ActTensor]:
     q, kv, out = a.n_heads * a.qk_head_dim, a.kv_heads * a.qk_head_dim, a.n_heads * a.v_dim
     return [
         ActTensor("attn.norm_out", d, act, "QKV projections (weight grad)", Recompute("elementwise", n=d), "mha"),
-        ActTensor("attn.q", q, act, "attention core", Recompute("linear", d, q), "mha"),
-        ActTensor("attn.k", kv, act, "attention core", Recompute("linear", d, kv), "mha"),
-        ActTensor("attn.v", kv, act, "attention core", Recompute("linear", d, kv), "mha"),
-        ActTensor("attn.core_out", out, act, "output projection (weight grad)", _attn_core(spec), "mha", "attn.core"),
+        ActTensor("attn.q", q, act, "attention core", Recompute("linear", d, q), "mha", split=Split.TP),
+        ActTensor("attn.k", kv, act, "attention core", Recompute("linear", d, kv), "mha", split=Split.TP),
+        ActTensor("attn.v", kv, act, "attention core", Recompute("linear", d, kv), "mha", split=Split.TP),
+        ActTensor("attn.core_out", out, act, "output projection (weight grad)", _attn_core(spec), "mha", "attn.core", split=Split.TP),
     ]
 
 
@@ -136,12 +138,12 @@ def _mla_ideal(spec: ModelSpec, act: int) -> list[ActTensor]:
         ActTensor("attn.kv_down", kv_a, act, "kv_a_layernorm and RoPE", Recompute("linear", d, kv_a), "mla"),
         ActTensor("attn.kv_down_norm", a.kv_lora_rank, act, "K/V up projection (weight grad)",
                   Recompute("elementwise", n=a.kv_lora_rank), "mla"),
-        ActTensor("attn.q_up", q_up, act, "attention core", Recompute("linear", q_in, q_up), "mla"),
-        ActTensor("attn.kv_up", kv_up, act, "attention core", Recompute("linear", a.kv_lora_rank, kv_up), "mla"),
+        ActTensor("attn.q_up", q_up, act, "attention core", Recompute("linear", q_in, q_up), "mla", split=Split.TP),
+        ActTensor("attn.kv_up", kv_up, act, "attention core", Recompute("linear", a.kv_lora_rank, kv_up), "mla", split=Split.TP),
         ActTensor("attn.core_out", a.n_heads * a.v_head_dim, act, "output projection (weight grad)",
-                  _attn_core(spec), "mla", "attn.core"),
+                  _attn_core(spec), "mla", "attn.core", split=Split.TP),
         ActTensor("attn.logsumexp", a.n_heads, FP32, "attention core (softmax statistics)", _attn_core(spec), "mla",
-                  "attn.core"),
+                  "attn.core", split=Split.TP),
     ]
     return rows
 
@@ -150,8 +152,8 @@ def _gelu_ideal(spec: ModelSpec, act: int) -> list[ActTensor]:
     d, ff = spec.hidden_size, spec.ffn.intermediate_size
     return [
         ActTensor("mlp.norm_out", d, act, "MLP up projection (weight grad)", Recompute("elementwise", n=d), "gelu_mlp"),
-        ActTensor("mlp.up_out", ff, act, "GELU", Recompute("linear", d, ff), "gelu_mlp"),
-        ActTensor("mlp.act_out", ff, act, "MLP down projection (weight grad)", Recompute("elementwise", n=ff), "gelu_mlp"),
+        ActTensor("mlp.up_out", ff, act, "GELU", Recompute("linear", d, ff), "gelu_mlp", split=Split.TP),
+        ActTensor("mlp.act_out", ff, act, "MLP down projection (weight grad)", Recompute("elementwise", n=ff), "gelu_mlp", split=Split.TP),
         ActTensor("mlp.down_out", d, act, "residual stream leaving the layer (the seed's GPT table counts it)",
                   Recompute("linear", ff, d), "gelu_mlp"),
     ]
@@ -162,9 +164,9 @@ def _swiglu_ideal(spec: ModelSpec, act: int) -> list[ActTensor]:
     return [
         ActTensor("mlp.norm_in", d, act, "post-attention RMSNorm (residual)", _residual_mid(spec), "swiglu"),
         ActTensor("mlp.norm_out", d, act, "gate/up projections (weight grad)", Recompute("elementwise", n=d), "swiglu"),
-        ActTensor("mlp.gate", ff, act, "SiLU and the product", Recompute("linear", d, ff), "swiglu"),
-        ActTensor("mlp.up", ff, act, "the product", Recompute("linear", d, ff), "swiglu"),
-        ActTensor("mlp.product", ff, act, "down projection (weight grad)", Recompute("elementwise", n=ff), "swiglu"),
+        ActTensor("mlp.gate", ff, act, "SiLU and the product", Recompute("linear", d, ff), "swiglu", split=Split.TP),
+        ActTensor("mlp.up", ff, act, "the product", Recompute("linear", d, ff), "swiglu", split=Split.TP),
+        ActTensor("mlp.product", ff, act, "down projection (weight grad)", Recompute("elementwise", n=ff), "swiglu", split=Split.TP),
     ]
 
 
@@ -181,20 +183,20 @@ def _moe_ideal(spec: ModelSpec, act: int) -> list[ActTensor]:
                   Recompute("linear", d, moe.n_routed_experts), "moe"),
         ActTensor("moe.dispatched", k * d, act, "routed experts' gate/up projections (weight grad)",
                   Recompute("copy"), "moe"),
-        ActTensor("moe.gate", k * ef, act, "SiLU and the product", Recompute("linear", d, k * ef), "moe"),
-        ActTensor("moe.up", k * ef, act, "the product", Recompute("linear", d, k * ef), "moe"),
+        ActTensor("moe.gate", k * ef, act, "SiLU and the product", Recompute("linear", d, k * ef), "moe", split=Split.EXPERT),
+        ActTensor("moe.up", k * ef, act, "the product", Recompute("linear", d, k * ef), "moe", split=Split.EXPERT),
         ActTensor("moe.product", k * ef, act, "expert down projections (weight grad)",
-                  Recompute("elementwise", n=k * ef), "moe"),
+                  Recompute("elementwise", n=k * ef), "moe", split=Split.EXPERT),
         ActTensor("moe.expert_out", k * d, act, "weighted combine (gate grad)", Recompute("linear", ef, k * d), "moe"),
     ]
     if sf:
         rows += [
             ActTensor("moe.shared.input", d, act, "shared expert gate/up projections (weight grad)",
                       Recompute("copy"), "moe"),
-            ActTensor("moe.shared.gate", sf, act, "SiLU and the product", Recompute("linear", d, sf), "moe"),
-            ActTensor("moe.shared.up", sf, act, "the product", Recompute("linear", d, sf), "moe"),
+            ActTensor("moe.shared.gate", sf, act, "SiLU and the product", Recompute("linear", d, sf), "moe", split=Split.TP),
+            ActTensor("moe.shared.up", sf, act, "the product", Recompute("linear", d, sf), "moe", split=Split.TP),
             ActTensor("moe.shared.product", sf, act, "shared down projection (weight grad)",
-                      Recompute("elementwise", n=sf), "moe"),
+                      Recompute("elementwise", n=sf), "moe", split=Split.TP),
             ActTensor("moe.shared.out", d, act, "combine with the routed output", Recompute("linear", sf, d), "moe"),
         ]
     return rows
@@ -222,7 +224,7 @@ def eager_attention_rows(spec: ModelSpec, act: int, block: str) -> list[ActTenso
     and for A·V; per token that is H·S numbers (`per_token2`: width × seq_len)."""
     a = spec.attention
     return [ActTensor("attn.probs", a.n_heads, act, "softmax backward and A·V (grad of V)", _attn_core(spec),
-                      block, "attn.core", per_token2=True)]
+                      block, "attn.core", per_token2=True, split=Split.TP)]
 
 
 def layer_rows(spec: ModelSpec, layer_kind: str, activation_bytes: int, convention: str = "ideal",

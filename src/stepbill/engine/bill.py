@@ -8,7 +8,7 @@ from stepbill.engine import activations as act
 from stepbill.engine.comm_step import Collective, step_collectives
 from stepbill.engine.flops import flops_lines
 from stepbill.engine.line import Line
-from stepbill.engine.parallel import RankClass, rank_classes, single_rank_class
+from stepbill.engine.parallel import RankClass, SingleRank, rank_classes
 from stepbill.engine.params import ParamInventory, param_inventory
 from stepbill.engine.recompute import RecomputePlan, make_plan
 from stepbill.engine.states import (
@@ -54,6 +54,7 @@ class Bill:
     collectives: list[Collective] = field(default_factory=list)  # per rank, per step
     time: StepTime | None = None  # only with a GPU
     gpu: GPU | None = None
+    eager: EagerTerms | None = None  # the eager convention's transients (None under ideal)
 
     @property
     def worst_rank(self) -> RankClass:
@@ -172,17 +173,23 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
                 f"cards.{key.split('.')[1]}", cards_needed(total, gpu_mem_bytes), "cards",
                 "ceil({bytes} B / {card} B per card)", {"bytes": int(total), "card": int(gpu_mem_bytes)})
     rows = {kind: act.layer_rows(spec, kind, a_bytes, convention, attention) for kind in act.layer_kinds(spec)}
-    if recipe.parallel.is_trivial:  # one GPU: the rank is the global bill
-        ranks = [single_rank_class(spec, lines, resident, activ)]
-    else:
-        ranks = rank_classes(spec, recipe, inv, convention, timeline)
+    outside_rows = None
+    if convention == "eager":
+        from stepbill.engine.eager import outside_bytes_on_rank
+
+        def outside_rows(divisor):  # type: ignore[no-untyped-def]
+            return outside_bytes_on_rank(spec, a_bytes, recipe.seq_len, recipe.micro_batch, divisor,
+                                         recipe.parallel.cp)
+    one = SingleRank(spec, recipe, inv, plan, timeline, eager, convention, attention, lines, resident, activ,
+                     outside_rows)
+    ranks = rank_classes(one)
     collectives = step_collectives(spec, recipe, inv, gpu)
     timing = None
     if gpu is not None:
         worst = max(ranks, key=lambda c: c.memory["peak"])
         timing = step_time(spec, inv, recipe, worst, collectives, gpu, efficiency)
     return Bill(spec, recipe, inv, lines, resident, activ, ckpt, rows, convention, timeline, plan, attention,
-                ranks, collectives, timing, gpu)
+                ranks, collectives, timing, gpu, eager)
 
 
 EXTRA_PEAK_ITEMS = {

@@ -27,6 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from stepbill.engine.kinds import Part, Phase
+
 INT64, LOSS_AND_SEED = 8, 8
 
 
@@ -54,8 +56,8 @@ def fsdp_moments(bill: Any, units: Units, zero: int, base: float, rope: int) -> 
     hidden = a * spec.hidden_size * n
     layers = spec.n_layers
     g, rs, done, full = units.gathered, units.reduce_scatter, units.shard_grad, units.grad_bf16
-    tl = {m.label: m for m in bill.timeline.moments}
-    fwd = [m for m in bill.timeline.moments if m.label.startswith("forward, layer")]
+    timeline = bill.timeline
+    fwd = [timeline.find(Phase.FORWARD, Part.LAYER, i)[0] for i in range(layers)]
     kept = [m.items["activations"] for m in fwd]
     pre = hidden + rope + INT64 * n
     out: list[tuple[str, str, float]] = []
@@ -64,40 +66,46 @@ def fsdp_moments(bill: Any, units: Units, zero: int, base: float, rope: int) -> 
     def add(phase: str, label: str, *parts: float) -> None:
         out.append((phase, label, base + sum(parts)))
 
+    # prefix sums over layers: Σ_{j<i} g[j], Σ_{j<i} done[j], Σ_{j<i} full[j]
+    g_before, done_before, full_before = [0.0], [0.0], [0.0]
+    for j in range(layers):
+        g_before.append(g_before[-1] + g[j])
+        done_before.append(done_before[-1] + done[j])
+        full_before.append(full_before[-1] + full[j])
+
     # forward
     add("forward", "forward, root all-gather", 2 * g[-1])
     for i in range(layers):
-        held = 0 if z3 else sum(g[j] for j in range(i))
+        held = 0 if z3 else g_before[i]
         prev = g[i - 1] if i else g[-1]
         before = pre if i == 0 else kept[i - 1] + pre + hidden * min(i, 2)
         add("forward", f"forward, layer {i} all-gather", g[-1], held, prev, 2 * g[i], before)
         add("forward", fwd[i].label, g[-1], held, 2 * g[i], kept[i] + pre + hidden * min(i + 1, 2))
-    held_all = 0 if z3 else sum(g[j] for j in range(layers))
-    loss = tl["forward, LM head and loss"]
+    held_all = 0 if z3 else g_before[layers]
+    loss = timeline.find(Phase.FORWARD, Part.HEAD)[0]
     add("forward", loss.label, g[-1], held_all, g[layers - 1], _live(loss))
     # backward: loss and LM head (root re-gathered under ZeRO-3; last layer's flat buffer prefetched)
     prefetch_last = g[layers - 1] if z3 else 0
-    for label in ("backward, loss (log-softmax gradient)", "backward, LM head"):
-        if label in tl:
-            add("backward", label, g[-1], held_all, prefetch_last, _live(tl[label]))
+    for part in (Part.LOSS, Part.HEAD_BACKWARD):
+        for m in timeline.find(Phase.BACKWARD, part):
+            add("backward", m.label, g[-1], held_all, prefetch_last, _live(m))
     head = units.head_grad_bf16
     for i in reversed(range(layers)):
-        finished = sum(done[j] for j in range(i + 1, layers))
+        finished = done_before[layers] - done_before[i + 1]
         rs_prev = rs[i + 1] if i + 1 < layers else 0
-        others = sum(g[j] for j in range(i)) if not z3 else 0  # ZeRO-2: earlier layers still unsharded
+        others = g_before[i] if not z3 else 0  # ZeRO-2: earlier layers still unsharded
         between = kept[i] + rope + LOSS_AND_SEED + hidden
         if z3:
             add("backward", f"backward, layer {i} copy-out", g[-1], 2 * g[i], rs_prev, finished, head, between)
         nxt = g[i - 1] if (z3 and i) else 0
-        grads_before = head + sum(full[j] for j in range(i + 1, layers))  # single-rank bf16 grads so far
-        for m in bill.timeline.moments:
-            if m.phase == "backward" and m.label.startswith(f"backward, layer {i} ("):
-                partial = m.items["grads"] - grads_before
-                add("backward", m.label, g[-1], others, g[i], nxt, rs_prev, finished, head, partial, _live(m))
+        grads_before = head + full_before[layers] - full_before[i + 1]  # single-rank bf16 grads so far
+        for m in timeline.find(Phase.BACKWARD, Part.LAYER, i) + timeline.find(Phase.BACKWARD, Part.LAYER_NORM, i):
+            partial = m.items["grads"] - grads_before
+            add("backward", m.label, g[-1], others, g[i], nxt, rs_prev, finished, head, partial, _live(m))
         after = (kept[i - 1] + rope if i else 0) + LOSS_AND_SEED + hidden
         add("backward", f"backward, layer {i} post-backward", g[-1], others, g[i], nxt, rs_prev, finished, head,
             full[i], after)
-    finished = sum(done[j] for j in range(layers))
+    finished = done_before[layers]
     add("backward", "backward, embedding and root post-backward", g[-1], rs[0], finished, full[-1],
         LOSS_AND_SEED)
     return out

@@ -17,7 +17,8 @@ output + logsumexp) are rebuilt together, so the cost of a drop set is the sum o
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from stepbill.engine import activations as act
@@ -109,6 +110,23 @@ class RecomputePlan:
         per_token = sum((p.recompute_flops if causal else p.recompute_flops_noncausal) * self.order.count(k)
                         for k, p in self.layers.items())
         return per_token * self.tokens
+
+    def for_rank(self, row_divisor: Callable[[ActTensor], float], input_divisor: float, work_divisor: float,
+                 order: tuple[str, ...] | None = None) -> RecomputePlan:
+        """The same policy on one rank of a layout: the same tensors kept and dropped (the choice is the
+        model's), each row's bytes divided by how the rank holds it (`row_divisor`: tp / sp / cp / etp
+        splits), the checkpointed layer input by `input_divisor`, recompute FLOPs by `work_divisor`, and the
+        layers of the rank's pipeline stage (`order`)."""
+        layers = {}
+        for kind, lp in self.layers.items():
+            kept = sum(t.bytes_at(self.seq_len) / row_divisor(t) for t in lp.kept)
+            dropped = sum(t.bytes_at(self.seq_len) / row_divisor(t) for t in lp.dropped)
+            layers[kind] = replace(lp, kept_bytes=kept, dropped_bytes=dropped,
+                                   recompute_flops=lp.recompute_flops / work_divisor,
+                                   recompute_flops_noncausal=lp.recompute_flops_noncausal / work_divisor,
+                                   checkpoint_bytes=lp.checkpoint_bytes / input_divisor)
+        order = self.order if order is None else order
+        return replace(self, layers={k: v for k, v in layers.items() if k in order or not order}, order=order)
 
 
 def layer_order(spec: ModelSpec) -> tuple[str, ...]:

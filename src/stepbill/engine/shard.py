@@ -1,7 +1,8 @@
 """Which slice of each parameter tensor one rank holds: pipeline stage, tensor/expert split, ZeRO shard.
 
 Rules (Megatron-LM conventions, the seed's §07 and ZeRO §5):
-- Pipeline: stage s holds a contiguous block of n_layers/pp layers (interleaved: chunks s, s+pp, … of
+- Pipeline: stage s holds a contiguous block of layers (n_layers/pp, or the uneven split of
+  spec.parallel.pipeline_stage_layers; interleaved: chunks s, s+pp, … of
   n_layers/(pp·vpp) layers); the embedding sits on the first stage, final norm and LM head on the last; with tied
   embeddings and pp > 1 the last stage keeps its own copy of the embedding for the output layer.
 - Tensor parallel: Q/K/V, gate/up (column-parallel) and O, down (row-parallel) matrices, the vocab dimension of
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 
 from stepbill.engine.params import ParamTensor
 from stepbill.spec.model import ModelSpec
-from stepbill.spec.parallel import Parallel
+from stepbill.spec.parallel import Parallel, pipeline_stage_layers
 
 # Suffixes of weights split by tp (column- or row-parallel); biases of row-parallel layers (o, down) are
 # replicated because the all-reduce happens before the bias is added.
@@ -53,7 +54,12 @@ def zero_item_bytes(item_bytes: dict[str, float], stage: int, group: int) -> dic
 
 
 def stage_layer_indices(spec: ModelSpec, parallel: Parallel) -> list[list[int]]:
-    """Layer indices (0-based) held by each pipeline stage, in execution order of its chunks."""
+    """Layer indices (0-based) held by each pipeline stage, in execution order of its chunks (uneven stages:
+    spec.parallel.pipeline_stage_layers)."""
+    if parallel.vpp == 1:
+        counts = pipeline_stage_layers(spec.n_layers, parallel.pp, parallel.pp_layers)
+        starts = [sum(counts[:s]) for s in range(parallel.pp)]
+        return [list(range(start, start + n)) for start, n in zip(starts, counts, strict=True)]
     chunks = parallel.pp * parallel.vpp
     per_chunk = spec.n_layers // chunks
     stages: list[list[int]] = [[] for _ in range(parallel.pp)]

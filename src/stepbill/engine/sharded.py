@@ -29,11 +29,13 @@ All values are bytes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from stepbill.engine.eager.outside import rope_buffer_bytes
 from stepbill.engine.eager.torch_params import TorchTensor, torch_tensors
 from stepbill.engine.fsdp_moments import Units, fsdp_moments
+from stepbill.engine.kinds import Part
 from stepbill.engine.transients import eager_terms
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
@@ -46,9 +48,15 @@ Tensor = TorchTensor  # the FSDP/ZeRO-1 arithmetic below works on torch's own te
 
 
 def hf_tensors(spec: ModelSpec) -> list[Tensor]:
-    """Every parameter tensor transformers builds for `spec`, with its FSDP unit (engine/eager/torch_params)."""
+    """Every parameter tensor transformers builds for `spec`, with its FSDP unit (engine/eager/torch_params).
+    The list is shared (memoised): read it, never change it."""
     if spec.attention.kind == "mha" and (spec.norm != "rmsnorm" or spec.ffn.kind != "swiglu"):
         raise StepbillError(f"{spec.name} ({spec.family}): {UNPADDED_FAMILIES_NOTE}")
+    return _torch_tensors(spec)
+
+
+@lru_cache(maxsize=64)
+def _torch_tensors(spec: ModelSpec) -> list[Tensor]:
     return torch_tensors(spec)
 
 
@@ -103,11 +111,41 @@ class RankPrediction:
         return max(self.peak_forward, self.peak_backward, self.peak_optimizer)
 
 
-def fsdp_resident(tensors: list[Tensor], world: int, rank: int) -> dict[str, float]:
-    params = sum(padded_shard(t, world) for t in tensors) * FP32
-    local = [local_rows(t.shape[0], world, rank) * _rest(t) for t in tensors]
-    opt = 2 * FP32 * sum(local) + STEP * len(tensors)
-    return {"params": params, "grads": params, "optimizer_states": opt, "largest_local": max(local)}
+def fsdp_units(tensors: list[Tensor], world: int, layers: int) -> Units:
+    """Bytes of each FSDP2 unit (-1: the root) at world size `world`, in one pass over the tensors."""
+    padded = dict.fromkeys(range(-1, layers), 0)
+    numel = dict.fromkeys(range(-1, layers), 0)
+    head = 0
+    for t in tensors:
+        padded[t.unit] += padded_shard(t, world)
+        numel[t.unit] += t.numel
+        if t.unit == -1 and "embed" not in t.name:
+            head += t.numel
+    return Units(gathered={u: world * n * BF16 for u, n in padded.items()},
+                 reduce_scatter={u: world * n * FP32 for u, n in padded.items()},
+                 shard_grad={u: n * FP32 for u, n in padded.items()},
+                 grad_bf16={u: n * BF16 for u, n in numel.items()},
+                 head_grad_bf16=head * BF16)
+
+
+def shape_counts(tensors: list[Tensor]) -> dict[tuple[int, int], int]:
+    """{(dim-0 rows, elements per row): how many tensors}: FSDP2's per-rank arithmetic depends on nothing else."""
+    out: dict[tuple[int, int], int] = {}
+    for t in tensors:
+        key = (t.shape[0], _rest(t))
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+def fsdp_resident(tensors: list[Tensor], world: int, rank: int,
+                  shapes: dict[tuple[int, int], int] | None = None) -> dict[str, float]:
+    """Bytes rank `rank` of `world` holds: padded fp32 parameter and gradient shards, AdamW states of its
+    unpadded rows + one 4-byte step per tensor, and its largest local tensor (elements)."""
+    shapes = shapes if shapes is not None else shape_counts(tensors)
+    params = sum(n * chunk_rows(d0, world) * rest for (d0, rest), n in shapes.items()) * FP32
+    local = {key: local_rows(key[0], world, rank) * key[1] for key in shapes}
+    opt = 2 * FP32 * sum(shapes[k] * v for k, v in local.items()) + STEP * len(tensors)
+    return {"params": params, "grads": params, "optimizer_states": opt, "largest_local": max(local.values())}
 
 
 def zero1_partition(tensors: list[Tensor], world: int) -> list[list[Tensor]]:
@@ -195,20 +233,21 @@ def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int = 0, micro_ba
         largest = max((t.numel for t in parts[rank]), default=0)
         out: list[tuple[str, str, float]] = []
         for m in moments:
-            extra = loss_temp if "loss" in m.label else 0
+            extra = loss_temp if m.part in (Part.HEAD, Part.LOSS) else 0
             out.append((m.phase, m.label, base + m.items["grads"] + _live(m) + extra))
         out.append(("optimizer", "AdamW temporaries", base + grads + 2 * p.state * largest))
         return _finish(rank, world, zero, params, grads, opt, buffers, inputs, bill, out, {}, loss_temp, convention)
-    res = fsdp_resident(tensors, world, rank)
-    unit = {u: unit_padded(tensors, world, u) for u in range(-1, layers)}
-    u_bf16 = {u: n * BF16 for u, n in unit.items()}
-    rs_fp32 = {u: n * FP32 for u, n in unit.items()}
-    units = Units(
-        gathered=u_bf16, reduce_scatter=rs_fp32,
-        shard_grad={u: sum(padded_shard(t, world) for t in tensors if t.unit == u) * FP32 for u in unit},
-        grad_bf16={u: sum(t.numel for t in tensors if t.unit == u) * BF16 for u in unit},
-        head_grad_bf16=sum(t.numel for t in tensors if t.unit == -1 and "embed" not in t.name) * BF16)
-    rope = eager_terms(spec, bill.recipe, bill.inventory, bill.plan).rope if convention == "eager" else 0
+    if ("shapes", 0) not in ctx.partitions:
+        ctx.partitions[("shapes", 0)] = shape_counts(tensors)  # type: ignore[index]
+    res = fsdp_resident(tensors, world, rank, ctx.partitions[("shapes", 0)])  # type: ignore[index]
+    if ("units", world) not in ctx.partitions:  # the same for every rank of this world size
+        ctx.partitions[("units", world)] = fsdp_units(tensors, world, layers)  # type: ignore[index]
+    units = ctx.partitions[("units", world)]  # type: ignore[index]
+    u_bf16, rs_fp32 = units.gathered, units.reduce_scatter
+    eager = getattr(bill, "eager", None)
+    if eager is None and convention == "eager":
+        eager = eager_terms(spec, bill.recipe, bill.inventory, bill.plan)
+    rope = eager.rope if eager is not None else 0
     base = res["params"] + res["optimizer_states"] + inputs + buffers
     out = fsdp_moments(bill, units, zero, base, rope)
     out.append(("optimizer", "optimizer step", base + res["grads"] + 2 * FP32 * res["largest_local"]))

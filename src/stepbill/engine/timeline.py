@@ -13,19 +13,25 @@ The peak is the largest total over these moments; `peak_forward` / `peak_backwar
 phase; `activations` the activation bytes at the forward peak. Summing curves of different shapes, the
 total's peak need not sit on any single item's peak — so the dominant item at the peak is reported with the
 seed's advice (activations → recompute / context parallel; states → ZeRO / FSDP).
+
+Every rank's timeline comes from the same builder: `RankView` says what one rank holds (its weights, optimizer
+states, gradient shares, which ends of the model, micro-batches in flight, the layout's buffers); the plan and
+the eager terms it is given are already the rank's (rows divided by their Split). The one-GPU bill is
+`RankView.whole(...)`, world size 1 of the same code.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from stepbill.engine.kinds import Part, Phase
 from stepbill.engine.line import Line
 from stepbill.engine.params import ParamInventory
 from stepbill.engine.recompute import RecomputePlan
 from stepbill.engine.transients import EagerTerms
 
-ITEMS = ("weights", "optimizer", "grads", "activations")
 ADVICE = {
     "temporaries": "temporaries dominate (logits' gradients, optimizer update): chunk the loss, use a fused "
     "optimizer",
@@ -35,16 +41,21 @@ ADVICE = {
     "optimizer": "optimizer states dominate: shard them (ZeRO-1/2/3, FSDP)",
     "weights": "weights dominate: shard parameters (ZeRO-3 / FSDP) or lower their precision",
     "grads": "gradients dominate: shard them (ZeRO-2/3, FSDP)",
+    "buffers": "the layout's buffers dominate (gathered parameters, reduce-scatter input, buckets): smaller "
+    "FSDP units or fewer in flight",
 }
 
 
 @dataclass(frozen=True)
 class Moment:
-    """One instant of the step: bytes of each item (integers) and their total."""
+    """One instant of the step: bytes of each item (integers) and their total. Its identity is typed (phase,
+    part, layer index); `label` is for display only."""
 
-    phase: str  # "forward" | "backward" | "optimizer"
-    label: str
+    phase: Phase
+    part: Part
     items: dict[str, int]
+    layer: int | None = None  # the layer index for layer parts
+    kind: str | None = None  # the layer's kind ("dense" / "moe"), for the label
     total: int = field(init=False, compare=False)  # summed once: the peaks compare it many times
 
     def __post_init__(self) -> None:
@@ -54,15 +65,32 @@ class Moment:
     def dominant(self) -> str:
         return max(self.items, key=lambda k: self.items[k])
 
+    @cached_property
+    def label(self) -> str:
+        """Display text, e.g. "backward, layer 11 (dense)"; never used as a key."""
+        part = self.part
+        if part is Part.STEP:
+            return "optimizer step"
+        if self.layer is None:
+            return f"{self.phase.value}, {part.value}"
+        where = f"layer {self.layer} ({self.kind})"
+        if part is Part.LAYER:
+            return f"{self.phase.value}, {where}"
+        if part is Part.LAYER_INNER:
+            return f"{self.phase.value}, inside {where}"
+        if part is Part.LAYER_NORM:
+            return f"{self.phase.value}, {where}, FFN input norm"
+        return f"{self.phase.value}, {where} {part.value}"
+
 
 @dataclass(frozen=True)
 class Timeline:
     moments: tuple[Moment, ...]
 
     @cached_property
-    def _peaks(self) -> dict[str | None, Moment]:
+    def _peaks(self) -> dict[Phase | None, Moment]:
         """The first moment of the largest total overall (key None) and per phase, in one pass."""
-        best: dict[str | None, Moment] = {}
+        best: dict[Phase | None, Moment] = {}
         for m in self.moments:
             for key in (None, m.phase):
                 if key not in best or m.total > best[key].total:  # first of equal totals: the earliest
@@ -75,11 +103,26 @@ class Timeline:
 
     @property
     def peak_forward(self) -> Moment:
-        return self._peaks["forward"]
+        return self._peaks[Phase.FORWARD]
 
     @property
     def peak_backward(self) -> Moment:
-        return self._peaks["backward"]
+        return self._peaks[Phase.BACKWARD]
+
+    @property
+    def peak_optimizer(self) -> Moment:
+        return self._peaks[Phase.OPTIMIZER]
+
+    @cached_property
+    def _index(self) -> dict[tuple[Phase, Part, int | None], list[Moment]]:
+        index: dict[tuple[Phase, Part, int | None], list[Moment]] = {}
+        for m in self.moments:
+            index.setdefault((m.phase, m.part, m.layer), []).append(m)
+        return index
+
+    def find(self, phase: Phase, part: Part, layer: int | None = None) -> list[Moment]:
+        """The moments of one typed identity, in step order."""
+        return self._index.get((phase, part, layer), [])
 
     @property
     def advice(self) -> str:
@@ -102,7 +145,45 @@ class Timeline:
         }
 
 
-def _grad_shares(inventory: ParamInventory, grads_total: int, order: tuple[str, ...]) -> tuple[int, list[int], int]:
+#: The layout's own buffers alive at a moment (bytes), given the moment's phase, part and layer index.
+Buffers = Callable[[Phase, Part, "int | None"], int]
+
+
+@dataclass(frozen=True)
+class RankView:
+    """What one rank holds through the step, in bytes; the timeline builder's input besides the rank's plan.
+
+    `grads_layers[i]` is the gradient share appearing with the backward of the i-th layer of the plan's order
+    (the rank's stage); `grads_resting` the gradients alive before the backward starts (earlier micro-batches'
+    accumulated gradients). `first` / `last`: the rank holds the embedding / the LM head (pipeline ends).
+    `in_flight_bytes`: other micro-batches' kept activations alive on the stage (pipeline schedules).
+    """
+
+    weights: int
+    optimizer: int
+    grads_head: int
+    grads_layers: tuple[int, ...]
+    grads_embed: int
+    grads_resting: int = 0
+    first: bool = True
+    last: bool = True
+    in_flight_bytes: int = 0
+    buffers: Buffers | None = None
+
+    @staticmethod
+    def whole(inventory: ParamInventory, resident: list[Line], order: tuple[str, ...], tied_embeddings: bool,
+              eager: EagerTerms | None = None) -> RankView:
+        """One GPU holding everything (the global bill)."""
+        weights = round(sum(x.value for x in resident if x.name.startswith("weights")))
+        grads_total = round(sum(x.value for x in resident if x.name == "grads"))
+        optimizer = round(sum(x.value for x in resident if not x.name.startswith("weights") and x.name != "grads"))
+        optimizer += eager.step_counters if eager is not None else 0
+        head, layers, embed = grad_shares(inventory, grads_total, order, tied_embeddings, eager is not None)
+        return RankView(weights, optimizer, head, tuple(layers), embed)
+
+
+def grad_shares(inventory: ParamInventory, grads_total: int, order: tuple[str, ...], tied_embeddings: bool = False,
+                eager: bool = False) -> tuple[int, list[int], int]:
     """Grad bytes appearing with the LM head (+ final norm, + tied embedding), per layer, and with the
     embedding, split in proportion to parameters (exact for full training; LoRA adapters spread alike)."""
     total = inventory.total
@@ -118,75 +199,95 @@ def _grad_shares(inventory: ParamInventory, grads_total: int, order: tuple[str, 
     counts = {k: order.count(k) for k in per_kind}
 
     def share(params: float) -> int:
-        return round(grads_total * params / total)
+        return round(grads_total * params / total) if total else 0
 
     layers = [share(per_kind[k] / counts[k]) for k in order]
     head_bytes = share(head)
-    return head_bytes, layers, grads_total - head_bytes - sum(layers)
-
-
-def build_timeline(inventory: ParamInventory, resident: list[Line], plan: RecomputePlan,
-                   tied_embeddings: bool = False, outside: float = 0, eager: EagerTerms | None = None) -> Timeline:
-    """The moments of one step (forward L layers, LM head, backward L layers, embedding, optimizer).
-    `outside`: activation bytes kept outside the layers (eager: final norm, LM head input, fp32 loss),
-    alive from the LM head's forward to its backward. `eager`: the transients eager PyTorch adds (then the
-    moments are those MemTracker sees; see transients.py)."""
-    if eager is not None:
-        return _eager_timeline(inventory, resident, plan, tied_embeddings, outside, eager)
-    weights = round(sum(x.value for x in resident if x.name.startswith("weights")))
-    grads_total = round(sum(x.value for x in resident if x.name == "grads"))
-    optimizer = round(sum(x.value for x in resident if not x.name.startswith("weights") and x.name != "grads"))
-    head, per_layer, embed = _grad_shares(inventory, grads_total, plan.order)
-    if tied_embeddings:
-        head, embed = head + embed, 0
-
-    def at(phase: str, label: str, grads: int, activations: float) -> Moment:
-        return Moment(phase, label, {"weights": weights, "optimizer": optimizer, "grads": grads,
-                                     "activations": round(activations)})
-
-    fwd, bwd = plan.forward_live(), plan.backward_live()
-    kept = plan.kept_after_forward()
-    moments = [at("forward", f"forward, layer {i} ({k})", 0, fwd[i]) for i, k in enumerate(plan.order)]
-    moments.append(at("forward", "forward, LM head and loss", 0, kept + outside))
-    grads = head
-    moments.append(at("backward", "backward, LM head", grads, kept + outside))
-    for i in reversed(range(len(plan.order))):
-        grads += per_layer[i]
-        moments.append(at("backward", f"backward, layer {i} ({plan.order[i]})", grads, bwd[i]))
-    grads += embed
-    moments.append(at("backward", "backward, embedding", grads, 0))
-    moments.append(at("optimizer", "optimizer step", grads, 0))
-    return Timeline(tuple(moments))
-
-
-def _eager_timeline(inventory: ParamInventory, resident: list[Line], plan: RecomputePlan, tied_embeddings: bool,
-                    outside: float, e: EagerTerms) -> Timeline:
-    """The eager convention's moments: as build_timeline, plus inputs, logits, loss and LM head gradients,
-    the largest moment inside each layer's backward, optimizer temporaries and amp's weight-cast cache."""
-    weights = round(sum(x.value for x in resident if x.name.startswith("weights")))
-    grads_total = round(sum(x.value for x in resident if x.name == "grads"))
-    optimizer = round(sum(x.value for x in resident if not x.name.startswith("weights") and x.name != "grads"))
-    optimizer += e.step_counters
-    head, per_layer, embed = _grad_shares(inventory, grads_total, plan.order)
+    embed_bytes = grads_total - head_bytes - sum(layers)
+    if tied_embeddings and not eager:
+        return head_bytes + embed_bytes, layers, 0
     if tied_embeddings:
         # the LM head's backward makes the tied token embedding's gradient; learned position embeddings
         # (GPT-2's wpe) get theirs at the embedding's backward
         emb = [x.total for x in inventory.tensors if x.component == "embedding"]
         tokens = sum(x.total for x in inventory.tensors if x.name == "embed_tokens.weight")
-        moved = round(embed * tokens / sum(emb)) if sum(emb) else embed
-        head, embed = head + moved, embed - moved
+        moved = round(embed_bytes * tokens / sum(emb)) if sum(emb) else embed_bytes
+        return head_bytes + moved, layers, embed_bytes - moved
+    return head_bytes, layers, embed_bytes
+
+
+def build_timeline(inventory: ParamInventory, resident: list[Line], plan: RecomputePlan,
+                   tied_embeddings: bool = False, outside: float = 0, eager: EagerTerms | None = None) -> Timeline:
+    """The one-GPU timeline (forward L layers, LM head, backward L layers, embedding, optimizer).
+    `outside`: activation bytes kept outside the layers (eager: final norm, LM head input, fp32 loss),
+    alive from the LM head's forward to its backward. `eager`: the transients eager PyTorch adds (then the
+    moments are those MemTracker sees; see transients.py)."""
+    view = RankView.whole(inventory, resident, plan.order, tied_embeddings, eager)
+    return rank_timeline(view, plan, outside, eager)
+
+
+def rank_timeline(view: RankView, plan: RecomputePlan, outside: float = 0,
+                  eager: EagerTerms | None = None) -> Timeline:
+    """The moments of one rank: `plan`, `outside` and `eager` are the rank's own (see RankView)."""
+    moments = _eager_moments(view, plan, outside, eager) if eager is not None else _ideal_moments(view, plan, outside)
+    if view.buffers is None:
+        return Timeline(tuple(moments))
+    return Timeline(tuple(_with_buffers(m, view.buffers) for m in moments))
+
+
+def _with_buffers(m: Moment, buffers: Buffers) -> Moment:
+    return Moment(m.phase, m.part, {**m.items, "buffers": buffers(m.phase, m.part, m.layer)}, m.layer, m.kind)
+
+
+def _ideal_moments(view: RankView, plan: RecomputePlan, outside: float) -> list[Moment]:
+    flight = view.in_flight_bytes
+
+    def at(phase: Phase, part: Part, grads: int, activations: float, layer: int | None = None) -> Moment:
+        kind = plan.order[layer] if layer is not None else None
+        live = activations + (flight if phase is not Phase.OPTIMIZER else 0)
+        return Moment(phase, part, {"weights": view.weights, "optimizer": view.optimizer, "grads": grads,
+                                    "activations": round(live)}, layer, kind)
+
+    fwd, bwd = plan.forward_live(), plan.backward_live()
+    kept = plan.kept_after_forward()
+    head_out = outside if view.last else 0
+    moments = [at(Phase.FORWARD, Part.LAYER, view.grads_resting, fwd[i], i) for i in range(len(plan.order))]
+    if view.last:
+        moments.append(at(Phase.FORWARD, Part.HEAD, view.grads_resting, kept + head_out))
+    grads = view.grads_resting + view.grads_head
+    if view.last:
+        moments.append(at(Phase.BACKWARD, Part.HEAD_BACKWARD, grads, kept + head_out))
+    for i in reversed(range(len(plan.order))):
+        grads += view.grads_layers[i]
+        moments.append(at(Phase.BACKWARD, Part.LAYER, grads, bwd[i], i))
+    grads += view.grads_embed
+    if view.first:
+        moments.append(at(Phase.BACKWARD, Part.EMBEDDING, grads, 0))
+    moments.append(at(Phase.OPTIMIZER, Part.STEP, grads, 0))
+    return moments
+
+
+def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: EagerTerms) -> list[Moment]:
+    """The eager convention's moments: as the ideal ones, plus inputs, logits, loss and LM head gradients,
+    the largest moment inside each layer's backward, optimizer temporaries and amp's weight-cast cache."""
+    flight = view.in_flight_bytes
     casts = [e.cast_layer.get(k, 0) for k in plan.order]
-    cast_all = sum(casts) + e.cast_head
+    cast_head = e.cast_head if view.last else 0
+    cast_all = sum(casts) + cast_head
     # A checkpointed layer saves nothing in its forward (its rows, fixed ones and weight casts included); its
     # backward rebuilds them. Otherwise its fixed rows and casts live from its forward to its backward.
     ckpt = plan.policy.kind in ("full", "every")
     fixed = [0 if ckpt else e.layer_fixed.get(k, 0) for k in plan.order]
 
-    def at(phase: str, label: str, grads: int, activations: float, temporaries: int = 0, cast: int = 0) -> Moment:
-        return Moment(phase, label, {"weights": weights, "optimizer": optimizer, "grads": grads,
-                                     "activations": round(activations), "inputs": e.constant,
-                                     "temporaries": temporaries, "autocast_cache": cast})
+    def at(phase: Phase, part: Part, grads: int, activations: float, temporaries: int = 0, cast: int = 0,
+           layer: int | None = None) -> Moment:
+        kind = plan.order[layer] if layer is not None else None
+        live = activations + (flight if phase is not Phase.OPTIMIZER else 0)
+        return Moment(phase, part, {"weights": view.weights, "optimizer": view.optimizer, "grads": grads,
+                                    "activations": round(live), "inputs": e.constant,
+                                    "temporaries": temporaries, "autocast_cache": cast}, layer, kind)
 
+    resting = view.grads_resting
     bwd = plan.backward_live()
     kept, cast, fix = 0.0, 0, 0
     moments = []
@@ -195,32 +296,32 @@ def _eager_timeline(inventory: ParamInventory, resident: list[Line], plan: Recom
         cast += casts[i]
         fix += fixed[i]
         if ckpt and e.layer_inner.get(k, 0):
-            moments.append(at("forward", f"forward, inside layer {i} ({k})", 0,
-                              kept + fix + e.embed_locals + e.layer_inner[k], cast=cast))
-        moments.append(at("forward", f"forward, layer {i} ({k})", 0, kept + fix, cast=cast))
-    saved = plan.kept_after_forward() + outside + fix
-    moments.append(at("forward", "forward, LM head and loss", 0, saved + e.forward_end, cast=cast_all))
+            moments.append(at(Phase.FORWARD, Part.LAYER_INNER, resting, kept + fix + e.embed_locals
+                              + e.layer_inner[k], cast=cast, layer=i))
+        moments.append(at(Phase.FORWARD, Part.LAYER, resting, kept + fix, cast=cast, layer=i))
+    saved = plan.kept_after_forward() + (outside if view.last else 0) + fix
     # autocast's cache is cleared when the forward leaves autocast: what remains is what graphs saved.
-    cast = cast_all if not ckpt else e.cast_head
-    moments.append(at("backward", "backward, loss (log-softmax gradient)", 0, saved + e.loss_act, e.loss_temp,
-                      cast))
-    moments.append(at("backward", "backward, LM head", 0, saved + e.head_act, e.head_temp, cast))
-    cast -= e.cast_head
-    grads = head
+    cast = cast_all if not ckpt else cast_head
+    if view.last:
+        moments.append(at(Phase.FORWARD, Part.HEAD, resting, saved + e.forward_end, cast=cast_all))
+        moments.append(at(Phase.BACKWARD, Part.LOSS, resting, saved + e.loss_act, e.loss_temp, cast))
+        moments.append(at(Phase.BACKWARD, Part.HEAD_BACKWARD, resting, saved + e.head_act, e.head_temp, cast))
+    cast -= cast_head
+    grads = resting + view.grads_head
     for i in reversed(range(len(plan.order))):
         k = plan.order[i]
         mine = casts[i] if ckpt else 0  # the recomputed forward casts this layer's weights again
         live = bwd[i] + e.rope + fix + (e.layer_fixed.get(k, 0) if ckpt else 0)
-        moments.append(at("backward", f"backward, layer {i} ({k}), FFN", grads + e.layer_grad.get(k, 0),
-                          live + e.layer_act.get(k, 0), e.layer_temp.get(k, 0), cast + mine))
+        moments.append(at(Phase.BACKWARD, Part.LAYER, grads + e.layer_grad.get(k, 0), live + e.layer_act.get(k, 0),
+                          e.layer_temp.get(k, 0), cast + mine, layer=i))
         if e.norm_temp:
-            moments.append(at("backward", f"backward, layer {i} ({k}), FFN input norm",
-                              grads + e.norm_grad.get(k, 0), live + e.norm_act.get(k, 0), e.norm_temp,
-                              cast + mine))
-        grads += per_layer[i]
+            moments.append(at(Phase.BACKWARD, Part.LAYER_NORM, grads + e.norm_grad.get(k, 0),
+                              live + e.norm_act.get(k, 0), e.norm_temp, cast + mine, layer=i))
+        grads += view.grads_layers[i]
         fix -= fixed[i]
         cast -= 0 if ckpt else casts[i]
-    grads += embed
-    moments.append(at("backward", "backward, embedding", grads, 0))
-    moments.append(at("optimizer", "optimizer step", grads, 0, e.optimizer_temp))
-    return Timeline(tuple(moments))
+    grads += view.grads_embed
+    if view.first:
+        moments.append(at(Phase.BACKWARD, Part.EMBEDDING, grads, 0))
+    moments.append(at(Phase.OPTIMIZER, Part.STEP, grads, 0, e.optimizer_temp))
+    return moments

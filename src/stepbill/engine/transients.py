@@ -32,7 +32,8 @@ Family-independent: sizes come from the eager rows (layer_rows), the ModelSpec a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from itertools import pairwise
 
 from stepbill.engine import activations as act
@@ -85,6 +86,43 @@ class EagerTerms:
     # its forward moment). `embed_locals`: the model's embedding locals alive while the layers run.
     layer_inner: dict[str, int] = field(default_factory=dict)
     embed_locals: int = 0
+
+    def for_rank(self, tokens: float, width: float, vocab: float, grads: float, counters: float = 1.0,
+                 optimizer: float = 1.0, weights: float = 1.0) -> EagerTerms:
+        """These terms on one rank of a layout (approximate: each term divided as the tensors it stands for).
+
+        `tokens`: the divisor of residual-stream-wide tensors (cp, × tp under sequence parallelism); `width`:
+        of head/FFN-wide tensors (cp × tp); `vocab`: of the logits and loss (cp × tp: vocab-parallel
+        cross-entropy, Megatron-LM); `grads`: of one layer's weight gradients (tp, × ZeRO-2/3 shards);
+        `counters`: the share of parameter tensors the rank holds; `optimizer`: of the optimizer's largest
+        state tensor (tp, × ZeRO shards); `weights`: of autocast's weight copies (tp)."""
+
+        def per(mapping: dict[str, int], divisor: float) -> dict[str, int]:
+            return {k: round(v / divisor) for k, v in mapping.items()}
+
+        return replace(
+            self,
+            constant=round(self.constant / tokens),
+            step_counters=round(self.step_counters * counters),
+            forward_end=round(self.forward_end / vocab),
+            loss_act=round(self.loss_act / vocab),
+            loss_temp=round(self.loss_temp / vocab),
+            head_act=round(self.head_act / vocab),
+            head_temp=round(self.head_temp / vocab),
+            rope=round(self.rope / tokens),
+            layer_act=per(self.layer_act, width),
+            layer_temp=per(self.layer_temp, width),
+            layer_grad=per(self.layer_grad, grads),
+            norm_act=per(self.norm_act, width),
+            norm_temp=round(self.norm_temp / tokens),
+            norm_grad=per(self.norm_grad, grads),
+            optimizer_temp=round(self.optimizer_temp / optimizer),
+            cast_layer=per(self.cast_layer, weights),
+            cast_head=round(self.cast_head / weights),
+            layer_fixed=per(self.layer_fixed, tokens),
+            layer_inner=per(self.layer_inner, width),
+            embed_locals=round(self.embed_locals / tokens),
+        )
 
 
 def in_layer_forward(spec: ModelSpec, kind: str, width: int, n: int, t: int) -> int:
@@ -200,6 +238,11 @@ def optimizer_temporaries(inventory: ParamInventory, impl: str, state_bytes: int
     return best
 
 
+@lru_cache(maxsize=64)  # a pure function of the frozen spec; the planner asks for it many times
+def _torch_sizes(spec: ModelSpec) -> list[int]:
+    return torch_tensor_sizes(spec)
+
+
 def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan: RecomputePlan) -> EagerTerms:
     """The eager convention's extra bytes for one micro-batch of `recipe`."""
     p = recipe.precision
@@ -209,7 +252,7 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
     n = b * t
     v, h = spec.vocab_size, spec.hidden_size
     buffers = rope_buffer_bytes(spec)
-    sizes = torch_tensor_sizes(spec)
+    sizes = _torch_sizes(spec)
     n_tensors = len(sizes)
     logits = a * v * n + (FP32 * v * n if a != FP32 else 0)
     padded = INT64 * b * (t + 1) if b > 1 else 0

@@ -56,6 +56,8 @@ def parallel_to_json(bill: Bill, fit: Fit | None = None, layout_note: str = "") 
             "ranks": c.ranks,
             "layers": c.layers,
             "micro_batches_in_flight": c.in_flight,
+            "model": c.model,
+            "notes": list(c.notes),
             "memory": {k: _bytes(c.memory[k]) for k in MEMORY_KEYS},
             "cpu": {k: _bytes(v) for k, v in c.cpu.items()},
             "items": [x.to_json() for x in [*c.resident_items, *c.activation_items, *c.transient_items]],

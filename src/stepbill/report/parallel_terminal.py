@@ -78,24 +78,6 @@ def fit_table(fit: Fit) -> Table:
     return table
 
 
-def rank_items_table(bill: Bill, fit: Fit | None = None) -> Table:
-    """--explain: every item of every rank class with its formula and inputs (sharding divisor, micro-batches in
-    flight, transient unit), the bytes held in host memory under offload, and the fit's budget lines."""
-    table = Table(title=f"Per GPU, item by item ({bill.convention} convention; binary units)", title_justify="left")
-    for col in ("class", "item", "GPU", "host (CPU)", "formula with inputs · provenance"):
-        table.add_column(col, justify="right" if col in ("GPU", "host (CPU)") else "left",
-                         overflow="fold", no_wrap=col in ("GPU", "host (CPU)"))
-    for c in bill.ranks:
-        for x in [*c.resident_items, *c.activation_items, *c.transient_items]:
-            host = c.cpu.get(x.name)
-            table.add_row(escape(c.name), escape(x.name), fmt_bytes(x.value), fmt_bytes(host) if host else "",
-                          escape(f"{x.explain()} · {x.provenance}"))
-    if fit is not None:
-        for x in [*fit.reserve.items, *fit.lines.values()]:
-            table.add_row("fit", escape(x.name), fmt_bytes(x.value), "", escape(f"{x.explain()} · {x.provenance}"))
-    return table
-
-
 def comm_table(bill: Bill) -> Table:
     """One row per collective: volume per rank per step, link, time, and whether it can hide."""
     table = Table(title="Communication per GPU per step (bytes over its busiest link; links per direction)",
@@ -122,13 +104,45 @@ def time_lines(bill: Bill) -> list[Text]:
     return out
 
 
+def model_notes(bill: Bill) -> list[Text]:
+    """Which model produced the per-GPU numbers, once per distinct note."""
+    seen: list[str] = []
+    for c in bill.ranks:
+        text = f"per-GPU model: {c.model}" + (f" — {'; '.join(c.notes)}" if c.notes else "")
+        if text not in seen:
+            seen.append(text)
+    return [Text(escape(t), style="dim") for t in seen]
+
+
+def rank_explain(bill: Bill) -> list[Text]:
+    """--explain for the per-GPU table: every item of every rank class with its formula and inputs."""
+    out = []
+    for c in bill.ranks:
+        out.append(Text(escape(f"  {c.name} ({c.ranks} GPUs, {c.in_flight:g} micro-batches in flight):"), style="bold"))
+        for line in [*c.resident_items, *c.activation_items, *c.transient_items]:
+            out.append(Text(escape(f"    {line.name} = {fmt_bytes(line.value)}: {line.explain()}"), style="dim"))
+        for item, value in c.cpu.items():
+            out.append(Text(escape(f"    cpu.{item} = {fmt_bytes(value)} (offloaded to host memory)"), style="dim"))
+    return out
+
+
+def fit_explain(fit: Fit) -> list[Text]:
+    """--explain for the fit verdict: the reserve's parts and the usable / budget / headroom lines, with formulas."""
+    out = [Text("  fit:", style="bold")]
+    for line in [*fit.reserve.items, *fit.lines.values()]:
+        out.append(Text(escape(f"    {line.name} = {fmt_bytes(line.value)}: {line.explain()} · {line.provenance}"),
+                        style="dim"))
+    return out
+
+
 def render_parallel(bill: Bill, fit: Fit | None = None, layout_note: str = "", explain: bool = False) -> list:
-    """Renderables appended to the bill when a layout or a GPU is given; `explain` adds every rank item's formula."""
-    parts: list = [Text(escape(_layout(bill, layout_note)), style="bold"), rank_table(bill, fit)]
+    """Renderables appended to the bill when a layout or a GPU is given; `fit` adds the verdict, `explain` every
+    rank item's and the fit's formulas."""
+    parts: list = [Text(escape(_layout(bill, layout_note)), style="bold"), rank_table(bill, fit), *model_notes(bill)]
     if explain:
-        parts.append(rank_items_table(bill, fit))
+        parts += rank_explain(bill)
     if fit is not None:
-        parts += [fit_table(fit), *fit_lines(fit)]
+        parts += [fit_table(fit), *fit_lines(fit), *(fit_explain(fit) if explain else [])]
     if bill.collectives:
         parts.append(comm_table(bill))
     parts += time_lines(bill)

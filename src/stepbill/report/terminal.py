@@ -102,9 +102,9 @@ def render_bill(bill: Bill, explain: bool = False, fit: Fit | None = None, layou
 
         parts += render_parallel(bill, fit, layout_note, explain)
     elif fit is not None:  # one GPU, --gpu-mem only: the verdict without the per-GPU table
-        from stepbill.report.parallel_terminal import fit_lines, fit_table
+        from stepbill.report.parallel_terminal import fit_explain, fit_lines, fit_table
 
-        parts += [fit_table(fit), *fit_lines(fit)]
+        parts += [fit_table(fit), *fit_lines(fit), *(fit_explain(fit) if explain else [])]
     return Group(*parts)
 
 

@@ -14,6 +14,7 @@ and position ids per position, autocast weight casts and grouped_mm offsets per 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from stepbill.engine.activations import ActTensor, Recompute, layer_kinds, layer_rows
@@ -35,6 +36,7 @@ __all__ = [
     "layer_cast_bytes",
     "layer_fixed_rows",
     "outside_bytes",
+    "outside_bytes_on_rank",
     "outside_fixed_rows",
     "outside_rows",
     "saved_bytes",
@@ -97,6 +99,15 @@ def outside_bytes(spec: ModelSpec, act: int, seq_len: Any, micro_batch: Any, rec
     per_token = sum(r.bytes_per_token for r in outside_rows(spec, act))
     fixed = fixed_bytes(outside_fixed_rows(spec, act, int(micro_batch), recompute, with_casts=False), seq_len)
     return per_token * seq_len * micro_batch + fixed
+
+
+def outside_bytes_on_rank(spec: ModelSpec, act: int, seq_len: int, micro_batch: int,
+                          divisor: Callable[[ActTensor], float], tokens_divisor: float) -> float:
+    """outside_bytes on one rank of a layout: each per-token row ÷ its Split divisor, the per-position rows
+    ÷ `tokens_divisor` (cp)."""
+    per_token = sum(r.bytes_per_token / divisor(r) for r in outside_rows(spec, act))
+    fixed = fixed_bytes(outside_fixed_rows(spec, act, micro_batch, "none", with_casts=False), seq_len)
+    return per_token * seq_len * micro_batch + fixed / tokens_divisor
 
 
 def saved_bytes(spec: ModelSpec, act: int, seq_len: Any, micro_batch: int = 1, recompute: str = "none") -> Any:

@@ -20,6 +20,7 @@ from __future__ import annotations
 from stepbill.engine.activations import FP32, ActTensor, Recompute, _attn_core
 from stepbill.engine.eager.dtypes import dt_of
 from stepbill.engine.eager.norms import layernorm, linear_inputs, rmsnorm
+from stepbill.engine.kinds import Split
 from stepbill.spec.model import ModelSpec
 
 FUSED_QKV = ("gpt2", "gpt_neox")
@@ -40,39 +41,39 @@ def mha_rows(spec: ModelSpec, act: int) -> list[ActTensor]:
     b = "mha"
     core = _attn_core(spec)
     rows = pre_norm("attn", spec, dt.param, b, Recompute("input"))
-    lse = ActTensor("attn.logsumexp", h, FP32, "SDPA flash backward rebuilds P from it (fp32)", core, b, "attn.core")
+    lse = ActTensor("attn.logsumexp", h, FP32, "SDPA flash backward rebuilds P from it (fp32)", core, b, "attn.core", split=Split.TP)
     out = ActTensor("attn.core_out", h * dv, c, "SDPA backward (rowsum dO∘O) and o_proj weight grad (a view)",
-                    core, b, "attn.core")
+                    core, b, "attn.core", split=Split.TP)
     if spec.family in FUSED_QKV:
         width = h * (2 * dh + dv)
         proj = "c_attn" if spec.family == "gpt2" else "query_key_value"
         rows += linear_inputs("attn", (proj,), d, dt.param, dt, b, Recompute("elementwise", n=d))
         rows.append(ActTensor("attn.qkv", width, c, "SDPA q/k/v: views of the fused projection's output"
                               if spec.family == "gpt2" else "SDPA v (a view of the fused projection's output)",
-                              Recompute("linear", d, width), b))
+                              Recompute("linear", d, width), b, split=Split.TP))
         if spec.family == "gpt_neox":
             rows += [
                 ActTensor("attn.q", h * dh, c, "SDPA q (cat of rotary and pass-through parts: a new tensor)",
-                          Recompute("elementwise", n=h * dh), b, "attn.rope"),
+                          Recompute("elementwise", n=h * dh), b, "attn.rope", split=Split.TP),
                 ActTensor("attn.k", h * dh, c, "SDPA k (cat of rotary and pass-through parts: a new tensor)",
-                          Recompute("elementwise", n=h * dh), b, "attn.rope"),
+                          Recompute("elementwise", n=h * dh), b, "attn.rope", split=Split.TP),
                 lse,
                 ActTensor("attn.core_out", h * dv, c, "SDPA backward (rowsum dO∘O), head-major layout", core, b,
-                          "attn.core"),
+                          "attn.core", split=Split.TP),
                 ActTensor("attn.dense_in", h * dv, c, "dense (o_proj) weight grad: token-major copy of the output",
-                          Recompute("copy"), b),
+                          Recompute("copy"), b, split=Split.TP),
             ]
             return rows
         return [*rows, lse, out]
     rows += linear_inputs("attn", ("q_proj", "k_proj", "v_proj"), d, dt.param, dt, b, Recompute("elementwise", n=d))
     if a.qk_norm:
-        rows += rmsnorm("attn.q", h * dh, h, c, b, Recompute("linear", d, h * dh))
-        rows += rmsnorm("attn.k", kv * dh, kv, c, b, Recompute("linear", d, kv * dh))
+        rows += rmsnorm("attn.q", h * dh, h, c, b, Recompute("linear", d, h * dh), split=Split.TP)
+        rows += rmsnorm("attn.k", kv * dh, kv, c, b, Recompute("linear", d, kv * dh), split=Split.TP)
     return [
         *rows,
-        ActTensor("attn.q", h * dh, c, "SDPA q (after RoPE: a new tensor)", Recompute("linear", d, h * dh), b),
-        ActTensor("attn.k", kv * dh, c, "SDPA k (after RoPE, kv-head width)", Recompute("linear", d, kv * dh), b),
-        ActTensor("attn.v", kv * dv, c, "SDPA v (a view of v_proj's output)", Recompute("linear", d, kv * dv), b),
+        ActTensor("attn.q", h * dh, c, "SDPA q (after RoPE: a new tensor)", Recompute("linear", d, h * dh), b, split=Split.TP),
+        ActTensor("attn.k", kv * dh, c, "SDPA k (after RoPE, kv-head width)", Recompute("linear", d, kv * dh), b, split=Split.TP),
+        ActTensor("attn.v", kv * dv, c, "SDPA v (a view of v_proj's output)", Recompute("linear", d, kv * dv), b, split=Split.TP),
         lse,
         out,
     ]
@@ -103,26 +104,26 @@ def mla_rows(spec: ModelSpec, act: int) -> list[ActTensor]:
     if mla_uses_math_path(spec):
         return [
             *rows,
-            ActTensor("attn.q_scaled", h * dqk, FP32, "math SDPA: q·√scale (fp32 on CPU) for dK", core, b, "attn.core"),
+            ActTensor("attn.q_scaled", h * dqk, FP32, "math SDPA: q·√scale (fp32 on CPU) for dK", core, b, "attn.core", split=Split.TP),
             ActTensor("attn.k_scaled", h * dqk, FP32, "math SDPA: kᵀ·√scale (fp32 on CPU) for dQ", core, b,
-                      "attn.core"),
+                      "attn.core", split=Split.TP),
             ActTensor("attn.probs", h, FP32, "math SDPA: softmax output P (fp32, B·H·T²) for softmax and P·V grads",
-                      core, b, "attn.core", per_token2=True),
+                      core, b, "attn.core", per_token2=True, split=Split.TP),
             ActTensor("attn.v", h * dv, FP32, "math SDPA: v (fp32 copy; at B=1 in fp32 a view of kv_b's output)",
-                      Recompute("linear", kvr, h * dv), b),
+                      Recompute("linear", kvr, h * dv), b, split=Split.TP),
             ActTensor("attn.o_in", h * dv, c, "o_proj weight grad (token-major copy of the attention output)",
-                      core, b, "attn.core"),
+                      core, b, "attn.core", split=Split.TP),
         ]
     # Equal head widths: the flash kernel; q and k are cat(nope, rope) (head-major, new), v a view of kv_b's output.
     return [
         *rows,
-        ActTensor("attn.q", h * dqk, c, "SDPA q (cat of nope and rope parts)", Recompute("linear", kvr, h * dqk), b),
-        ActTensor("attn.k", h * dqk, c, "SDPA k (cat of nope and rope parts)", Recompute("linear", kvr, h * dqk), b),
+        ActTensor("attn.q", h * dqk, c, "SDPA q (cat of nope and rope parts)", Recompute("linear", kvr, h * dqk), b, split=Split.TP),
+        ActTensor("attn.k", h * dqk, c, "SDPA k (cat of nope and rope parts)", Recompute("linear", kvr, h * dqk), b, split=Split.TP),
         ActTensor("attn.kv_up", h * (a.qk_nope_head_dim + dv), c, "SDPA v (a view of kv_b_proj's output)",
-                  Recompute("linear", kvr, h * (a.qk_nope_head_dim + dv)), b),
-        ActTensor("attn.logsumexp", h, FP32, "SDPA flash backward rebuilds P from it (fp32)", core, b, "attn.core"),
-        ActTensor("attn.core_out", h * dv, c, "SDPA backward (rowsum dO∘O), head-major layout", core, b, "attn.core"),
-        ActTensor("attn.o_in", h * dv, c, "o_proj weight grad (token-major copy)", Recompute("copy"), b),
+                  Recompute("linear", kvr, h * (a.qk_nope_head_dim + dv)), b, split=Split.TP),
+        ActTensor("attn.logsumexp", h, FP32, "SDPA flash backward rebuilds P from it (fp32)", core, b, "attn.core", split=Split.TP),
+        ActTensor("attn.core_out", h * dv, c, "SDPA backward (rowsum dO∘O), head-major layout", core, b, "attn.core", split=Split.TP),
+        ActTensor("attn.o_in", h * dv, c, "o_proj weight grad (token-major copy)", Recompute("copy"), b, split=Split.TP),
     ]
 
 

@@ -13,6 +13,7 @@ from stepbill.engine.activations import ActTensor, Recompute, _residual_mid
 from stepbill.engine.eager.attention import pre_norm
 from stepbill.engine.eager.dtypes import dt_of
 from stepbill.engine.eager.norms import linear_inputs
+from stepbill.engine.kinds import Split
 from stepbill.spec.model import ModelSpec
 
 GELU_TANH_FAMILIES = ("gpt2",)
@@ -25,18 +26,22 @@ def ffn_norm(prefix: str, spec: ModelSpec, param: int, block: str) -> list[ActTe
 
 
 def swiglu_core(prefix: str, d: int, f: int, x_bytes: int, act: int, block: str,
-                consumers: tuple[str, ...] | None = None) -> list[ActTensor]:
-    """gate/up inputs (shared, or autocast casts), gate output, SiLU output, up output, product."""
+                consumers: tuple[str, ...] | None = None, split: Split = Split.TP) -> list[ActTensor]:
+    """gate/up inputs (shared, or autocast casts), gate output, SiLU output, up output, product; the FFN-wide
+    rows divide as `split` (dense and shared experts: tp)."""
     dt = dt_of(act)
     c = dt.compute
     rows = [] if consumers == () else linear_inputs(
         prefix, consumers or ("gate_proj", "up_proj"), d, x_bytes, dt, block, Recompute("elementwise", n=d))
     return [
         *rows,
-        ActTensor(f"{prefix}.gate", f, c, "SiLU backward (its input)", Recompute("linear", d, f), block),
-        ActTensor(f"{prefix}.silu", f, c, "the product (grad of up)", Recompute("elementwise", n=f), block),
-        ActTensor(f"{prefix}.up", f, c, "the product (grad of SiLU output)", Recompute("linear", d, f), block),
-        ActTensor(f"{prefix}.product", f, c, "down projection weight grad", Recompute("elementwise", n=f), block),
+        ActTensor(f"{prefix}.gate", f, c, "SiLU backward (its input)", Recompute("linear", d, f), block, split=split),
+        ActTensor(f"{prefix}.silu", f, c, "the product (grad of up)", Recompute("elementwise", n=f), block,
+                  split=split),
+        ActTensor(f"{prefix}.up", f, c, "the product (grad of SiLU output)", Recompute("linear", d, f), block,
+                  split=split),
+        ActTensor(f"{prefix}.product", f, c, "down projection weight grad", Recompute("elementwise", n=f), block,
+                  split=split),
     ]
 
 
@@ -53,18 +58,18 @@ def gelu_rows(spec: ModelSpec, act: int) -> list[ActTensor]:
     rows = ffn_norm("mlp", spec, dt.param, b)
     rows += linear_inputs("mlp", (up,), d, dt.param, dt, b, Recompute("elementwise", n=d))
     rows.append(ActTensor("mlp.up_out", f, c, "GELU backward (its input; gelu_new: x for x³)",
-                          Recompute("linear", d, f), b))
+                          Recompute("linear", d, f), b, split=Split.TP))
     if spec.family in GELU_TANH_FAMILIES:
         rows += [
             ActTensor("mlp.gelu_tanh", f, c, "gelu_new: tanh output (tanh' = 1 − t²)", Recompute("elementwise", n=f),
-                      b, "mlp.gelu"),
+                      b, "mlp.gelu", split=Split.TP),
             ActTensor("mlp.gelu_half_x", f, c, "gelu_new: 0.5·x factor of the product", Recompute("elementwise", n=f),
-                      b, "mlp.gelu"),
+                      b, "mlp.gelu", split=Split.TP),
             ActTensor("mlp.gelu_one_plus_t", f, c, "gelu_new: (1 + t) factor of the product",
-                      Recompute("elementwise", n=f), b, "mlp.gelu"),
+                      Recompute("elementwise", n=f), b, "mlp.gelu", split=Split.TP),
         ]
     rows.append(ActTensor("mlp.act_out", f, c, "down projection weight grad (GELU output)",
-                          Recompute("elementwise", n=f), b, "mlp.gelu"))
+                          Recompute("elementwise", n=f), b, "mlp.gelu", split=Split.TP))
     return rows
 
 

@@ -26,6 +26,7 @@ from stepbill.engine.activations import FP32, ActTensor, Recompute
 from stepbill.engine.eager.dtypes import INT64, Dt, dt_of
 from stepbill.engine.eager.ffn import ffn_norm, swiglu_core
 from stepbill.engine.eager.norms import linear_inputs
+from stepbill.engine.kinds import Split
 from stepbill.spec.model import ModelSpec
 
 SIGMOID_ROUTER = ("deepseek_v3",)
@@ -97,9 +98,11 @@ def moe_rows(spec: ModelSpec, act: int) -> list[ActTensor]:
         ActTensor("moe.dispatched", k * d, p, "experts' gate_up weight grads (expert-sorted copy of the tokens)",
                   Recompute("copy"), b, "moe.dispatch"),
         ActTensor("moe.gate_up", 2 * k * f, p, "SiLU (gate half) and the product (up half): one storage",
-                  Recompute("linear", d, 2 * k * f), b),
-        ActTensor("moe.silu", k * f, p, "the product (grad of up)", Recompute("elementwise", n=k * f), b),
-        ActTensor("moe.product", k * f, p, "experts' down weight grads", Recompute("elementwise", n=k * f), b),
+                  Recompute("linear", d, 2 * k * f), b, split=Split.EXPERT),
+        ActTensor("moe.silu", k * f, p, "the product (grad of up)", Recompute("elementwise", n=k * f), b,
+                  split=Split.EXPERT),
+        ActTensor("moe.product", k * f, p, "experts' down weight grads", Recompute("elementwise", n=k * f), b,
+                  split=Split.EXPERT),
         ActTensor("moe.expert_out", k * d, p, "weighted combine (grad of the routing weights)",
                   Recompute("linear", f, k * d), b),
         ActTensor("moe.perm_combine", k, INT64, "index backward of the combine (int64 ids)", Recompute("copy"), b,

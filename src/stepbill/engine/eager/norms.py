@@ -15,21 +15,23 @@ from __future__ import annotations
 
 from stepbill.engine.activations import ActTensor, Recompute
 from stepbill.engine.eager.dtypes import FP32, Dt
+from stepbill.engine.kinds import Split
 
 
 def rmsnorm(prefix: str, width: int, rows: int, in_bytes: int, block: str, source: Recompute,
-            x_width: int | None = None) -> list[ActTensor]:
+            x_width: int | None = None, split: Split = Split.SEQ) -> list[ActTensor]:
     """RMSNorm over `width` numbers, `rows` normalised rows per token, input of `in_bytes`. `x_width`: the
     fp32 input's storage width when the input is an fp32 view of a wider tensor (MLA's kv_a output)."""
     stats = f"{prefix}.norm_stats"
     x = x_width if (x_width is not None and in_bytes == FP32) else width
     what = "the input itself (fp32 already)" if in_bytes == FP32 else "a new fp32 copy of the input"
     return [
-        ActTensor(f"{prefix}.norm_x_fp32", x, FP32, f"RMSNorm pow and x·r: x in fp32 ({what})", source, block),
+        ActTensor(f"{prefix}.norm_x_fp32", x, FP32, f"RMSNorm pow and x·r: x in fp32 ({what})", source, block,
+                  split=split),
         ActTensor(f"{prefix}.norm_rstd", rows, FP32, "RMSNorm 1/rms per row in fp32 (rsqrt backward, x·r)",
-                  Recompute("elementwise", n=rows), block, stats),
+                  Recompute("elementwise", n=rows), block, stats, split=split),
         ActTensor(f"{prefix}.norm_xhat", width, in_bytes, "RMSNorm weight grad (weight · x̂ saves x̂, input dtype)",
-                  Recompute("elementwise", n=width), block, stats),
+                  Recompute("elementwise", n=width), block, stats, split=split),
     ]
 
 

@@ -20,6 +20,7 @@ from stepbill.engine.activations import FP32, ActTensor, Recompute
 from stepbill.engine.eager.attention import pre_norm
 from stepbill.engine.eager.dtypes import INT64, dt_of
 from stepbill.engine.eager.norms import linear_inputs
+from stepbill.engine.kinds import Split
 from stepbill.spec.model import ModelSpec
 
 
@@ -30,7 +31,7 @@ def outside_rows(spec: ModelSpec, act: int) -> list[ActTensor]:
         *pre_norm("final", spec, dt.param, b, Recompute("input")),
         *linear_inputs("final", ("lm_head",), d, dt.param, dt, b, Recompute("elementwise", n=d)),
         ActTensor("loss.log_softmax_fp32", spec.vocab_size, FP32, "cross-entropy (logits upcast to fp32)",
-                  Recompute("linear", d, spec.vocab_size), b),
+                  Recompute("linear", d, spec.vocab_size), b, split=Split.TP),
         ActTensor("loss.labels", 1, INT64, "NLL gradient (shifted labels, int64)", Recompute("copy"), b),
     ]
 
@@ -73,5 +74,6 @@ def outside_fixed_rows(spec: ModelSpec, act: int, micro_batch: int, recompute: s
                           per="constant"))
     if dt.amp and with_casts:
         rows.append(ActTensor("lm_head.weight_cast", spec.vocab_size * spec.hidden_size, dt.compute,
-                              "LM head input grad: autocast's bf16 copy of the weight", copy, b, per="constant"))
+                              "LM head input grad: autocast's bf16 copy of the weight", copy, b, per="constant",
+                              split=Split.TP))
     return rows

@@ -13,7 +13,7 @@ matrices, so their place does not move the per-pair maximum.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from stepbill.engine.params import ParamInventory, ParamTensor, param_inventory
 from stepbill.spec.model import ModelSpec
@@ -32,9 +32,10 @@ class TorchTensor:
     shape: tuple[int, ...]
     unit: int = -1
 
-    @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
+    numel: int = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "numel", math.prod(self.shape))
 
 
 def _grouped_experts(rows: list[ParamTensor], n_layers: int) -> list[TorchTensor]:
