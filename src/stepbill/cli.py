@@ -13,7 +13,6 @@ from stepbill.errors import StepbillError
 if TYPE_CHECKING:
     from stepbill.engine.bill import Bill
     from stepbill.engine.fit import Fit
-    from stepbill.spec.hardware import GPU
 
 try:  # typer >= 0.2x vendors its own click
     from typer._click import exceptions as click_exceptions
@@ -133,7 +132,7 @@ def bill(
                              optimizer_impl)
     card = gpu_mem * GIB if gpu_mem else (the_gpu.usable_bytes if the_gpu else None)
     result = make_bill(spec, the_recipe, card, convention, attention, gpu=the_gpu, efficiency=mfu)
-    fit = _fit(result, the_gpu, gpu_mem, reserve)
+    fit = fit_from_options(result, gpu_mem, reserve)
     if as_json:
         from stepbill.report.bill_json import bill_to_json
 
@@ -158,16 +157,18 @@ def _data_parallel(dp: int | None, gpus: int | None, tp: int, pp: int, cp: int) 
     return dp, f"dp {dp} = --gpus {gpus} ÷ tp·pp·cp {model_parallel} (no --dp given)"
 
 
-def _fit(result: Bill, gpu: GPU | None, gpu_mem: float | None, reserve_gib: float | None) -> Fit | None:
-    """The fit verdict when a card is known (--gpu or --gpu-mem): engine/fit.py's `judge`."""
+def fit_from_options(result: Bill, gpu_mem: float | None = None, reserve: float | None = None) -> Fit | None:
+    """`stepbill bill`'s fit verdict for a bill made from its options: on `result.gpu` (--gpu) or a card of
+    `gpu_mem` GiB (--gpu-mem, which wins), keeping `reserve` GiB back (--reserve; None: the default reserve);
+    None without a card. engine/fit.py's `judge` does the work; shared with Python callers."""
     from stepbill.engine.fit import Card, judge
 
-    if gpu is None and gpu_mem is None:
-        if reserve_gib is not None:
+    if result.gpu is None and gpu_mem is None:
+        if reserve is not None:
             raise StepbillError("--reserve needs a card: give --gpu NAME or --gpu-mem GiB")
         return None
-    card = Card.from_gpu(gpu) if gpu_mem is None and gpu is not None else Card.from_gib(gpu_mem or 0)
-    return judge(result, card, reserve_gib)
+    card = Card.from_gib(gpu_mem) if gpu_mem is not None else Card.from_gpu(result.gpu)  # type: ignore[arg-type]
+    return judge(result, card, reserve)
 
 
 @app.command("recompute")
