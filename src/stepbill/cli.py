@@ -163,11 +163,14 @@ def fit_from_options(result: Bill, gpu_mem: float | None = None, reserve: float 
     None without a card. engine/fit.py's `judge` does the work; shared with Python callers."""
     from stepbill.engine.fit import Card, judge
 
-    if result.gpu is None and gpu_mem is None:
-        if reserve is not None:
-            raise StepbillError("--reserve needs a card: give --gpu NAME or --gpu-mem GiB")
+    if gpu_mem is not None:
+        card = Card.from_gib(gpu_mem)
+    elif result.gpu is not None:
+        card = Card.from_gpu(result.gpu)
+    elif reserve is not None:
+        raise StepbillError("--reserve needs a card: give --gpu NAME or --gpu-mem GiB")
+    else:
         return None
-    card = Card.from_gib(gpu_mem) if gpu_mem is not None else Card.from_gpu(result.gpu)  # type: ignore[arg-type]
     return judge(result, card, reserve)
 
 
