@@ -45,10 +45,6 @@ def test_unknown_gpu_suggests() -> None:
         (("gpus_per_node",), 0, "positive integer"),
         (("hbm_tb_s",), "fast", "must be a number"),
         (("nvlnk_gb_s",), 1, "did you mean 'nvlink_gb_s'"),
-        (("usable", "mib"), 81559.5, "whole number of MiB"),
-        (("usable", "mib"), 85_520_809, "expected 0.9–1.1×"),  # KB, not MiB
-        (("usable", "mib"), 80, "expected 0.9–1.1×"),  # GiB, not MiB
-        (("usable", "source"), " ", "must say where"),
     ],
 )
 def test_bad_entries(path: tuple[str, ...], value: object, message: str) -> None:
@@ -65,6 +61,20 @@ def test_missing_key() -> None:
     entry = dict(GOOD)
     del entry["source"]
     with pytest.raises(StepbillError, match="missing source"):
+        gpu_from_dict("x", entry)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [("mib", 81559.5, "whole number of MiB"),
+     ("mib", 85_520_809, "expected 0.9–1.1×"),  # KB, not MiB
+     ("mib", 80, "expected 0.9–1.1×"),  # GiB, not MiB
+     ("source", " ", "must say where")],
+)
+def test_bad_usable_entries(key: str, value: object, message: str) -> None:
+    entry = copy.deepcopy(GOOD)
+    entry["usable"][key] = value  # type: ignore[index]
+    with pytest.raises(StepbillError, match=message):
         gpu_from_dict("x", entry)
 
 

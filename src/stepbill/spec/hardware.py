@@ -15,11 +15,7 @@ from typing import Any
 from stepbill.errors import StepbillError, unknown_name
 
 GIB = 2**30
-MIB = 2**20
 MEMORY_UNITS = {"GiB": GIB, "GB": 10**9}
-# usable / datasheet size must lie in this band (H200 is 1.07, A100 80GB 1.00): catches a figure written in
-# another unit than MiB (GiB, KB, bytes); MB vs MiB (5 %) stays inside it
-USABLE_RATIO_BAND = (0.9, 1.1)
 LINK_CLASSES = ("nvlink", "pcie", "infiniband")
 
 _ENTRY_KEYS = {
@@ -90,24 +86,6 @@ def _number(owner: str, key: str, value: Any, allow_zero: bool = False, allow_no
     return float(value)
 
 
-def _usable(owner: str, usable: Any, memory_bytes: float) -> tuple[float, str]:
-    """The driver-reported total in bytes and its source; a whole positive MiB count near the datasheet size."""
-    if not isinstance(usable, dict) or set(usable) != _USABLE_KEYS:
-        raise StepbillError(f"{owner}.usable must have exactly the keys {', '.join(sorted(_USABLE_KEYS))}")
-    mib = usable["mib"]
-    if isinstance(mib, bool) or not isinstance(mib, int) or mib <= 0:
-        raise StepbillError(f"{owner}.usable.mib must be a positive whole number of MiB, got {mib!r}")
-    source = usable["source"]
-    if not isinstance(source, str) or not source.strip():
-        raise StepbillError(f"{owner}.usable.source must say where the figure comes from")
-    low, high = USABLE_RATIO_BAND
-    ratio = mib * MIB / memory_bytes
-    if not low <= ratio <= high:
-        raise StepbillError(f"{owner}.usable.mib {mib:,} MiB is {ratio:.2f}× the datasheet memory; expected "
-                            f"{low}–{high}× (a figure in another unit than MiB?)")
-    return float(mib * MIB), source
-
-
 def gpu_from_dict(name: str, data: Any) -> GPU:
     """Validate one catalog entry (unknown or missing keys are errors) and convert to SI units."""
     owner = f"gpu {name!r}"
@@ -124,8 +102,6 @@ def gpu_from_dict(name: str, data: Any) -> GPU:
         raise StepbillError(f"{owner}.memory must have exactly the keys {', '.join(sorted(_MEMORY_KEYS))}")
     if mem["unit"] not in MEMORY_UNITS:
         raise unknown_name(f"memory unit in {owner}", str(mem["unit"]), MEMORY_UNITS)
-    memory_bytes = _number(owner, "memory.value", mem["value"]) * MEMORY_UNITS[mem["unit"]]
-    usable_bytes, usable_source = _usable(owner, data["usable"], memory_bytes)
     per_node = data["gpus_per_node"]
     if isinstance(per_node, bool) or not isinstance(per_node, int) or per_node <= 0:
         raise StepbillError(f"{owner}.gpus_per_node must be a positive integer, got {per_node!r}")
@@ -133,10 +109,8 @@ def gpu_from_dict(name: str, data: Any) -> GPU:
     return GPU(
         name=name,
         display=str(data["display"]),
-        memory_bytes=memory_bytes,
+        memory_bytes=_number(owner, "memory.value", mem["value"]) * MEMORY_UNITS[mem["unit"]],
         memory_note=str(mem["note"]),
-        usable_bytes=usable_bytes,
-        usable_source=usable_source,
         bf16_flops=_number(owner, "bf16_dense_tflops", data["bf16_dense_tflops"]) * 1e12,
         fp8_flops=None if fp8 is None else fp8 * 1e12,
         hbm_bytes_per_s=_number(owner, "hbm_tb_s", data["hbm_tb_s"]) * 1e12,
@@ -145,7 +119,34 @@ def gpu_from_dict(name: str, data: Any) -> GPU:
         infiniband_bytes_per_s=_number(owner, "infiniband_gb_s", data["infiniband_gb_s"], allow_zero=True) * 1e9,
         gpus_per_node=per_node,
         source=str(data["source"]),
+        **_usable(owner, data["usable"], mem),  # after memory_bytes: the memory figure is checked first
     )
+
+
+MIB = 2**20
+# usable / datasheet size must lie in this band (H200 is 1.07, A100 80GB 1.00): catches a figure written in
+# another unit than MiB (GiB, KB, bytes); MB vs MiB (5 %) stays inside it
+USABLE_RATIO_BAND = (0.9, 1.1)
+
+
+def _usable(owner: str, usable: Any, mem: dict[str, Any]) -> dict[str, Any]:
+    """`usable_bytes` (the driver-reported total) and `usable_source` of an entry: a whole positive MiB count near
+    the datasheet size `mem` (already validated), with a source."""
+    memory_bytes = float(mem["value"]) * MEMORY_UNITS[mem["unit"]]
+    if not isinstance(usable, dict) or set(usable) != _USABLE_KEYS:
+        raise StepbillError(f"{owner}.usable must have exactly the keys {', '.join(sorted(_USABLE_KEYS))}")
+    mib = usable["mib"]
+    if isinstance(mib, bool) or not isinstance(mib, int) or mib <= 0:
+        raise StepbillError(f"{owner}.usable.mib must be a positive whole number of MiB, got {mib!r}")
+    source = usable["source"]
+    if not isinstance(source, str) or not source.strip():
+        raise StepbillError(f"{owner}.usable.source must say where the figure comes from")
+    low, high = USABLE_RATIO_BAND
+    ratio = mib * MIB / memory_bytes
+    if not low <= ratio <= high:
+        raise StepbillError(f"{owner}.usable.mib {mib:,} MiB is {ratio:.2f}× the datasheet memory; expected "
+                            f"{low}–{high}× (a figure in another unit than MiB?)")
+    return {"usable_bytes": float(mib * MIB), "usable_source": source}
 
 
 @cache
