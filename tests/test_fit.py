@@ -222,3 +222,13 @@ def test_cli_explain_covers_the_fit(capsys: pytest.CaptureFixture[str]) -> None:
     assert "cited: NVIDIA/nccl#864" in flat
     assert "fit.usable = 79.65 GiB: 81,559 MiB × 2^20 B" in flat
     assert "fit.headroom =" in flat and "of stage 0 (first)" in flat
+
+
+def test_advice_on_one_gpu_asks_for_dp_before_zero() -> None:
+    """ZeRO shards over dp·cp: on one replica the hint says so instead of a bare --zero 1."""
+    bill = _bill("llama3-8b", "eager")
+    advice = per_gpu_advice(bill.worst_rank, Parallel(), "none", 22 * GIB)
+    assert "--dp N with --zero 1" in advice and "--offload-optimizer" in advice
+    par = Parallel(dp=8)
+    advice = per_gpu_advice(_bill("llama3-8b", "eager", par).worst_rank, par, "none", 22 * GIB)
+    assert "→ --zero 1 or" in advice

@@ -253,14 +253,18 @@ def per_gpu_advice(rank: RankClass, parallel: Parallel, recompute: str, budget_b
 
 def _next_flags(item: str, par: Parallel, recompute: str) -> list[str]:
     more_dp = "more dp (--dp)"
+
+    def zero(stage: int) -> list[str]:  # ZeRO shards over dp·cp: on one replica it needs dp first
+        if par.zero >= stage:
+            return []
+        return [f"--zero {stage}" if par.dp * par.cp > 1 else f"--dp N with --zero {stage}"]
+
     if item == "optimizer":
-        flags = [] if par.zero >= 1 else ["--zero 1"]
-        flags += [] if par.offload_optimizer else ["--offload-optimizer"]
-        return [*flags, more_dp]
+        return [*zero(1), *([] if par.offload_optimizer else ["--offload-optimizer"]), more_dp]
     if item == "grads":
-        return [*([] if par.zero >= 2 else ["--zero 2"]), more_dp, "--tp / --pp"]
+        return [*zero(2), more_dp, "--tp / --pp"]
     if item == "weights":
-        return [*([] if par.zero >= 3 else ["--zero 3"]), "--tp", "--pp"]
+        return [*zero(3), "--tp", "--pp"]
     if item == "activations":
         flags = [] if recompute == "full" else ["--recompute full"]
         flags += ["--sp" if par.tp > 1 and not par.sp else "--tp with --sp", "--cp", "a smaller --micro-batch"]
