@@ -247,7 +247,8 @@ def per_gpu_advice(rank: RankClass, parallel: Parallel, recompute: str, budget_b
     elif peak > budget_bytes:
         where = f"peak {peak / GIB:.2f} GiB > budget {budget_bytes / GIB:.2f} GiB, largest item {item} {size:.2f} GiB"
     else:
-        return f"per GPU: fits; largest item {item} {size:.2f} GiB ({rank.name})"
+        return (f"per GPU: fits with {(budget_bytes - peak) / GIB:.2f} GiB headroom; largest item {item} {size:.2f} "
+                f"GiB ({rank.name})")
     return f"per GPU ({rank.name}): {where} → {' or '.join(_next_flags(item, parallel, recompute)[:3])}"
 
 
