@@ -40,6 +40,8 @@ def short_json(argv: list[str]) -> str:
 PARALLEL = ["bill", "llama2-7b", "--seq", "4096", "--dp", "2", "--tp", "2", "--sp", "--pp", "2", "--micro-batches", "4",
             "--zero", "1", "--gpus", "8", "--gpu", "h100-sxm"]
 MIXTRAL_DP64 = ["bill", "mixtral-8x7b", "--seq", "4096", "--dp", "64", "--zero", "3", "--convention", "eager"]
+MIXTRAL_FIT = ["bill", "mixtral-8x7b", "--seq", "4096", "--dp", "16", "--ep", "8", "--zero", "1", "--gpus", "16",
+               "--gpu", "h100-sxm"]
 
 
 def after_global_bill(argv: list[str]) -> str:
@@ -49,10 +51,20 @@ def after_global_bill(argv: list[str]) -> str:
     return "\n".join(lines[start:])
 
 
+def fit_part(argv: list[str]) -> str:
+    """The per-GPU rank and fit tables with their lines (from the layout line to the communication table)."""
+    lines = after_global_bill(argv).splitlines()
+    end = next(i for i, line in enumerate(lines) if line.startswith("Communication per GPU"))
+    return "\n".join(lines[:end])
+
+
 def parallel_json(argv: list[str]) -> str:
     """The parallel keys of the bill's JSON, first rows only."""
     data = json.loads(run([*argv, "--json"]))
-    out = {key: data[key] for key in ("parallel", "ranks", "worst_rank", "comm", "time", "gpu")}
+    out = {key: data[key] for key in ("parallel", "ranks", "worst_rank", "comm", "time", "gpu", "fit")}
+    if out["fit"]:
+        out["fit"]["reserve_items"] = [*out["fit"]["reserve_items"][:1], "... cut"]
+        out["fit"]["lines"] = {k: out["fit"]["lines"][k] for k in list(out["fit"]["lines"])[:1]}
     first = out["ranks"][0]
     first["items"] = [*first["items"][:1], "... cut"]
     out["ranks"] = [first] + ([f"... {len(data['ranks']) - 1} more classes"] if len(data["ranks"]) > 1 else [])
@@ -66,6 +78,7 @@ BLOCKS = {
     "parallel": ("text", lambda: after_global_bill(PARALLEL)),
     "parallel-json": ("json", lambda: parallel_json(PARALLEL)),
     "mixtral-dp64": ("text", lambda: after_global_bill(MIXTRAL_DP64)),
+    "mixtral-fit": ("text", lambda: fit_part(MIXTRAL_FIT)),
     "default": ("text", lambda: run([])),
     "v3": ("text", lambda: run(["bill", "deepseek-v3", "--seq", "131072", "--gpu-mem", "80"])),
     "json": ("json", lambda: short_json(["bill", "gpt3-125m", "--micro-batch", "8", "--seq", "1024", "--json"])),

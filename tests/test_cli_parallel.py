@@ -53,8 +53,8 @@ def test_terminal_shows_rank_and_comm_tables(capsys: pytest.CaptureFixture[str])
 
 @pytest.mark.parametrize(
     "argv",
-    [["--tp", "3"], ["--dp", "2", "--gpus", "8"], ["--zero", "5"], ["--pp-schedule", "zb"], ["--gpu", "h100"],
-     ["--ep", "2", "--dp", "2"], ["--sp"], ["--pp", "5"], ["--efficiency", "0"], ["--dp", "0"]],
+    [["--tp", "3"], ["--dp", "2", "--gpus", "8"], ["--zero", "5"], ["--pp-schedule", "zb"], ["--gpu", "h10"],
+     ["--ep", "2", "--dp", "2"], ["--sp"], ["--pp", "33"], ["--efficiency", "0"], ["--dp", "0"]],
 )
 def test_invalid_layout_exits_2_with_one_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_cli(["bill", "llama2-7b", *argv], capsys)

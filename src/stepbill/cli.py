@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from stepbill.errors import StepbillError
+
+if TYPE_CHECKING:
+    from stepbill.engine.bill import Bill
+    from stepbill.engine.fit import Fit
 
 try:  # typer >= 0.2x vendors its own click
     from typer._click import exceptions as click_exceptions
@@ -68,8 +72,13 @@ def bill(
     lora_rank: Annotated[int | None, typer.Option("--lora-rank", help="LoRA rank (enables LoRA)")] = None,
     lora_targets: Annotated[str | None, typer.Option("--lora-targets", help="comma-separated, e.g. q_proj,v_proj")]
     = None,
-    gpu_mem: Annotated[float | None, typer.Option("--gpu-mem", help="memory per GPU in GiB (cards needed)")] = None,
-    dp: Annotated[int, typer.Option("--dp", help="data-parallel degree")] = 1,
+    gpu_mem: Annotated[float | None, typer.Option("--gpu-mem", help="usable memory per GPU in GiB (cards needed, fit)")]
+    = None,
+    reserve: Annotated[float | None, typer.Option(
+        "--reserve", help="GiB kept back per GPU for the CUDA context, NCCL buffers and fragmentation (default: "
+        "1 GiB + 1.5 GiB per parallel axis > 1 + 2 % of the card; see docs/parallel.md)")] = None,
+    dp: Annotated[int | None, typer.Option("--dp", help="data-parallel degree (default: --gpus ÷ tp·pp·cp, else 1)")]
+    = None,
     tp: Annotated[int, typer.Option("--tp", help="tensor-parallel degree")] = 1,
     pp: Annotated[int, typer.Option("--pp", help="pipeline stages")] = 1,
     pp_layers: Annotated[str | None, typer.Option("--pp-layers", help="transformer layers per stage, e.g. 7,8,8,7 "
@@ -87,8 +96,10 @@ def bill(
     = False,
     offload_activations: Annotated[bool, typer.Option("--offload-activations", help="kept activations to CPU")]
     = False,
-    gpu: Annotated[str | None, typer.Option("--gpu", help="catalog GPU (h100-sxm, a100-80gb, mi300x, ...)")] = None,
-    gpus: Annotated[int | None, typer.Option("--gpus", help="GPU count; must equal dp·tp·pp·cp")] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="catalog GPU (h100-sxm, a100-80gb, mi300x, ...; aliases "
+                                            "such as h100, a100; any case)")] = None,
+    gpus: Annotated[int | None, typer.Option("--gpus", help="GPU count; must equal dp·tp·pp·cp (alone: sets dp)")]
+    = None,
     mfu: Annotated[float, typer.Option("--efficiency", help="achieved share of dense peak on matmuls")] = 0.5,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object (bytes as integers)")] = False,
     explain: Annotated[bool, typer.Option("--explain", help="show every number's formula, inputs and provenance")]
@@ -103,6 +114,9 @@ def bill(
 
     if gpu_mem is not None and gpu_mem <= 0:
         raise StepbillError(f"--gpu-mem must be positive GiB, got {gpu_mem}")
+    if reserve is not None and reserve < 0:
+        raise StepbillError(f"--reserve must be >= 0 GiB, got {reserve}")
+    dp, dp_note = _data_parallel(dp, gpus, tp, pp, cp)
     if not 0 < mfu <= 1:
         raise StepbillError(f"--efficiency must lie in (0, 1], got {mfu}")
     targets = tuple(t.strip() for t in lora_targets.split(",") if t.strip()) if lora_targets is not None else None
@@ -116,16 +130,48 @@ def bill(
     the_gpu = load_gpu(gpu) if gpu is not None else None
     the_recipe = make_recipe(recipe, optimizer, micro_batch, seq, recompute, lora_rank, targets, layout,
                              optimizer_impl)
-    card = gpu_mem * GIB if gpu_mem else (the_gpu.memory_bytes if the_gpu else None)
+    card = gpu_mem * GIB if gpu_mem else (the_gpu.usable_bytes if the_gpu else None)
     result = make_bill(spec, the_recipe, card, convention, attention, gpu=the_gpu, efficiency=mfu)
+    fit = fit_from_options(result, gpu_mem, reserve)
     if as_json:
         from stepbill.report.bill_json import bill_to_json
 
-        _emit_json(bill_to_json(result))
+        _emit_json(bill_to_json(result, fit=fit, layout_note=dp_note))
     else:
         from stepbill.report.terminal import print_bill
 
-        print_bill(result, explain=explain)
+        print_bill(result, explain=explain, fit=fit, layout_note=dp_note)
+
+
+def _data_parallel(dp: int | None, gpus: int | None, tp: int, pp: int, cp: int) -> tuple[int, str]:
+    """--dp as given; without it, --gpus ÷ (tp·pp·cp) when --gpus is given (said in the header), else 1."""
+    if dp is not None:
+        return dp, ""
+    if gpus is None or min(tp, pp, cp) < 1:  # bad degrees: Parallel says which flag
+        return 1, ""
+    model_parallel = tp * pp * cp
+    if gpus <= 0 or gpus % model_parallel:
+        raise StepbillError(f"--gpus {gpus} is not a multiple of tp·pp·cp = {tp}·{pp}·{cp} = {model_parallel}; "
+                            "give --dp")
+    dp = gpus // model_parallel
+    return dp, f"dp {dp} = --gpus {gpus} ÷ tp·pp·cp {model_parallel} (no --dp given)"
+
+
+def fit_from_options(result: Bill, gpu_mem: float | None = None, reserve: float | None = None) -> Fit | None:
+    """`stepbill bill`'s fit verdict for a bill made from its options: on `result.gpu` (--gpu) or a card of
+    `gpu_mem` GiB (--gpu-mem, which wins), keeping `reserve` GiB back (--reserve; None: the default reserve);
+    None without a card. engine/fit.py's `judge` does the work; shared with Python callers."""
+    from stepbill.engine.fit import Card, judge
+
+    if gpu_mem is not None:
+        card = Card.from_gib(gpu_mem)
+    elif result.gpu is not None:
+        card = Card.from_gpu(result.gpu)
+    elif reserve is not None:
+        raise StepbillError("--reserve needs a card: give --gpu NAME or --gpu-mem GiB")
+    else:
+        return None
+    return judge(result, card, reserve)
 
 
 @app.command("recompute")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from stepbill.engine.bill import Bill, peak_items, peak_phase
+from stepbill.engine.fit import Fit
 from stepbill.engine.line import Line
 from stepbill.report.parallel_json import parallel_to_json
 
@@ -13,8 +14,9 @@ def _int(line: Line) -> int:
     return round(line.value)
 
 
-def bill_to_json(bill: Bill) -> dict[str, Any]:
-    """Plain JSON-ready dict: bytes, params and FLOPs as integers; every line with its formula."""
+def bill_to_json(bill: Bill, fit: Fit | None = None, layout_note: str = "") -> dict[str, Any]:
+    """Plain JSON-ready dict: bytes, params and FLOPs as integers; every line with its formula; `fit` (engine/fit.py)
+    adds the fit verdict (`fit`, `ranks[].fit`)."""
     spec, recipe, lines = bill.model, bill.recipe, bill.lines
     memory_items = [x.to_json() for x in peak_items(bill)]
     assert bill.timeline is not None
@@ -98,5 +100,5 @@ def bill_to_json(bill: Bill) -> dict[str, Any]:
     cards = {k.split(".", 1)[1]: _int(v) for k, v in lines.items() if k.startswith("cards.")}
     if cards:
         out["cards"] = cards
-    out.update(parallel_to_json(bill))
+    out.update(parallel_to_json(bill, fit, layout_note))
     return out
