@@ -95,7 +95,9 @@ def _owned(p: RankPrediction, ctx: ShardedContext, world: int, rank: int) -> dic
         mine = sum(t.numel for t in ctx.partitions[world][rank])
         state = ctx.bill.recipe.precision.state
         return {"weights": p.params / world, "grads": p.grads / world, "optimizer": 2 * state * mine}
-    shapes = shape_counts(tensors)
+    if ("shapes", 0) not in ctx.partitions:
+        ctx.partitions[("shapes", 0)] = shape_counts(tensors)  # type: ignore[index]
+    shapes = ctx.partitions[("shapes", 0)]  # type: ignore[index]
     local = sum(n * local_rows(d0, world, rank) * rest for (d0, rest), n in shapes.items())
     return {"weights": 4 * local, "grads": 4 * local, "optimizer": 8 * local}
 
