@@ -128,3 +128,11 @@ def test_per_rank_cost_does_not_grow_with_ranks(monkeypatch: pytest.MonkeyPatch)
         make_bill(spec, make_recipe(seq_len=8192, parallel=Parallel(dp=dp, zero=3)), convention="eager")
         counts[dp] = len(calls)
     assert counts[1024] <= 8 and counts[4096] <= 8
+
+
+def test_models_names_grouped_query_attention(capsys: pytest.CaptureFixture[str]) -> None:
+    """User trial W13: GQA models were listed as "mha"."""
+    code, out, _ = run_cli(["models", "--json"], capsys)
+    kinds = {row["name"]: row["attention"] for row in json.loads(out)}
+    assert kinds["llama3-8b"] == "gqa (8 kv heads)" and kinds["mixtral-8x7b"] == "gqa (8 kv heads)"
+    assert kinds["gpt3-125m"] == "mha" and kinds["deepseek-v3"] == "mla"

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from stepbill.errors import StepbillError
+from stepbill.spec.model import ModelSpec
 
 if TYPE_CHECKING:
     from stepbill.engine.bill import Bill
@@ -243,7 +244,7 @@ def models(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] =
         spec = load_preset(name)
         inv = param_inventory(spec)
         rows.append({"name": name, "family": spec.family, "params_total": inv.total, "params_active": inv.active,
-                     "layers": spec.n_layers, "hidden": spec.hidden_size, "attention": spec.attention.kind,
+                     "layers": spec.n_layers, "hidden": spec.hidden_size, "attention": _attention_kind(spec),
                      "moe": spec.moe is not None})
     if as_json:
         _emit_json(rows)
@@ -256,6 +257,16 @@ def models(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] =
                       r["attention"] + (" + MoE" if r["moe"] else ""), fmt_count(r["params_total"]),
                       fmt_count(r["params_active"]))
     make_console().print(table)
+
+
+def _attention_kind(spec: ModelSpec) -> str:
+    """mla, mha (kv heads = heads), mqa (one kv head) or gqa (groups of query heads share a kv head)."""
+    a = spec.attention
+    if a.kind == "mla":
+        return "mla"
+    if a.kv_heads == a.n_heads:
+        return "mha"
+    return "mqa" if a.kv_heads == 1 else f"gqa ({a.kv_heads} kv heads)"
 
 
 def _register_subcommands() -> None:
