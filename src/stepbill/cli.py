@@ -39,7 +39,8 @@ def _default(ctx: typer.Context) -> None:
 
 @app.command()
 def bill(
-    model: Annotated[str, typer.Argument(help="preset name (see `stepbill models`), ModelSpec JSON or HF config.json")]
+    model: Annotated[str, typer.Argument(
+        help="preset name (see `stepbill models`), ModelSpec JSON, HF config.json or Hub id org/name")]
     = DEFAULT_MODEL,
     seq: Annotated[int, typer.Option("--seq", help="sequence length (tokens)")] = 2048,
     micro_batch: Annotated[int, typer.Option("--micro-batch", help="sequences per micro-batch")] = 1,
@@ -85,27 +86,15 @@ def bill(
     = False,
 ) -> None:
     """The bill of one training step for MODEL under a recipe."""
-    from stepbill.engine.bill import make_bill
-    from stepbill.spec.hardware import load_gpu
-    from stepbill.spec.parallel import Parallel, validate_layout
-    from stepbill.spec.presets import load_model
-    from stepbill.spec.recipe import make_recipe
+    from stepbill.api import cli_flag, make_step_bill
 
-    if gpu_mem is not None and gpu_mem <= 0:
-        raise StepbillError(f"--gpu-mem must be positive GiB, got {gpu_mem}")
-    if not 0 < mfu <= 1:
-        raise StepbillError(f"--efficiency must lie in (0, 1], got {mfu}")
-    targets = tuple(t.strip() for t in lora_targets.split(",") if t.strip()) if lora_targets is not None else None
-    spec = load_model(model)
-    layout = Parallel(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, sp=sp, zero=zero, shard_group=shard_group,
-                      micro_batches=micro_batches, pp_schedule=pp_schedule, vpp=vpp,  # type: ignore[arg-type]
-                      offload_optimizer=offload_optimizer, offload_activations=offload_activations)
-    validate_layout(spec, layout, seq, gpus)
-    the_gpu = load_gpu(gpu) if gpu is not None else None
-    the_recipe = make_recipe(recipe, optimizer, micro_batch, seq, recompute, lora_rank, targets, layout,
-                             optimizer_impl)
-    card = gpu_mem * GIB if gpu_mem else (the_gpu.memory_bytes if the_gpu else None)
-    result = make_bill(spec, the_recipe, card, convention, attention, gpu=the_gpu, efficiency=mfu)
+    result = make_step_bill(
+        model, seq=seq, micro_batch=micro_batch, recipe=recipe, optimizer=optimizer, recompute=recompute,
+        optimizer_impl=optimizer_impl, convention=convention, attention=attention, lora_rank=lora_rank,
+        lora_targets=lora_targets, gpu_mem_gib=gpu_mem, dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, zero=zero,
+        shard_group=shard_group, sp=sp, pp_schedule=pp_schedule, vpp=vpp, micro_batches=micro_batches,
+        offload_optimizer=offload_optimizer, offload_activations=offload_activations, gpu=gpu, gpus=gpus,
+        efficiency=mfu, name=cli_flag)
     if as_json:
         from stepbill.report.bill_json import bill_to_json
 
@@ -173,20 +162,15 @@ def recompute_cmd(
 @app.command()
 def models(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
     """List the built-in model presets with total and active parameters."""
+    from dataclasses import asdict
+
     from rich.table import Table
 
-    from stepbill.engine.params import param_inventory
+    from stepbill.api import models as model_infos
     from stepbill.report.terminal import make_console
     from stepbill.report.units import fmt_count
-    from stepbill.spec.presets import load_preset, preset_names
 
-    rows = []
-    for name in preset_names():
-        spec = load_preset(name)
-        inv = param_inventory(spec)
-        rows.append({"name": name, "family": spec.family, "params_total": inv.total, "params_active": inv.active,
-                     "layers": spec.n_layers, "hidden": spec.hidden_size, "attention": spec.attention.kind,
-                     "moe": spec.moe is not None})
+    rows = [asdict(info) for info in model_infos()]
     if as_json:
         _emit_json(rows)
         return

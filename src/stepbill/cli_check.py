@@ -73,20 +73,25 @@ def check(
     )
     rows = compare(predictions(bill), measured)
     if as_json:
-        print(json.dumps({
-            "model": spec.name, "mode": mode, "convention": bill.convention, "settings": measured.settings,
-            "rows": [{"category": r.category, "unit": r.unit, "line": r.line, "predicted": r.predicted,
-                      "measured": r.measured, "error": r.error, "verdict": r.verdict} for r in rows],
-            "measured": {"peak_phase": measured.peak_phase, "breakdown_at_peak": measured.breakdown},
-            "predicted_flops_causal": bill.lines["flops.step"].value,
-            "verdict": verdict(rows),
-        }, indent=2))
+        print(json.dumps(single_check_json(spec, mode, bill, measured, rows, verdict(rows)), indent=2))
         return
     _print_rows(spec.name, mode, bill.convention, rows, verdict(rows))
     from stepbill.report.units import fmt_flops
 
     typer.echo(f"causal-halved step FLOPs (the seed's convention; FlopCounterMode counts the full square): "
                f"{fmt_flops(bill.lines['flops.step'].value)}")
+
+
+def single_check_json(spec: Any, mode: str, bill: Any, measured: Any, rows: list, summary: str) -> dict[str, Any]:
+    """The object `stepbill check --json` prints (one process); `stepbill.check(...).to_json()` returns it too."""
+    return {
+        "model": spec.name, "mode": mode, "convention": bill.convention, "settings": measured.settings,
+        "rows": [{"category": r.category, "unit": r.unit, "line": r.line, "predicted": r.predicted,
+                  "measured": r.measured, "error": r.error, "verdict": r.verdict} for r in rows],
+        "measured": {"peak_phase": measured.peak_phase, "breakdown_at_peak": measured.breakdown},
+        "predicted_flops_causal": bill.lines["flops.step"].value,
+        "verdict": summary,
+    }
 
 
 def _print_rows(name: str, mode: str, convention: str, rows: list, summary: str) -> None:

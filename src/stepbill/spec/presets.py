@@ -47,8 +47,11 @@ def read_json_file(path: Path) -> dict[str, Any]:
 
 
 def load_model(model: str) -> ModelSpec:
-    """A preset name, a path to a ModelSpec JSON, or a path to a Hugging Face config.json."""
+    """A preset name, a path to a ModelSpec JSON, a Hugging Face config.json (or a folder holding one), or a
+    Hub id `org/name` that is not a local path (its config.json only, through huggingface_hub)."""
     path = Path(model)
+    if path.is_dir() and (path / "config.json").is_file():
+        path = path / "config.json"
     if model.endswith(".json") or path.exists():
         data = read_json_file(path)
         if "model_type" in data:
