@@ -59,4 +59,12 @@ def load_model(model: str) -> ModelSpec:
 
             return from_hf_config(data, name=path.parent.name or path.stem)
         return ModelSpec.from_dict(data)
+    from stepbill.spec.hub import looks_like_hub_id
+
+    if model not in preset_names() and looks_like_hub_id(model):
+        from stepbill.spec.hf import from_hf_config
+        from stepbill.spec.hub import config_from_hub
+
+        config, name = config_from_hub(model)
+        return from_hf_config(config, name=name)
     return load_preset(model)
