@@ -1,4 +1,5 @@
-"""Regenerate the real command output shown in README.md and docs/json.md (between <!-- out:NAME --> markers).
+"""Regenerate the real command output shown in README.md and docs/json.md (between <!-- out:NAME --> markers)
+and docs/json.md's key tables from the JSON Schemas (between <!-- schema:COMMAND --> and <!-- /schema:COMMAND -->).
 
 Run after changing what the bill prints: python scripts/refresh_docs.py
 """
@@ -12,6 +13,8 @@ import re
 from pathlib import Path
 
 from stepbill.cli import main
+from stepbill.report.schema import SCHEMAS
+from stepbill.report.schema_docs import key_table
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -78,6 +81,9 @@ def refresh(path: Path) -> None:
         pattern = re.compile(rf"(<!-- out:{name} -->\n```{lang}\n).*?(\n```)", re.S)
         if pattern.search(text):
             text = pattern.sub(lambda m, make=make: m.group(1) + make() + m.group(2), text)
+    for command in SCHEMAS:
+        pattern = re.compile(rf"(<!-- schema:{command} -->\n)(?:.*?\n)?(<!-- /schema:{command} -->)", re.S)
+        text = pattern.sub(lambda m, command=command: m.group(1) + key_table(command) + "\n" + m.group(2), text)
     path.write_text(text)
 
 

@@ -184,6 +184,17 @@ def models(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] =
     make_console().print(table)
 
 
+@app.command("schema")
+def schema_cmd(
+    command: Annotated[str | None, typer.Argument(help="bill | recompute | models | check | lab (default: all)")]
+    = None,
+) -> None:
+    """Print the JSON Schema of a command's `--json` output (every command's, by name, without COMMAND)."""
+    from stepbill.report.schema import SCHEMAS, json_schema
+
+    _emit_json(json_schema(command) if command is not None else {name: json_schema(name) for name in SCHEMAS})
+
+
 def _register_subcommands() -> None:
     from stepbill.cli_check import check
     from stepbill.lab.cli import app as lab_app
