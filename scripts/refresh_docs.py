@@ -65,11 +65,22 @@ def parallel_json(argv: list[str]) -> str:
     return json.dumps(out, indent=2, ensure_ascii=False)
 
 
+def readme_api() -> str:
+    """What the README's Python API snippet prints (the snippet is run from the README itself)."""
+    readme = (ROOT / "README.md").read_text()
+    code = re.search(r"## Python API.*?```python\n(.*?)```", readme, re.S).group(1)  # type: ignore[union-attr]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "README.md", "exec"), {})
+    return out.getvalue().rstrip()
+
+
 BLOCKS = {
     "parallel": ("text", lambda: after_global_bill(PARALLEL)),
     "parallel-json": ("json", lambda: parallel_json(PARALLEL)),
     "mixtral-dp64": ("text", lambda: after_global_bill(MIXTRAL_DP64)),
     "default": ("text", lambda: run([])),
+    "api": ("text", readme_api),
     "v3": ("text", lambda: run(["bill", "deepseek-v3", "--seq", "131072", "--gpu-mem", "80"])),
     "json": ("json", lambda: short_json(["bill", "gpt3-125m", "--micro-batch", "8", "--seq", "1024", "--json"])),
 }
