@@ -76,6 +76,7 @@ def test_rank_view_exposes_every_json_key(llama_bill: stepbill.StepBill) -> None
     ({"sp": "yes"}, "sp must be True or False"),
     ({"lora_targets": [1, 2]}, "lora_targets must be names"),
     ({"gpu": 80}, "gpu must be a catalog GPU name"),
+    ({"lora_targets": "q_proj"}, "lora_targets needs lora_rank"),
 ])
 def test_api_errors_name_the_parameter(kwargs: dict, message: str) -> None:
     with pytest.raises(stepbill.StepbillError, match=message) as info:

@@ -129,3 +129,14 @@ def test_docs_key_tables_are_generated_from_the_schema() -> None:
     for command in SCHEMAS:
         block = f"<!-- schema:{command} -->\n{key_table(command)}\n<!-- /schema:{command} -->"
         assert block in text, f"docs/json.md's {command} table is stale: python scripts/refresh_docs.py"
+
+
+def test_every_preset_sharded_on_a_gpu_is_schema_valid_and_finite() -> None:
+    """The bill of every preset, global and per rank (dp 2, ZeRO-3, H100): valid, no NaN or Infinity."""
+    import stepbill
+
+    for info in stepbill.models():
+        data = json.loads(json.dumps(stepbill.bill(info.name, seq=4096, dp=2, zero=3, gpu="h100-sxm").to_json(),
+                                     allow_nan=False))
+        assert non_finite(data) == [], info.name
+        validate("bill", data)

@@ -134,6 +134,8 @@ def make_step_bill(
     from stepbill.spec.recipe import make_recipe
 
     targets = _lora_targets(lora_targets, name)
+    if targets and lora_rank is None:
+        raise StepbillError(f"{name('lora_targets')} needs {name('lora_rank')}")
     if isinstance(model, ModelSpec):
         spec = model
     elif isinstance(model, str):
