@@ -142,3 +142,43 @@ def test_import_stepbill_is_cheap() -> None:
     code = "import sys, stepbill; print(sorted(m for m in sys.modules if m.startswith(('stepbill.engine', 'torch'))))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+TINY = "tests/data/tiny-llama.json"
+
+
+@pytest.mark.slow
+def test_check_returns_what_the_cli_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    """One real measurement through the API and one through the CLI: the same JSON, valid against its schema."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from stepbill.report.schema import validate
+
+    result = stepbill.check(TINY, seq=32, mode="real")
+    code, out, _ = run_cli(["check", TINY, "--seq", "32", "--real", "--json"], capsys)
+    assert code == 0 and json.loads(out) == json.loads(json.dumps(result.to_json()))
+    assert result.mode == "real" and result.verdict.startswith("8 of 8")
+    assert all(row.error == 0 for row in result if row.unit == "bytes" and row.category.startswith("params"))
+    validate("check", result.to_json())
+
+
+@pytest.mark.slow
+def test_sharded_check_through_the_api() -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from stepbill.report.schema import validate
+
+    result = stepbill.check(TINY, seq=32, dp=2, zero=3, rank=1, mode="fake")
+    assert list(result.by_rank) == [1] and result.to_json()["ranks"][0]["rank"] == 1
+    validate("check", result.to_json())
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"dp": 2}, "a sharded check needs dp >= 2 and zero 1, 2 or 3"),
+    ({"dp": 2, "zero": 3, "rank": 2}, r"rank must be an integer in \[0, dp\)"),
+    ({"mode": "fast"}, "mode must be 'auto', 'real' or 'fake'"),
+    ({"seq": 0}, "seq must be a positive integer"),
+])
+def test_check_arguments_are_named(kwargs: dict, message: str) -> None:
+    with pytest.raises(stepbill.StepbillError, match=message):
+        stepbill.check(TINY, **kwargs)

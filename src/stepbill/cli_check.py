@@ -122,14 +122,26 @@ def _print_rows(name: str, mode: str, convention: str, rows: list, summary: str)
 def _check_sharded(model: str, seq: int, micro_batch: int, recipe: str, dp: int, zero: int, rank: int | None,
                    requested: str, as_json: bool) -> None:
     """One rank of `dp` under ZeRO-`zero`: predicted (engine/sharded.py) vs measured (measure/sharded.py)."""
-    from stepbill.check import choose_mode, compare_sharded, verdict
-    from stepbill.engine.sharded import predict_rank, rank_classes
-    from stepbill.spec.hf import to_hf_config
+    from stepbill.check import verdict
     from stepbill.spec.presets import load_model
 
     if dp < 2 or zero not in (1, 2, 3):
         raise StepbillError("a sharded check needs --dp >= 2 and --zero 1, 2 or 3")
     spec = load_model(model)
+    results = measure_sharded(spec, seq, micro_batch, recipe, dp, zero, rank, requested)
+    if as_json:
+        print(json.dumps(sharded_check_json(spec.name, dp, zero, results), indent=2))
+        return
+    for r, mode, pred, _, rows in results:
+        _print_rows(f"{spec.name} rank {r} of {dp}, ZeRO-{zero}", mode, pred.convention, rows, verdict(rows))
+
+
+def measure_sharded(spec: Any, seq: int, micro_batch: int, recipe: str, dp: int, zero: int, rank: int | None,
+                    requested: str) -> list[tuple[int, str, Any, Any, list]]:
+    """(rank, mode, prediction, measurement, rows) for `rank`, or one rank per distinct predicted class."""
+    from stepbill.check import choose_mode, compare_sharded
+    from stepbill.engine.sharded import predict_rank, rank_classes
+    from stepbill.spec.hf import to_hf_config
 
     def predict(r: int):
         return predict_rank(spec, dp, zero, r, micro_batch, seq, recipe)
@@ -149,14 +161,16 @@ def _check_sharded(model: str, seq: int, micro_batch: int, recipe: str, dp: int,
         measured = measure_rank(to_hf_config(spec), world=dp, zero=zero, rank=r, micro_batch=micro_batch,
                                 seq_len=seq, mode=mode, recipe=recipe)
         results.append((r, mode, pred, measured, compare_sharded(pred, measured)))
-    if as_json:
-        print(json.dumps({"model": spec.name, "dp": dp, "zero": zero, "ranks": [
-            {"rank": r, "mode": mode, "convention": pred.convention,
-             "rows": [{"category": x.category, "predicted": x.predicted, "measured": x.measured,
-                       "error": _finite_or_none(x.error),
-                       "verdict": x.verdict} for x in rows],
-             "measured_breakdown_at_peak": m.breakdown, "predicted_transient": pred.transient,
-             "verdict": verdict(rows)} for r, mode, pred, m, rows in results]}, indent=2))
-        return
-    for r, mode, pred, _, rows in results:
-        _print_rows(f"{spec.name} rank {r} of {dp}, ZeRO-{zero}", mode, pred.convention, rows, verdict(rows))
+    return results
+
+
+def sharded_check_json(name: str, dp: int, zero: int, results: list[tuple[int, str, Any, Any, list]]) -> dict[str, Any]:
+    """The object `stepbill check --dp N --zero Z --json` prints."""
+    from stepbill.check import verdict
+
+    return {"model": name, "dp": dp, "zero": zero, "ranks": [
+        {"rank": r, "mode": mode, "convention": pred.convention,
+         "rows": [{"category": x.category, "predicted": x.predicted, "measured": x.measured,
+                   "error": _finite_or_none(x.error), "verdict": x.verdict} for x in rows],
+         "measured_breakdown_at_peak": m.breakdown, "predicted_transient": pred.transient,
+         "verdict": verdict(rows)} for r, mode, pred, m, rows in results]}
