@@ -97,6 +97,15 @@ def test_the_schema_refuses_what_the_docs_promise_never_happens() -> None:
             validate("check", bad)
 
 
+def test_timeline_items_must_be_numbers(capsys: pytest.CaptureFixture[str]) -> None:
+    from pydantic import ValidationError
+
+    data = strict_json(run_cli(["bill", "--json"], capsys)[1])
+    data["timeline"][0]["weights"] = "250452480"
+    with pytest.raises(ValidationError, match=r"timeline\.0\.weights"):
+        validate("bill", data)
+
+
 def test_api_to_json_matches_the_bill_schema() -> None:
     import stepbill
 

@@ -80,6 +80,9 @@ def _rows(obj: dict[str, Any], defs: dict[str, Any], prefix: str, seen: dict[str
             text = f"{text} (key absent otherwise)" if text else "(key may be absent)"
         rows.append((key, _type_of(node, defs), text))
         rows += _expand(node, defs, key, seen)
+    extra = obj.get("additionalProperties")
+    if isinstance(extra, dict) and extra and obj.get("properties"):  # declared keys plus data keys (a moment's items)
+        rows.append((f"{prefix}.*" if prefix else "*", _type_of(extra, defs), "every other key: a name and its value"))
     return rows
 
 
