@@ -11,6 +11,8 @@ from stepbill.errors import StepbillError
 if TYPE_CHECKING:
     from stepbill.spec.model import ModelSpec
 
+MEASURABLE_RECIPES = ("fp32", "pure-bf16", "amp-bf16")  # the recipes stepbill.measure builds
+
 
 @dataclass(frozen=True)
 class CheckResult:
@@ -54,7 +56,7 @@ def check(
     `dp` > 1 and `zero` 1-3 it measures one rank of `dp` (`rank`, or one per distinct predicted class) on a fake
     process group, like `stepbill check --dp N --zero Z`. Slow: it builds the model and runs two training steps.
     """
-    from stepbill.cli_check import MEASURABLE_RECIPES, measure_sharded, sharded_check_json, single_check_json
+    from stepbill.report.check_json import sharded_check_json, single_check_json
 
     for key, value in (("seq", seq), ("micro_batch", micro_batch), ("dp", dp)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -100,3 +102,31 @@ def check(
     summary = verdict(rows)
     json_out = single_check_json(spec, chosen, engine_bill, measured, rows, summary)
     return CheckResult(rows, summary, chosen, json_out, note or None)
+
+
+def measure_sharded(spec: Any, seq: int, micro_batch: int, recipe: str, dp: int, zero: int, rank: int | None,
+                    requested: str) -> list[tuple[int, str, Any, Any, list]]:
+    """(rank, mode, prediction, measurement, rows) for `rank`, or one rank per distinct predicted class."""
+    from stepbill.check import choose_mode, compare_sharded
+    from stepbill.engine.sharded import predict_rank, rank_classes
+    from stepbill.spec.hf import to_hf_config
+
+    def predict(r: int):
+        return predict_rank(spec, dp, zero, r, micro_batch, seq, recipe)
+
+    ranks = [rank] if rank is not None else [rs[0] for rs in rank_classes(predict, dp).values()]
+    try:
+        from stepbill.measure.build import require_torch
+        from stepbill.measure.sharded import measure_rank
+    except ImportError as exc:  # pragma: no cover - optional extra
+        raise StepbillError(f"stepbill check needs PyTorch and transformers ({exc.name} is missing): "
+                            "pip install 'stepbill[measure]'") from None
+    require_torch()
+    results = []
+    for r in ranks:
+        pred = predict(r)
+        mode = choose_mode(requested, pred.peak)
+        measured = measure_rank(to_hf_config(spec), world=dp, zero=zero, rank=r, micro_batch=micro_batch,
+                                seq_len=seq, mode=mode, recipe=recipe)
+        results.append((r, mode, pred, measured, compare_sharded(pred, measured)))
+    return results

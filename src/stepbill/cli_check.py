@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import math
 from typing import Annotated, Any
 
 import typer
 
+from stepbill.api_check import MEASURABLE_RECIPES, measure_sharded
 from stepbill.errors import StepbillError
-
-MEASURABLE_RECIPES = ("fp32", "pure-bf16", "amp-bf16")
+from stepbill.report.check_json import sharded_check_json, single_check_json
 
 
 def _measure_with_progress(config: dict[str, Any], mode: str, **settings: Any) -> Any:
@@ -83,23 +82,6 @@ def check(
                f"{fmt_flops(bill.lines['flops.step'].value)}")
 
 
-def _finite_or_none(error: float | None) -> float | None:
-    """A relative error for JSON: null when there is none or it is infinite (measured 0, predicted not)."""
-    return error if error is not None and math.isfinite(error) else None
-
-
-def single_check_json(spec: Any, mode: str, bill: Any, measured: Any, rows: list, summary: str) -> dict[str, Any]:
-    """The object `stepbill check --json` prints (one process); `stepbill.check(...).to_json()` returns it too."""
-    return {
-        "model": spec.name, "mode": mode, "convention": bill.convention, "settings": measured.settings,
-        "rows": [{"category": r.category, "unit": r.unit, "line": r.line, "predicted": r.predicted,
-                  "measured": r.measured, "error": _finite_or_none(r.error), "verdict": r.verdict} for r in rows],
-        "measured": {"peak_phase": measured.peak_phase, "breakdown_at_peak": measured.breakdown},
-        "predicted_flops_causal": bill.lines["flops.step"].value,
-        "verdict": summary,
-    }
-
-
 def _print_rows(name: str, mode: str, convention: str, rows: list, summary: str) -> None:
     from rich.table import Table
 
@@ -134,43 +116,3 @@ def _check_sharded(model: str, seq: int, micro_batch: int, recipe: str, dp: int,
         return
     for r, mode, pred, _, rows in results:
         _print_rows(f"{spec.name} rank {r} of {dp}, ZeRO-{zero}", mode, pred.convention, rows, verdict(rows))
-
-
-def measure_sharded(spec: Any, seq: int, micro_batch: int, recipe: str, dp: int, zero: int, rank: int | None,
-                    requested: str) -> list[tuple[int, str, Any, Any, list]]:
-    """(rank, mode, prediction, measurement, rows) for `rank`, or one rank per distinct predicted class."""
-    from stepbill.check import choose_mode, compare_sharded
-    from stepbill.engine.sharded import predict_rank, rank_classes
-    from stepbill.spec.hf import to_hf_config
-
-    def predict(r: int):
-        return predict_rank(spec, dp, zero, r, micro_batch, seq, recipe)
-
-    ranks = [rank] if rank is not None else [rs[0] for rs in rank_classes(predict, dp).values()]
-    try:
-        from stepbill.measure.build import require_torch
-        from stepbill.measure.sharded import measure_rank
-    except ImportError as exc:  # pragma: no cover - optional extra
-        raise StepbillError(f"stepbill check needs PyTorch and transformers ({exc.name} is missing): "
-                            "pip install 'stepbill[measure]'") from None
-    require_torch()
-    results = []
-    for r in ranks:
-        pred = predict(r)
-        mode = choose_mode(requested, pred.peak)
-        measured = measure_rank(to_hf_config(spec), world=dp, zero=zero, rank=r, micro_batch=micro_batch,
-                                seq_len=seq, mode=mode, recipe=recipe)
-        results.append((r, mode, pred, measured, compare_sharded(pred, measured)))
-    return results
-
-
-def sharded_check_json(name: str, dp: int, zero: int, results: list[tuple[int, str, Any, Any, list]]) -> dict[str, Any]:
-    """The object `stepbill check --dp N --zero Z --json` prints."""
-    from stepbill.check import verdict
-
-    return {"model": name, "dp": dp, "zero": zero, "ranks": [
-        {"rank": r, "mode": mode, "convention": pred.convention,
-         "rows": [{"category": x.category, "predicted": x.predicted, "measured": x.measured,
-                   "error": _finite_or_none(x.error), "verdict": x.verdict} for x in rows],
-         "measured_breakdown_at_peak": m.breakdown, "predicted_transient": pred.transient,
-         "verdict": verdict(rows)} for r, mode, pred, m, rows in results]}
