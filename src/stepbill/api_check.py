@@ -91,8 +91,9 @@ def check(
         by_rank = {r: rows for r, _, _, _, rows in results}
         summary = "; ".join(f"rank {r}: {verdict(rows)}" for r, rows in by_rank.items())
         modes = ",".join(sorted({m for _, m, _, _, _ in results}))
-        return CheckResult([row for rows in by_rank.values() for row in rows], summary, modes,
-                           sharded_check_json(spec.name, dp, zero, results), by_rank=by_rank)
+        json_out = sharded_check_json(spec.name, dp, zero, results, [verdict(rows) for rows in by_rank.values()])
+        return CheckResult([row for rows in by_rank.values() for row in rows], summary, modes, json_out,
+                           by_rank=by_rank)
     engine_bill, note = predict(spec, make_recipe(recipe, "adamw", micro_batch, seq, recompute,
                                                   optimizer_impl=optimizer_impl))
     chosen = choose_mode(mode, engine_bill.lines["memory.peak"].value)

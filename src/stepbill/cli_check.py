@@ -112,7 +112,8 @@ def _check_sharded(model: str, seq: int, micro_batch: int, recipe: str, dp: int,
     spec = load_model(model)
     results = measure_sharded(spec, seq, micro_batch, recipe, dp, zero, rank, requested)
     if as_json:
-        print(json.dumps(sharded_check_json(spec.name, dp, zero, results), indent=2))
+        summaries = [verdict(rows) for *_, rows in results]
+        print(json.dumps(sharded_check_json(spec.name, dp, zero, results, summaries), indent=2))
         return
     for r, mode, pred, _, rows in results:
         _print_rows(f"{spec.name} rank {r} of {dp}, ZeRO-{zero}", mode, pred.convention, rows, verdict(rows))

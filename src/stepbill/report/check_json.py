@@ -26,13 +26,12 @@ def single_check_json(spec: Any, mode: str, bill: Any, measured: Any, rows: list
     }
 
 
-def sharded_check_json(name: str, dp: int, zero: int, results: list[tuple[int, str, Any, Any, list]]) -> dict[str, Any]:
-    """The object `stepbill check --dp N --zero Z --json` prints."""
-    from stepbill.check import verdict
-
+def sharded_check_json(name: str, dp: int, zero: int, results: list[tuple[int, str, Any, Any, list]],
+                       verdicts: list[str]) -> dict[str, Any]:
+    """The object `stepbill check --dp N --zero Z --json` prints; `verdicts[i]` summarises `results[i]`."""
     return {"model": name, "dp": dp, "zero": zero, "ranks": [
         {"rank": r, "mode": mode, "convention": pred.convention,
          "rows": [{"category": x.category, "predicted": x.predicted, "measured": x.measured,
                    "error": _finite_or_none(x.error), "verdict": x.verdict} for x in rows],
          "measured_breakdown_at_peak": m.breakdown, "predicted_transient": pred.transient,
-         "verdict": verdict(rows)} for r, mode, pred, m, rows in results]}
+         "verdict": summary} for (r, mode, pred, m, rows), summary in zip(results, verdicts, strict=True)]}
