@@ -7,6 +7,8 @@ The comparison is pure (predicted and measured numbers in, rows with errors out)
 from __future__ import annotations
 
 import os
+import sys
+import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,3 +137,16 @@ def compare_sharded(predicted: Any, measured: Any) -> list[CheckRow]:
     """Rows for one rank: `predicted` a RankPrediction, `measured` a RankMeasurement (both bytes)."""
     return [CheckRow(category, "bytes", float(getattr(predicted, name)), float(getattr(measured, name)),
                      f"rank.{name}") for category, name in SHARDED_CATEGORIES]
+
+
+class _CallableModule(types.ModuleType):
+    """`stepbill.check(...)` is the API function; importing this module (`from stepbill.check import compare`)
+    rebinds the package attribute `stepbill.check` to the module, so the module forwards calls to the function."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from stepbill.api import check as api_check
+
+        return api_check(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
