@@ -9,7 +9,7 @@
 `bill` command calls it too, so the two cannot drift. Its own checks name the Python parameter
 (`micro_batch must be a positive integer`); the CLI passes `cli_flag` so the same check names `--micro-batch`.
 Everything heavy (the engine, torch) is imported inside the functions: `import stepbill` stays cheap.
-The result types live in stepbill/result.py, `check` in stepbill/api_check.py.
+The result types live in stepbill/result.py; `stepbill.check(...)` is the callable module stepbill/check.py.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from stepbill.api_check import CheckResult, check
 from stepbill.errors import StepbillError
 from stepbill.result import RankView, Section, StepBill
 
@@ -241,5 +240,5 @@ def gpus() -> list[GPU]:
     return list(gpu_catalog().values())
 
 
-__all__ = ["CheckResult", "ModelInfo", "RankView", "Section", "StepBill", "bill", "check", "cli_flag", "gpus",
-           "load_model", "make_step_bill", "models", "python_name"]
+__all__ = ["ModelInfo", "RankView", "Section", "StepBill", "bill", "cli_flag", "gpus", "load_model", "make_step_bill",
+           "models", "python_name"]
