@@ -7,7 +7,9 @@
 The API is documented in docs/api.md; everything heavy is imported on first use, so `import stepbill` is cheap.
 """
 
-from stepbill.api import CheckResult, ModelInfo, RankView, Section, StepBill, bill, check, gpus, load_model, models
+from stepbill import check  # a callable module: stepbill.check(model, ...) measures and compares (needs torch)
+from stepbill.api import ModelInfo, RankView, Section, StepBill, bill, gpus, load_model, models
+from stepbill.check import CheckResult
 from stepbill.errors import StepbillError
 
 __version__ = "0.1.0"

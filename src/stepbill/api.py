@@ -9,7 +9,7 @@
 `bill` command calls it too, so the two cannot drift. Its own checks name the Python parameter
 (`micro_batch must be a positive integer`); the CLI passes `cli_flag` so the same check names `--micro-batch`.
 Everything heavy (the engine, torch) is imported inside the functions: `import stepbill` stays cheap.
-The result types live in stepbill/result.py, `check` in stepbill/api_check.py.
+The result types live in stepbill/result.py; `stepbill.check(...)` is the callable module stepbill/check.py.
 """
 
 from __future__ import annotations
@@ -19,9 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from stepbill.api_check import CheckResult, check
 from stepbill.errors import StepbillError
-from stepbill.result import RankView, Section, StepBill
+from stepbill.result import BillRun, RankView, Section, StepBill
 
 if TYPE_CHECKING:
     from stepbill.engine.bill import Bill as EngineBill
@@ -134,16 +133,6 @@ def fit_from_options(result: EngineBill, gpu_mem_gib: float | None = None, reser
     else:
         return None
     return judge(result, card, reserve_gib)
-
-
-@dataclass(frozen=True)
-class BillRun:
-    """What `stepbill bill` computes from its options: the engine's Bill, the fit verdict (None without a card)
-    and the note on a dp derived from gpus ("" when dp was given)."""
-
-    bill: EngineBill
-    fit: Fit | None
-    layout_note: str
 
 
 def make_step_bill(
@@ -308,20 +297,5 @@ def gpus() -> list[GPU]:
     return list(gpu_catalog().values())
 
 
-__all__ = [
-    "BillRun",
-    "CheckResult",
-    "ModelInfo",
-    "RankView",
-    "Section",
-    "StepBill",
-    "bill",
-    "check",
-    "cli_flag",
-    "fit_from_options",
-    "gpus",
-    "load_model",
-    "make_step_bill",
-    "models",
-    "python_name",
-]
+__all__ = ["BillRun", "ModelInfo", "RankView", "Section", "StepBill", "bill", "cli_flag", "fit_from_options", "gpus",
+           "load_model", "make_step_bill", "models", "python_name"]

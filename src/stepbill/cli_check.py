@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from stepbill.api_check import MEASURABLE_RECIPES, measure_sharded
+from stepbill.check import MEASURABLE_RECIPES, measure_sharded
 from stepbill.errors import StepbillError
 from stepbill.report.check_json import sharded_check_json, single_check_json
 

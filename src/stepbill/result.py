@@ -5,18 +5,27 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import fields, make_dataclass
+from dataclasses import dataclass, fields, make_dataclass
 from functools import cache, cached_property
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from stepbill.api import BillRun
     from stepbill.engine.bill import Bill as EngineBill
     from stepbill.engine.fit import Fit
     from stepbill.engine.line import Line
 
 _INTEGER_UNITS = ("bytes", "params", "FLOPs", "cards")  # values the JSON prints as integers
 _ATTR_ALIASES = {"6nd": "six_nd", "6nd_ratio": "step_over_6nd"}  # line suffixes that are not identifiers
+
+
+@dataclass(frozen=True)
+class BillRun:
+    """What `stepbill bill` computes from its options: the engine's Bill, the fit verdict (None without a card)
+    and the note on a dp derived from gpus ("" when dp was given)."""
+
+    bill: EngineBill
+    fit: Fit | None
+    layout_note: str
 
 
 class Section:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from typing import Any
 
 from stepbill.errors import StepbillError
 
@@ -69,13 +68,3 @@ def download_config(repo_id: str) -> Path:
         raise StepbillError(f"{where}: cannot fetch its config.json ({type(exc).__name__})") from None
     finally:
         hub_logger.setLevel(level)
-
-
-def config_from_hub(repo_id: str) -> tuple[dict[str, Any], str]:
-    """(config.json as a dict, the model's name: the repo's name) for the Hub id `repo_id`."""
-    from stepbill.spec.presets import read_json_file
-
-    data = read_json_file(download_config(repo_id))
-    if "model_type" not in data:
-        raise StepbillError(f"the config.json of Hub id {repo_id!r} has no model_type: not a transformers model")
-    return data, repo_id.split("/", 1)[1]

@@ -63,8 +63,10 @@ def load_model(model: str) -> ModelSpec:
 
     if model not in preset_names() and looks_like_hub_id(model):
         from stepbill.spec.hf import from_hf_config
-        from stepbill.spec.hub import config_from_hub
+        from stepbill.spec.hub import download_config
 
-        config, name = config_from_hub(model)
-        return from_hf_config(config, name=name)
+        data = read_json_file(download_config(model))
+        if "model_type" not in data:
+            raise StepbillError(f"the config.json of Hub id {model!r} has no model_type: not a transformers model")
+        return from_hf_config(data, name=model.split("/", 1)[1])
     return load_preset(model)
