@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from stepbill.engine.bill import Bill, peak_items, peak_phase
 from stepbill.engine.fit import Fit
 from stepbill.engine.line import Line
 from stepbill.report.parallel_json import parallel_to_json
+from stepbill.spec.model import ModelSpec
+
+
+@lru_cache(maxsize=64)  # the spec is frozen; its dict is read-only output
+def _spec_dict(spec: ModelSpec) -> dict[str, Any]:
+    return spec.to_dict()
 
 
 def _int(line: Line) -> int:
@@ -36,7 +43,7 @@ def bill_to_json(bill: Bill, fit: Fit | None = None, layout_note: str = "") -> d
                 comp: {"total": total, "active": active}
                 for comp, (total, active) in bill.inventory.by_component().items()
             },
-            "spec": spec.to_dict(),
+            "spec": _spec_dict(spec),
         },
         "recipe": {
             "precision": recipe.precision.name,

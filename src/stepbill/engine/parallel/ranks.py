@@ -56,7 +56,7 @@ LAYER_PARTS = (Part.LAYER, Part.LAYER_INNER, Part.LAYER_NORM)
 HEAD_PARTS = (Part.HEAD, Part.LOSS, Part.HEAD_BACKWARD)
 
 
-def row_item_elements(t: ParamTensor, recipe: Recipe) -> dict[str, float]:
+def row_item_elements(t: ParamTensor, recipe: Recipe | _ResidentRecipe) -> dict[str, float]:
     """Elements of each resident item over all copies of row `t` (LoRA: adapters trainable, base frozen).
     The result is shared (memoised): read it, never change it."""
     return _row_item_elements(t, recipe.optimizer, recipe.lora, bool(recipe.precision.master))
@@ -79,7 +79,7 @@ def _row_item_elements(t: ParamTensor, optimizer: str, lora: LoRA | None, has_ma
     return out
 
 
-def item_bytes_per_element(item: str, recipe: Recipe) -> int:
+def item_bytes_per_element(item: str, recipe: Recipe | _ResidentRecipe) -> int:
     p = recipe.precision
     if item.startswith("weights"):
         return p.weights
@@ -116,6 +116,16 @@ def row_divisor(recipe: Recipe) -> Callable[[ActTensor], float]:
     return divisor
 
 
+@dataclass(frozen=True)
+class _ResidentRecipe:
+    """The parts of a Recipe resident state depends on (hashable: the memo key of _resident)."""
+
+    precision: Any
+    optimizer: str
+    lora: LoRA | None
+    parallel: Any
+
+
 @dataclass
 class _Held:
     """Bytes one rank of a stage holds of each resident item, and the shares the timeline needs."""
@@ -130,9 +140,20 @@ class _Held:
     token_embedding_share: float = 1.0  # of the embedding grads on this rank, the token embedding's
 
 
-def _resident(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, stage: int,
-              kinds: list[dict[str, int]]) -> _Held:
-    par = recipe.parallel
+def _resident(spec: ModelSpec, recipe: Recipe, stage: int) -> _Held:
+    """What one rank of `stage` holds (shared, memoised: read it, never change it). It does not depend on the
+    sequence, the micro-batch or the recompute policy, which a planner varies most."""
+    return _resident_cached(spec, recipe.precision, recipe.optimizer, recipe.lora, recipe.parallel, stage)
+
+
+@lru_cache(maxsize=1024)
+def _resident_cached(spec: ModelSpec, precision: Any, optimizer: str, lora: LoRA | None, par: Any,
+                     stage: int) -> _Held:
+    from stepbill.engine.params import param_inventory
+
+    recipe = _ResidentRecipe(precision, optimizer, lora, par)
+    inv = param_inventory(spec)
+    kinds = stage_layer_kinds(spec, par)
     out = _Held()
     params = embeddings = token_embedding = 0.0
     for t in inv.tensors:
@@ -326,7 +347,7 @@ def one_gpu_timeline(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, plan:
     from stepbill.spec.parallel import Parallel
 
     single = replace(recipe, parallel=Parallel(micro_batches=recipe.parallel.micro_batches))
-    held = _resident(spec, single, inv, 0, stage_layer_kinds(spec, single.parallel))
+    held = _resident(spec, single, 0)
     view, _ = _rank_view(single, held, plan.order, 0, eager, spec.tied_embeddings, 0.0, None)
     return rank_timeline(view, plan, outside, eager)
 
@@ -370,7 +391,7 @@ def rank_classes(one: SingleRank) -> list[RankClass]:
     per_stage = par.dp * par.tp * par.cp
     classes: list[RankClass] = []
     for stage in range(par.pp):
-        held = _resident(spec, recipe, one.inventory, stage, kinds)
+        held = _resident(spec, recipe, stage)
         order = tuple(one.plan.order[i] for i in indices[stage])
         plan = one.plan.for_rank(divisor, input_divisor, par.cp * par.tp, order)
         flight = in_flight_microbatches(recipe, stage)
