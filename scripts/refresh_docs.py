@@ -1,4 +1,5 @@
-"""Regenerate the real command output shown in README.md and docs/json.md (between <!-- out:NAME --> markers).
+"""Regenerate the real command output shown in README.md and docs/json.md (between <!-- out:NAME --> markers)
+and docs/json.md's key tables from the JSON Schemas (between <!-- schema:COMMAND --> and <!-- /schema:COMMAND -->).
 
 Run after changing what the bill prints: python scripts/refresh_docs.py
 """
@@ -12,6 +13,8 @@ import re
 from pathlib import Path
 
 from stepbill.cli import main
+from stepbill.report.schema import SCHEMAS
+from stepbill.report.schema_docs import key_table
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -74,12 +77,23 @@ def parallel_json(argv: list[str]) -> str:
     return json.dumps(out, indent=2, ensure_ascii=False)
 
 
+def readme_api() -> str:
+    """What the README's Python API snippet prints (the snippet is run from the README itself)."""
+    readme = (ROOT / "README.md").read_text()
+    code = re.search(r"## Python API.*?```python\n(.*?)```", readme, re.S).group(1)  # type: ignore[union-attr]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "README.md", "exec"), {})
+    return out.getvalue().rstrip()
+
+
 BLOCKS = {
     "parallel": ("text", lambda: after_global_bill(PARALLEL)),
     "parallel-json": ("json", lambda: parallel_json(PARALLEL)),
     "mixtral-dp64": ("text", lambda: after_global_bill(MIXTRAL_DP64)),
     "mixtral-fit": ("text", lambda: fit_part(MIXTRAL_FIT)),
     "default": ("text", lambda: run([])),
+    "api": ("text", readme_api),
     "v3": ("text", lambda: run(["bill", "deepseek-v3", "--seq", "131072", "--gpu-mem", "80"])),
     "json": ("json", lambda: short_json(["bill", "gpt3-125m", "--micro-batch", "8", "--seq", "1024", "--json"])),
 }
@@ -91,6 +105,9 @@ def refresh(path: Path) -> None:
         pattern = re.compile(rf"(<!-- out:{name} -->\n```{lang}\n).*?(\n```)", re.S)
         if pattern.search(text):
             text = pattern.sub(lambda m, make=make: m.group(1) + make() + m.group(2), text)
+    for command in SCHEMAS:
+        pattern = re.compile(rf"(<!-- schema:{command} -->\n)(?:.*?\n)?(<!-- /schema:{command} -->)", re.S)
+        text = pattern.sub(lambda m, command=command: m.group(1) + key_table(command) + "\n" + m.group(2), text)
     path.write_text(text)
 
 

@@ -9,11 +9,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from stepbill.errors import StepbillError
-from stepbill.spec.model import ModelSpec
 
 if TYPE_CHECKING:
-    from stepbill.engine.bill import Bill
-    from stepbill.engine.fit import Fit
+    pass
 
 try:  # typer >= 0.2x vendors its own click
     from typer._click import exceptions as click_exceptions
@@ -42,17 +40,10 @@ def _default(ctx: typer.Context) -> None:
         bill(model=DEFAULT_MODEL, seq=1024, micro_batch=8)
 
 
-def _int_list(flag: str, text: str) -> tuple[int, ...]:
-    """A comma-separated list of positive integers ("7,8,8,7"), or one StepbillError line."""
-    parts = [p.strip() for p in text.split(",")]
-    if not parts or not all(p.isascii() and p.isdigit() for p in parts):
-        raise StepbillError(f"{flag} takes comma-separated positive integers, got {text!r}")
-    return tuple(int(p) for p in parts)
-
-
 @app.command()
 def bill(
-    model: Annotated[str, typer.Argument(help="preset name (see `stepbill models`), ModelSpec JSON or HF config.json")]
+    model: Annotated[str, typer.Argument(
+        help="preset name (see `stepbill models`), ModelSpec JSON, HF config.json or Hub id org/name")]
     = DEFAULT_MODEL,
     seq: Annotated[int, typer.Option("--seq", help="sequence length (tokens)")] = 2048,
     micro_batch: Annotated[int, typer.Option("--micro-batch", help="sequences per micro-batch")] = 1,
@@ -107,33 +98,16 @@ def bill(
     = False,
 ) -> None:
     """The bill of one training step for MODEL under a recipe."""
-    from stepbill.engine.bill import make_bill
-    from stepbill.spec.hardware import load_gpu
-    from stepbill.spec.parallel import Parallel, validate_layout
-    from stepbill.spec.presets import load_model
-    from stepbill.spec.recipe import make_recipe
+    from stepbill.api import cli_flag, make_step_bill
 
-    if gpu_mem is not None and gpu_mem <= 0:
-        raise StepbillError(f"--gpu-mem must be positive GiB, got {gpu_mem}")
-    if reserve is not None and reserve < 0:
-        raise StepbillError(f"--reserve must be >= 0 GiB, got {reserve}")
-    dp, dp_note = _data_parallel(dp, gpus, tp, pp, cp)
-    if not 0 < mfu <= 1:
-        raise StepbillError(f"--efficiency must lie in (0, 1], got {mfu}")
-    targets = tuple(t.strip() for t in lora_targets.split(",") if t.strip()) if lora_targets is not None else None
-    spec = load_model(model)
-    stage_layers = _int_list("--pp-layers", pp_layers) if pp_layers is not None else None
-    layout = Parallel(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, sp=sp, zero=zero, shard_group=shard_group,
-                      micro_batches=micro_batches, pp_schedule=pp_schedule, vpp=vpp,  # type: ignore[arg-type]
-                      offload_optimizer=offload_optimizer, offload_activations=offload_activations,
-                      pp_layers=stage_layers)
-    validate_layout(spec, layout, seq, gpus)
-    the_gpu = load_gpu(gpu) if gpu is not None else None
-    the_recipe = make_recipe(recipe, optimizer, micro_batch, seq, recompute, lora_rank, targets, layout,
-                             optimizer_impl)
-    card = gpu_mem * GIB if gpu_mem else (the_gpu.usable_bytes if the_gpu else None)
-    result = make_bill(spec, the_recipe, card, convention, attention, gpu=the_gpu, efficiency=mfu)
-    fit = fit_from_options(result, gpu_mem, reserve)
+    run = make_step_bill(
+        model, seq=seq, micro_batch=micro_batch, recipe=recipe, optimizer=optimizer, recompute=recompute,
+        optimizer_impl=optimizer_impl, convention=convention, attention=attention, lora_rank=lora_rank,
+        lora_targets=lora_targets, gpu_mem_gib=gpu_mem, reserve_gib=reserve, dp=dp, tp=tp, pp=pp,
+        pp_layers=pp_layers, cp=cp, ep=ep, etp=etp, zero=zero, shard_group=shard_group, sp=sp,
+        pp_schedule=pp_schedule, vpp=vpp, micro_batches=micro_batches, offload_optimizer=offload_optimizer,
+        offload_activations=offload_activations, gpu=gpu, gpus=gpus, efficiency=mfu, name=cli_flag)
+    result, fit, dp_note = run.bill, run.fit, run.layout_note
     if as_json:
         from stepbill.report.bill_json import bill_to_json
 
@@ -142,37 +116,6 @@ def bill(
         from stepbill.report.terminal import print_bill
 
         print_bill(result, explain=explain, fit=fit, layout_note=dp_note)
-
-
-def _data_parallel(dp: int | None, gpus: int | None, tp: int, pp: int, cp: int) -> tuple[int, str]:
-    """--dp as given; without it, --gpus ÷ (tp·pp·cp) when --gpus is given (said in the header), else 1."""
-    if dp is not None:
-        return dp, ""
-    if gpus is None or min(tp, pp, cp) < 1:  # bad degrees: Parallel says which flag
-        return 1, ""
-    model_parallel = tp * pp * cp
-    if gpus <= 0 or gpus % model_parallel:
-        raise StepbillError(f"--gpus {gpus} is not a multiple of tp·pp·cp = {tp}·{pp}·{cp} = {model_parallel}; "
-                            "give --dp")
-    dp = gpus // model_parallel
-    return dp, f"dp {dp} = --gpus {gpus} ÷ tp·pp·cp {model_parallel} (no --dp given)"
-
-
-def fit_from_options(result: Bill, gpu_mem: float | None = None, reserve: float | None = None) -> Fit | None:
-    """`stepbill bill`'s fit verdict for a bill made from its options: on `result.gpu` (--gpu) or a card of
-    `gpu_mem` GiB (--gpu-mem, which wins), keeping `reserve` GiB back (--reserve; None: the default reserve);
-    None without a card. engine/fit.py's `judge` does the work; shared with Python callers."""
-    from stepbill.engine.fit import Card, judge
-
-    if gpu_mem is not None:
-        card = Card.from_gib(gpu_mem)
-    elif result.gpu is not None:
-        card = Card.from_gpu(result.gpu)
-    elif reserve is not None:
-        raise StepbillError("--reserve needs a card: give --gpu NAME or --gpu-mem GiB")
-    else:
-        return None
-    return judge(result, card, reserve)
 
 
 @app.command("recompute")
@@ -232,20 +175,15 @@ def recompute_cmd(
 @app.command()
 def models(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
     """List the built-in model presets with total and active parameters."""
+    from dataclasses import asdict
+
     from rich.table import Table
 
-    from stepbill.engine.params import param_inventory
+    from stepbill.api import models as model_infos
     from stepbill.report.terminal import make_console
     from stepbill.report.units import fmt_count
-    from stepbill.spec.presets import load_preset, preset_names
 
-    rows = []
-    for name in preset_names():
-        spec = load_preset(name)
-        inv = param_inventory(spec)
-        rows.append({"name": name, "family": spec.family, "params_total": inv.total, "params_active": inv.active,
-                     "layers": spec.n_layers, "hidden": spec.hidden_size, "attention": _attention_kind(spec),
-                     "moe": spec.moe is not None})
+    rows = [asdict(info) for info in model_infos()]
     if as_json:
         _emit_json(rows)
         return
@@ -259,14 +197,15 @@ def models(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] =
     make_console().print(table)
 
 
-def _attention_kind(spec: ModelSpec) -> str:
-    """mla, mha (kv heads = heads), mqa (one kv head) or gqa (groups of query heads share a kv head)."""
-    a = spec.attention
-    if a.kind == "mla":
-        return "mla"
-    if a.kv_heads == a.n_heads:
-        return "mha"
-    return "mqa" if a.kv_heads == 1 else f"gqa ({a.kv_heads} kv heads)"
+@app.command("schema")
+def schema_cmd(
+    command: Annotated[str | None, typer.Argument(help="bill | recompute | models | check | lab (default: all)")]
+    = None,
+) -> None:
+    """Print the JSON Schema of a command's `--json` output (every command's, by name, without COMMAND)."""
+    from stepbill.report.schema import SCHEMAS, json_schema
+
+    _emit_json(json_schema(command) if command is not None else {name: json_schema(name) for name in SCHEMAS})
 
 
 def _register_subcommands() -> None:

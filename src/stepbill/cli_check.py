@@ -7,9 +7,9 @@ from typing import Annotated, Any
 
 import typer
 
+from stepbill.check import MEASURABLE_RECIPES, measure_sharded
 from stepbill.errors import StepbillError
-
-MEASURABLE_RECIPES = ("fp32", "pure-bf16", "amp-bf16")
+from stepbill.report.check_json import sharded_check_json, single_check_json
 
 
 def _measure_with_progress(config: dict[str, Any], mode: str, **settings: Any) -> Any:
@@ -73,14 +73,7 @@ def check(
     )
     rows = compare(predictions(bill), measured)
     if as_json:
-        print(json.dumps({
-            "model": spec.name, "mode": mode, "convention": bill.convention, "settings": measured.settings,
-            "rows": [{"category": r.category, "unit": r.unit, "line": r.line, "predicted": r.predicted,
-                      "measured": r.measured, "error": r.error, "verdict": r.verdict} for r in rows],
-            "measured": {"peak_phase": measured.peak_phase, "breakdown_at_peak": measured.breakdown},
-            "predicted_flops_causal": bill.lines["flops.step"].value,
-            "verdict": verdict(rows),
-        }, indent=2))
+        print(json.dumps(single_check_json(spec, mode, bill, measured, rows, verdict(rows)), indent=2))
         return
     _print_rows(spec.name, mode, bill.convention, rows, verdict(rows))
     from stepbill.report.units import fmt_flops
@@ -111,41 +104,16 @@ def _print_rows(name: str, mode: str, convention: str, rows: list, summary: str)
 def _check_sharded(model: str, seq: int, micro_batch: int, recipe: str, dp: int, zero: int, rank: int | None,
                    requested: str, as_json: bool) -> None:
     """One rank of `dp` under ZeRO-`zero`: predicted (engine/parallel/fsdp2.py) vs measured (measure/sharded.py)."""
-    from stepbill.check import choose_mode, compare_sharded, verdict
-    from stepbill.engine.check_rank import predict_rank
-    from stepbill.engine.parallel.fsdp2 import rank_classes
-    from stepbill.spec.hf import to_hf_config
+    from stepbill.check import verdict
     from stepbill.spec.presets import load_model
 
     if dp < 2 or zero not in (1, 2, 3):
         raise StepbillError("a sharded check needs --dp >= 2 and --zero 1, 2 or 3")
     spec = load_model(model)
-
-    def predict(r: int):
-        return predict_rank(spec, dp, zero, r, micro_batch, seq, recipe)
-
-    ranks = [rank] if rank is not None else [rs[0] for rs in rank_classes(predict, dp).values()]
-    try:
-        from stepbill.measure.build import require_torch
-        from stepbill.measure.sharded import measure_rank
-    except ImportError as exc:  # pragma: no cover - optional extra
-        raise StepbillError(f"stepbill check needs PyTorch and transformers ({exc.name} is missing): "
-                            "pip install 'stepbill[measure]'") from None
-    require_torch()
-    results = []
-    for r in ranks:
-        pred = predict(r)
-        mode = choose_mode(requested, pred.peak)
-        measured = measure_rank(to_hf_config(spec), world=dp, zero=zero, rank=r, micro_batch=micro_batch,
-                                seq_len=seq, mode=mode, recipe=recipe)
-        results.append((r, mode, pred, measured, compare_sharded(pred, measured)))
+    results = measure_sharded(spec, seq, micro_batch, recipe, dp, zero, rank, requested)
     if as_json:
-        print(json.dumps({"model": spec.name, "dp": dp, "zero": zero, "ranks": [
-            {"rank": r, "mode": mode, "convention": pred.convention,
-             "rows": [{"category": x.category, "predicted": x.predicted, "measured": x.measured, "error": x.error,
-                       "verdict": x.verdict} for x in rows],
-             "measured_breakdown_at_peak": m.breakdown, "predicted_transient": pred.transient,
-             "verdict": verdict(rows)} for r, mode, pred, m, rows in results]}, indent=2))
+        summaries = [verdict(rows) for *_, rows in results]
+        print(json.dumps(sharded_check_json(spec.name, dp, zero, results, summaries), indent=2))
         return
     for r, mode, pred, _, rows in results:
         _print_rows(f"{spec.name} rank {r} of {dp}, ZeRO-{zero}", mode, pred.convention, rows, verdict(rows))
