@@ -201,7 +201,8 @@ def layout_buffers(spec: ModelSpec, recipe: Recipe, order: tuple[str, ...], held
     if bucket:
         lines.append(Line("transient.grad_bucket", bucket, "bytes", "one gradient bucket of 25 MiB (DDP), the whole "
                           "step", {}, "cited: torch DDP bucket_cap_mb default; seed §1.8"))
-    if par.zero == 3:
+    gathers = par.zero == 3 and par.zero_group > 1  # one rank holds its whole shard: nothing to gather
+    if gathers:
         lines.append(Line("transient.zero3_allgather", 2 * gather, "bytes",
                           "2 units (current + prefetched) × {elements} elements × {bytes} B, during a layer",
                           {"elements": gather / p.weights, "bytes": p.weights}))
@@ -239,7 +240,7 @@ def layout_buffers(spec: ModelSpec, recipe: Recipe, order: tuple[str, ...], held
         total = float(bucket)
         in_layer = part in LAYER_PARTS and layer is not None
         kind = order[layer] if in_layer and layer is not None else None
-        if par.zero == 3 and phase is not Phase.OPTIMIZER:
+        if gathers and phase is not Phase.OPTIMIZER:
             if kind is not None:
                 total += 2 * gather_of[kind]  # current + prefetched unit
             elif part in HEAD_PARTS:
