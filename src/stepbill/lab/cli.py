@@ -75,7 +75,8 @@ def _emit(summary: dict[str, Any], as_json: bool, plot: Path | None) -> None:
         for c in t["columns"]:
             table.add_column(escape(c), justify="left" if c in ("group", "quantity", "format", "optimizer", "rule", "route",
                                                         "shape", "model", "phase", "finished", "token", "check",
-                                                        "claim", "seed inputs", "reason") else "right")
+                                                        "claim", "seed inputs", "reason", "reading",
+                                                        "seed prints (seed inputs)") else "right")
         for row in t["rows"]:
             table.add_row(*(escape(_fmt(v)) for v in row))
         console.print(table)
@@ -261,3 +262,9 @@ def memory_cmd(
 ) -> None:
     """The 16-byte AdamW ledger (4 model | 12 optimizer), resident GiB per GPU, bytes moved per step."""
     _emit(summaries.memory_summary(_floats("--params", params), _ints("--shards", shards), card_gib), as_json, None)
+
+
+@app.command("seed-checks")
+def seed_checks_cmd(as_json: JsonOpt = False) -> None:
+    """Seed 000's worked numbers recomputed by the bill engine, beside the seed's values, inputs and reasons."""
+    _emit(summaries.seed_checks_summary(), as_json, None)

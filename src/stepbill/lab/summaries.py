@@ -64,19 +64,22 @@ def adam_summary(
         "tables": [
             _table(f"EMA shares after {steps} steps (bias-corrected unless 'raw')",
                    ["step", "age (steps)", f"share β₁={beta1} (%)", "raw share β₁ (%)", f"share β₂={beta2} (%)"],
-                   shares),
+                   shares, "β₁ = 0.9 is a ~10-step window: the newest gradient weighs ~14 %, the oldest still ~4 %."),
             _table(f"Registers on a seeded stream (g₁ = 1.353, g_last = 0.769; middle illustrative), and ×{scale}",
                    ["step", "g", "m raw", "m̂", "√v̂", "m̂/√v̂", f"m̂ ×{scale}", f"√v̂ ×{scale}", f"m̂/√v̂ ×{scale}"],
-                   regs),
+                   regs, "scaling the gradients scales m̂ and √v̂ alike: the update m̂/√v̂ does not change."),
             _table("Lineage on a constant gradient (effective step, units of η; β₂ = 0.999)",
                    ["optimizer", "step 1", "peak", "step 600"],
-                   [[k, _f(v[0]), _f(v.max()), _f(v[-1])] for k, v in lin.items() if k != "step"]),
+                   [[k, _f(v[0]), _f(v.max()), _f(v[-1])] for k, v in lin.items() if k != "step"],
+                   "AdaGrad's step decays forever; without bias correction the first steps are amplified."),
             _table("Update RMS under pure-noise gradients (units of η)",
                    ["route", "RMS"],
                    [["closed form √((1−β₁)/(1+β₁))", values["update_rms_closed_form"]],
-                    ["Monte-Carlo (300 params × 2,000 steps, seeded)", rms_mc]]),
+                    ["Monte-Carlo (300 params × 2,000 steps, seeded)", rms_mc]],
+                   "on pure noise Adam moves each parameter ~0.2 η per step."),
             _table("PaLM β₂(k) = 1 − k^−0.8", ["step k", "β₂", "window (steps)"],
-                   [[k, _f(adam.palm_beta2(k)), k**0.8] for k in ks]),
+                   [[k, _f(adam.palm_beta2(k)), k**0.8] for k in ks],
+                   "PaLM's β₂ grows the window with training (~k^0.8), approaching 0.9999."),
         ],
     }
 
@@ -170,10 +173,12 @@ def warmup_summary(
                    [["|update| at t = 1 (units of η)", values["first_update_abs"]],
                     ["displacement, no warmup", values["first_step_no_warmup"]],
                     [f"displacement, {warmup_steps}-step linear warmup", values["first_step_with_warmup"]],
-                    ["warmup share of the run", values["warmup_fraction"]]]),
+                    ["warmup share of the run", values["warmup_fraction"]]],
+                   "Adam's first update is ±1 η whatever the gradient; warmup shrinks that first step 2,000×."),
             _table(f"√v̂/σ band of {params} independent parameters (seeded draw)",
                    ["β₂", "step-1 min (×)", "step-1 max (×)", f"step-{steps} max dev (%)", "theory rel. std (%)"],
-                   band_rows),
+                   band_rows,
+                   "√v̂ is untrustworthy for ~1/(1−β₂) steps: the first steps scatter it 0.01×–3× the truth."),
         ],
     }
 
@@ -197,6 +202,8 @@ def schedule_summary(
         "gpt3_lr_at_37b": at37,
         "v3_over_gpt3_175b": 2.2e-4 / 0.6e-4,
         "v3_over_gpt3_at_37b": 2.2e-4 / at37,
+        "gpt3_lr_at_37b_seed_rounded": float(f"{at37:.1g}"),
+        "v3_over_gpt3_at_37b_seed_rounded": 2.2e-4 / float(f"{at37:.1g}"),
     }
     return {
         "topic": "schedule",
@@ -205,13 +212,23 @@ def schedule_summary(
         "values": values,
         "tables": [
             _table(f"Area Σ lr over {total:,} steps (lr × steps)", ["shape", "area", "final lr"],
-                   [[s, a, _f(schedule.lr_at(total, s, total=total, **kw))] for s, a in areas.items()]),
+                   [[s, a, _f(schedule.lr_at(total, s, total=total, **kw))] for s, a in areas.items()],
+                   "cosine and linear decay spend the same area; WSD holds the peak longer and spends more."),
             _table("Floor", ["quantity", "value"],
                    [["cosine area, floor 0", no_floor], [f"cosine area, floor {floor:g}", areas["cosine"]],
-                    ["gain from the floor", values["floor_gain"]]]),
+                    ["gain from the floor", values["floor_gain"]]],
+                   "a 10 % floor adds about a tenth to the area."),
             _table(f"GPT-3 Table 2.1 peak lr (fit: lr ≈ {c:.3g}·N^{k:.3f})", ["model", "params", "peak lr", "fit"],
                    [[name, nn, lr_, c * nn**k] for name, nn, lr_ in schedule.GPT3_TABLE]
-                   + [["37B (log-log interpolated)", 37e9, at37, c * 37e9**k]]),
+                   + [["37B (log-log interpolated)", 37e9, at37, c * 37e9**k]],
+                   f"peak lr falls only ~10× over GPT-3's 1,400× in size (exponent {k:.2f})."),
+            _table("DeepSeek-V3's peak lr 2.2e-4 over GPT-3's", ["reading", "GPT-3 peak lr", "V3 / GPT-3"],
+                   [["GPT-3 175B (Table 2.1: 0.6e-4)", 0.6e-4, values["v3_over_gpt3_175b"]],
+                    ["GPT-3 interpolated at 37B (V3's active size), exact", at37, values["v3_over_gpt3_at_37b"]],
+                    ["the seed: interpolation rounded to 0.8e-4, ratio 2.75 printed as 2.8",
+                     values["gpt3_lr_at_37b_seed_rounded"], values["v3_over_gpt3_at_37b_seed_rounded"]]],
+                   "the seed's 2.8× comes from rounding the interpolated lr to 0.8e-4; the exact log-log value "
+                   "gives 2.7×."),
         ],
     }
 
@@ -245,10 +262,12 @@ def clip_summary(
         "tables": [
             _table(f"Clipping {list(vector)} at {clip_value:g}", ["rule", "result", "angle to original (°)"],
                    [["by norm (clip_grad_norm_)", str(np.round(by_norm, 4).tolist()), values["angle_by_norm_deg"]],
-                    ["by value (clip_grad_value_)", str(np.round(by_value, 4).tolist()), values["angle_by_value_deg"]]]),
+                    ["by value (clip_grad_value_)", str(np.round(by_value, 4).tolist()), values["angle_by_value_deg"]]],
+                   "clipping by norm keeps the direction; clipping by value turns it."),
             _table(f"Norm trace: {norms.size} steps, {source}, max {norms.max():.3g}",
                    ["threshold", "triggered (steps)", "untouched (steps)", "mean lr multiplier"],
-                   [[s.threshold, s.triggered, s.untouched, s.mean_lr_multiplier] for s in stats]),
+                   [[s.threshold, s.triggered, s.untouched, s.mean_lr_multiplier] for s in stats],
+                   "at threshold 1.0 clipping only catches the spikes; a low threshold rescales almost every step."),
         ],
         "_arrays": {"norms": norms},  # for the plot; keys starting with "_" stay out of --json
     }
@@ -332,19 +351,24 @@ def collectives_summary(
             _table(f"All-reduce of {message_bytes / collectives.GIB:.2f} GiB: busiest link",
                    ["GPUs", "ring 2(N−1)/N·M (GiB)", "central server 2NM (GiB)", "server (TiB)"],
                    [[int(n), r / collectives.GIB, s / collectives.GIB, s / collectives.TIB]
-                    for n, r, s in zip(rv["n"], rv["ring"], rv["server"], strict=True)]),
+                    for n, r, s in zip(rv["n"], rv["ring"], rv["server"], strict=True)],
+                   "a ring's busiest link carries < 2M at any N; a central server's grows with N."),
             _table(f"Ring of {ring_n}: fully reduced chunks held after each stage", ["stage", "phase", "finished"],
-                   ring_rows),
+                   ring_rows, "after N−1 reduce-scatter stages every GPU holds one fully reduced chunk."),
             _table(f"Tensor parallel: h = {hidden}, {tp}-way, {tokens:,} tokens, bf16", ["quantity", "value"],
                    [["layer params (12h²)", tpd["layer_params"]], ["params per GPU", tpd["params_per_rank"]],
                     ["all-reduces per layer per iteration", tpd["allreduces_per_layer"]],
                     ["activation (MiB)", tpd["activation_bytes"] / collectives.MIB],
-                    ["traffic per layer per iteration (MiB)", tpd["traffic_bytes"] / collectives.MIB]]),
+                    ["traffic per layer per iteration (MiB)", tpd["traffic_bytes"] / collectives.MIB]],
+                   "TP splits the weights but all-reduces activations four times per layer per iteration."),
             _table(f"Pipeline, {stages} stages", ["micro-batches", "bubble (p−1)/(m+p−1)", "idle cells in grid"],
-                   [[p["microbatches"], p["bubble"], p["bubble_from_grid"]] for p in pls]),
+                   [[p["microbatches"], p["bubble"], p["bubble_from_grid"]] for p in pls],
+                   "more micro-batches shrink the pipeline bubble (p−1)/(m+p−1)."),
             _table("3-D layout and ZeRO", ["quantity", "value"],
                    [[f"{dp} DP × {tp} TP × {stages} PP GPUs", int(world)],
-                    ["ZeRO comm per step, stage 0/1/2/3 (×Ψ)", "2 / 2 / 2 / 3"]]),
+                    ["ZeRO comm per step, stage 0/1/2/3 (×Ψ)", " / ".join(f"{v:g}" for v in
+                                                                          (comm.zero_comm_volume(k, 1.0) for k in range(4)))]],
+                   "ZeRO-1/2 cost the same traffic as plain DP; ZeRO-3 costs 1.5×."),
         ],
     }
 
@@ -525,4 +549,34 @@ def memory_summary(
                    "the optimizer step moves 14× the bytes the forward reads per parameter."),
         ],
         "units_note": "Units: B/param = bytes per parameter; GiB = 2^30 B.",
+    }
+
+
+def seed_checks_summary() -> Summary:
+    """Seed 000's worked numbers (§1.6–§5) recomputed by the engine beside the seed's printed values."""
+    from stepbill.lab import seed_checks  # imports the bill engine: only for this topic
+
+    groups = seed_checks.all_checks()
+    values = {c.claim: seed_checks.as_dict(c) for checks in groups.values() for c in checks}
+    tables = []
+    for title, checks in groups.items():
+        rows = [[c.claim, c.quantity, c.seed, c.value, c.unit] for c in checks]
+        tables.append(_table(title, ["claim", "quantity", "seed prints", "stepbill", "unit"], rows,
+                             "every stepbill number comes from the engine, with the seed's own inputs."))
+    two = [[c.claim, f"{c.seed} {c.unit} ({c.inputs})", c.preset_value, c.note]
+           for checks in groups.values() for c in checks if c.note and c.preset_value is not None]
+    tables.append(_table("Two readings: the seed's inputs vs the preset's (or another convention)",
+                         ["claim", "seed prints (seed inputs)", "other reading", "reason"], two,
+                         "both numbers are right for their inputs; where `stepbill bill` prints one, it is the other reading."))
+    tables.append(_table("Pending (not modelled yet)", ["claim", "reason"],
+                         [[k, v] for k, v in seed_checks.PENDING.items()],
+                         "these seed claims wait for an engine feature; nothing is printed for them."))
+    return {
+        "topic": "seed-checks",
+        "settings": {},
+        "values": values,
+        "pending": dict(seed_checks.PENDING),
+        "tables": tables,
+        "units_note": "Units: GiB = 2^30 B, TiB = 2^40 B, KiB = 2^10 B, GB = 1e9 B; TFLOP = 1e12, PFLOP = 1e15 "
+                      "(2 FLOPs per multiply-add, causal-halved attention).",
     }
