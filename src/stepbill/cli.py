@@ -106,14 +106,32 @@ def bill(
                              optimizer_impl)
     card = gpu_mem * GIB if gpu_mem else (the_gpu.memory_bytes if the_gpu else None)
     result = make_bill(spec, the_recipe, card, convention, attention, gpu=the_gpu, efficiency=mfu)
+    notes = _seed_notes(model, seq, micro_batch, recompute, recipe, optimizer, convention, layout)
     if as_json:
         from stepbill.report.bill_json import bill_to_json
 
-        _emit_json(bill_to_json(result))
+        out = bill_to_json(result)
+        if notes:
+            out["seed_notes"] = notes
+        _emit_json(out)
     else:
         from stepbill.report.terminal import print_bill
 
         print_bill(result, explain=explain)
+        for line in notes:
+            print(line)
+
+
+def _seed_notes(model: str, seq: int, micro_batch: int, recompute: str, recipe: str, optimizer: str,
+                convention: str, layout: object) -> list[str]:
+    """Where this bill is one of seed 000's worked examples, the seed's differing numbers and why (lab seed-checks)."""
+    from stepbill.spec.parallel import Parallel
+
+    if (recipe, optimizer, convention) != ("mixed-bf16", "adamw", "ideal") or layout != Parallel():
+        return []
+    from stepbill.lab.seed_checks import bill_notes
+
+    return bill_notes(model, seq, micro_batch, recompute)
 
 
 @app.command("recompute")

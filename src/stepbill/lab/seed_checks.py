@@ -330,3 +330,25 @@ def all_checks() -> dict[str, list[Check]]:
 
 def as_dict(check: Check) -> dict[str, Any]:
     return {k: v for k, v in asdict(check).items() if v not in ("", None) or k == "value"}
+
+
+# The two seed worked examples `stepbill bill` can be asked for, and the checks whose other reading it prints.
+_BILL_NOTES = {
+    ("gpt3-125m", SMALL_SEQ, SMALL_BATCH, "none"): ("gpt3s-resident-1.86", "gpt3s-totals"),
+    ("gpt3-125m", SMALL_SEQ, SMALL_BATCH, "full"): ("gpt3s-resident-1.86", "gpt3s-totals:full-recompute",
+                                                   "gpt3s-totals:compute"),
+    ("deepseek-v3", V3_SEQ, 1, "none"): ("bill-6nd-29.1PF", "bill-attn-82.1pct"),
+    ("deepseek-v3", V3_SEQ, 1, "full"): ("bill-6nd-29.1PF", "bill-attn-82.1pct", "v3-full-recompute-106.75"),
+}
+
+
+def bill_notes(model: str, seq: int, micro_batch: int, recompute: str) -> list[str]:
+    """One line per seed number that `stepbill bill` prints differently for the seed's own worked examples:
+    the seed's value with its inputs, the bill's, and why. Empty for any other bill."""
+    wanted = _BILL_NOTES.get((model, seq, micro_batch, recompute))
+    if not wanted:
+        return []
+    checks = {c.claim: c for fn in (gpt3_small_example, v3_full_bill, v3_activation_table) for c in fn()
+              if c.claim in wanted}
+    return [f"seed 000 prints {c.seed} {c.unit} for {c.quantity} ({c.inputs}); this bill: {c.preset_value:.4g}"
+            f"{'' if c.unit in ('%', '×') else ' '}{c.unit} — {c.note}" for c in (checks[w] for w in wanted)]

@@ -14,6 +14,8 @@ from stepbill.engine import comm
 from stepbill.lab import adam, backprop, clip, collectives, decay, formats, memory, misc, schedule, warmup
 
 Summary = dict[str, Any]
+BATCHES = (1, 10, 100, 1000, 10_000, 100_000, 1_000_000)  # batch sizes for η* = η_max/(1 + B_noise/B)
+SEED_REGISTERS = (0.470, 0.677)  # seed 002 §01: m̂ and √v̂ after 12 steps (its stream is not printed)
 
 
 def _table(title: str, columns: list[str], rows: list[list[Any]], takeaway: str = "") -> dict[str, Any]:
@@ -68,6 +70,13 @@ def adam_summary(
             _table(f"Registers on a seeded stream (g₁ = 1.353, g_last = 0.769; middle illustrative), and ×{scale}",
                    ["step", "g", "m raw", "m̂", "√v̂", "m̂/√v̂", f"m̂ ×{scale}", f"√v̂ ×{scale}", f"m̂/√v̂ ×{scale}"],
                    regs, "scaling the gradients scales m̂ and √v̂ alike: the update m̂/√v̂ does not change."),
+            _table(f"The seed's step-12 registers (m̂ {SEED_REGISTERS[0]}, √v̂ {SEED_REGISTERS[1]}) on a stream ×{scale}",
+                   ["quantity", "registers", f"×{scale}"],
+                   [["m̂", SEED_REGISTERS[0], SEED_REGISTERS[0] * scale], ["√v̂", SEED_REGISTERS[1], SEED_REGISTERS[1] * scale],
+                    ["m̂/√v̂", SEED_REGISTERS[0] / SEED_REGISTERS[1],
+                     _f(adam.registers(np.array([SEED_REGISTERS[0]]) * scale).m_hat[0]
+                        / np.sqrt(adam.registers(np.array([SEED_REGISTERS[1]]) * scale).v_hat[0]))]],
+                   "both registers shrink with the gradients, so the update m̂/√v̂ keeps its size."),
             _table("Lineage on a constant gradient (effective step, units of η; β₂ = 0.999)",
                    ["optimizer", "step 1", "peak", "step 600"],
                    [[k, _f(v[0]), _f(v.max()), _f(v[-1])] for k, v in lin.items() if k != "step"],
@@ -202,6 +211,18 @@ def schedule_summary(
         "gpt3_lr_at_37b": at37,
         "v3_over_gpt3_175b": 2.2e-4 / 0.6e-4,
         "v3_over_gpt3_at_37b": 2.2e-4 / at37,
+        "cosine_above_linear_at_quarter": bool(schedule.lr_at(total // 4, "cosine", total=total, **kw)
+                                               > schedule.lr_at(total // 4, "linear", total=total, **kw)),
+        "cosine_below_linear_at_nine_tenths": bool(schedule.lr_at(total * 9 // 10, "cosine", total=total, **kw)
+                                                   < schedule.lr_at(total * 9 // 10, "linear", total=total, **kw)),
+        "gpt3_warmup_share": warmup.warmup_fraction(375_000_000, 300_000_000_000),
+        "gpt3_lr_over_peak_at_260b": schedule.gpt3_lr(260e9) / 6e-5,
+        "gpt3_lr_over_peak_at_300b": schedule.gpt3_lr(300e9) / 6e-5,
+        "v3_floor_over_peak": schedule.v3_lr(14.4e12) / schedule.v3_lr(5e12),
+        "v3_lr_last_167b": schedule.v3_lr(14.7e12),
+        "palm_lr_at_10000": schedule.palm_lr(10_000),
+        "palm_lr_at_10001": schedule.palm_lr(10_001),
+        "lr_batch_bounded": [float(x) for x in schedule.lr_batch_bounded(BATCHES, 1000.0)],
         "gpt3_lr_at_37b_seed_rounded": float(f"{at37:.1g}"),
         "v3_over_gpt3_at_37b_seed_rounded": 2.2e-4 / float(f"{at37:.1g}"),
     }
@@ -222,6 +243,18 @@ def schedule_summary(
                    [[name, nn, lr_, c * nn**k] for name, nn, lr_ in schedule.GPT3_TABLE]
                    + [["37B (log-log interpolated)", 37e9, at37, c * 37e9**k]],
                    f"peak lr falls only ~10× over GPT-3's 1,400× in size (exponent {k:.2f})."),
+            _table("Published schedules (GPT-3 175B: peak 0.6e-4, tokens; DeepSeek-V3: tokens; PaLM: steps)",
+                   ["quantity", "value"],
+                   [["GPT-3 warmup share: 375M of 300B tokens", values["gpt3_warmup_share"]],
+                    ["GPT-3 lr / peak at 260B tokens (cosine end)", values["gpt3_lr_over_peak_at_260b"]],
+                    ["GPT-3 lr / peak at 300B tokens (held)", values["gpt3_lr_over_peak_at_300b"]],
+                    ["V3 lr at 14.4T / lr at 5T (floor over peak)", values["v3_floor_over_peak"]],
+                    ["V3 lr in the last 167B tokens", values["v3_lr_last_167b"]],
+                    ["PaLM lr at step 10,000 (then 1/√k)", values["palm_lr_at_10000"]],
+                    ["PaLM lr at step 10,001", values["palm_lr_at_10001"]]]
+                   + [[f"η*/η_max at batch {b:,} (B_noise = 1,000)", v]
+                      for b, v in zip(BATCHES, values["lr_batch_bounded"], strict=True)],
+                   "real schedules decay to ~10 % of peak; the best lr grows with batch but never past η_max."),
             _table("DeepSeek-V3's peak lr 2.2e-4 over GPT-3's", ["reading", "GPT-3 peak lr", "V3 / GPT-3"],
                    [["GPT-3 175B (Table 2.1: 0.6e-4)", 0.6e-4, values["v3_over_gpt3_175b"]],
                     ["GPT-3 interpolated at 37B (V3's active size), exact", at37, values["v3_over_gpt3_at_37b"]],
