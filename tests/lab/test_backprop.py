@@ -81,4 +81,4 @@ def test_descent_and_memory_topics(capsys: pytest.CaptureFixture[str]) -> None:
     assert v["msign_of_diag"] == pytest.approx([1, -1, 1, -1])
     code, out, _ = run_cli(["lab", "memory", "--json"], capsys)
     v = json.loads(out)["values"]
-    assert code == 0 and round(v["resident_gib"]["7e+09/2"], 1) == 52.2 and v["optimizer_step_bytes_per_param"] == 28
+    assert code == 0 and round(v["resident_gib"]["7e+09_x2"], 1) == 52.2 and v["optimizer_step_bytes_per_param"] == 28

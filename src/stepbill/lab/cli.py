@@ -268,3 +268,9 @@ def memory_cmd(
 def seed_checks_cmd(as_json: JsonOpt = False) -> None:
     """Seed 000's worked numbers recomputed by the bill engine, beside the seed's values, inputs and reasons."""
     _emit(summaries.seed_checks_summary(), as_json, None)
+
+
+@app.command("torch-defaults")
+def torch_defaults_cmd(as_json: JsonOpt = False) -> None:
+    """Checkpoint RNG preservation (measured), DDP's bucket size, checkpoint API names, from the installed torch."""
+    _emit(summaries.torch_defaults_summary(), as_json, None)

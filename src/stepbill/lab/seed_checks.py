@@ -18,12 +18,13 @@ from stepbill.engine import flops as fl
 from stepbill.engine import korthikanti as kt
 from stepbill.engine.bill import Bill, make_bill
 from stepbill.engine.params import param_inventory
-from stepbill.engine.recompute import sqrt_l_optimum
+from stepbill.engine.recompute import make_plan, sqrt_l_optimum
 from stepbill.engine.recompute_rank import rank_layer
 from stepbill.engine.shard import zero_item_bytes
 from stepbill.engine.states import bytes_per_param, cards_needed, checkpoint_lines, lora_adapter_groups, resident_bytes
 from stepbill.spec import load_preset
 from stepbill.spec.recipe import LoRA, make_recipe, precision
+from stepbill.spec.recompute_policy import parse_recompute
 
 KIB, GIB, TIB = 2**10, 2**30, 2**40
 GB, TF, PF = 1e9, 1e12, 1e15
@@ -230,7 +231,12 @@ def recompute_checks() -> list[Check]:
     executed = ranking.step_flops + ranking.layer_forward_flops
     inp = "DeepSeek-V3 MoE layer, 128K, seed's eight rows"
     gpt3 = load_preset("gpt3-175b")
+    megatron = make_plan(v3, parse_recompute("selective:layernorm,moe_act,mla_up_proj"), V3_SEQ, 1, 2).layers["moe"]
     return [
+        Check("rc-megatron-modules-map", "Megatron selective:layernorm,moe_act,mla_up_proj drops, per MoE layer",
+              megatron.dropped_bytes * V3_SEQ / GIB, "GiB", "rows 2–5: 3.50 + 4.50 + 8.00 + 6.00 = 22.0", inp,
+              "rows 1 (dispatch) and 6 (expert outputs) are also below the cut of 3 but no Megatron module names "
+              "them (other reading: tensors dropped)", len(megatron.dropped)),
         Check("rc-selective-old-6pct", "selective cost over one layer forward (old denominator)",
               100 * ranking.cost / ranking.layer_forward_flops, "%", "6", inp),
         Check("rc-attn-23x", "attention output TFLOP/GiB over the row before", rows[7].tflop_per_gib

@@ -134,7 +134,8 @@ def decay_summary(
             _table("Decay per step by parameter group (fraction of the weight removed each step)",
                    ["group", "√v̂", "AdamW η·λ", "L2-in-gradient η·λ/√v̂"], groups,
                    "AdamW decays every group alike; L2 in the gradient is divided by √v̂, a 750× spread here."),
-            _table("One weight pushed one way (seeded Adam updates, η = 0.01, 5,000 steps)",
+            _table("One weight pushed one way (seeded Adam updates, η = 0.01, 5,000 steps; illustrative: the seed's 1.70 "
+                   "with decay and 3.51 without come from its own stream, η and step count, which it does not print)",
                    ["quantity", "value"],
                    [["expected equilibrium E[u]/λ (mean of the updates / λ)", run.equilibrium],
                     ["with decay, steps 2,500–5,000: mean", values["sim_with_decay_second_half_mean"]],
@@ -184,7 +185,8 @@ def warmup_summary(
                     [f"displacement, {warmup_steps}-step linear warmup", values["first_step_with_warmup"]],
                     ["warmup share of the run", values["warmup_fraction"]]],
                    "Adam's first update is ±1 η whatever the gradient; warmup shrinks that first step 2,000×."),
-            _table(f"√v̂/σ band of {params} independent parameters (seeded draw)",
+            _table(f"√v̂/σ band of {params} independent parameters (seeded draw; the seed's 0.01×–2.86× and ±2 % / ±19 % "
+                   "are one unprinted draw of its own)",
                    ["β₂", "step-1 min (×)", "step-1 max (×)", f"step-{steps} max dev (%)", "theory rel. std (%)"],
                    band_rows,
                    "√v̂ is untrustworthy for ~1/(1−β₂) steps: the first steps scatter it 0.01×–3× the truth."),
@@ -209,6 +211,8 @@ def schedule_summary(
         "floor_gain": areas["cosine"] / no_floor - 1 if no_floor > 0 else float("nan"),
         "gpt3_lr_exponent": k,
         "gpt3_lr_at_37b": at37,
+        "gpt3_size_span": float(n.max() / n.min()),
+        "gpt3_lr_span": float(lrs.max() / lrs.min()),
         "v3_over_gpt3_175b": 2.2e-4 / 0.6e-4,
         "v3_over_gpt3_at_37b": 2.2e-4 / at37,
         "cosine_above_linear_at_quarter": bool(schedule.lr_at(total // 4, "cosine", total=total, **kw)
@@ -297,7 +301,8 @@ def clip_summary(
                    [["by norm (clip_grad_norm_)", str(np.round(by_norm, 4).tolist()), values["angle_by_norm_deg"]],
                     ["by value (clip_grad_value_)", str(np.round(by_value, 4).tolist()), values["angle_by_value_deg"]]],
                    "clipping by norm keeps the direction; clipping by value turns it."),
-            _table(f"Norm trace: {norms.size} steps, {source}, max {norms.max():.3g}",
+            _table(f"Norm trace: {norms.size} steps, {source}, max {norms.max():.3g}"
+                   + ("" if trace is not None else " (the seed's trace, max 7.39, is not printed: illustrative)"),
                    ["threshold", "triggered (steps)", "untouched (steps)", "mean lr multiplier"],
                    [[s.threshold, s.triggered, s.untouched, s.mean_lr_multiplier] for s in stats],
                    "at threshold 1.0 clipping only catches the spikes; a low threshold rescales almost every step."),
@@ -372,6 +377,10 @@ def collectives_summary(
             "ring_link_gib": (rv["ring"] / collectives.GIB).tolist(),
             "server_link_gib": (rv["server"] / collectives.GIB).tolist(),
             "ring_sim_link_bytes": run.link_bytes.tolist(),
+            "ring_stages": len(run.phases) - 1,
+            "ring_first_stage_every_gpu_holds_a_reduced_chunk": next(
+                st for st, ph in enumerate(run.phases) if all(collectives.finished_chunks(ph))),
+            "tp_allreduces_per_layer": tpd["allreduces_per_layer"],
             "tp_layer_params": tpd["layer_params"],
             "tp_params_per_rank": tpd["params_per_rank"],
             "tp_traffic_mib": tpd["traffic_bytes"] / collectives.MIB,
@@ -557,7 +566,7 @@ def memory_summary(
     values = {
         "bytes_model_per_param": model_b,
         "bytes_optimizer_per_param": opt_b,
-        "resident_gib": {f"{p:g}/{n}": r for p, n, r, _ in rows},
+        "resident_gib": {f"{p:g}_x{n}": r for p, n, r, _ in rows},  # params_xshards
         "optimizer_step_bytes_per_param": traffic["optimizer"],
         "optimizer_read_bytes_per_param": traffic["optimizer_read"],
         "optimizer_write_bytes_per_param": traffic["optimizer_write"],
@@ -612,4 +621,29 @@ def seed_checks_summary() -> Summary:
         "tables": tables,
         "units_note": "Units: GiB = 2^30 B, TiB = 2^40 B, KiB = 2^10 B, GB = 1e9 B; TFLOP = 1e12, PFLOP = 1e15 "
                       "(2 FLOPs per multiply-add, causal-halved attention).",
+    }
+
+
+def torch_defaults_summary() -> Summary:
+    """Seed 000 §2.6/§7's framework defaults, read from or measured on the installed torch."""
+    from stepbill.lab import torch_defaults as td
+
+    api = td.checkpoint_api()
+    values = {"checkpoint_preserves_rng_by_default": td.checkpoint_preserves_rng(),
+              "ddp_bucket_cap_mib": td.ddp_bucket_cap_mib(), **api,
+              "checkpoint_policy_count": len(api["checkpoint_policy_members"])}
+    return {
+        "topic": "torch-defaults",
+        "settings": {},
+        "values": values,
+        "tables": [
+            _table(f"PyTorch {api['torch_version']} defaults the seed quotes", ["quantity", "value"],
+                   [["checkpoint recomputes dropout with the same masks (preserve_rng_state default)",
+                     values["checkpoint_preserves_rng_by_default"]],
+                    ["DDP default bucket_cap_mb (MiB)", values["ddp_bucket_cap_mib"]],
+                    ["torch.utils.checkpoint.checkpoint exists", api["checkpoint"]],
+                    ["create_selective_checkpoint_contexts exists", api["create_selective_checkpoint_contexts"]],
+                    ["CheckpointPolicy members", ", ".join(api["checkpoint_policy_members"])]],
+                   "measured on this torch: the member list depends on the version (older releases have four)."),
+        ],
     }
