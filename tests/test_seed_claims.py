@@ -400,3 +400,29 @@ def test_docs_list_is_current() -> None:
     spec.loader.exec_module(module)
     doc = Path(__file__).parent.parent / "docs" / "seed-claims.md"
     assert doc.read_text(encoding="utf-8") == module.render_doc(), "run: python scripts/refresh_seed_facts.py"
+
+
+@pytest.mark.parametrize(("argv", "needles"), [
+    ((), ("3.97 GiB", "3.83 GiB", "1.86 GiB", "1.866 GiB", "sum of items")),
+    (("bill", "gpt3-125m", "--seq", "1024", "--micro-batch", "8", "--recompute", "full"),
+     ("2.18 GiB", "33 %", "23.66%", "LM head")),
+    (("bill", "deepseek-v3", "--seq", "131072"), ("29.1 PFLOP", "29.53 PFLOP", "82.1 %", "81.72%", "37e9")),
+])
+def test_bill_prints_the_seeds_number_beside_its_own(argv: tuple[str, ...], needles: tuple[str, ...],
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """gpt3s-totals, gpt3s-resident-1.86, bill-6nd-29.1PF, bill-attn-82.1pct: where the bill of a seed's worked
+    example differs from the seed, the seed's number, its inputs and the reason are printed beside it."""
+    from tests.conftest import run_cli
+
+    code, out, _ = run_cli(list(argv), capsys)
+    assert code == 0 and all(n in out for n in needles), [n for n in needles if n not in out]
+    code, out, _ = run_cli([*(argv or ("bill", "gpt3-125m", "--seq", "1024", "--micro-batch", "8")), "--json"], capsys)
+    notes = json.loads(out)["seed_notes"]
+    assert code == 0 and all(any(n in line for line in notes) for n in needles)
+
+
+def test_other_bills_carry_no_seed_notes(capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.conftest import run_cli
+
+    code, out, _ = run_cli(["bill", "gpt3-125m", "--seq", "2048", "--json"], capsys)
+    assert code == 0 and "seed_notes" not in json.loads(out)

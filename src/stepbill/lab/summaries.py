@@ -67,7 +67,8 @@ def adam_summary(
             _table(f"EMA shares after {steps} steps (bias-corrected unless 'raw')",
                    ["step", "age (steps)", f"share β₁={beta1} (%)", "raw share β₁ (%)", f"share β₂={beta2} (%)"],
                    shares, "β₁ = 0.9 is a ~10-step window: the newest gradient weighs ~14 %, the oldest still ~4 %."),
-            _table(f"Registers on a seeded stream (g₁ = 1.353, g_last = 0.769; middle illustrative), and ×{scale}",
+            _table(f"Registers on a seeded stream (g₁ = 1.353, g_last = 0.769; middle illustrative, so step 12 differs from "
+                   f"the seed's m̂ 0.470 / √v̂ 0.677, whose middle gradients are not printed), and ×{scale}",
                    ["step", "g", "m raw", "m̂", "√v̂", "m̂/√v̂", f"m̂ ×{scale}", f"√v̂ ×{scale}", f"m̂/√v̂ ×{scale}"],
                    regs, "scaling the gradients scales m̂ and √v̂ alike: the update m̂/√v̂ does not change."),
             _table(f"The seed's step-12 registers (m̂ {SEED_REGISTERS[0]}, √v̂ {SEED_REGISTERS[1]}) on a stream ×{scale}",
