@@ -220,6 +220,8 @@ def collectives_cmd(
 @app.command("backprop")
 def backprop_cmd(
     params: float = typer.Option(3e11, help="Parameters, i.e. forwards one finite-difference gradient needs."),
+    model: str | None = typer.Option(None, help="Take the parameter count from a model (preset, ModelSpec JSON or "
+                                     "HF config.json) instead of --params."),
     seconds: float = typer.Option(1.0, "--seconds-per-forward", help="Wall-clock seconds of one forward."),
     rates: str = typer.Option("2,0.5,3", help="Local rates of the illustrative chain, comma-separated."),
     links: int = typer.Option(59, help="Links of the vanishing/exploding chain."),
@@ -232,7 +234,13 @@ def backprop_cmd(
     plot: PlotOpt = None,
 ) -> None:
     """Finite differences vs backprop, the chain of local rates, p − y, and backward = 2× forward (FLOPs)."""
+    if model is not None:
+        from stepbill.engine.params import param_inventory
+        from stepbill.spec.presets import load_model
+
+        params = float(param_inventory(load_model(model)).total)
     s = summaries.backprop_summary(params, seconds, _floats("--rates", rates), links, tokens, k, n, seed, use_torch)
+    s["settings"]["model"] = model
     _emit(s, as_json, plot)
 
 

@@ -195,7 +195,8 @@ def v3_full_bill() -> list[Check]:
         Check("bill-split-1.22-1.22-7.32", "fp32 master + m + v",
               resident_bytes(671e9, table["master"] + table["m"] + table["v"]) / TIB, "TiB", "7.32", inp),
         Check("bill-125-cards", "80 GiB cards for the resident state alone", cards_needed(resident, 80 * GIB), "cards",
-              "125", inp, "", bill["cards.resident"].value),
+              "125", inp, "`stepbill bill deepseek-v3 --gpu-mem 80` with the preset's 671.03B parameters gives the "
+              "same count (other reading)", bill["cards.resident"].value),
         Check("bill-93.7-sequences", "resident / one sequence's full-recompute activations (106.75 GiB)", seqs,
               "sequences", "93.7", inp),
         Check("bill-94-seqs-12.3M-tokens", "94 sequences × 131,072 tokens", round(seqs) * V3_SEQ / 1e6, "M tokens",

@@ -480,10 +480,10 @@ def backprop_summary(
         "values": values,
         "tables": [
             _table("Finite differences vs reverse mode (one step, one forward per parameter)", ["quantity", "value"],
-                   [[f"{params:.3g} params × {seconds_per_forward:g} s per forward (years of 365.25 days)", years],
+                   [[f"{params:,.0f} params × {seconds_per_forward:g} s per forward (years of 365.25 days)", years],
                     ["forward-mode sweeps (one per input)", sw["forward_mode"]],
                     ["reverse-mode sweeps (one per scalar loss)", sw["reverse_mode"]]],
-                   "finite differences would take ~10,000 years for one step; one backward sweep does it."),
+                   f"finite differences would take {years:,.0f} years for one step; one backward sweep does it."),
             _table("Chain rule: local rates multiply", ["quantity", "value"],
                    [[f"rates {' × '.join(f'{r:g}' for r in rates)}", values["chain_total_rate"]],
                     [f"0.8 through {links} links", low], [f"1.2 through {links} links", high],
