@@ -39,7 +39,7 @@ def _cell(text: object) -> str:
 def render_doc() -> str:
     """docs/seed-claims.md: counts, every pending reproducible claim, every non-reproducible one, with reasons."""
     sys.path.insert(0, str(ROOT))
-    from tests.test_seed_claims import COVER, PENDING, load_catalog
+    from tests.test_seed_claims import CAVEATS, COVER, PENDING, load_catalog
 
     claims = load_catalog()
     repro = [c for c in claims if c["reproduced"]]
@@ -73,6 +73,8 @@ def render_doc() -> str:
         for cmd in dict.fromkeys(" ".join(ch.argv) for ch in checks):
             by_cmd.setdefault(f"stepbill {cmd}", []).append(cid)
     lines += [f"| `{cmd}` | {', '.join(ids)} |" for cmd, ids in sorted(by_cmd.items())]
+    lines += ["", "## Covered, with a caveat", "", "| claim | caveat |", "|---|---|"]
+    lines += [f"| {cid} | {_cell(why)} |" for cid, why in CAVEATS.items()]
     lines += ["", "## Reproducible but pending", "", "| claim | status | reason |", "|---|---|---|"]
     status = {c["id"]: c["status"] for c in claims}
     lines += [f"| {cid} | {status.get(cid, '?')} | {_cell(why)} |" for cid, why in PENDING.items()]

@@ -138,7 +138,7 @@ def gpt3_small_example() -> list[Check]:
     seed_none = (resident_bytes(p_seed, 16) + a_none) / GIB
     seed_full = (resident_bytes(p_seed, 16) + a_full) / GIB
     extra_bill = full["flops.step"].value / none["flops.step"].value - 1
-    extra_seed = (3 + 1) / 3 - 1  # the seed's passes: forward, backward = 2 forwards, + 1 recomputed forward
+    extra_seed = none["flops.forward"].value / none["flops.step"].value  # the whole forward once more: 3 → 4 passes
     return [
         Check("gpt3s-params-consistency", "parameters of 12 × 768 (MLP 3,072)", p_preset / 1e6, "M", "125",
               "gpt3-125m preset (GPT-3 Table 2.1 first row)"),
@@ -274,10 +274,13 @@ def state_checks() -> list[Check]:
     llama = load_preset("llama2-7b")
     inv7 = param_inventory(llama)
     adapters = sum(s[0] * s[1] * c for s, c, _ in lora_adapter_groups(inv7, LoRA(16, ("q_proj", "v_proj"))))
+    q = next(t for t in inv7.tensors if t.name.endswith("q_proj.weight"))  # one 4096 × 4096 matrix
+    q_adapter = sum(s[0] * s[1] for s, _, _ in lora_adapter_groups(inv7, LoRA(16, ("q_proj",))))
     full7 = make_bill(llama, make_recipe(seq_len=512))
     lora7 = make_bill(llama, make_recipe(seq_len=512, lora_rank=16, lora_targets=("q_proj", "v_proj")))
-    psi = 7.5e9
-    items = {"weights": 2 * psi, "grads": 2 * psi, "optimizer": 12 * psi}
+    psi = 7.5e9  # ZeRO Figure 1: Ψ = 7.5B, K = 12 (the optimizer side of mixed-precision Adam), Nd = 64
+    items = {"weights": mixed["weights"] * psi, "grads": mixed["grads"] * psi,
+             "optimizer": (mixed["master"] + mixed["m"] + mixed["v"]) * psi}
     zero = [sum(zero_item_bytes(items, s, 64).values()) / GB for s in range(4)]
     b = "B/param"
     return [
@@ -302,8 +305,8 @@ def state_checks() -> list[Check]:
               "preset 671.03B"),
         Check("ckpt-v3-4.9TiB", "checkpoint with bf16 moments (4 + 2 + 2 B)", v3ckpt / TIB, "TiB", "4.9",
               "preset 671.03B", "one third smaller (other reading)", 1 - v3ckpt / classic),
-        Check("lora-0.8pct-per-matrix", "rank-16 adapter of a 4096² matrix", 100 * 2 * 4096 * 16 / 4096**2, "%",
-              "0.8", "2 × 4096 × 16"),
+        Check("lora-0.8pct-per-matrix", "rank-16 adapter of one 4096² matrix (Llama-2-7B q_proj)",
+              100 * q_adapter / (q.shape[0] * q.shape[1]), "%", "0.8", "2 × 4096 × 16"),
         Check("lora-7b-adapter-8.39M", "LoRA r = 16 on q, v of Llama-2-7B", adapters / 1e6, "M params", "8.39",
               "32 layers × 2 matrices"),
         Check("lora-7b-0.124pct", "adapter share of the model", 100 * adapters / inv7.total, "%", "0.124",

@@ -207,6 +207,7 @@ def schedule_summary(
     lrs = np.array([r[2] for r in schedule.GPT3_TABLE])
     k, c = schedule.powerlaw_fit(n, lrs)
     at37 = _f(schedule.loglog_interp(37e9, n, lrs))
+    v3_peak = _f(schedule.v3_lr(5e12))  # DeepSeek-V3's constant stage: its peak 2.2e-4
     values = {
         "areas_lr_steps": areas,
         "floor_gain": areas["cosine"] / no_floor - 1 if no_floor > 0 else float("nan"),
@@ -214,8 +215,8 @@ def schedule_summary(
         "gpt3_lr_at_37b": at37,
         "gpt3_size_span": float(n.max() / n.min()),
         "gpt3_lr_span": float(lrs.max() / lrs.min()),
-        "v3_over_gpt3_175b": 2.2e-4 / 0.6e-4,
-        "v3_over_gpt3_at_37b": 2.2e-4 / at37,
+        "v3_over_gpt3_175b": v3_peak / _f(lrs[n.argmax()]),
+        "v3_over_gpt3_at_37b": v3_peak / at37,
         "cosine_above_linear_at_quarter": bool(schedule.lr_at(total // 4, "cosine", total=total, **kw)
                                                > schedule.lr_at(total // 4, "linear", total=total, **kw)),
         "cosine_below_linear_at_nine_tenths": bool(schedule.lr_at(total * 9 // 10, "cosine", total=total, **kw)
@@ -229,7 +230,7 @@ def schedule_summary(
         "palm_lr_at_10001": schedule.palm_lr(10_001),
         "lr_batch_bounded": [float(x) for x in schedule.lr_batch_bounded(BATCHES, 1000.0)],
         "gpt3_lr_at_37b_seed_rounded": float(f"{at37:.1g}"),
-        "v3_over_gpt3_at_37b_seed_rounded": 2.2e-4 / float(f"{at37:.1g}"),
+        "v3_over_gpt3_at_37b_seed_rounded": v3_peak / float(f"{at37:.1g}"),
     }
     return {
         "topic": "schedule",
