@@ -118,8 +118,11 @@ def bill(
         from stepbill.report.terminal import print_bill
 
         print_bill(result, explain=explain)
+        if notes:
+            print("This is one of seed 000's worked examples; where the seed prints another number "
+                  "(`stepbill lab seed-checks` has them all):")
         for line in notes:
-            print(line)
+            print(f"- {line}")
 
 
 def _seed_notes(model: str, seq: int, micro_batch: int, recompute: str, recipe: str, optimizer: str,

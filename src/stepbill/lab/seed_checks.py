@@ -358,7 +358,7 @@ def bill_notes(model: str, seq: int, micro_batch: int, recompute: str) -> list[s
     wanted = _BILL_NOTES.get((model, seq, micro_batch, recompute))
     if not wanted:
         return []
-    checks = {c.claim: c for fn in (gpt3_small_example, v3_full_bill, v3_activation_table) for c in fn()
-              if c.claim in wanted}
+    groups = (gpt3_small_example,) if model == "gpt3-125m" else (v3_full_bill, v3_activation_table)
+    checks = {c.claim: c for fn in groups for c in fn() if c.claim in wanted}
     return [f"seed 000 prints {c.seed} {c.unit} for {c.quantity} ({c.inputs}); this bill: {c.preset_value:.4g}"
             f"{'' if c.unit in ('%', '×') else ' '}{c.unit} — {c.note}" for c in (checks[w] for w in wanted)]
