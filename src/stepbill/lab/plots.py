@@ -9,7 +9,7 @@ import numpy as np
 
 from stepbill.engine import comm
 from stepbill.errors import StepbillError
-from stepbill.lab import adam, backprop, collectives, decay, formats, misc, schedule, warmup
+from stepbill.lab import adam, backprop, collectives, decay, descent, formats, schedule, warmup
 
 SUFFIXES = (".png", ".svg")
 
@@ -183,13 +183,13 @@ def _draw_backprop(axes: Any, s: dict, _: dict) -> None:
 
 def _draw_descent(axes: Any, s: dict, _: dict) -> None:
     x = np.linspace(-14, 14, 600)
-    axes[0].plot(x, misc.toy_loss(x), c="0.5", label="L(x) = 0.015x² + 0.45cos(1.1x)")
+    axes[0].plot(x, descent.toy_loss(x), c="0.5", label="L(x) = 0.015x² + 0.45cos(1.1x)")
     for beta in (0.0, s["beta"]):
-        xs = misc.heavy_ball(s["x0"], s["lr"], beta, s["steps"])
-        axes[0].plot(xs, misc.toy_loss(xs), ".-", ms=3, label=f"β = {beta:g} → x = {xs[-1]:.3f}")
+        xs = descent.heavy_ball(s["x0"], s["lr"], beta, s["steps"])
+        axes[0].plot(xs, descent.toy_loss(xs), ".-", ms=3, label=f"β = {beta:g} → x = {xs[-1]:.3f}")
     axes[0].set(xlabel="x", ylabel="loss", title="Heavy ball on the toy landscape")
     axes[0].legend()
     r = np.logspace(0.5, 3.5, 60)
-    axes[1].loglog(r, [misc.gd_steps_to_half(v) for v in r])
+    axes[1].loglog(r, [descent.gd_steps_to_half(v) for v in r])
     axes[1].set(xlabel="steepness ratio a_steep / a_flat", ylabel="steps to halve the flat direction",
                 title="One lr for all directions (η = 1.9/a_steep)")

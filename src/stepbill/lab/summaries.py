@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from stepbill.engine import comm
-from stepbill.lab import adam, backprop, clip, collectives, decay, formats, memory, misc, schedule, warmup
+from stepbill.lab import adam, backprop, clip, collectives, decay, descent, formats, memory, schedule, warmup
 
 Summary = dict[str, Any]
 BATCHES = (1, 10, 100, 1000, 10_000, 100_000, 1_000_000)  # batch sizes for η* = η_max/(1 + B_noise/B)
@@ -514,19 +514,19 @@ def descent_summary(
     """Seed 000 §3.3: one lr for directions of different steepness (ratios 25 and 1,000), the 2/a threshold at
     ±5 %, Newton's step, heavy-ball momentum on the toy landscape (x0 = 12, η = 2, β = 0.8: the catalog's
     inputs, not printed in the seed), Muon's msign on a diagonal matrix and its Newton–Schulz FLOP overhead."""
-    halves = [[r, 1 - 1.9 / r, misc.gd_steps_to_half(r)] for r in ratios]
-    plain, heavy = misc.heavy_ball(x0, lr, 0.0, steps), misc.heavy_ball(x0, lr, beta, steps)
+    halves = [[r, 1 - 1.9 / r, descent.gd_steps_to_half(r)] for r in ratios]
+    plain, heavy = descent.heavy_ball(x0, lr, 0.0, steps), descent.heavy_ball(x0, lr, beta, steps)
     diag = np.diag([3.0, -2.0, 0.5, -1.0])
-    sign = np.diag(misc.msign(diag))
+    sign = np.diag(descent.msign(diag))
     values = {
         "steps_to_half": {f"{r:g}": h for r, _, h in halves},
-        "converges_5pct_below_2_over_a": misc.gd_converges(0.95 * 2.0, 1.0),
-        "converges_5pct_above_2_over_a": misc.gd_converges(1.05 * 2.0, 1.0),
-        "newton_step_at_x_3": misc.newton_step(3.0, 0.7),
+        "converges_5pct_below_2_over_a": descent.gd_converges(0.95 * 2.0, 1.0),
+        "converges_5pct_above_2_over_a": descent.gd_converges(1.05 * 2.0, 1.0),
+        "newton_step_at_x_3": descent.newton_step(3.0, 0.7),
         "final_x_plain_gd": float(plain[-1]),
         "final_x_heavy_ball": float(heavy[-1]),
         "msign_of_diag": [float(v) for v in sign],
-        "muon_flop_overhead": misc.muon_flop_overhead(width, batch_tokens),
+        "muon_flop_overhead": descent.muon_flop_overhead(width, batch_tokens),
     }
     return {
         "topic": "descent",
@@ -544,8 +544,8 @@ def descent_summary(
                    "GD diverges just past η = 2/a; Newton's step is exactly the distance to the minimum."),
             _table(f"Toy landscape L(x) = 0.015x² + 0.45cos(1.1x), x0 = {x0:g}, η = {lr:g}, {steps} steps",
                    ["optimizer", "final x", "final loss"],
-                   [["plain GD (β = 0)", float(plain[-1]), float(misc.toy_loss(plain[-1]))],
-                    [f"heavy ball (β = {beta:g})", float(heavy[-1]), float(misc.toy_loss(heavy[-1]))]],
+                   [["plain GD (β = 0)", float(plain[-1]), float(descent.toy_loss(plain[-1]))],
+                    [f"heavy ball (β = {beta:g})", float(heavy[-1]), float(descent.toy_loss(heavy[-1]))]],
                    "plain GD stops in the shallow pit (±8.101); momentum carries over it to the deep valley (±2.706)."),
             _table("Muon", ["quantity", "value"],
                    [["msign(diag(3, −2, 0.5, −1)) diagonal", str([round(v, 6) for v in values["msign_of_diag"]])],

@@ -1,4 +1,4 @@
-"""Small optimizer maths from seed 000 §3.3 that the adam topic shows: one learning rate for directions of
+"""Gradient descent and its fixes, seed 000 §3.3 (`stepbill lab descent`): one learning rate for directions of
 different steepness, the stability threshold, Newton's step, heavy-ball momentum on a toy landscape, Muon's msign.
 
 Conventions: quadratics f = a·x²/2 along each direction (curvature a); steps are gradient-descent iterations.
