@@ -228,7 +228,8 @@ def _register_subcommands() -> None:
     if not any(command.name == "check" for command in app.registered_commands):
         app.command(name="check")(check)
     if not any(group.name == "lab" for group in app.registered_groups):
-        app.add_typer(lab_app, name="lab", help="Optimizer, schedule, precision and collective mechanics.")
+        app.add_typer(lab_app, name="lab", help="Backprop, optimizer, schedule, precision and "
+                      "collective mechanics; the seeds' numbers (seed-checks).")
 
 
 def main(argv: list[str] | None = None) -> None:

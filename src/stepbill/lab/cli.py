@@ -20,7 +20,8 @@ from stepbill.errors import StepbillError, unknown_name
 from stepbill.lab import summaries
 from stepbill.lab.schedule import SHAPES
 
-app = typer.Typer(no_args_is_help=True, help="Optimizer, schedule, precision and collective mechanics.")
+app = typer.Typer(no_args_is_help=True, help="Backprop, optimizer, schedule, precision and collective mechanics; "
+                                             "the seeds' numbers (seed-checks).")
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
 PlotOpt = Annotated[Path | None, typer.Option("--plot", help="Also draw the figure to FILE.png or FILE.svg.")]
