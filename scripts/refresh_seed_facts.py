@@ -39,7 +39,7 @@ def _cell(text: object) -> str:
 def render_doc() -> str:
     """docs/seed-claims.md: counts, every pending reproducible claim, every non-reproducible one, with reasons."""
     sys.path.insert(0, str(ROOT))
-    from tests.test_seed_claims import CAVEATS, COVER, PENDING, load_catalog
+    from tests.test_seed_claims import CAVEATS, COVER, NOT_REPRODUCIBLE_PRINTED, PENDING, load_catalog
 
     claims = load_catalog()
     repro = [c for c in claims if c["reproduced"]]
@@ -79,11 +79,12 @@ def render_doc() -> str:
     status = {c["id"]: c["status"] for c in claims}
     lines += [f"| {cid} | {status.get(cid, '?')} | {_cell(why)} |" for cid, why in PENDING.items()]
     lines += ["", "## Not reproducible (catalog: `reproduced: false`)", "", "| claim | status | claim text | why "
-              "(catalog note / computed) |", "|---|---|---|---|"]
+              "(catalog note / computed) | what stepbill prints |", "|---|---|---|---|---|"]
     for c in claims:
         if not c["reproduced"]:
             why = c["note"] or c["computed"]
-            lines.append(f"| {c['id']} | {c['status']} | {_cell(c['claim'])} | {_cell(why)} |")
+            shown = NOT_REPRODUCIBLE_PRINTED.get(c["id"], "nothing (citation, not a computation)")
+            lines.append(f"| {c['id']} | {c['status']} | {_cell(c['claim'])} | {_cell(why)} | {_cell(shown)} |")
     return "\n".join(lines) + "\n"
 
 
