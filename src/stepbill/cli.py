@@ -106,7 +106,7 @@ def bill(
                              optimizer_impl)
     card = gpu_mem * GIB if gpu_mem else (the_gpu.memory_bytes if the_gpu else None)
     result = make_bill(spec, the_recipe, card, convention, attention, gpu=the_gpu, efficiency=mfu)
-    notes = _seed_notes(model, seq, micro_batch, recompute, recipe, optimizer, convention, layout)
+    notes = _seed_notes(model, seq, micro_batch, recompute, (recipe, optimizer, convention, attention, lora_rank), layout)
     if as_json:
         from stepbill.report.bill_json import bill_to_json
 
@@ -125,12 +125,12 @@ def bill(
             print(f"- {line}")
 
 
-def _seed_notes(model: str, seq: int, micro_batch: int, recompute: str, recipe: str, optimizer: str,
-                convention: str, layout: object) -> list[str]:
-    """Where this bill is one of seed 000's worked examples, the seed's differing numbers and why (lab seed-checks)."""
+def _seed_notes(model: str, seq: int, micro_batch: int, recompute: str, options: tuple, layout: object) -> list[str]:
+    """Where this bill is one of seed 000's worked examples, the seed's differing numbers and why (lab seed-checks).
+    `options` is (recipe, optimizer, convention, attention, LoRA rank); the seed's are the defaults."""
     from stepbill.spec.parallel import Parallel
 
-    if (recipe, optimizer, convention) != ("mixed-bf16", "adamw", "ideal") or layout != Parallel():
+    if options != ("mixed-bf16", "adamw", "ideal", "sdpa", None) or layout != Parallel():
         return []
     from stepbill.lab.seed_checks import bill_notes
 
