@@ -108,14 +108,36 @@ def bill(
         pp_schedule=pp_schedule, vpp=vpp, micro_batches=micro_batches, offload_optimizer=offload_optimizer,
         offload_activations=offload_activations, gpu=gpu, gpus=gpus, efficiency=mfu, name=cli_flag)
     result, fit, dp_note = run.bill, run.fit, run.layout_note
+    notes = _seed_notes(model, seq, micro_batch, recompute, (recipe, optimizer, convention, attention, lora_rank),
+                        result.recipe.parallel)
     if as_json:
         from stepbill.report.bill_json import bill_to_json
 
-        _emit_json(bill_to_json(result, fit=fit, layout_note=dp_note))
+        out = bill_to_json(result, fit=fit, layout_note=dp_note)
+        if notes:
+            out["seed_notes"] = notes
+        _emit_json(out)
     else:
         from stepbill.report.terminal import print_bill
 
         print_bill(result, explain=explain, fit=fit, layout_note=dp_note)
+        if notes:
+            print("This is one of seed 000's worked examples; where the seed prints another number "
+                  "(`stepbill lab seed-checks` has them all):")
+        for line in notes:
+            print(f"- {line}")
+
+
+def _seed_notes(model: str, seq: int, micro_batch: int, recompute: str, options: tuple, layout: object) -> list[str]:
+    """Where this bill is one of seed 000's worked examples, the seed's differing numbers and why (lab seed-checks).
+    `options` is (recipe, optimizer, convention, attention, LoRA rank); the seed's are the defaults."""
+    from stepbill.spec.parallel import Parallel
+
+    if options != ("mixed-bf16", "adamw", "ideal", "sdpa", None) or layout != Parallel():
+        return []
+    from stepbill.lab.seed_checks import bill_notes
+
+    return bill_notes(model, seq, micro_batch, recompute)
 
 
 @app.command("recompute")
@@ -215,7 +237,8 @@ def _register_subcommands() -> None:
     if not any(command.name == "check" for command in app.registered_commands):
         app.command(name="check")(check)
     if not any(group.name == "lab" for group in app.registered_groups):
-        app.add_typer(lab_app, name="lab", help="Optimizer, schedule, precision and collective mechanics.")
+        app.add_typer(lab_app, name="lab", help="Backprop, optimizer, schedule, precision and "
+                      "collective mechanics; the seeds' numbers (seed-checks).")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -346,6 +346,8 @@ class BillJson(Strict):
     gpu: GpuPart | None = Field(description="the catalog GPU, or null")
     fit: FitPart | None = Field(description="with a card (`--gpu` or `--gpu-mem`): the fit verdict, usable − reserve − "
                                 "the eager peak per rank class; null without")
+    seed_notes: list[str] = Absent("on seed 000's worked examples only (`stepbill lab seed-checks`): where the seed "
+                                   "prints another number, both numbers and the reason")
 
 
 # ---------------------------------------------------------------------------------------------- recompute

@@ -1,4 +1,4 @@
-"""Small optimizer maths from seed 000 §3.3 that the adam topic shows: one learning rate for directions of
+"""Gradient descent and its fixes, seed 000 §3.3 (`stepbill lab descent`): one learning rate for directions of
 different steepness, the stability threshold, Newton's step, heavy-ball momentum on a toy landscape, Muon's msign.
 
 Conventions: quadratics f = a·x²/2 along each direction (curvature a); steps are gradient-descent iterations.
@@ -67,3 +67,13 @@ def msign(m: npt.ArrayLike) -> np.ndarray:
     On a diagonal matrix it is the element-wise sign. Source: seed 000 §3.3 (Muon figure Ⓐ)."""
     u, _, vt = np.linalg.svd(np.asarray(m, dtype=float))
     return u @ vt
+
+
+def muon_flop_overhead(width: int, batch_tokens: float, ns_steps: int = 5) -> float:
+    """Newton–Schulz FLOPs relative to the layer's training matmuls for one m×m weight: T·m/B.
+
+    Each of T iterations costs ~6m³ (three m×m matmuls of 2m³) against the 6·m²·B of forward + backward over
+    B tokens. Source: Keller Jordan's Muon write-up, as cited in seed 000 §3.3 (Llama-405B width 16,384,
+    16M tokens per batch → 0.51 %, "below 1 %"). FLOP count, not wall-clock."""
+    return _check.count("ns_steps", ns_steps) * _check.count("width", width) / _check.positive("batch tokens",
+                                                                                              batch_tokens)
