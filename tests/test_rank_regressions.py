@@ -132,7 +132,7 @@ def test_per_rank_cost_does_not_grow_with_ranks(monkeypatch: pytest.MonkeyPatch)
 
 def test_models_names_grouped_query_attention(capsys: pytest.CaptureFixture[str]) -> None:
     """User trial W13: GQA models were listed as "mha"."""
-    code, out, _ = run_cli(["models", "--json"], capsys)
+    _code, out, _ = run_cli(["models", "--json"], capsys)
     kinds = {row["name"]: row["attention"] for row in json.loads(out)}
     assert kinds["llama3-8b"] == "gqa (8 kv heads)" and kinds["mixtral-8x7b"] == "gqa (8 kv heads)"
     assert kinds["gpt3-125m"] == "mha" and kinds["deepseek-v3"] == "mla"

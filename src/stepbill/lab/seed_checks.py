@@ -17,10 +17,10 @@ from stepbill.engine import activations as act
 from stepbill.engine import flops as fl
 from stepbill.engine import korthikanti as kt
 from stepbill.engine.bill import Bill, make_bill
+from stepbill.engine.parallel.layout import zero_item_bytes
 from stepbill.engine.params import param_inventory
 from stepbill.engine.recompute import make_plan, sqrt_l_optimum
-from stepbill.engine.recompute_rank import rank_layer
-from stepbill.engine.shard import zero_item_bytes
+from stepbill.engine.recompute.ranking import rank_layer
 from stepbill.engine.states import bytes_per_param, cards_needed, checkpoint_lines, lora_adapter_groups, resident_bytes
 from stepbill.spec import load_preset
 from stepbill.spec.recipe import LoRA, make_recipe, precision
