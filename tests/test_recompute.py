@@ -126,7 +126,7 @@ def test_module_matching_nothing() -> None:
 
 
 def test_non_positive_sequence() -> None:
-    with pytest.raises(StepbillError, match="positive"):
+    with pytest.raises(StepbillError, match=r"--seq must be an integer in \[1, "):
         make_recipe(seq_len=0, recompute="budget:1GiB")
 
 
@@ -146,7 +146,7 @@ def test_recompute_command_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.parametrize(("argv", "needle"), [
     (["recompute", "deepseek-v3", "--budget", "1GiB"], "below the floor"),
-    (["recompute", "deepseek-v3", "--seq", "0"], "must be a positive integer"),
+    (["recompute", "deepseek-v3", "--seq", "0"], "--seq must be an integer in [1, 16,777,216]"),
     (["recompute", "llama3-8b", "--group", "seed"], "needs an MLA + MoE model"),
     (["bill", "gpt3-125m", "--recompute", "selective:attn"], "unknown recompute module"),
     (["bill", "gpt3-125m", "--recompute", "budget:1MiB"], "below the floor"),

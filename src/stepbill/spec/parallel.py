@@ -11,13 +11,19 @@ layers re-cut the same tp·cp·dp ranks of a stage into etp × ep × edp (expert
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Annotated, Literal
 
-from stepbill.errors import StepbillError, unknown_name
+from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
+from stepbill.spec.schema import BATCH, DEGREE, OneOf, check_fields
 
 PPSchedule = Literal["gpipe", "1f1b", "interleaved"]
 ZERO_STAGES = (0, 1, 2, 3)
+#: The command-line flag of each field, for messages.
+FLAGS = {"dp": "--dp", "tp": "--tp", "pp": "--pp", "cp": "--cp", "ep": "--ep", "etp": "--etp", "sp": "--sp",
+         "zero": "--zero", "shard_group": "--shard-group", "micro_batches": "--micro-batches",
+         "pp_schedule": "--pp-schedule", "vpp": "--vpp", "offload_optimizer": "--offload-optimizer",
+         "offload_activations": "--offload-activations"}
 
 
 @dataclass(frozen=True)
@@ -37,33 +43,23 @@ class Parallel:
     offload_activations: kept activations are copied to CPU memory after the forward of each layer.
     """
 
-    dp: int = 1
-    tp: int = 1
-    pp: int = 1
-    cp: int = 1
-    ep: int = 1
-    etp: int | None = None
+    dp: Annotated[int, DEGREE] = 1
+    tp: Annotated[int, DEGREE] = 1
+    pp: Annotated[int, DEGREE] = 1
+    cp: Annotated[int, DEGREE] = 1
+    ep: Annotated[int, DEGREE] = 1
+    etp: Annotated[int | None, DEGREE] = None
     sp: bool = False
-    zero: int = 0
-    shard_group: int | None = None
-    micro_batches: int = 1
+    zero: Annotated[int, OneOf(ZERO_STAGES)] = 0
+    shard_group: Annotated[int | None, DEGREE] = None
+    micro_batches: Annotated[int, BATCH] = 1
     pp_schedule: PPSchedule = "1f1b"
-    vpp: int = 1
+    vpp: Annotated[int, DEGREE] = 1
     offload_optimizer: bool = False
     offload_activations: bool = False
 
     def __post_init__(self) -> None:
-        for flag, value in (("dp", self.dp), ("tp", self.tp), ("pp", self.pp), ("cp", self.cp), ("ep", self.ep),
-                            ("etp", self.etp), ("shard-group", self.shard_group),
-                            ("micro-batches", self.micro_batches), ("vpp", self.vpp)):
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise StepbillError(f"--{flag} must be a positive integer, got {value!r}")
-        if self.zero not in ZERO_STAGES:
-            raise StepbillError(f"--zero must be 0, 1, 2 or 3, got {self.zero!r}")
-        if self.pp_schedule not in get_args(PPSchedule):
-            raise unknown_name("pipeline schedule", str(self.pp_schedule), get_args(PPSchedule))
+        check_fields(self, "parallel", FLAGS)
         if self.sp and self.tp == 1:
             raise StepbillError("--sp (sequence parallel) needs --tp > 1")
         if self.pp_schedule == "interleaved":
