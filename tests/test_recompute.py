@@ -109,7 +109,7 @@ def test_selective_module_mapping() -> None:
     ("some", "unknown recompute policy"),
     ("selective:core_atn", "unknown recompute module 'core_atn'; did you mean 'core_attn'"),
     ("selective:", "needs an argument"),
-    ("every:0", "positive integer"),
+    ("every:0", "needs an integer K in"),
     ("budget:lots", "cannot read memory size"),
     ("budget:-3GiB", "cannot read memory size"),
     ("full:2", "takes no argument"),

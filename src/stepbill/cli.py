@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from stepbill.errors import StepbillError
+from stepbill.errors import StepbillError, one_line, require_extra, unknown_name
 
 try:  # typer >= 0.2x vendors its own click
     from typer._click import exceptions as click_exceptions
@@ -48,7 +48,8 @@ def bill(
     optimizer: Annotated[str, typer.Option("--optimizer", help="adamw, adam, sgd, sgd-momentum, lion, adafactor, muon")]
     = "adamw",
     recompute: Annotated[str, typer.Option(
-        "--recompute", help="none | full | every:K | every:auto | selective:core_attn,mlp,... | budget:40GiB")]
+        "--recompute", help="none | full | every:K | every:auto | selective:core_attn,mlp,... | budget:40GiB "
+        "(a bare budget number is GiB: budget:10 = 10 GiB)")]
     = "none",
     optimizer_impl: Annotated[str, typer.Option(
         "--optimizer-impl", help="AdamW in PyTorch: single | foreach | fused (their temporaries; eager convention)")]
@@ -60,7 +61,8 @@ def bill(
     lora_rank: Annotated[int | None, typer.Option("--lora-rank", help="LoRA rank (enables LoRA)")] = None,
     lora_targets: Annotated[str | None, typer.Option("--lora-targets", help="comma-separated, e.g. q_proj,v_proj")]
     = None,
-    gpu_mem: Annotated[float | None, typer.Option("--gpu-mem", help="memory per GPU in GiB (cards needed)")] = None,
+    gpu_mem: Annotated[float | None, typer.Option("--gpu-mem", help="memory per GPU in GiB (a number: 80 = 80 GiB; "
+                                                   "cards needed)")] = None,
     dp: Annotated[int, typer.Option("--dp", help="data-parallel degree")] = 1,
     tp: Annotated[int, typer.Option("--tp", help="tensor-parallel degree")] = 1,
     pp: Annotated[int, typer.Option("--pp", help="pipeline stages")] = 1,
@@ -86,15 +88,18 @@ def bill(
 ) -> None:
     """The bill of one training step for MODEL under a recipe."""
     from stepbill.engine.bill import make_bill
+    from stepbill.inputs import check_bill_inputs
     from stepbill.spec.hardware import load_gpu
     from stepbill.spec.parallel import Parallel, validate_layout
     from stepbill.spec.presets import load_model
     from stepbill.spec.recipe import make_recipe
+    from stepbill.spec.schema import EFFICIENCY, GPU_MEM_GIB, WORLD, check_value
 
-    if gpu_mem is not None and gpu_mem <= 0:
-        raise StepbillError(f"--gpu-mem must be positive GiB, got {gpu_mem}")
-    if not 0 < mfu <= 1:
-        raise StepbillError(f"--efficiency must lie in (0, 1], got {mfu}")
+    if gpu_mem is not None:
+        check_value(GPU_MEM_GIB, "--gpu-mem (GiB)", gpu_mem)
+    check_value(EFFICIENCY, "--efficiency", mfu)
+    if gpus is not None:
+        check_value(WORLD, "--gpus", gpus)
     targets = tuple(t.strip() for t in lora_targets.split(",") if t.strip()) if lora_targets is not None else None
     spec = load_model(model)
     layout = Parallel(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, sp=sp, zero=zero, shard_group=shard_group,
@@ -104,6 +109,7 @@ def bill(
     the_gpu = load_gpu(gpu) if gpu is not None else None
     the_recipe = make_recipe(recipe, optimizer, micro_batch, seq, recompute, lora_rank, targets, layout,
                              optimizer_impl)
+    check_bill_inputs(spec, the_recipe)
     card = gpu_mem * GIB if gpu_mem else (the_gpu.memory_bytes if the_gpu else None)
     result = make_bill(spec, the_recipe, card, convention, attention, gpu=the_gpu, efficiency=mfu)
     if as_json:
@@ -129,8 +135,8 @@ def recompute_cmd(
     row7: Annotated[str, typer.Option("--row7", help="seed's 7th row: seed (width 37,440) | label (+router, Q down)")]
     = "seed",
     threshold: Annotated[float, typer.Option("--threshold", help="cut, TFLOP per GiB")] = 3.0,
-    budget: Annotated[str | None, typer.Option("--budget", help="activation budget, e.g. 1500GiB: exact MILP vs "
-                                               "greedy")] = None,
+    budget: Annotated[str | None, typer.Option("--budget", help="activation budget, e.g. 1500GiB (a bare number is "
+                                               "GiB): exact MILP vs greedy")] = None,
     convention: Annotated[str, typer.Option("--convention", help="ideal | eager")] = "ideal",
     attention: Annotated[str, typer.Option("--attention", help="sdpa | eager")] = "sdpa",
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
@@ -140,22 +146,34 @@ def recompute_cmd(
     from stepbill.engine import flops as fl
     from stepbill.engine import recompute_budget as rb
     from stepbill.engine.recompute_rank import attention_crossovers, rank_layer
+    from stepbill.inputs import check_seq
     from stepbill.spec.presets import load_model
     from stepbill.spec.recipe import make_recipe
     from stepbill.spec.recompute_policy import parse_size
+    from stepbill.spec.schema import THRESHOLD, check_value
 
+    check_value(THRESHOLD, "--threshold (TFLOP/GiB)", threshold)
     spec = load_model(model)
     the_recipe = make_recipe(recipe, micro_batch=micro_batch, seq_len=seq)
+    check_seq(spec, seq)
     if convention not in act.CONVENTIONS:
-        raise StepbillError(f"unknown convention {convention!r} (known: {', '.join(act.CONVENTIONS)})")
+        raise unknown_name("convention", convention, act.CONVENTIONS)
+    if attention not in act.ATTENTIONS:
+        raise unknown_name("attention implementation", attention, act.ATTENTIONS)
+    if row7 not in ("seed", "label"):  # checked even under --group op: a typo is never silently ignored
+        raise unknown_name("--row7 reading", row7, ("seed", "label"))
+    budget_bytes = None
+    if budget is not None:
+        budget_bytes = parse_size(budget)
+        require_extra("scipy", "--budget (exact MILP)")
     kind = layer_kind or ("moe" if spec.n_moe_layers else "dense")
     a_bytes = the_recipe.precision.activation
     ranking = rank_layer(spec, kind, seq, micro_batch, a_bytes, convention, attention, group, row7, threshold)
     slope = fl.attention_slope(spec)
     crossings = attention_crossovers(spec, ranking)
     solved = None
-    if budget is not None:
-        problem = rb.problem_for_spec(spec, parse_size(budget), seq, micro_batch, a_bytes, convention, attention)
+    if budget_bytes is not None:
+        problem = rb.problem_for_spec(spec, budget_bytes, seq, micro_batch, a_bytes, convention, attention)
         solved = (rb.solve_milp(problem), rb.solve_greedy(problem))
     if as_json:
         from stepbill.report.recompute_table import ranking_to_json
@@ -216,10 +234,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, standalone_mode=False)
     except StepbillError as exc:
-        print(f"stepbill: error: {exc}", file=sys.stderr)
+        print(f"stepbill: error: {one_line(str(exc))}", file=sys.stderr)
         sys.exit(2)
-    except click_exceptions.UsageError as exc:
-        print(f"stepbill: error: {exc.format_message()}", file=sys.stderr)
+    except click_exceptions.ClickException as exc:  # usage errors: unknown option, "abc" for an integer, ...
+        print(f"stepbill: error: {one_line(exc.format_message())}", file=sys.stderr)
         sys.exit(2)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)

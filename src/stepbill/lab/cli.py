@@ -5,9 +5,11 @@ No arithmetic here. Bad input raises StepbillError, which the main CLI prints as
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,9 +18,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from stepbill.errors import StepbillError, unknown_name
-from stepbill.lab import summaries
+from stepbill.errors import StepbillError, shown, unknown_name
+from stepbill.lab import _check, summaries
 from stepbill.lab.schedule import SHAPES
+from stepbill.spec.presets import read_text_file
+from stepbill.spec.schema import Int
 
 app = typer.Typer(no_args_is_help=True, help="Optimizer, schedule, precision and collective mechanics.")
 
@@ -211,3 +215,39 @@ def collectives_cmd(
     s = summaries.collectives_summary(_ints("--gpus", gpus), message_gib * 2**30, ring, hidden, tp, tokens, stages,
                                       _ints("--microbatches", microbatches), dp)
     _emit(s, as_json, plot)
+
+
+def _list_values(option: str, text: str, integers: bool) -> tuple[float | int, ...]:
+    """The elements of a comma-separated option, as numbers (integral ones as int when `integers`)."""
+    values: list[float | int] = []
+    for part in text.split(",")[: _check.MAX_LIST + 1]:
+        if not part.strip():
+            continue
+        try:
+            v = float(part)
+        except ValueError:
+            raise StepbillError(f"{option} takes comma-separated numbers, got {shown(text)}") from None
+        values.append(int(v) if integers and v.is_integer() else v)
+    return tuple(values)
+
+
+def _validated(topic: str, command: Callable[..., None]) -> Callable[..., None]:
+    """`command` behind a check of every option against lab/_check.OPTIONS (before any arithmetic)."""
+
+    @functools.wraps(command)
+    def run(**options: Any) -> None:
+        for name, value in options.items():
+            rule = _check.OPTIONS.get(topic, {}).get(name)
+            if isinstance(value, str) and rule is not None:
+                value = _list_values("--" + name.replace("_", "-"), value, isinstance(rule, Int))
+            _check.option(topic, name, value)
+        if options.get("trace") is not None:
+            read_text_file(Path(options["trace"]), "trace file")  # regular, size-capped, UTF-8
+        command(**options)
+
+    return run
+
+
+for _command in app.registered_commands:
+    if _command.name in _check.OPTIONS and _command.callback is not None:
+        _command.callback = _validated(_command.name, _command.callback)

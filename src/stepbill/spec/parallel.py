@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
-from stepbill.spec.schema import BATCH, DEGREE, OneOf, check_fields
+from stepbill.spec.schema import BATCH, DEGREE, WORLD, OneOf, check_fields
 
 PPSchedule = Literal["gpipe", "1f1b", "interleaved"]
 ZERO_STAGES = (0, 1, 2, 3)
@@ -60,6 +60,8 @@ class Parallel:
 
     def __post_init__(self) -> None:
         check_fields(self, "parallel", FLAGS)
+        if self.world > WORLD.high:
+            raise StepbillError(f"dp·tp·pp·cp = {self.world:,} GPUs exceeds {WORLD.high:,}")
         if self.sp and self.tp == 1:
             raise StepbillError("--sp (sequence parallel) needs --tp > 1")
         if self.pp_schedule == "interleaved":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import stat
 from functools import cache
 from importlib import resources
@@ -68,17 +69,22 @@ def _parse_int(literal: str) -> int:
     return int(literal)
 
 
+def _parse_float(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):
+        raise StepbillError(f"{shown(literal)} overflows a finite number")
+    return value
+
+
 def _parse_constant(name: str) -> Any:
     raise StepbillError(f"{name} is not a JSON number (numbers must be finite)")
 
 
-def read_json_file(path: Path) -> dict[str, Any]:
-    """Read a JSON object from `path`, turning every failure into one StepbillError line.
+def read_text_file(path: Path, what: str = "") -> str:
+    """The UTF-8 text of the regular file `path` (at most MAX_FILE_BYTES), or one StepbillError line.
 
-    Only a regular file of at most MAX_FILE_BYTES, UTF-8, nested at most MAX_JSON_DEPTH deep, with integers of at
-    most MAX_INT_DIGITS digits and no NaN/Infinity (a FIFO, /dev/zero or a directory is refused before reading).
-    """
-    where = one_line(str(path))
+    A FIFO, /dev/zero or a directory is refused before it is opened (reading one would block or never end)."""
+    where = (what + " " if what else "") + one_line(str(path))
     try:
         info = path.stat()
         if not stat.S_ISREG(info.st_mode):
@@ -89,16 +95,28 @@ def read_json_file(path: Path) -> dict[str, Any]:
             raw = f.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise StepbillError(f"cannot read {where}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # an embedded NUL in the path
+        raise StepbillError(f"cannot read {where}: {exc}") from None
     if len(raw) > MAX_FILE_BYTES:
         raise StepbillError(f"cannot read {where}: over {MAX_FILE_BYTES:,} bytes")
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise StepbillError(f"{where} is not UTF-8 text (byte {exc.start:,})") from None
+
+
+def read_json_file(path: Path) -> dict[str, Any]:
+    """Read a JSON object from `path`, turning every failure into one StepbillError line.
+
+    Only a regular file of at most MAX_FILE_BYTES, UTF-8, nested at most MAX_JSON_DEPTH deep, with integers of at
+    most MAX_INT_DIGITS digits and no NaN/Infinity.
+    """
+    where = one_line(str(path))
+    text = read_text_file(path)
     if _json_depth(text) > MAX_JSON_DEPTH:
         raise StepbillError(f"{where} nests JSON deeper than {MAX_JSON_DEPTH} levels")
     try:
-        data = json.loads(text, parse_int=_parse_int, parse_constant=_parse_constant)
+        data = json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant)
     except json.JSONDecodeError as exc:
         raise StepbillError(f"{where} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
     except StepbillError as exc:

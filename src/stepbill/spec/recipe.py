@@ -135,8 +135,8 @@ def make_recipe(
     """A Recipe from plain names and numbers (what the CLI and the API take)."""
     lora = None
     if lora_rank is not None:
-        lora = LoRA(lora_rank, tuple(lora_targets) if lora_targets else DEFAULT_LORA_TARGETS)
-    elif lora_targets:
+        lora = LoRA(lora_rank, DEFAULT_LORA_TARGETS if lora_targets is None else tuple(lora_targets))
+    elif lora_targets is not None:
         raise StepbillError("--lora-targets needs --lora-rank")
     return Recipe(precision(recipe), optimizer, micro_batch, seq_len, recompute, lora, parallel or Parallel(),
                   optimizer_impl)

@@ -37,6 +37,10 @@ class Int:
         return not isinstance(value, bool) and isinstance(value, int) and self.low <= value <= self.high
 
 
+def _num(x: float) -> str:
+    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e9 else f"{x:g}"
+
+
 @dataclass(frozen=True)
 class Real:
     """A finite number in [low, high] (or (low, high] with low_open); integers are numbers too."""
@@ -44,18 +48,21 @@ class Real:
     low: float
     high: float
     low_open: bool = False
+    high_open: bool = False
 
     @property
     def allowed(self) -> str:
-        return f"a finite number in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}]"
+        return (f"a finite number in {'(' if self.low_open else '['}{_num(self.low)}, "
+                f"{_num(self.high)}{')' if self.high_open else ']'}")
 
     def accepts(self, value: Any) -> bool:
         if isinstance(value, bool) or not isinstance(value, int | float):
             return False
-        if isinstance(value, int):  # a huge int would overflow float(); it is out of range anyway
-            return self.low <= value <= self.high and not (self.low_open and value == self.low)
-        return math.isfinite(value) and (self.low < value if self.low_open else self.low <= value) \
-            and value <= self.high
+        if isinstance(value, float) and not math.isfinite(value):
+            return False
+        above = self.low < value if self.low_open else self.low <= value  # int vs float compares exactly
+        below = value < self.high if self.high_open else value <= self.high
+        return above and below
 
 
 @dataclass(frozen=True)
@@ -167,6 +174,14 @@ BATCH = Int(1, 2**20)
 DEGREE = Int(1, 2**20)
 #: A share in [0, 1] (rotary fraction).
 FRACTION = Real(0.0, 1.0)
+#: GPU count (dp·tp·pp·cp): 2^24, far above any cluster built.
+WORLD = Int(1, 2**24)
+#: --gpu-mem, GiB per card: up to 2^20 GiB (1 PiB).
+GPU_MEM_GIB = Real(0.0, 2.0**20, low_open=True)
+#: --efficiency, share of the dense peak achieved: below 0.1 % a step time means nothing (1e-310 gave Infinity).
+EFFICIENCY = Real(1e-3, 1.0)
+#: --threshold of the recompute cut, TFLOP per GiB saved.
+THRESHOLD = Real(0.0, 1e9)
 #: Names, families, notes.
 NAME = Text(200)
 NOTE = Text(2_000)
