@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import difflib
-import importlib
+import importlib.util
 from collections.abc import Iterable
-from types import ModuleType
 from typing import Any
 
 #: Optional imports and the extra of pyproject.toml that installs each (`pip install 'stepbill[EXTRA]'`).
@@ -43,15 +42,18 @@ def one_line(text: str) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
-def require_extra(module: str, purpose: str) -> ModuleType:
-    """Import the optional `module`, or raise a one-line StepbillError naming the extra that installs it.
-
-    `purpose` completes "… needs <module>", e.g. "the budget: recompute policy (exact MILP)".
-    """
+def has_module(module: str) -> bool:
+    """Whether `module` can be imported, without importing it (a module hidden as None counts as missing)."""
     try:
-        return importlib.import_module(module)
-    except ImportError as exc:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # ValueError: sys.modules[module] is None (blocked)
+        return False
+
+
+def require_extra(module: str, purpose: str) -> None:
+    """Raise a one-line StepbillError naming the extra that installs `module` when it is missing.
+
+    `purpose` completes "<purpose> needs <module>", e.g. "the budget: recompute policy (exact MILP)"."""
+    if not has_module(module):
         extra = EXTRAS.get(module.split(".")[0], "dev")
-        missing = exc.name or module
-        raise StepbillError(f"{purpose} needs {missing}, which is not installed: pip install 'stepbill[{extra}]'") \
-            from None
+        raise StepbillError(f"{purpose} needs {module}, which is not installed: pip install 'stepbill[{extra}]'")

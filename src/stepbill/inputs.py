@@ -7,7 +7,7 @@ width of each targeted matrix. It reads the parameter inventory (engine/params.p
 
 from __future__ import annotations
 
-from stepbill.errors import StepbillError, require_extra
+from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.recipe import LoRA, Recipe
 
@@ -45,9 +45,7 @@ def check_lora(spec: ModelSpec, lora: LoRA) -> None:
 
 
 def check_bill_inputs(spec: ModelSpec, recipe: Recipe) -> None:
-    """All cross-field checks of a bill's inputs; the budget: policy also needs scipy (the `solve` extra)."""
+    """All cross-field checks of a bill's inputs."""
     check_seq(spec, recipe.seq_len)
     if recipe.lora is not None:
         check_lora(spec, recipe.lora)
-    if recipe.recompute_policy.kind == "budget":
-        require_extra("scipy", "the budget: recompute policy (exact MILP)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated
 
-from stepbill.errors import StepbillError, unknown_name
+from stepbill.errors import StepbillError, require_extra, unknown_name
 from stepbill.spec.parallel import Parallel
 from stepbill.spec.recompute_policy import RecomputePolicy, parse_recompute
 from stepbill.spec.schema import BATCH, TOKENS, WIDTH, Names, check_fields
@@ -96,7 +96,9 @@ class Recipe:
             raise unknown_name("optimizer", self.optimizer, OPTIMIZERS)
         if self.optimizer_impl not in OPTIMIZER_IMPLS:
             raise unknown_name("optimizer implementation", self.optimizer_impl, OPTIMIZER_IMPLS)
-        parse_recompute(self.recompute)  # validates: none | full | every:K | selective:M,... | budget:SIZE
+        policy = parse_recompute(self.recompute)  # validates: none | full | every:K | selective:M,... | budget:SIZE
+        if policy.kind == "budget":
+            require_extra("scipy", "the budget: recompute policy (exact MILP)")
 
     @property
     def recompute_policy(self) -> RecomputePolicy:
