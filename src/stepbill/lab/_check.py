@@ -54,12 +54,12 @@ OPTIONS: dict[str, dict[str, Rule]] = {
 MAX_LIST = 64
 
 
-def option(topic: str, name: str, value: object) -> None:
-    """Check one lab option (a list option element by element) against OPTIONS; the flag is named."""
+def option(topic: str, name: str, value: object, flag: str = "") -> None:
+    """Check one lab option (a list option element by element) against OPTIONS; `flag` names it."""
     rule = OPTIONS.get(topic, {}).get(name)
     if rule is None:
         return
-    flag = "--" + name.replace("_", "-")
+    flag = flag or "--" + name.replace("_", "-")
     values = value if isinstance(value, tuple | list) else (value,)
     if not 0 < len(values) <= MAX_LIST:
         raise StepbillError(f"{flag} takes 1 to {MAX_LIST} values, got {len(values):,}")

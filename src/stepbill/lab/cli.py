@@ -6,6 +6,7 @@ No arithmetic here. Bad input raises StepbillError, which the main CLI prints as
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import math
 import sys
@@ -234,13 +235,18 @@ def _list_values(option: str, text: str, integers: bool) -> tuple[float | int, .
 def _validated(topic: str, command: Callable[..., None]) -> Callable[..., None]:
     """`command` behind a check of every option against lab/_check.OPTIONS (before any arithmetic)."""
 
+    flags = {}  # parameter name → the flag a user types (--warmup for warmup_steps)
+    for name, parameter in inspect.signature(command).parameters.items():
+        decls = getattr(parameter.default, "param_decls", None) or ()
+        flags[name] = next((d for d in decls if d.startswith("--")), "--" + name.replace("_", "-"))
+
     @functools.wraps(command)
     def run(**options: Any) -> None:
         for name, value in options.items():
             rule = _check.OPTIONS.get(topic, {}).get(name)
             if isinstance(value, str) and rule is not None:
-                value = _list_values("--" + name.replace("_", "-"), value, isinstance(rule, Int))
-            _check.option(topic, name, value)
+                value = _list_values(flags[name], value, isinstance(rule, Int))
+            _check.option(topic, name, value, flags[name])
         if options.get("trace") is not None:
             read_text_file(Path(options["trace"]), "trace file")  # regular, size-capped, UTF-8
         command(**options)
