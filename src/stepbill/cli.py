@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+import typer.main
 
 from stepbill.errors import StepbillError, one_line, require_extra, unknown_name
 
@@ -228,16 +230,25 @@ def _register_subcommands() -> None:
         app.add_typer(lab_app, name="lab", help="Optimizer, schedule, precision and collective mechanics.")
 
 
+@functools.cache
+def _click_command() -> Any:
+    """The click command tree, built once per process (typer builds it on every call: ~0.1 s)."""
+    _register_subcommands()
+    return typer.main.get_command(app)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: bad input becomes one line on stderr and exit code 2, never a traceback."""
-    _register_subcommands()
     try:
-        app(args=argv, standalone_mode=False)
+        _click_command().main(args=argv, prog_name="stepbill", standalone_mode=False)
     except StepbillError as exc:
         print(f"stepbill: error: {one_line(str(exc))}", file=sys.stderr)
         sys.exit(2)
     except click_exceptions.ClickException as exc:  # usage errors: unknown option, "abc" for an integer, ...
-        print(f"stepbill: error: {one_line(exc.format_message())}", file=sys.stderr)
+        if type(exc).__name__ == "NoArgsIsHelpError":  # `stepbill lab` alone: the help itself, as click prints it
+            print(exc.format_message(), file=sys.stderr)
+        else:
+            print(f"stepbill: error: {one_line(exc.format_message())}", file=sys.stderr)
         sys.exit(2)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
