@@ -38,6 +38,9 @@ TORCH_MODULES = {
     "test_sharded.py",
 }
 
+#: Folders whose every test is slow without torch (the fuzz suite: minutes of examples).
+SLOW_MODULES = {"fuzz"}
+
 
 def hide_modules(names: list[str]) -> None:
     """Make `names` (and their submodules) import as missing for the rest of the process."""
@@ -69,6 +72,8 @@ def _in_torch_module(item: pytest.Item) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     missing_torch = next((m for m in ("torch", "transformers") if not has_module(m)), None)
     for item in items:
+        if Path(str(item.fspath)).relative_to(TESTS).parts[0] in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
         if _in_torch_module(item) and not item.get_closest_marker("torch"):
             item.add_marker(pytest.mark.torch)
         if item.get_closest_marker("torch"):

@@ -81,7 +81,7 @@ BAD_SPEC = {
         (["bill", "gpt3-125m", "--seq", "0"], "--seq must be an integer in [1, 16,777,216], got 0"),
         (["bill", "gpt3-125m", "--micro-batch", "-1"], "--micro-batch must be an integer in [1, 1,048,576], got -1"),
         (["bill", "gpt3-125m", "--recompute", "some"], "unknown recompute policy"),
-        (["bill", "gpt3-125m", "--gpu-mem", "-8"], "--gpu-mem (GiB) must be a finite number in (0, 1,048,576], got -8.0"),
+        (["bill", "gpt3-125m", "--gpu-mem", "-8"], "--gpu-mem (GiB) must be a finite number in [0.001, 1,048,576], got -8.0"),
         (["bill", "gpt3-125m", "--lora-rank", "0"], "--lora-rank must be an integer in [1, 1,048,576], got 0"),
         (["bill", "gpt3-125m", "--lora-rank", "8", "--lora-targets", "nope"], "--lora-targets nope: no such matrix in gpt3-125m (matrices: down_proj, "),
         (["bill", "gpt3-125m", "--seq", "abc"], "Invalid value for '--seq'"),

@@ -49,7 +49,7 @@ def write(tmp_path: Path, name: str, content: str | bytes | dict) -> str:
 # --- crashes (a traceback before) -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0", "-8", "1e300"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0", "-8", "1e300", "1e-310"])
 def test_gpu_mem_must_be_finite_positive_gib(value: str, capsys) -> None:
     one_line_error(["bill", "gpt3-125m", "--gpu-mem", value], capsys, "--gpu-mem (GiB) must be a finite number in")
 

@@ -176,8 +176,8 @@ DEGREE = Int(1, 2**20)
 FRACTION = Real(0.0, 1.0)
 #: GPU count (dp·tp·pp·cp): 2^24, far above any cluster built.
 WORLD = Int(1, 2**24)
-#: --gpu-mem, GiB per card: up to 2^20 GiB (1 PiB).
-GPU_MEM_GIB = Real(0.0, 2.0**20, low_open=True)
+#: --gpu-mem, GiB per card: from 0.001 GiB (about 1 MiB; 1e-310 GiB made the card count overflow) to 2^20 GiB.
+GPU_MEM_GIB = Real(1e-3, 2.0**20)
 #: --efficiency, share of the dense peak achieved: below 0.1 % a step time means nothing (1e-310 gave Infinity).
 EFFICIENCY = Real(1e-3, 1.0)
 #: --threshold of the recompute cut, TFLOP per GiB saved.
