@@ -209,6 +209,15 @@ def test_layer_count_is_capped() -> None:
         ModelSpec.from_dict({**GPT3_SMALL, "n_layers": 10**12})
 
 
+def test_pipeline_stages_times_layers_is_capped(tmp_path: Path, capsys) -> None:
+    """10,000 layers on 1,000 stages used to run for minutes (each stage's bill walks the whole model)."""
+    deep = {**GPT3_SMALL, "n_layers": 10_000, "positions": "rotary"}
+    start = time.monotonic()
+    one_line_error(["bill", write(tmp_path, "deep.json", deep), "--pp", "1000"], capsys,
+                   "--pp 1000 × 10,000 layers = 10,000,000 exceeds 200,000")
+    assert time.monotonic() - start < 5
+
+
 def _best_segment_by_plans(spec: ModelSpec, seq: int, a_bytes: int, convention: str) -> int:
     """The old scan: one plan per K (quadratic), kept as the reference."""
     best, best_peak = 1, math.inf

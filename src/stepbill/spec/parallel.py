@@ -19,6 +19,9 @@ from stepbill.spec.schema import BATCH, DEGREE, WORLD, OneOf, check_fields
 
 PPSchedule = Literal["gpipe", "1f1b", "interleaved"]
 ZERO_STAGES = (0, 1, 2, 3)
+#: Largest pp × layers: each pipeline stage's bill walks the whole model today (about 8 µs per stage × layer),
+#: so this keeps a pipelined bill under about 2 s (128 stages × 1,562 layers; real runs: 16 × 61).
+MAX_STAGE_LAYERS = 200_000
 #: The command-line flag of each field, for messages.
 FLAGS = {"dp": "--dp", "tp": "--tp", "pp": "--pp", "cp": "--cp", "ep": "--ep", "etp": "--etp", "sp": "--sp",
          "zero": "--zero", "shard_group": "--shard-group", "micro_batches": "--micro-batches",
@@ -135,6 +138,11 @@ def validate_layout(spec: ModelSpec, parallel: Parallel, seq_len: int, gpus: int
     if spec.n_dense_layers and spec.ffn.intermediate_size % tp:
         raise StepbillError(f"--tp ({tp}) must divide the FFN width ({spec.ffn.intermediate_size})")
     chunks = parallel.pp * parallel.vpp
+    if parallel.pp > 1 and parallel.pp * spec.n_layers > MAX_STAGE_LAYERS:
+        raise StepbillError(
+            f"--pp {parallel.pp} × {spec.n_layers:,} layers = {parallel.pp * spec.n_layers:,} exceeds "
+            f"{MAX_STAGE_LAYERS:,}: the per-stage bill costs stages × layers (not computed faster yet)"
+        )
     if spec.n_layers % chunks:
         what = "pp·vpp" if parallel.vpp > 1 else "--pp"
         raise StepbillError(f"{what} ({chunks}) must divide the layers ({spec.n_layers})")
