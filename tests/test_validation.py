@@ -294,3 +294,23 @@ def test_lab_trace_must_be_a_regular_file(tmp_path: Path, capsys) -> None:
     os.mkfifo(fifo)
     one_line_error(["lab", "clip", "--trace", str(fifo)], capsys, "cannot read trace file")
     one_line_error(["lab", "clip", "--trace", "/dev/zero"], capsys, "not a regular file")
+
+
+def test_every_input_field_has_a_declared_rule() -> None:
+    """A new field of an input cannot slip in unvalidated: each has a rule (spec/schema.py) from its annotation."""
+    from stepbill.spec.model import AttentionSpec, FFNSpec, MoESpec
+    from stepbill.spec.parallel import Parallel
+    from stepbill.spec.recipe import LoRA, Recipe
+    from stepbill.spec.schema import _rules
+
+    for cls in (ModelSpec, AttentionSpec, FFNSpec, MoESpec, Recipe, LoRA, Parallel):
+        ruled = {name for name, _, _ in _rules(cls)}
+        assert ruled == {f.name for f in dataclasses.fields(cls)} - {"extra"}, cls.__name__
+
+
+def test_lora_targets_from_python_become_a_tuple() -> None:
+    from stepbill.spec.recipe import LoRA
+
+    assert LoRA(8, ["q_proj"]).targets == ("q_proj",)
+    with pytest.raises(StepbillError, match=r"^--lora-targets must be a list of 1 to 64 printable names, got \(\)$"):
+        LoRA(8, [])

@@ -74,6 +74,8 @@ class LoRA:
     targets: Annotated[tuple[str, ...], Names()] = DEFAULT_LORA_TARGETS
 
     def __post_init__(self) -> None:
+        if isinstance(self.targets, list):  # a list from Python: kept as a tuple (the bill hashes its recipe)
+            object.__setattr__(self, "targets", tuple(self.targets))
         check_fields(self, "lora", {"rank": "--lora-rank", "targets": "--lora-targets"})
 
 
