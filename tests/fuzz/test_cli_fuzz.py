@@ -1,8 +1,8 @@
 """Fuzz the command line in-process (hypothesis): random, mostly-plausible argument lists for bill, recompute,
 models and lab. Each must answer within the time limit with exit 0 and valid JSON, or exit 2 and one line.
 
-Example counts (FUZZ_SCALE multiplies them): bill 2,600, recompute 1,000, lab 300, models 20, model files 500
-(4,420; with test_invariants.py's 5,600: 10,020 per run).
+Example counts (FUZZ_SCALE multiplies them): bill 2,000, bill with layouts 600, recompute 1,000, lab 300, models 20,
+model files 500 (4,420; with test_invariants.py's 5,600: 10,020 per run).
 `stepbill check` is left out: a valid check runs PyTorch for seconds; its input errors are in test_validation.py.
 """
 
@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from stepbill.lab._check import OPTIONS as LAB_OPTIONS
@@ -89,12 +89,45 @@ def command_line(draw: st.DrawFn, command: str, options: dict[str, st.SearchStra
     return argv
 
 
-@examples(2600)
+@examples(2000)
 @given(command_line("bill", BILL_OPTIONS, BILL_FLAGS))
 def test_bill_exits_0_with_json_or_2_with_one_line(argv: list[str]) -> None:
     code, result = check_contract(argv)
+    event(f"exit {code}")
     if code == 0:
         assert result["model"]["params_total"] > 0
+
+
+@st.composite
+def layout_line(draw: st.DrawFn) -> list[str]:
+    """Layouts that mostly pass validation, so the per-rank bill, collectives and step time run."""
+    model = draw(st.sampled_from(["gpt3-350m", "llama3-8b", "llama2-7b", "mixtral-8x7b", "deepseek-v3"]))
+    degree = st.sampled_from([1, 1, 2, 4, 8])
+    argv = ["bill", model, "--json", "--seq", str(draw(st.sampled_from([1024, 2048, 4096]))),
+            "--dp", str(draw(degree)), "--tp", str(draw(degree)), "--pp", str(draw(st.sampled_from([1, 2, 4]))),
+            "--zero", str(draw(st.integers(0, 3))), "--micro-batches", str(draw(st.sampled_from([1, 4, 8])))]
+    if draw(st.booleans()):
+        argv += ["--cp", str(draw(st.sampled_from([2, 4])))]
+    if model in ("mixtral-8x7b", "deepseek-v3") and draw(st.booleans()):
+        argv += ["--ep", str(draw(st.sampled_from([2, 4, 8])))]
+    for flag in ("--sp", "--offload-optimizer", "--offload-activations"):
+        if draw(st.booleans()):
+            argv.append(flag)
+    if draw(st.booleans()):
+        argv += ["--gpu", draw(st.sampled_from(GPUS))]
+    argv += ["--pp-schedule", draw(st.sampled_from(["1f1b", "gpipe"])),
+             "--convention", draw(st.sampled_from(["ideal", "eager"])),
+             "--recompute", draw(st.sampled_from(["none", "full", "every:2", "selective:core_attn"]))]
+    return argv
+
+
+@examples(600)
+@given(layout_line())
+def test_bill_with_a_parallel_layout(argv: list[str]) -> None:
+    code, result = check_contract(argv)
+    event(f"exit {code}")  # --hypothesis-show-statistics: how many reached a per-rank bill
+    if code == 0:
+        assert result["ranks"], argv
 
 
 @examples(1000)
