@@ -252,6 +252,8 @@ def test_newline_in_a_path_or_name_stays_one_line(tmp_path: Path, capsys) -> Non
     one_line_error(["bill", str(tmp_path / "no\nsuch.json")], capsys, r"no\nsuch.json")
     one_line_error(["bill", "gpt3-125m", "--recipe", "bf16\n"], capsys, r"unknown recipe 'bf16\n'")
     one_line_error(["bill", "\x00"], capsys, "MODEL must be a preset name or a file path")
+    one_line_error(["bill", "a" * 300], capsys, "unknown model preset 'aaaa")  # over NAME_MAX: stat() raised
+    one_line_error(["bill", "a" * 300 + ".json"], capsys, ".json: File name too long")
 
 
 def test_hf_config_in_an_odd_folder_is_named_printably(tmp_path: Path, capsys) -> None:
@@ -314,3 +316,11 @@ def test_lora_targets_from_python_become_a_tuple() -> None:
     assert LoRA(8, ["q_proj"]).targets == ("q_proj",)
     with pytest.raises(StepbillError, match=r"^--lora-targets must be a list of 1 to 64 printable names, got \(\)$"):
         LoRA(8, [])
+
+
+def test_plot_target_must_be_writable_as_a_file(tmp_path: Path, capsys) -> None:
+    folder = tmp_path / "figure.png"
+    folder.mkdir()
+    one_line_error(["lab", "adam", "--plot", str(folder)], capsys, "figure.png: not a regular file")
+    one_line_error(["lab", "adam", "--plot", str(tmp_path / ("a" * 300 + ".png"))], capsys,
+                   "file name over 255 bytes")

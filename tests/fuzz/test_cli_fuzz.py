@@ -31,6 +31,7 @@ MODELS = ["gpt3-125m", "gpt3-350m", "gpt3-1.3b", "llama2-7b", "llama3-8b", "mixt
 GPUS = ["h100-sxm", "a100-80gb", "mi300x", "rtx-4090"]
 
 weird_text = st.text(st.characters(codec="utf-8"), max_size=12)
+long_names = st.text(st.sampled_from("ab/."), min_size=250, max_size=600)  # over NAME_MAX / deep paths
 small_ints = st.one_of(st.integers(1, 8), st.integers(1, 8), st.integers(-2, 0),
                        st.sampled_from([16, 64, 128, 1024, 2048, 4096, 2**20, 2**24, 2**24 + 1, 10**12, 10**30]))
 seqs = st.one_of(st.sampled_from([1, 128, 512, 1024, 2048, 4096, 8192]), st.integers(1, 5000),
@@ -81,7 +82,7 @@ RECOMPUTE_OPTIONS: dict[str, st.SearchStrategy] = {
 
 @st.composite
 def command_line(draw: st.DrawFn, command: str, options: dict[str, st.SearchStrategy], flags: list[str]) -> list[str]:
-    model = draw(st.one_of(st.sampled_from(MODELS), st.sampled_from(MODELS), weird_text))
+    model = draw(st.one_of(st.sampled_from(MODELS), st.sampled_from(MODELS), weird_text, long_names))
     argv = [command, model, "--json"]
     for name in draw(st.lists(st.sampled_from(sorted(options)), max_size=6, unique=True)):
         argv += [name, as_text(draw(options[name]))]

@@ -9,6 +9,7 @@ import functools
 import inspect
 import json
 import math
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from stepbill.errors import StepbillError, shown, unknown_name
+from stepbill.errors import StepbillError, one_line, shown, unknown_name
 from stepbill.lab import _check, summaries
 from stepbill.lab.schedule import SHAPES
 from stepbill.spec.presets import read_text_file
@@ -70,7 +71,10 @@ def _emit(summary: dict[str, Any], as_json: bool, plot: Path | None) -> None:
     if plot is not None:
         from stepbill.lab.plots import plot as draw  # keeps matplotlib out of the default path
 
-        draw(summary, plot)
+        try:
+            draw(summary, plot)
+        except OSError as exc:  # the folder vanished or the disk is full while drawing
+            raise StepbillError(f"cannot write plot file {one_line(str(plot))}: {exc.strerror or exc}") from None
     if as_json:
         typer.echo(json.dumps(_json_safe(summary), ensure_ascii=False))
         return
@@ -232,6 +236,21 @@ def _list_values(option: str, text: str, integers: bool) -> tuple[float | int, .
     return tuple(values)
 
 
+def _check_plot_target(path: Path) -> None:
+    """A --plot target must be a new or regular file in a writable folder, with a name the file system takes."""
+    where = one_line(str(path))
+    if len(path.name.encode()) > 255:
+        raise StepbillError(f"cannot write plot file {where[:80]}...: file name over 255 bytes")
+    try:
+        if path.exists() and not path.is_file():
+            raise StepbillError(f"cannot write plot file {where}: not a regular file")
+        parent = path.parent
+        if parent.is_dir() and not os.access(parent, os.W_OK):
+            raise StepbillError(f"cannot write plot file {where}: folder not writable")
+    except OSError as exc:
+        raise StepbillError(f"cannot write plot file {where}: {exc.strerror or exc}") from None
+
+
 def _validated(topic: str, command: Callable[..., None]) -> Callable[..., None]:
     """`command` behind a check of every option against lab/_check.OPTIONS (before any arithmetic)."""
 
@@ -249,6 +268,8 @@ def _validated(topic: str, command: Callable[..., None]) -> Callable[..., None]:
             _check.option(topic, name, value, flags[name])
         if options.get("trace") is not None:
             read_text_file(Path(options["trace"]), "trace file")  # regular, size-capped, UTF-8
+        if options.get("plot") is not None:
+            _check_plot_target(Path(options["plot"]))
         command(**options)
 
     return run

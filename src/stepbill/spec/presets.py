@@ -131,7 +131,11 @@ def load_model(model: str) -> ModelSpec:
     if not isinstance(model, str) or not model or "\x00" in model or len(model) > 4096:
         raise StepbillError(f"MODEL must be a preset name or a file path, got {shown(model)}")
     path = Path(model)
-    if model.endswith(".json") or path.exists():
+    try:
+        is_file = model.endswith(".json") or path.exists()
+    except OSError:  # a name the file system refuses (a component over 255 bytes): not a file, so a preset name
+        is_file = False
+    if is_file:
         data = read_json_file(path)
         if "model_type" in data:
             from stepbill.spec.hf import from_hf_config
