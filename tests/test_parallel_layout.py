@@ -26,7 +26,7 @@ def test_3d_1024() -> None:
         ("llama2-7b", {"dp": 2, "tp": 2}, 8, "must equal --gpus"),
         ("llama2-7b", {"tp": 3}, None, "must divide the attention heads"),
         ("llama3-8b", {"tp": 16}, None, "key/value heads"),
-        ("llama2-7b", {"pp": 3}, None, "must divide the layers"),
+        ("llama2-7b", {"pp": 33}, None, "exceeds the layers"),
         ("llama2-7b", {"pp": 4, "pp_schedule": "interleaved", "vpp": 3, "micro_batches": 4}, None, "pp·vpp"),
         ("llama2-7b", {"ep": 2, "dp": 2}, None, "dense"),
         ("mixtral-8x7b", {"ep": 3, "dp": 3}, None, "routed experts"),

@@ -206,7 +206,21 @@ def make_step_bill(
     check_bill_inputs(spec, the_recipe)  # cross-field: seq vs learned positions, LoRA targets and rank
     card = gpu_mem_gib * GIB if gpu_mem_gib else (the_gpu.usable_bytes if the_gpu else None)
     result = make_bill(spec, the_recipe, card, convention, attention, gpu=the_gpu, efficiency=efficiency)
-    return BillRun(result, fit_from_options(result, gpu_mem_gib, reserve_gib, name), layout_note)
+    notes = _seed_notes(model, seq, micro_batch, recompute, (recipe, optimizer, convention, attention, lora_rank),
+                        layout) if isinstance(model, str) else []
+    return BillRun(result, fit_from_options(result, gpu_mem_gib, reserve_gib, name), layout_note, tuple(notes))
+
+
+def _seed_notes(model: str, seq: int, micro_batch: int, recompute: str, options: tuple, layout: object) -> list[str]:
+    """Where this bill is one of seed 000's worked examples, the seed's differing numbers and why (lab seed-checks).
+    `options` is (recipe, optimizer, convention, attention, LoRA rank); the seed's are the defaults."""
+    from stepbill.spec.parallel import Parallel
+
+    if options != ("mixed-bf16", "adamw", "ideal", "sdpa", None) or layout != Parallel():
+        return []
+    from stepbill.lab.seed_checks import bill_notes
+
+    return bill_notes(model, seq, micro_batch, recompute)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -111,36 +111,17 @@ def bill(
         pp_schedule=pp_schedule, vpp=vpp, micro_batches=micro_batches, offload_optimizer=offload_optimizer,
         offload_activations=offload_activations, gpu=gpu, gpus=gpus, efficiency=mfu, name=cli_flag)
     result, fit, dp_note = run.bill, run.fit, run.layout_note
-    notes = _seed_notes(model, seq, micro_batch, recompute, (recipe, optimizer, convention, attention, lora_rank),
-                        result.recipe.parallel)
     if as_json:
-        from stepbill.report.bill_json import bill_to_json
-
-        out = bill_to_json(result, fit=fit, layout_note=dp_note)
-        if notes:
-            out["seed_notes"] = notes
-        _emit_json(out)
+        _emit_json(run.to_json())
     else:
         from stepbill.report.terminal import print_bill
 
         print_bill(result, explain=explain, fit=fit, layout_note=dp_note)
-        if notes:
+        if run.seed_notes:
             print("This is one of seed 000's worked examples; where the seed prints another number "
                   "(`stepbill lab seed-checks` has them all):")
-        for line in notes:
+        for line in run.seed_notes:
             print(f"- {line}")
-
-
-def _seed_notes(model: str, seq: int, micro_batch: int, recompute: str, options: tuple, layout: object) -> list[str]:
-    """Where this bill is one of seed 000's worked examples, the seed's differing numbers and why (lab seed-checks).
-    `options` is (recipe, optimizer, convention, attention, LoRA rank); the seed's are the defaults."""
-    from stepbill.spec.parallel import Parallel
-
-    if options != ("mixed-bf16", "adamw", "ideal", "sdpa", None) or layout != Parallel():
-        return []
-    from stepbill.lab.seed_checks import bill_notes
-
-    return bill_notes(model, seq, micro_batch, recompute)
 
 
 @app.command("recompute")

@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
-from stepbill.spec.schema import BATCH, DEGREE, WORLD, OneOf, check_fields
+from stepbill.spec.schema import BATCH, DEGREE, WORLD, IntTuple, OneOf, check_fields
 
 PPSchedule = Literal["gpipe", "1f1b", "interleaved"]
 ZERO_STAGES = (0, 1, 2, 3)
@@ -61,7 +61,7 @@ class Parallel:
     vpp: Annotated[int, DEGREE] = 1
     offload_optimizer: bool = False
     offload_activations: bool = False
-    pp_layers: tuple[int, ...] | None = None
+    pp_layers: Annotated[tuple[int, ...] | None, IntTuple(10_000, 2**20)] = None  # ≥ 1 each: checked below
 
     def __post_init__(self) -> None:
         check_fields(self, "parallel", FLAGS)

@@ -136,8 +136,8 @@ def load_model(model: str) -> ModelSpec:
         if path.is_dir() and (path / "config.json").is_file():
             path = path / "config.json"
         is_file = model.endswith(".json") or path.exists()
-    except OSError:  # a name the file system refuses (a component over 255 bytes): not a file, so a preset name
-        is_file = False
+    except OSError:  # a name the file system refuses (a component over 255 bytes): a file only if it says .json
+        is_file = model.endswith(".json")
     if is_file:
         data = read_json_file(path)
         if "model_type" in data:
