@@ -136,6 +136,7 @@ class _Held:
     grads: dict[str, float] = field(default_factory=dict)  # held grads per group: head, embed, layer.<kind>
     unit_weights: dict[str, float] = field(default_factory=dict)  # elements of one FSDP unit (layer of a kind, root)
     unit_grads: dict[str, float] = field(default_factory=dict)
+    unit_grads_held: dict[str, float] = field(default_factory=dict)  # bytes of one unit's grads the rank keeps
     params_share: float = 0.0  # of the model's parameters, the share this rank holds (before ZeRO)
     token_embedding_share: float = 1.0  # of the embedding grads on this rank, the token embedding's
 
@@ -179,6 +180,7 @@ def _resident_cached(spec: ModelSpec, precision: Any, optimizer: str, lora: LoRA
             out.owned[item] = out.owned.get(item, 0.0) + b / sl.holders
             if item == "grads":
                 out.grads[group] = out.grads.get(group, 0.0) + mine
+                out.unit_grads_held[unit] = out.unit_grads_held.get(unit, 0.0) + mine / per_unit
     out.params_share = params / inv.total if inv.total else 0.0
     out.token_embedding_share = token_embedding / embeddings if embeddings else 1.0
     return out
@@ -191,8 +193,9 @@ def layout_buffers(spec: ModelSpec, recipe: Recipe, order: tuple[str, ...], held
     # One FSDP unit per layer: its parameters gathered (weight dtype) and its gradients before the reduce-scatter
     # (grad dtype), per layer kind; the rank's own shard of them is already counted in its grads.
     gather_of = {k: held.unit_weights.get(f"layer.{k}", 0.0) * p.weights for k in set(order)}
-    zero_group = par.zero_group if par.zero >= 2 else 1
-    scatter_of = {k: held.unit_grads.get(f"layer.{k}", 0.0) * p.grads * (1 - 1 / zero_group) for k in set(order)}
+    # the unit's unsharded grads beyond the shard the rank keeps (experts shard over edp, the rest over dp·cp)
+    scatter_of = {k: held.unit_grads.get(f"layer.{k}", 0.0) * p.grads - held.unit_grads_held.get(f"layer.{k}", 0.0)
+                  for k in set(order)} if par.zero >= 2 else dict.fromkeys(set(order), 0.0)
     gather = max(gather_of.values(), default=0.0)
     scatter = max(scatter_of.values(), default=0.0)
     root = held.unit_weights.get("root", 0.0) * p.weights
@@ -211,9 +214,9 @@ def layout_buffers(spec: ModelSpec, recipe: Recipe, order: tuple[str, ...], held
                                                                                           "bytes": p.weights}))
     if par.zero >= 2:
         lines.append(Line("transient.zero_reduce_scatter", scatter, "bytes", "one unit's unsharded grads beyond "
-                          "the rank's shard: {elements} elements × {bytes} B × (1 − 1/{group}), during its backward",
-                          {"elements": scatter / p.grads / (1 - 1 / zero_group) if p.grads and zero_group > 1 else 0,
-                           "bytes": p.grads, "group": zero_group}))
+                          "the rank's shard ({shard} B kept of {unsharded} B), during its backward",
+                          {"unsharded": scatter + max(held.unit_grads_held.values(), default=0.0),
+                           "shard": max(held.unit_grads_held.values(), default=0.0)}))
     kv_block = 0.0
     if par.cp > 1:
         a = spec.attention
