@@ -226,6 +226,19 @@ def schema_cmd(
     _emit_json(json_schema(command) if command is not None else {name: json_schema(name) for name in SCHEMAS})
 
 
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option("--host", help="address to listen on (default: this machine only)")]
+    = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="TCP port")] = 8000,
+    open_browser: Annotated[bool, typer.Option("--open", help="open the page in the default browser")] = False,
+) -> None:
+    """A local web explorer: the bill, the step timeline, the recompute ranking and the labs (needs the web extra)."""
+    from stepbill.web.server import serve as run_server
+
+    run_server(host, port, open_browser)
+
+
 def _register_subcommands() -> None:
     from stepbill.cli_check import check
     from stepbill.lab.cli import app as lab_app
