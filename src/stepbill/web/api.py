@@ -87,52 +87,41 @@ BILL_ONLY = tuple(o.name for o in BILL_OPTIONS if o.name not in {r.name for r in
 
 # Keys a request may carry besides a command's options: the model, a config sent as JSON content and its name.
 MODEL_KEYS = ("model", "config", "config-name")
-_TRUE = ("true", "1", "yes", "on")
-_FALSE = ("false", "0", "no", "off")
+
+
+_TRUE = ("true", "1", "yes", "y", "on", "t")
+_FALSE = ("false", "0", "no", "n", "off", "f")
 
 
 def _coerce(option: Option, value: Any) -> Any:
-    """`value` (a query-string text or a JSON value) as the option's type; the CLI's message when it is not."""
+    """`value` (a query-string text or a JSON value) as the option's type; else the CLI's wording (typer 0.2x)."""
     flag = f"--{option.name}"
-    if value is None or (isinstance(value, str) and value == "" and option.kind is not str):
+    if value is None or (option.optional and value == ""):
         if option.optional:
             return None
-        if value is None:
-            raise StepbillError(f"Invalid value for '{flag}': a value is required")
+        raise StepbillError(f"Invalid value for '{flag}': a value is required")
     if option.kind is bool:
         if isinstance(value, bool):
             return value
-        if isinstance(value, str) and value.lower() in _TRUE + _FALSE:
-            return value.lower() in _TRUE
-        raise StepbillError(f"Invalid value for '{flag}': {value!r} is not a valid boolean.")
-    if option.kind is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, str):
-            with contextlib.suppress(ValueError):
-                return int(value.strip())
-        raise StepbillError(f"Invalid value for '{flag}': {value!r} is not a valid integer.")
-    if option.kind is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            number = float(value)
-        elif isinstance(value, str):
-            try:
-                number = float(value.strip())
-            except ValueError:
-                raise StepbillError(f"Invalid value for '{flag}': {value!r} is not a valid float.") from None
-        else:
-            raise StepbillError(f"Invalid value for '{flag}': {value!r} is not a valid float.")
-        if number != number or number in (float("inf"), float("-inf")):
-            raise StepbillError(f"Invalid value for '{flag}': {value!r} is not a finite number.")
-        return number
-    if not isinstance(value, str):
-        raise StepbillError(f"Invalid value for '{flag}': {value!r} is not a string.")
-    if option.optional and value == "":
-        return None
-    return value
+        if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+            return value.strip().lower() in _TRUE
+        raise StepbillError(f"Invalid value for '{flag}': {value!r} is not a valid boolean")
+    if option.kind is str:
+        if not isinstance(value, str):
+            raise StepbillError(f"Invalid value for '{flag}': {json.dumps(value)} is not a string")
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            return option.kind(value.strip())
+    what = ("a valid integer, unable to parse string as an integer" if option.kind is int
+            else "a valid number, unable to parse string as a number")
+    raise StepbillError(f"Invalid value for '{flag}': Input should be {what}")
 
 
-def parse_options(options: tuple[Option, ...], given: Mapping[str, Any], ignore: tuple[str, ...] = ()) -> dict[str, Any]:
+def parse_options(command: str, options: tuple[Option, ...], given: Mapping[str, Any],
+                  ignore: tuple[str, ...] = ()) -> dict[str, Any]:
     """Keyword arguments for the command's function: defaults, overridden by `given` (CLI names).
 
     An unknown key is an error naming the nearest known one (a typo is never silently ignored).
@@ -197,7 +186,7 @@ def bill_json(given: Mapping[str, Any]) -> dict[str, Any]:
     from stepbill.cli import DEFAULT_MODEL, bill_from_options
     from stepbill.report.bill_json import bill_to_json
 
-    kwargs = parse_options(BILL_OPTIONS, given, ignore=RECOMPUTE_ONLY)
+    kwargs = parse_options("bill", BILL_OPTIONS, given, ignore=RECOMPUTE_ONLY)
     return bill_to_json(bill_from_options(resolve_model(given, DEFAULT_MODEL), **kwargs))
 
 
@@ -206,12 +195,13 @@ def view_json(given: Mapping[str, Any]) -> dict[str, Any]:
     from stepbill.cli import DEFAULT_MODEL, bill_from_options
     from stepbill.report.bill_json import bill_to_json
 
-    kwargs = parse_options(BILL_OPTIONS, given, ignore=RECOMPUTE_ONLY)
+    kwargs = parse_options("bill", BILL_OPTIONS, given, ignore=RECOMPUTE_ONLY)
     bill = bill_from_options(resolve_model(given, DEFAULT_MODEL), **kwargs)
     return {
         "bill": bill_to_json(bill),
         # the CLI's JSON gives time lines as value + explain; the page shows their formula and inputs too
-        "time_lines": {} if bill.time is None else {k: v.to_json() for k, v in bill.time.lines.items()},
+        "time_lines": {} if bill.time is None else {
+            k.removeprefix("time."): v.to_json() for k, v in bill.time.lines.items()},
         "command": cli_command("bill", BILL_OPTIONS, given),
     }
 
@@ -222,14 +212,14 @@ def recompute_json(given: Mapping[str, Any], default_model: str = "deepseek-v3")
     from stepbill.cli import ranking_from_options
     from stepbill.report.recompute_table import ranking_to_json
 
-    kwargs = parse_options(RECOMPUTE_OPTIONS, given, ignore=BILL_ONLY)
+    kwargs = parse_options("recompute", RECOMPUTE_OPTIONS, given, ignore=BILL_ONLY)
     _, ranking, crossings, slope, solved = ranking_from_options(resolve_model(given, default_model), **kwargs)
     return ranking_to_json(ranking, crossings, slope, solved)
 
 
 def cli_command(command: str, options: tuple[Option, ...], given: Mapping[str, Any]) -> str:
     """The `stepbill ...` command line that prints the same numbers (options at their default left out)."""
-    kwargs = parse_options(options, given, ignore=RECOMPUTE_ONLY if command == "bill" else BILL_ONLY)
+    kwargs = parse_options(command, options, given, ignore=RECOMPUTE_ONLY if command == "bill" else BILL_ONLY)
     model = given.get("model", "gpt3-125m" if command == "bill" else "deepseek-v3")
     parts = ["stepbill", command, "config.json" if model == CONFIG_MODEL or "config" in given else str(model)]
     for o in options:

@@ -328,7 +328,7 @@ function renderRecompute(r) {
                          inputs: {flops: sol.flops, peak_bytes: sol.peak_bytes},
                          provenance: "derived (engine/recompute_budget.py)"}, `num-budget-${method}`), " ");
     }
-    parts.push("Hatched bars: dropped by the exact solver.");
+    parts.push("Outlined bars: dropped by the exact solver.");
   } else {
     parts.push("Set a budget (e.g. 40GiB) to see the exact solver's choice beside the ranking.");
   }
@@ -439,8 +439,12 @@ async function showLab(topic) {
       }
       parts.push(fig);
     }
+    const details = document.createElement("details");
+    const summary = document.createElement("summary");
+    summary.textContent = `table: ${t.rows.length} rows`;
     const table = document.createElement("table");
     table.className = "data";
+    details.append(summary, table);
     const head = table.createTHead().insertRow();
     for (const c of t.columns) head.insertCell().textContent = c;
     const body = table.createTBody();
@@ -448,7 +452,7 @@ async function showLab(topic) {
       const tr = body.insertRow();
       for (const v of r) tr.insertCell().textContent = typeof v === "number" ? fmtInput(v) : String(v);
     }
-    parts.push(table);
+    parts.push(numericCols.length && t.rows.length >= 2 ? details : table);
   });
   host.replaceChildren(...parts);
 }

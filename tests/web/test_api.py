@@ -1,0 +1,183 @@
+"""The web API (`stepbill serve`): the CLI's JSON for the same inputs, one-line 4xx errors, no paths, limits."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the web extra is not installed: pip install 'stepbill[web]'")
+pytest.importorskip("httpx", reason="fastapi's TestClient needs httpx")
+
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from stepbill.web import api
+from stepbill.web.app import MAX_BODY_BYTES, create_app
+from tests.conftest import run_cli
+
+DATA = Path(__file__).parents[1] / "data"
+
+
+@pytest.fixture(scope="module")
+def client() -> TestClient:
+    return TestClient(create_app())
+
+
+def cli_json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> object:
+    code, out, err = run_cli(argv, capsys)
+    assert code == 0, err
+    return json.loads(out)
+
+
+@pytest.mark.parametrize(("argv", "options"), [
+    (["bill", "gpt3-125m", "--seq", "1024", "--micro-batch", "8"], {"model": "gpt3-125m", "seq": 1024, "micro-batch": 8}),
+    (["bill", "llama3-8b", "--seq", "4096", "--dp", "2", "--tp", "2", "--pp", "2", "--micro-batches", "4",
+      "--gpu", "h100-sxm", "--recompute", "selective:core_attn", "--zero", "1"],
+     {"model": "llama3-8b", "seq": "4096", "dp": "2", "tp": 2, "pp": "2", "micro-batches": "4", "gpu": "h100-sxm",
+      "recompute": "selective:core_attn", "zero": "1"}),
+    (["bill", "llama2-7b", "--lora-rank", "16", "--recipe", "pure-bf16", "--convention", "eager", "--sp", "--tp", "2"],
+     {"model": "llama2-7b", "lora-rank": 16, "recipe": "pure-bf16", "convention": "eager", "sp": True, "tp": 2}),
+])
+def test_bill_route_returns_the_cli_json(client: TestClient, capsys: pytest.CaptureFixture[str], argv: list[str],
+                                         options: dict[str, object]) -> None:
+    want = cli_json([*argv, "--json"], capsys)
+    assert client.post("/api/bill", json=options).json() == want
+    query = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in options.items()}
+    assert client.get("/api/bill", params=query).json() == want
+    assert client.post("/api/view", json=options).json()["bill"] == want
+
+
+def test_bill_from_config_content_equals_the_cli_reading_the_file(client: TestClient, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "llama-3-8b"
+    folder.mkdir()
+    shutil.copy(DATA / "hf_configs" / "llama-3-8b.json", folder / "config.json")
+    want = cli_json(["bill", str(folder / "config.json"), "--seq", "1024", "--json"], capsys)
+    text = (folder / "config.json").read_text()
+    got = client.post("/api/bill", json={"model": "config", "config": text, "config-name": "llama-3-8b", "seq": 1024})
+    assert got.json() == want
+    # a ModelSpec JSON sent as an object
+    want = cli_json(["bill", str(DATA / "tiny-llama.json"), "--json"], capsys)
+    assert client.post("/api/bill", json={"config": json.loads((DATA / "tiny-llama.json").read_text())}).json() == want
+
+
+def test_recompute_models_and_lab_routes_return_the_cli_json(client: TestClient,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    want = cli_json(["recompute", "gpt3-125m", "--seq", "1024", "--budget", "1GiB", "--threshold", "2", "--json"], capsys)
+    # bill-only options (the page sends one state to both routes) are ignored here
+    got = client.post("/api/recompute", json={"model": "gpt3-125m", "seq": 1024, "budget": "1GiB", "threshold": 2,
+                                              "dp": 4, "gpu": "h100-sxm"})
+    assert got.json() == want
+    assert client.get("/api/models").json() == cli_json(["models", "--json"], capsys)
+    for topic in ("adam", "collectives"):
+        assert client.get(f"/api/lab/{topic}").json() == cli_json(["lab", topic, "--json"], capsys)
+
+
+def test_view_has_the_cli_command_and_full_time_lines(client: TestClient, capsys: pytest.CaptureFixture[str]) -> None:
+    options = {"model": "llama3-8b", "seq": 4096, "tp": 2, "gpu": "h100-sxm", "efficiency": 0.4, "sp": True}
+    view = client.post("/api/view", json=options).json()
+    assert view["command"] == "stepbill bill llama3-8b --seq 4096 --tp 2 --sp --gpu h100-sxm --efficiency 0.4"
+    assert cli_json([*view["command"].split()[1:], "--json"], capsys) == view["bill"]
+    step = view["time_lines"]["step"]
+    assert step["value"] == view["bill"]["time"]["step"]["value"]
+    assert set(step) >= {"formula", "inputs", "provenance", "explain"}
+
+
+@pytest.mark.parametrize(("argv", "options"), [
+    (["bill", "nope"], {"model": "nope"}),
+    (["bill", "--seq", "abc"], {"seq": "abc"}),
+    (["bill", "--recipe", "fp33"], {"recipe": "fp33"}),
+    (["bill", "--recompute", "every:0"], {"recompute": "every:0"}),
+    (["bill", "llama3-8b", "--tp", "3"], {"model": "llama3-8b", "tp": 3}),
+    (["bill", "--gpu", "h200x"], {"gpu": "h200x"}),
+    (["bill", "--efficiency", "2"], {"efficiency": 2}),
+    (["recompute", "gpt3-125m", "--seq", "1024", "--budget", "1MiB"], {"model": "gpt3-125m", "seq": 1024,
+                                                                        "budget": "1MiB"}),
+])
+def test_bad_input_is_a_400_with_the_cli_message(client: TestClient, capsys: pytest.CaptureFixture[str],
+                                                 argv: list[str], options: dict[str, object]) -> None:
+    code, _, err = run_cli(argv, capsys)
+    assert code == 2
+    route = "/api/recompute" if argv[0] == "recompute" else "/api/bill"
+    got = client.post(route, json=options)
+    assert got.status_code == 400
+    assert f"stepbill: error: {got.json()['error']}\n" == err
+
+
+def test_no_route_reads_a_path(client: TestClient, tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text((DATA / "tiny-llama.json").read_text())
+    got = client.get("/api/bill", params={"model": str(path)})
+    assert got.status_code == 400 and got.json()["error"].startswith("unknown model preset")
+    got = client.post("/api/bill", json={"model": "config", "config": str(path)})
+    assert got.status_code == 400 and "not valid JSON" in got.json()["error"]
+    assert client.get("/api/lab/clip", params={"trace": str(path)}).json()["settings"]["trace"].startswith("synthetic")
+
+
+def test_limits_and_unknown_routes(client: TestClient) -> None:
+    big = client.post("/api/bill", content=b" " * (MAX_BODY_BYTES + 1), headers={"content-type": "application/json"})
+    assert big.status_code == 413 and "\n" not in big.json()["error"]
+    config = json.dumps({"model_type": "llama", "pad": "x" * (1 << 20)})
+    assert client.post("/api/bill", json={"config": config}).status_code == 413
+    plan = client.get("/api/plan")
+    assert plan.status_code == 501 and "stepbill plan" in plan.json()["error"]
+    assert client.get("/api/nothing").status_code == 404
+    assert client.get("/api/lab/nope").status_code == 400
+    assert client.post("/api/bill", content=b"[1, 2]").status_code == 400
+    assert client.post("/api/bill", content=b"{").status_code == 400
+    assert client.post("/api/bill", json={"seq": 1024, "sq": 2}).json()["error"].startswith("unknown option 'sq'")
+
+
+def test_page_and_its_files_are_served_by_the_package(client: TestClient) -> None:
+    page = client.get("/")
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    for src in ("/static/app.js", "/static/charts.js", "/static/style.css"):
+        assert src in page.text
+        assert client.get(src).status_code == 200
+    assert "http://" not in page.text and "https://" not in page.text  # nothing from a CDN
+    for src in ("/static/app.js", "/static/charts.js"):
+        assert "https://" not in client.get(src).text
+
+
+def test_choices_name_what_the_cli_accepts(client: TestClient) -> None:
+    choices = client.get("/api/choices").json()
+    assert choices["default_model"] in choices["models"]
+    assert "mixed-bf16" in choices["recipes"] and "h100-sxm" in [g["name"] for g in choices["gpus"]]
+    assert {o["name"] for o in choices["bill_options"]} == {o.name for o in api.BILL_OPTIONS}
+
+
+_text = st.one_of(st.text(max_size=12), st.sampled_from(["", "0", "-1", "1", "2", "8", "1e9", "nan", "inf", "true",
+                                                         "full", "every:2", "budget:1GiB", "h100-sxm", "gpt3-125m"]))
+_value = st.one_of(_text, st.integers(-3, 10**7), st.floats(allow_nan=True, allow_infinity=True), st.booleans(),
+                   st.none(), st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=3), st.integers(),
+                                                                                   max_size=2))
+_keys = st.sampled_from([o.name for o in api.BILL_OPTIONS] + [o.name for o in api.RECOMPUTE_OPTIONS]
+                        + ["model", "config", "config-name", "bogus"])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(route=st.sampled_from(["/api/bill", "/api/view", "/api/recompute"]),
+       options=st.dictionaries(_keys, _value, max_size=5))
+def test_fuzz_no_5xx_and_every_error_is_one_line(client: TestClient, route: str, options: dict[str, object]) -> None:
+    options.setdefault("model", "gpt3-125m")
+    if route == "/api/recompute":
+        options.setdefault("seq", 1024)
+    got = client.post(route, content=json.dumps(options), headers={"content-type": "application/json"})  # NaN too
+    assert got.status_code < 500, got.text
+    if got.status_code != 200:
+        error = got.json()["error"]
+        assert error and "\n" not in error and "Traceback" not in error
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(config=st.dictionaries(st.sampled_from(["model_type", "vocab_size", "hidden_size", "num_hidden_layers",
+                                               "num_attention_heads", "intermediate_size", "name", "family",
+                                               "n_layers", "attention", "ffn"]),
+                              _value, max_size=6))
+def test_fuzz_configs_no_5xx(client: TestClient, config: dict[str, object]) -> None:
+    got = client.post("/api/bill", content=json.dumps({"config": config}), headers={"content-type": "application/json"})
+    assert got.status_code < 500, got.text
