@@ -14,6 +14,7 @@ CLI's one-line message; a computation is abandoned after REQUEST_SECONDS (503); 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from importlib import resources
 from typing import Any
@@ -116,7 +117,11 @@ def create_app() -> FastAPI:
 
     def route(path: str, fn: Callable[[dict[str, Any]], Any]) -> None:
         async def endpoint(request: Request) -> JSONResponse:
-            return JSONResponse(await _compute(fn, await _options(request)))
+            start = time.perf_counter()
+            response = JSONResponse(await _compute(fn, await _options(request)))
+            # the server's own share of the latency (parse, compute, JSON), for benchmarks/serve_latency.py
+            response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - start) * 1e3:.2f}"
+            return response
 
         app.add_api_route(path, endpoint, methods=["GET", "POST"], name=path)
 

@@ -49,7 +49,8 @@ function fmtInput(v) {
 // ---------- the derivation panel ----------
 function explain(line) {
   $("#explain-name").textContent = line.name;
-  $("#explain-value").textContent = `${fmtValue(line.value, line.unit)}  (${fmtInput(line.value)} ${line.unit || ""})`;
+  const unit = line.unit && line.unit !== "1" ? ` ${line.unit}` : "";
+  $("#explain-value").textContent = `${fmtValue(line.value, line.unit)}  (${fmtInput(line.value)}${unit})`;
   $("#explain-formula").textContent = line.formula || "—";
   $("#explain-filled").textContent = line.explain || line.formula || "—";
   const table = $("#explain-inputs");
@@ -147,34 +148,47 @@ async function refresh() {
   if (inflight) inflight.abort();
   const ctl = inflight = new AbortController();
   document.body.dataset.state = "loading";
+  const started = performance.now();
+  let body;
   try {
-    const body = payload(s);
-    const [view, ranking] = await Promise.all([
-      post("/api/view", body, ctl.signal),
-      post("/api/recompute", body, ctl.signal).catch(err => ({error: err.message, aborted: err.name === "AbortError"})),
-    ]);
+    body = payload(s);
+  } catch (err) {
+    showError(err.message);
+    document.body.dataset.state = "idle";
+    return;
+  }
+  // the ranking (with a budget: an exact MILP) is drawn when it comes; the bill does not wait for it
+  const ranking = post("/api/recompute", body, ctl.signal)
+    .catch(err => ({error: err.message, aborted: err.name === "AbortError"}))
+    .then(r => {
+      if (ctl.signal.aborted) return;
+      renderRecompute(r);
+      document.body.dataset.rankings = String(Number(document.body.dataset.rankings || 0) + 1);
+    });
+  try {
+    const view = await post("/api/view", body, ctl.signal);
     if (ctl.signal.aborted) return;
     showError("");
-    render(view, ranking);
+    render(view);
+    document.body.dataset.latencyMs = (performance.now() - started).toFixed(1);  // change → drawn (tests read it)
   } catch (err) {
     if (err.name === "AbortError") return;
     showError(err.message);
-  } finally {
-    if (inflight === ctl) {
-      inflight = null;
-      document.body.dataset.state = "idle";
-    }
+  }
+  await ranking;
+  if (inflight === ctl) {
+    inflight = null;
+    document.body.dataset.state = "idle";
   }
 }
 
 // ---------- views ----------
-function render(view, ranking) {
+function render(view) {
   const bill = view.bill;
   $("#cli-command").textContent = view.command;
   renderSummary(bill, view.time_lines);
   renderMemory(bill);
   renderTimeline(bill);
-  renderRecompute(ranking);
   renderComm(bill, view.time_lines);
   renders += 1;
   document.body.dataset.renders = String(renders);
@@ -271,8 +285,8 @@ function renderTimeline(bill) {
   const peak = bill.lines["memory.peak"];
   let peakIndex = moments.findIndex(m => m.moment === bill.memory.peak_moment && m.total === bill.memory.peak);
   if (peakIndex < 0) peakIndex = moments.findIndex(m => m.moment === bill.memory.peak_moment);
-  const cap = capacity(bill);
-  const peakText = `peak ${fmtBytes(bill.memory.peak)} — ${bill.memory.peak_dominant} dominate`;
+  const cap = bill.parallel.world === 1 ? capacity(bill) : null;  // the timeline is the global bill: one GPU's card only
+  const peakText = `peak ${fmtBytes(bill.memory.peak)}, dominated by ${bill.memory.peak_dominant}`;
   Charts.timeline($("#timeline-chart"), {moments, keys, fmt: fmtAxisBytes, peakIndex, peakText,
                                          onPeak: () => explain(peak), capacity: cap && cap.bytes,
                                          label: "memory over the step"});
@@ -292,7 +306,9 @@ function renderRecompute(r) {
     note.textContent = `stepbill: error: ${r.error}`;
     return;
   }
-  const drop = r.budget && r.budget.milp ? new Set(r.budget.milp.drop[r.layer_kind] || []) : null;
+  // the budget's first solution is the exact solver (MILP), the second the greedy ranking (report/recompute_table.py)
+  const exact = r.budget ? Object.values(r.budget)[0] : null;
+  const drop = exact ? new Set(exact.drop[r.layer_kind] || []) : null;
   const rowLine = row => ({
     name: `recompute ${row.label}`, value: row.tflop_per_gib, unit: "TFLOP/GiB",
     formula: "{flops} FLOPs to recompute ÷ {bytes} B saved, per layer (TFLOP = 1e12, GiB = 2^30 B)",
@@ -318,16 +334,16 @@ function renderRecompute(r) {
   const parts = [`${r.layer_kind} layer: the cut saves `, number(fmtBytes(r.cut.bytes), cut, "num-cut"),
                  ` for ${fmtFlops(r.cut.flops)} (${(100 * r.cut.selective_cost_of_step).toFixed(1)} % of the layer's step). `];
   if (r.budget) {
-    for (const [method, sol] of Object.entries(r.budget)) {
+    Object.entries(r.budget).forEach(([method, sol], k) => {
       const n = Object.values(sol.drop).reduce((a, v) => a + v.length, 0);
       parts.push(number(`${method}: ${n} tensors dropped, peak ${fmtBytes(sol.peak_bytes)}, ${fmtFlops(sol.flops)}`,
                         {name: `budget solver (${method})`, value: sol.peak_bytes, unit: "bytes",
-                         formula: method === "milp" ? "exact MILP: fewest recompute FLOPs with peak ≤ budget"
-                                                    : "greedy: drop rows in ranking order until peak ≤ budget",
+                         formula: k === 0 ? "exact MILP: fewest recompute FLOPs with the peak within the budget"
+                                          : "greedy: drop rows in ranking order until the peak fits the budget",
                          explain: Object.entries(sol.drop).map(([k, v]) => `${k}: ${v.join(", ")}`).join("; "),
                          inputs: {flops: sol.flops, peak_bytes: sol.peak_bytes},
-                         provenance: "derived (engine/recompute_budget.py)"}, `num-budget-${method}`), " ");
-    }
+                         provenance: "derived (engine/recompute_budget.py)"}, `num-budget-${k}`), " ");
+    });
     parts.push("Outlined bars: dropped by the exact solver.");
   } else {
     parts.push("Set a budget (e.g. 40GiB) to see the exact solver's choice beside the ranking.");
@@ -479,7 +495,8 @@ async function useConfig(text, name) {
 
 async function init() {
   choices = await (await fetch("/api/choices")).json();
-  for (const o of [...choices.bill_options, ...choices.recompute_options]) defaults[o.name] = o.default;
+  // shared options (seq, micro-batch, ...) take the bill's defaults: the page is the bill's view
+  for (const o of [...choices.recompute_options, ...choices.bill_options]) defaults[o.name] = o.default;
   const form = $("#controls");
   fill(form.model, [...choices.models, "config"], [...choices.models, "custom config.json…"]);
   fill(form.recipe, choices.recipes);

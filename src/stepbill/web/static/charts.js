@@ -7,7 +7,8 @@ const Charts = (() => {
                    "#9c755f", "#bab0ac", "#1f77b4", "#2ca02c"];
   const FIXED = {weights: "#4e79a7", grads: "#59a14f", optimizer: "#f28e2b", master: "#f1a35f",
                  "optimizer.m": "#f28e2b", "optimizer.v": "#d4731a", activations: "#e15759", transient: "#b07aa1",
-                 cast: "#76b7b2", temporaries: "#b07aa1"};
+                 cast: "#76b7b2", temporaries: "#b07aa1", compute: "#4e79a7", bubble: "#bab0ac",
+                 "exposed comm": "#e15759", "comm spill": "#ff9da7"};
   const assigned = new Map();
 
   function color(key) {
@@ -187,7 +188,9 @@ const Charts = (() => {
     });
     if (cut) {
       root.appendChild(el("line", {x1: x(cut), x2: x(cut), y1: 0, y2: height - axisH + 4, class: "cut"}));
-      root.appendChild(el("text", {x: x(cut) + 4, y: height - 4, class: "cut-label"}, cutLabel || `cut ${fmt(cut)}`));
+      const nearRight = x(cut) > width - right - 120;
+      root.appendChild(el("text", {x: x(cut) + (nearRight ? -4 : 4), y: height - 4, class: "cut-label",
+                                   "text-anchor": nearRight ? "end" : "start"}, cutLabel || `cut ${fmt(cut)}`));
     }
     return root;
   }

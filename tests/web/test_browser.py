@@ -1,0 +1,171 @@
+"""The page of `stepbill serve` in a real headless Chromium: controls change the charts and numbers, numbers open
+their derivation, the URL reproduces the view. Screenshots land in test-artifacts/web/ (gitignored)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+DATA = Path(__file__).parents[1] / "data"
+
+
+def renders(page: Any) -> int:
+    return int(page.evaluate("Number(document.body.dataset.renders || 0)"))
+
+
+def settle(page: Any, after: int) -> None:
+    """Wait until the page has drawn a state newer than render `after` and every request is answered."""
+    page.wait_for_function(f"Number(document.body.dataset.renders || 0) > {after} && document.body.dataset.state === 'idle'",
+                           timeout=20_000)
+
+
+def open_page(page: Any, url: str) -> None:
+    page.goto(url)
+    settle(page, 0)
+
+
+def text(page: Any, testid: str) -> str:
+    return str(page.get_by_test_id(testid).inner_text())
+
+
+def change(page: Any, action: Any) -> None:
+    before = renders(page)
+    action()
+    settle(page, before)
+
+
+def test_controls_update_numbers_and_charts(page: Any, server_url: str, artifacts: Path) -> None:
+    open_page(page, server_url)
+    assert text(page, "num-params") == "125.23M"  # gpt3-125m, the CLI's default model
+    peak0, memory0 = text(page, "num-peak"), page.inner_html("#memory-chart")
+
+    change(page, lambda: page.get_by_test_id("model").select_option("llama3-8b"))
+    assert text(page, "num-params") == "8.03B"
+    assert text(page, "num-peak") != peak0 and page.inner_html("#memory-chart") != memory0
+
+    peak1 = text(page, "num-peak")
+    change(page, lambda: page.get_by_test_id("micro-batch").fill("4"))
+    peak2 = text(page, "num-peak")
+    assert peak2 != peak1
+    timeline = page.inner_html("#timeline-chart")
+    change(page, lambda: page.get_by_test_id("recompute").fill("full"))
+    assert text(page, "num-peak") != peak2 and page.inner_html("#timeline-chart") != timeline
+    assert float(page.evaluate("document.body.dataset.latencyMs")) < 1000  # drawn well within a second
+
+    assert "Choose a GPU" in page.inner_text("#time-chart")
+    for testid, value in (("dp", "2"), ("tp", "2"), ("pp", "2"), ("micro-batches", "4")):
+        change(page, lambda t=testid, v=value: page.get_by_test_id(t).fill(v))
+    change(page, lambda: page.get_by_test_id("gpu").select_option("h100-sxm"))
+    assert page.locator("#memory-chart svg text.label").count() == 2  # two rank classes: first and last stage
+    assert text(page, "num-rank-peak").endswith("GiB")
+    assert page.locator("#comm-table tbody tr").count() == 3  # dp grad all-reduce, tp all-reduce, pp p2p
+    assert text(page, "num-step-time").endswith(("ms", " s"))
+    assert page.get_by_test_id("time-compute").count() == 1
+    assert text(page, "cli-command") == ("stepbill bill llama3-8b --micro-batch 4 --recompute full --dp 2 --tp 2 "
+                                         "--pp 2 --micro-batches 4 --gpu h100-sxm")
+    page.screenshot(path=str(artifacts / "controls.png"), full_page=True)
+
+
+def test_a_number_opens_its_formula_inputs_and_provenance(page: Any, server_url: str, artifacts: Path) -> None:
+    open_page(page, f"{server_url}/?model=llama3-8b&seq=4096&tp=2&gpu=h100-sxm")
+    assert page.get_by_test_id("explain").is_hidden()
+    page.get_by_test_id("num-params").click()
+    assert page.get_by_test_id("explain").is_visible()
+    assert page.inner_text("#explain-name") == "params.total"
+
+    page.get_by_test_id("mem-0-0").click()  # first item of the first rank class: its weights
+    assert page.inner_text("#explain-name") == "weights"
+    assert "÷" in text(page, "explain-filled") and "ZeRO" in text(page, "explain-filled")
+    assert page.locator("#explain-inputs tr").count() >= 2
+
+    page.get_by_test_id("num-step-time").click()
+    assert page.inner_text("#explain-name") == "time.step"
+    assert "pipeline" in text(page, "explain-filled")
+
+    page.get_by_test_id("timeline-peak").click()
+    assert page.inner_text("#explain-name") == "memory.peak"
+    page.get_by_test_id("comm-bytes-0").click()
+    assert "calls" in page.inner_text("#explain-formula")
+    page.get_by_test_id("num-mfu").click()
+    assert text(page, "explain-provenance").startswith("cited: PaLM")
+    page.screenshot(path=str(artifacts / "explain.png"), full_page=False)
+
+
+def test_the_url_reproduces_the_view(page: Any, browser: Any, server_url: str) -> None:
+    open_page(page, server_url)
+    change(page, lambda: page.get_by_test_id("model").select_option("llama2-7b"))
+    change(page, lambda: page.get_by_test_id("seq").fill("8192"))
+    change(page, lambda: page.get_by_test_id("zero").select_option("3"))
+    change(page, lambda: page.get_by_test_id("dp").fill("8"))
+    change(page, lambda: page.get_by_test_id("threshold").fill("5"))
+    page.get_by_test_id("lab-schedule").click()
+    page.wait_for_selector("[data-testid=lab-figure-0] svg")
+    url = page.url
+    assert "model=llama2-7b" in url and "seq=8192" in url and "lab=schedule" in url
+    shown = {t: text(page, t) for t in ("num-peak", "num-rank-peak", "cli-command", "recompute-note")}
+
+    other = browser.new_page()
+    try:
+        other.goto(url)
+        settle(other, 0)
+        other.wait_for_selector("[data-testid=lab-figure-0] svg")
+        assert {t: text(other, t) for t in shown} == shown
+        assert other.get_by_test_id("seq").input_value() == "8192"
+        assert other.locator("#lab-tabs button.active").inner_text() == "schedule"
+    finally:
+        other.close()
+
+
+def test_recompute_ranking_cut_and_budget_solver(page: Any, server_url: str, artifacts: Path) -> None:
+    open_page(page, f"{server_url}/?model=llama3-8b&seq=4096")
+    chart = page.get_by_test_id("recompute-chart")
+    assert chart.locator("rect.bar").count() > 5 and chart.locator("line.cut").count() == 1
+    below = chart.locator("rect.below-cut").count()
+    change(page, lambda: page.get_by_test_id("threshold").fill("10"))
+    assert chart.locator("rect.below-cut").count() > below  # a higher cut keeps more rows below it
+    before = page.evaluate("Number(document.body.dataset.rankings || 0)")
+    page.get_by_test_id("budget").fill("10GiB")
+    page.wait_for_function(f"Number(document.body.dataset.rankings || 0) > {before} && "
+                           "document.querySelector('[data-testid=num-budget-0]') !== null", timeout=20_000)
+    assert "tensors dropped" in text(page, "num-budget-0")
+    assert chart.locator("rect.dropped").count() >= 1
+    page.get_by_test_id("rc-row-0").click()
+    assert "TFLOP/GiB" in page.inner_text("#explain-value")
+    page.screenshot(path=str(artifacts / "recompute.png"), full_page=True)
+
+
+def test_config_pasted_as_content_and_errors_in_one_line(page: Any, server_url: str, artifacts: Path) -> None:
+    open_page(page, server_url)
+    page.get_by_test_id("model").select_option("config")
+    page.get_by_test_id("config-text").fill((DATA / "hf_configs" / "qwen3-0.6b.json").read_text())
+    change(page, lambda: page.get_by_test_id("config-use").click())
+    assert page.get_by_test_id("error").is_hidden()
+    assert "custom" in page.inner_text("#summary") and text(page, "num-params") == "596.05M"
+    assert text(page, "cli-command").startswith("stepbill bill config.json")
+
+    config = json.loads((DATA / "hf_configs" / "qwen3-0.6b.json").read_text())
+    del config["vocab_size"]
+    page.get_by_test_id("config-text").fill(json.dumps(config))
+    page.get_by_test_id("config-use").click()
+    page.wait_for_selector("[data-testid=error]:not([hidden])")
+    error = text(page, "error")
+    assert error.startswith("stepbill: error: ") and "vocab_size" in error and "\n" not in error
+    page.screenshot(path=str(artifacts / "config-error.png"), full_page=False)
+
+
+def test_labs_are_figures(page: Any, server_url: str, artifacts: Path) -> None:
+    open_page(page, server_url)
+    for topic in ("adam", "warmup", "schedule", "clip", "formats", "collectives", "decay"):
+        page.get_by_test_id(f"lab-{topic}").click()
+        page.wait_for_function(f"document.querySelector('#lab-tabs button.active').dataset.topic === '{topic}'")
+        page.wait_for_selector("#lab-view h3")
+        assert page.locator("#lab-view svg").count() >= 1, topic
+    page.get_by_test_id("lab-collectives").click()
+    page.wait_for_selector("[data-testid=lab-figure-0] svg")
+    page.get_by_test_id("lab-view").screenshot(path=str(artifacts / "lab-collectives.png"))
+    assert "arrives with stepbill plan" in text(page, "planner")
