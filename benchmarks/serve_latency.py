@@ -92,7 +92,7 @@ def page_load(url: str, repeats: int = 5) -> None:
             "--disable-sync", "--no-first-run", "--disable-quic"]
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=args)
-        samples, changes = [], []
+        samples, changes, draws = [], [], []
         for i in range(repeats + 1):
             page = browser.new_page()
             start = time.perf_counter()
@@ -102,15 +102,18 @@ def page_load(url: str, repeats: int = 5) -> None:
             page.fill("[data-testid=micro-batch]", "2")
             page.wait_for_function("Number(document.body.dataset.renders || 0) >= 2", timeout=30_000)
             change = float(page.evaluate("document.body.dataset.latencyMs"))
+            draw = float(page.evaluate("document.body.dataset.drawMs"))
             if i:  # the first load starts the browser's caches
                 samples.append(elapsed)
                 changes.append(change)
+                draws.append(draw)
             page.close()
         browser.close()
     print(f"page load to first bill drawn (headless Chromium, {repeats} loads): median {statistics.median(samples):.0f} ms, "
           f"max {max(samples):.0f} ms ({'within' if max(samples) < 1000 else 'OVER'} the 1 s target)")
     print(f"control change to charts redrawn: median {statistics.median(changes):.1f} ms, max {max(changes):.1f} ms "
-          f"({'within' if max(changes) < 100 else 'OVER'} the 100 ms target)")
+          f"({'within' if max(changes) < 100 else 'OVER'} the 100 ms target); of which drawing the SVG: median "
+          f"{statistics.median(draws):.1f} ms")
 
 
 def main() -> None:

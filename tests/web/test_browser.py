@@ -139,7 +139,8 @@ def test_recompute_ranking_cut_and_budget_solver(page: Any, server_url: str, art
     page.screenshot(path=str(artifacts / "recompute.png"), full_page=True)
 
 
-def test_config_pasted_as_content_and_errors_in_one_line(page: Any, server_url: str, artifacts: Path) -> None:
+def test_config_pasted_or_uploaded_as_content_and_errors_in_one_line(page: Any, server_url: str, artifacts: Path,
+                                                                      tmp_path: Path) -> None:
     open_page(page, server_url)
     page.get_by_test_id("model").select_option("config")
     page.get_by_test_id("config-text").fill((DATA / "hf_configs" / "qwen3-0.6b.json").read_text())
@@ -156,6 +157,25 @@ def test_config_pasted_as_content_and_errors_in_one_line(page: Any, server_url: 
     error = text(page, "error")
     assert error.startswith("stepbill: error: ") and "vocab_size" in error and "\n" not in error
     page.screenshot(path=str(artifacts / "config-error.png"), full_page=False)
+
+    # an uploaded file is read by the page and sent as content, named after the file
+    upload = tmp_path / "tiny-llama.json"
+    upload.write_text((DATA / "tiny-llama.json").read_text())
+    change(page, lambda: page.get_by_test_id("config-file").set_input_files(str(upload)))
+    assert page.get_by_test_id("error").is_hidden() and "tiny-llama" in page.inner_text("#summary")
+
+
+def test_copy_as_cli_command(browser: Any, server_url: str) -> None:
+    context = browser.new_context(permissions=["clipboard-read", "clipboard-write"])
+    page = context.new_page()
+    try:
+        open_page(page, f"{server_url}/?model=llama3-8b&seq=4096&recompute=full&tp=2&sp=true")
+        page.get_by_test_id("copy-cli").click()
+        page.wait_for_function("document.querySelector('[data-testid=copy-cli]').textContent !== 'copy as CLI command'")
+        copied = page.evaluate("navigator.clipboard.readText()")
+        assert copied == "stepbill bill llama3-8b --seq 4096 --recompute full --tp 2 --sp"
+    finally:
+        context.close()
 
 
 def test_labs_are_figures(page: Any, server_url: str, artifacts: Path) -> None:

@@ -110,8 +110,9 @@ const Charts = (() => {
         const x1 = i === n ? x(n - 1) : (x(i - 1) + x(i)) / 2;
         root.appendChild(el("rect", {x: x0, y: top, width: Math.max(1, x1 - x0), height: height - top - bottom,
                                      class: `phase phase-${moments[start].phase}`}));
-        root.appendChild(el("text", {x: (x0 + x1) / 2, y: height - bottom + 30, "text-anchor": "middle",
-                                     class: "tick"}, moments[start].phase));
+        const mid = (x0 + x1) / 2, atEnd = mid > width - right - 30;
+        root.appendChild(el("text", {x: atEnd ? width - right : mid, y: height - bottom + 30,
+                                     "text-anchor": atEnd ? "end" : "middle", class: "tick"}, moments[start].phase));
         start = i;
       }
     }
