@@ -182,3 +182,47 @@ def test_fuzz_no_5xx_and_every_error_is_one_line(client: TestClient, route: str,
 def test_fuzz_configs_no_5xx(client: TestClient, config: dict[str, object]) -> None:
     got = client.post("/api/bill", content=json.dumps({"config": config}), headers={"content-type": "application/json"})
     assert got.status_code < 500, got.text
+
+
+_small = st.sampled_from([0, 1, 2, 3, 4, 8, 16, -1])
+_well_typed = st.fixed_dictionaries({}, optional={
+    "model": st.sampled_from(["gpt3-125m", "llama3-8b", "llama3-70b", "deepseek-v3", "mixtral-8x7b", "gpt3-175b"]),
+    "seq": st.sampled_from([1, 7, 128, 1024, 4096, 32768, 1 << 20]),
+    "micro-batch": st.sampled_from([1, 2, 3, 64, 0]),
+    "recipe": st.sampled_from(["mixed-bf16", "fp32", "amp-bf16", "bf16-moments", "adamw-8bit", "pure-bf16"]),
+    "optimizer": st.sampled_from(["adamw", "sgd", "lion", "adafactor", "muon"]),
+    "recompute": st.sampled_from(["none", "full", "every:2", "every:auto", "selective:core_attn,mlp", "budget:1GiB",
+                                  "budget:1TiB"]),
+    "convention": st.sampled_from(["ideal", "eager"]),
+    "attention": st.sampled_from(["sdpa", "eager"]),
+    "lora-rank": st.sampled_from([1, 64]),
+    "dp": _small, "tp": _small, "pp": _small, "cp": _small, "ep": _small, "zero": st.sampled_from([0, 1, 2, 3]),
+    "shard-group": _small, "sp": st.booleans(), "pp-schedule": st.sampled_from(["gpipe", "1f1b", "interleaved"]),
+    "vpp": st.sampled_from([1, 2]), "micro-batches": st.sampled_from([1, 8]),
+    "offload-optimizer": st.booleans(), "offload-activations": st.booleans(),
+    "gpu": st.sampled_from(["h100-sxm", "a100-80gb", "mi300x"]), "gpu-mem": st.sampled_from([0.5, 80]),
+    "threshold": st.sampled_from([0, 3, 100]), "group": st.sampled_from(["op", "seed"]),
+    "budget": st.sampled_from(["1GiB", "100GiB"]),
+})
+
+
+@pytest.mark.slow
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(route=st.sampled_from(["/api/view", "/api/recompute"]), options=_well_typed)
+def test_fuzz_well_typed_layouts_reach_the_engine_without_5xx(client: TestClient, route: str,
+                                                              options: dict[str, object]) -> None:
+    got = client.post(route, json=options)
+    assert got.status_code in (200, 400), got.text
+    if got.status_code == 400:
+        assert "\n" not in got.json()["error"]
+
+
+def test_a_computation_is_abandoned_after_the_time_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from stepbill.web import app as app_module
+
+    monkeypatch.setattr(app_module, "REQUEST_SECONDS", 0.2)
+    monkeypatch.setattr(api, "bill_json", lambda given: time.sleep(1.0))
+    got = TestClient(create_app()).get("/api/bill")
+    assert got.status_code == 503 and got.json()["error"] == "computation took longer than 0.2 s and was abandoned"
