@@ -213,7 +213,10 @@ def recompute_json(given: Mapping[str, Any], default_model: str = "deepseek-v3")
     from stepbill.report.recompute_table import ranking_to_json
 
     kwargs = parse_options("recompute", RECOMPUTE_OPTIONS, given, ignore=BILL_ONLY)
-    _, ranking, crossings, slope, solved = ranking_from_options(resolve_model(given, default_model), **kwargs)
+    try:
+        _, ranking, crossings, slope, solved = ranking_from_options(resolve_model(given, default_model), **kwargs)
+    except ImportError as exc:  # the exact budget solver is scipy's HiGHS (the `solve` extra)
+        raise StepbillError(f"the budget solver needs {exc.name or 'scipy'}: pip install 'stepbill[solve]'") from None
     return ranking_to_json(ranking, crossings, slope, solved)
 
 

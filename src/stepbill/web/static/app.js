@@ -267,6 +267,7 @@ function renderMemory(bill) {
               onclick: () => explain(item), testid: `mem-${c.pp_stages[0]}-${i}`};
     }),
     marker: {value: c.memory.peak, label: `peak ${fmtBytes(c.memory.peak)}`},
+    note: `peak ${fmtBytes(c.memory.peak)}${"fits" in c ? (c.fits ? "" : " ✗") : ""}`,
   }));
   Charts.stackedBars($("#memory-chart"), {rows, fmt: fmtAxisBytes, capacity: cap && cap.bytes,
                                           capacityLabel: cap && cap.label, label: "memory per rank class"});
@@ -374,7 +375,8 @@ function renderComm(bill, T) {
       rows: [{label: "step time", segments: segs.map(s => ({key: s.key, value: s.value, onclick: () => explain(s.line),
                                                            title: `${s.key}: ${fmtSeconds(s.value)}`,
                                                            testid: `time-${s.key.replace(" ", "-")}`})),
-              marker: {value: T.step.value, label: `step ${fmtSeconds(T.step.value)}`}}],
+              marker: {value: T.step.value, label: `step ${fmtSeconds(T.step.value)}`},
+              note: `step ${fmtSeconds(T.step.value)}`}],
       fmt: v => fmtSeconds(v), label: "step time breakdown"});
     const legend = document.createElement("div");
     legend.className = "legend";

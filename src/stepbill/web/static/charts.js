@@ -53,7 +53,7 @@ const Charts = (() => {
 
   // Horizontal stacked bars: rows [{label, segments:[{key, value, title, onclick}], marker:{value, label}}].
   function stackedBars(host, {rows, fmt, capacity, capacityLabel, label}) {
-    const left = 150, right = 20, rowH = 34, top = 10, axisH = 34;
+    const left = 150, right = rows.some(r => r.note) ? 120 : 20, rowH = 34, top = 10, axisH = 34;
     const width = 760, height = top + rows.length * rowH + axisH;
     const root = svg(host, width, height, label);
     const total = r => r.segments.reduce((s, x) => s + x.value, 0);
@@ -81,6 +81,10 @@ const Charts = (() => {
         const m = el("line", {x1: x(r.marker.value), x2: x(r.marker.value), y1: y + 1, y2: y + rowH - 1,
                               class: "marker"});
         root.appendChild(tip(m, r.marker.label));
+      }
+      if (r.note) {
+        const end = Math.max(acc, r.marker ? r.marker.value : 0, capacity || 0);
+        root.appendChild(el("text", {x: x(end) + 8, y: y + rowH / 2 + 4, class: "bar-note"}, r.note));
       }
     });
     if (capacity) {
@@ -154,7 +158,7 @@ const Charts = (() => {
 
   // Horizontal bars with an optional vertical cut line: rows [{label, value, cls, title, onclick}].
   function hbars(host, {rows, fmt, cut, cutLabel, log, label, left = 210}) {
-    const right = 70, rowH = 20, top = 8, axisH = 30, width = 760;
+    const right = 70, rowH = 20, top = 8, axisH = cut ? 44 : 30, width = 760;
     const height = top + rows.length * rowH + axisH;
     const root = svg(host, width, height, label);
     const values = rows.map(r => r.value).filter(v => v > 0);
