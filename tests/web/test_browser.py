@@ -64,6 +64,7 @@ def test_controls_update_numbers_and_charts(page: Any, server_url: str, artifact
     assert page.locator("#memory-chart svg text.label").count() == 2  # two rank classes: first and last stage
     assert text(page, "num-rank-peak").endswith("GiB")
     assert page.locator("#comm-table tbody tr").count() == 3  # dp grad all-reduce, tp all-reduce, pp p2p
+    assert page.locator("[data-testid=comm-chart] rect.bar").count() == 3
     assert text(page, "num-step-time").endswith(("ms", " s"))
     assert page.get_by_test_id("time-compute").count() == 1
     assert text(page, "cli-command") == ("stepbill bill llama3-8b --micro-batch 4 --recompute full --dp 2 --tp 2 "
@@ -89,6 +90,9 @@ def test_a_number_opens_its_formula_inputs_and_provenance(page: Any, server_url:
 
     page.get_by_test_id("timeline-peak").click()
     assert page.inner_text("#explain-name") == "memory.peak"
+    page.get_by_test_id("moment-0").click(force=True)  # one moment of the step: what is alive there
+    assert page.inner_text("#explain-name").startswith("moment: forward")
+    assert "weights" in text(page, "explain-filled")
     page.get_by_test_id("comm-bytes-0").click()
     assert "calls" in page.inner_text("#explain-formula")
     page.get_by_test_id("num-mfu").click()

@@ -280,6 +280,15 @@ function renderMemory(bill) {
   }));
 }
 
+function momentLine(m, keys) {
+  const items = Object.fromEntries(keys.filter(k => k in m).map(k => [k, m[k]]));
+  return {name: `moment: ${m.moment}`, value: m.total, unit: "bytes",
+          formula: keys.filter(k => k in m).map(k => `{${k}}`).join(" + ") + " B alive at this moment",
+          explain: Object.entries(items).map(([k, v]) => `${k} ${fmtBytes(v)}`).join(" + "),
+          inputs: {phase: m.phase, ...items},
+          provenance: "derived (engine/timeline.py: the bill's timeline moments)"};
+}
+
 function renderTimeline(bill) {
   const moments = bill.timeline;
   const reserved = new Set(["phase", "moment", "total"]);
@@ -293,6 +302,7 @@ function renderTimeline(bill) {
   const peakText = `peak ${fmtBytes(bill.memory.peak)}, dominated by ${bill.memory.peak_dominant}`;
   Charts.timeline($("#timeline-chart"), {moments, keys, fmt: fmtAxisBytes, peakIndex, peakText,
                                          onPeak: () => explain(peak), capacity: cap && cap.bytes,
+                                         onMoment: m => explain(momentLine(m, keys)),
                                          label: "memory over the step"});
   const note = $("#timeline-note");
   note.replaceChildren(
@@ -393,6 +403,14 @@ function renderComm(bill, T) {
     table.innerHTML = `<p class="note">No collectives: one GPU (set dp, tp, pp, cp or ep above 1).</p>`;
     return;
   }
+  const fig = document.createElement("div");
+  fig.dataset.testid = "comm-chart";
+  const timed = cs.filter(c => typeof c.seconds === "number");
+  if (timed.length) {
+    Charts.hbars(fig, {rows: timed.map(c => ({label: c.name, value: c.seconds, cls: `overlap-${c.overlap}`,
+                                              title: `${c.name}: ${fmtSeconds(c.seconds)}, overlap ${c.overlap}`})),
+                       fmt: fmtSeconds, label: "time per collective", left: 190});
+  }
   const t = document.createElement("table");
   t.className = "data";
   t.innerHTML = "<thead><tr><th>collective</th><th>axis</th><th>op</th><th>group</th><th>link</th><th>calls</th>" +
@@ -410,7 +428,11 @@ function renderComm(bill, T) {
     tr.insertCell().append(c.seconds === null || c.seconds === undefined ? "—" : number(fmtSeconds(c.seconds), tline));
     tr.insertCell().textContent = c.overlap;
   });
-  table.replaceChildren(t);
+  const key = document.createElement("p");
+  key.className = "note";
+  key.textContent = timed.length ? "bars: seconds per step on the busiest link; blue hides under compute (overlap yes), " +
+                                   "red is exposed (no), amber partly (counted as exposed)" : "";
+  table.replaceChildren(fig, key, t);
 }
 
 // ---------- labs ----------

@@ -97,7 +97,7 @@ const Charts = (() => {
   }
 
   // Stacked area of the step timeline: moments [{phase, moment, total, ...items}], keys in stacking order.
-  function timeline(host, {moments, keys, fmt, peakIndex, peakText, onPeak, capacity, label}) {
+  function timeline(host, {moments, keys, fmt, peakIndex, peakText, onPeak, onMoment, capacity, label}) {
     const left = 70, right = 20, top = 28, bottom = 40, width = 760, height = 300;
     const root = svg(host, width, height, label);
     const n = moments.length;
@@ -139,7 +139,8 @@ const Charts = (() => {
       const w = n <= 1 ? 20 : (width - left - right) / (n - 1);
       const col = el("rect", {x: x(i) - w / 2, y: top, width: w, height: height - top - bottom, class: "hover"});
       const parts = keys.filter(k => m[k]).map(k => `${k} ${fmt(m[k])}`).join(", ");
-      root.appendChild(tip(col, `${m.moment}: ${fmt(m.total)} (${parts})`));
+      root.appendChild(clickable(tip(col, `${m.moment}: ${fmt(m.total)} (${parts})`), onMoment && (() => onMoment(m, i)),
+                                 `moment-${i}`));
     });
     if (capacity) {
       root.appendChild(el("line", {x1: left, x2: width - right, y1: y(capacity), y2: y(capacity), class: "capacity"}));
