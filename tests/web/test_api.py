@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 from pathlib import Path
 
@@ -209,12 +210,15 @@ _well_typed = st.fixed_dictionaries({}, optional={
 @pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(route=st.sampled_from(["/api/view", "/api/recompute"]), options=_well_typed)
-def test_fuzz_well_typed_layouts_reach_the_engine_without_5xx(client: TestClient, route: str,
-                                                              options: dict[str, object]) -> None:
+def test_fuzz_well_typed_layouts_reach_the_engine_without_5xx(client: TestClient, capsys: pytest.CaptureFixture[str],
+                                                              route: str, options: dict[str, object]) -> None:
     got = client.post(route, json=options)
     assert got.status_code in (200, 400), got.text
     if got.status_code == 400:
         assert "\n" not in got.json()["error"]
+    elif route == "/api/view":  # "copy as CLI command" prints the very same bill
+        view = got.json()
+        assert cli_json([*shlex.split(view["command"])[1:], "--json"], capsys) == view["bill"]
 
 
 def test_a_computation_is_abandoned_after_the_time_limit(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -120,8 +120,7 @@ def _coerce(option: Option, value: Any) -> Any:
     raise StepbillError(f"Invalid value for '{flag}': Input should be {what}")
 
 
-def parse_options(command: str, options: tuple[Option, ...], given: Mapping[str, Any],
-                  ignore: tuple[str, ...] = ()) -> dict[str, Any]:
+def parse_options(options: tuple[Option, ...], given: Mapping[str, Any], ignore: tuple[str, ...] = ()) -> dict[str, Any]:
     """Keyword arguments for the command's function: defaults, overridden by `given` (CLI names).
 
     An unknown key is an error naming the nearest known one (a typo is never silently ignored).
@@ -186,7 +185,7 @@ def bill_json(given: Mapping[str, Any]) -> dict[str, Any]:
     from stepbill.cli import DEFAULT_MODEL, bill_from_options
     from stepbill.report.bill_json import bill_to_json
 
-    kwargs = parse_options("bill", BILL_OPTIONS, given, ignore=RECOMPUTE_ONLY)
+    kwargs = parse_options(BILL_OPTIONS, given, ignore=RECOMPUTE_ONLY)
     return bill_to_json(bill_from_options(resolve_model(given, DEFAULT_MODEL), **kwargs))
 
 
@@ -195,16 +194,15 @@ def view_json(given: Mapping[str, Any]) -> dict[str, Any]:
     from stepbill.cli import DEFAULT_MODEL, bill_from_options
     from stepbill.report.bill_json import bill_to_json
 
-    kwargs = parse_options("bill", BILL_OPTIONS, given, ignore=RECOMPUTE_ONLY)
+    kwargs = parse_options(BILL_OPTIONS, given, ignore=RECOMPUTE_ONLY)
     bill = bill_from_options(resolve_model(given, DEFAULT_MODEL), **kwargs)
     return {
         "bill": bill_to_json(bill),
         # the CLI's JSON gives time lines as value + explain; the page shows their formula and inputs too
         "time_lines": {} if bill.time is None else {
             k.removeprefix("time."): v.to_json() for k, v in bill.time.lines.items()},
-        "command": cli_command("bill", BILL_OPTIONS, given),
+        "command": cli_command("bill", BILL_OPTIONS, kwargs, given),
     }
-
 
 
 def recompute_json(given: Mapping[str, Any], default_model: str = "deepseek-v3") -> dict[str, Any]:
@@ -212,7 +210,7 @@ def recompute_json(given: Mapping[str, Any], default_model: str = "deepseek-v3")
     from stepbill.cli import ranking_from_options
     from stepbill.report.recompute_table import ranking_to_json
 
-    kwargs = parse_options("recompute", RECOMPUTE_OPTIONS, given, ignore=BILL_ONLY)
+    kwargs = parse_options(RECOMPUTE_OPTIONS, given, ignore=BILL_ONLY)
     try:
         _, ranking, crossings, slope, solved = ranking_from_options(resolve_model(given, default_model), **kwargs)
     except ImportError as exc:  # the exact budget solver is scipy's HiGHS (the `solve` extra)
@@ -220,19 +218,25 @@ def recompute_json(given: Mapping[str, Any], default_model: str = "deepseek-v3")
     return ranking_to_json(ranking, crossings, slope, solved)
 
 
-def cli_command(command: str, options: tuple[Option, ...], given: Mapping[str, Any]) -> str:
-    """The `stepbill ...` command line that prints the same numbers (options at their default left out)."""
-    kwargs = parse_options(command, options, given, ignore=RECOMPUTE_ONLY if command == "bill" else BILL_ONLY)
-    model = given.get("model", "gpt3-125m" if command == "bill" else "deepseek-v3")
+def cli_command(command: str, options: tuple[Option, ...], kwargs: Mapping[str, Any], given: Mapping[str, Any]) -> str:
+    """The `stepbill COMMAND ...` line that prints the same numbers as `kwargs` (options at their default left out).
+
+    A config sent as content appears as `config.json`: the file the user would save it to.
+    """
+    from stepbill.cli import DEFAULT_MODEL
+
+    model = given.get("model", DEFAULT_MODEL)
     parts = ["stepbill", command, "config.json" if model == CONFIG_MODEL or "config" in given else str(model)]
     for o in options:
         value = kwargs[o.kwarg]
-        if value == o.default or value is None:
+        if value is None or value == o.default:
             continue
         if o.kind is bool:
             parts.append(f"--{o.name}")
+        elif isinstance(value, float):
+            parts += [f"--{o.name}", f"{value:g}" if float(f"{value:g}") == value else repr(value)]
         else:
-            parts += [f"--{o.name}", f"{value:g}" if isinstance(value, float) else str(value)]
+            parts += [f"--{o.name}", str(value)]
     return shlex.join(parts)
 
 
