@@ -110,6 +110,18 @@ def test_bad_input_is_a_400_with_the_cli_message(client: TestClient, capsys: pyt
     assert f"stepbill: error: {got.json()['error']}\n" == err
 
 
+@pytest.mark.parametrize(("route", "options", "error"), [
+    ("/api/recompute", {"model": "gpt3-125m", "seq": 1024, "threshold": "nan"},
+     "Invalid value for '--threshold': nan is not a finite number"),
+    ("/api/bill", {"gpu-mem": "inf"}, "Invalid value for '--gpu-mem': inf is not a finite number"),
+    ("/api/bill", {"gpu-mem": "1e300"}, "a number is out of range: cannot convert float infinity to integer"),
+])
+def test_numbers_the_cli_chokes_on_are_a_400(client: TestClient, route: str, options: dict[str, object],
+                                            error: str) -> None:
+    got = client.get(route, params=options)
+    assert got.status_code == 400 and got.json()["error"] == error
+
+
 def test_no_route_reads_a_path(client: TestClient, tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text((DATA / "tiny-llama.json").read_text())
@@ -201,8 +213,8 @@ _well_typed = st.fixed_dictionaries({}, optional={
     "shard-group": _small, "sp": st.booleans(), "pp-schedule": st.sampled_from(["gpipe", "1f1b", "interleaved"]),
     "vpp": st.sampled_from([1, 2]), "micro-batches": st.sampled_from([1, 8]),
     "offload-optimizer": st.booleans(), "offload-activations": st.booleans(),
-    "gpu": st.sampled_from(["h100-sxm", "a100-80gb", "mi300x"]), "gpu-mem": st.sampled_from([0.5, 80]),
-    "threshold": st.sampled_from([0, 3, 100]), "group": st.sampled_from(["op", "seed"]),
+    "gpu": st.sampled_from(["h100-sxm", "a100-80gb", "mi300x"]), "gpu-mem": st.sampled_from([0.5, 80, "inf", "1e300"]),
+    "threshold": st.sampled_from([0, 3, 100, "nan", "1e308"]), "group": st.sampled_from(["op", "seed"]),
     "budget": st.sampled_from(["1GiB", "100GiB"]),
 })
 

@@ -12,6 +12,7 @@ import contextlib
 import inspect
 import io
 import json
+import math
 import shlex
 import threading
 from collections.abc import Callable, Mapping
@@ -112,9 +113,14 @@ def _coerce(option: Option, value: Any) -> Any:
         return value
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         value = str(value)
+    number = None
     if isinstance(value, str):
         with contextlib.suppress(ValueError):
-            return option.kind(value.strip())
+            number = option.kind(value.strip())
+    if number is not None:
+        if not math.isfinite(number):  # the CLI takes them and fails later or prints NaN; the API says so here
+            raise StepbillError(f"Invalid value for '{flag}': {value.strip()} is not a finite number")
+        return number
     what = ("a valid integer, unable to parse string as an integer" if option.kind is int
             else "a valid number, unable to parse string as a number")
     raise StepbillError(f"Invalid value for '{flag}': Input should be {what}")

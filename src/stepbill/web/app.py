@@ -111,6 +111,14 @@ def create_app() -> FastAPI:
     async def _too_slow(_: Request, exc: TimeoutError) -> JSONResponse:
         return _error(503, f"computation took longer than {REQUEST_SECONDS:g} s and was abandoned")
 
+    @app.exception_handler(OverflowError)
+    async def _out_of_range(_: Request, exc: OverflowError) -> JSONResponse:
+        return _error(400, f"a number is out of range: {exc}")
+
+    @app.exception_handler(Exception)
+    async def _bug(_: Request, exc: Exception) -> JSONResponse:  # a bug, still one line (and never a traceback)
+        return _error(500, f"internal error: {type(exc).__name__}: {exc}")
+
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         return _error(exc.status_code, str(exc.detail))
