@@ -122,6 +122,15 @@ def test_numbers_the_cli_chokes_on_are_a_400(client: TestClient, route: str, opt
     assert got.status_code == 400 and got.json()["error"] == error
 
 
+def test_a_config_too_deep_for_one_request_is_refused_at_once(client: TestClient) -> None:
+    config = json.loads((DATA / "hf_configs" / "llama-3-8b.json").read_text())
+    config["num_hidden_layers"] = 10**12  # would take hours: the bill is linear in layers
+    got = client.post("/api/bill", json={"config": config})
+    assert got.status_code == 400
+    assert got.json()["error"] == ("config has 1,000,000,000,000 layers and 0 experts; the web explorer computes at "
+                                   "most 10,000 of each per request (the CLI has no such limit)")
+
+
 def test_no_route_reads_a_path(client: TestClient, tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text((DATA / "tiny-llama.json").read_text())

@@ -24,6 +24,10 @@ from stepbill.errors import StepbillError, unknown_name
 from stepbill.spec.model import ModelSpec
 
 MAX_CONFIG_BYTES = 1 << 20  # a pasted or uploaded config.json: 1 MiB, the same as the request body limit
+# A bill costs ~35 µs per layer and per expert (measured): a config's sizes are capped so that one request stays
+# well under a second. 10,000 is ~80× the deepest (Llama-3.1-405B: 126 layers) and ~40× the widest (256 experts).
+MAX_CONFIG_LAYERS = 10_000
+MAX_CONFIG_EXPERTS = 10_000
 CONFIG_MODEL = "config"  # the `model` value that means "the config sent with the request"
 
 
@@ -160,8 +164,14 @@ def spec_from_config(config: Any, name: str = "custom") -> ModelSpec:
     if "model_type" in config:
         from stepbill.spec.hf import from_hf_config
 
-        return from_hf_config(config, name=name)
-    return ModelSpec.from_dict(config)
+        spec = from_hf_config(config, name=name)
+    else:
+        spec = ModelSpec.from_dict(config)
+    experts = spec.moe.n_routed_experts if spec.moe else 0
+    if spec.n_layers > MAX_CONFIG_LAYERS or experts > MAX_CONFIG_EXPERTS:
+        raise StepbillError(f"config has {spec.n_layers:,} layers and {experts:,} experts; the web explorer computes "
+                            f"at most {MAX_CONFIG_LAYERS:,} of each per request (the CLI has no such limit)")
+    return spec
 
 
 def resolve_model(given: Mapping[str, Any], default: str) -> ModelSpec:
