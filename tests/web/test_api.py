@@ -251,3 +251,25 @@ def test_a_computation_is_abandoned_after_the_time_limit(monkeypatch: pytest.Mon
     monkeypatch.setattr(api, "bill_json", lambda given: time.sleep(1.0))
     got = TestClient(create_app()).get("/api/bill")
     assert got.status_code == 503 and got.json()["error"] == "computation took longer than 0.2 s and was abandoned"
+
+
+_CONFIGS = sorted((DATA / "hf_configs").glob("*.json"))
+_weird = st.sampled_from([0, -1, 1, 2, 3, 7, 10**9, 10**18, 0.5, 1e308, "x", None, True, [], {}, [1, 2]])
+
+
+@pytest.mark.slow
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(path=st.sampled_from(_CONFIGS), data=st.data())
+def test_fuzz_mutated_real_configs_no_5xx_and_bounded(client: TestClient, path: Path, data: st.DataObject) -> None:
+    import time
+
+    config = json.loads(path.read_text())
+    for _ in range(data.draw(st.integers(1, 3))):
+        config[data.draw(st.sampled_from(sorted(config)))] = data.draw(_weird)
+    start = time.perf_counter()
+    got = client.post("/api/view", content=json.dumps({"config": config, "seq": 128}),
+                      headers={"content-type": "application/json"})
+    assert got.status_code in (200, 400), got.text
+    assert time.perf_counter() - start < 5
+    if got.status_code == 400:
+        assert "\n" not in got.json()["error"]
