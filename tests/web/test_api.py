@@ -84,6 +84,12 @@ def test_view_has_the_cli_command_and_full_time_lines(client: TestClient, capsys
     view = client.post("/api/view", json=options).json()
     assert view["command"] == "stepbill bill llama3-8b --seq 4096 --tp 2 --sp --gpu h100-sxm --efficiency 0.4"
     assert cli_json([*view["command"].split()[1:], "--json"], capsys) == view["bill"]
+    assert view["recompute_command"] == "stepbill recompute llama3-8b --seq 4096"
+    options["threshold"] = 2
+    view = client.post("/api/view", json=options).json()
+    assert view["recompute_command"] == "stepbill recompute llama3-8b --seq 4096 --threshold 2"
+    assert cli_json([*view["recompute_command"].split()[1:], "--json"], capsys) == \
+        client.post("/api/recompute", json=options).json()
     step = view["time_lines"]["step"]
     assert step["value"] == view["bill"]["time"]["step"]["value"]
     assert set(step) >= {"formula", "inputs", "provenance", "explain"}

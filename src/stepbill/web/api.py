@@ -206,18 +206,24 @@ def bill_json(given: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def view_json(given: Mapping[str, Any]) -> dict[str, Any]:
-    """What the page shows for one state: the bill (as `bill --json`), the time lines in full, the CLI command."""
+    """What the page shows for one state: the bill (as `bill --json`), the time lines in full, the CLI commands."""
     from stepbill.cli import DEFAULT_MODEL, bill_from_options
     from stepbill.report.bill_json import bill_to_json
 
     kwargs = parse_options(BILL_OPTIONS, given, ignore=RECOMPUTE_ONLY)
     bill = bill_from_options(resolve_model(given, DEFAULT_MODEL), **kwargs)
+    try:  # a bad ranking option is the ranking panel's error (from /api/recompute), not the bill's
+        recompute_command: str | None = cli_command("recompute", RECOMPUTE_OPTIONS,
+                                                    parse_options(RECOMPUTE_OPTIONS, given, ignore=BILL_ONLY), given)
+    except StepbillError:
+        recompute_command = None
     return {
         "bill": bill_to_json(bill),
         # the CLI's JSON gives time lines as value + explain; the page shows their formula and inputs too
         "time_lines": {} if bill.time is None else {
             k.removeprefix("time."): v.to_json() for k, v in bill.time.lines.items()},
         "command": cli_command("bill", BILL_OPTIONS, kwargs, given),
+        "recompute_command": recompute_command,  # the page's ranking panel, in a terminal
     }
 
 

@@ -189,6 +189,7 @@ function render(view) {
   const bill = view.bill;
   $("#cli-command").textContent = view.command;
   $("#cli-command").title = view.command;
+  $("#recompute-command").textContent = view.recompute_command || "—";
   renderSummary(bill, view.time_lines);
   renderMemory(bill);
   renderTimeline(bill);
