@@ -25,6 +25,8 @@ from stepbill.result import BillRun, RankView, Section, StepBill
 if TYPE_CHECKING:
     from stepbill.engine.bill import Bill as EngineBill
     from stepbill.engine.fit import Fit
+    from stepbill.engine.recompute.budget import Solution
+    from stepbill.engine.recompute.ranking import Crossover, Ranking
     from stepbill.spec.hardware import GPU
     from stepbill.spec.model import ModelSpec
 
@@ -223,6 +225,37 @@ def _seed_notes(model: str, seq: int, micro_batch: int, recompute: str, options:
     return bill_notes(model, seq, micro_batch, recompute)
 
 
+def ranking_from_options(
+    spec: ModelSpec, *, seq: int = 131_072, micro_batch: int = 1, recipe: str = "mixed-bf16",
+    layer_kind: str | None = None, group: str = "op", row7: str = "seed", threshold: float = 3.0,
+    budget: str | None = None, convention: str = "ideal", attention: str = "sdpa",
+) -> tuple[str, Ranking, list[Crossover], float, tuple[Solution, Solution] | None]:
+    """`stepbill recompute`'s computation: (layer kind, ranking, crossovers, attention slope, budget solutions).
+
+    Shared by the `recompute` command and the web API (`stepbill serve`), so the two cannot drift.
+    """
+    from stepbill.engine import activations as act
+    from stepbill.engine import flops as fl
+    from stepbill.engine.recompute import budget as rb
+    from stepbill.engine.recompute.ranking import attention_crossovers, rank_layer
+    from stepbill.spec.recipe import make_recipe
+    from stepbill.spec.recompute_policy import parse_size
+
+    the_recipe = make_recipe(recipe, micro_batch=micro_batch, seq_len=seq)
+    if convention not in act.CONVENTIONS:
+        raise StepbillError(f"unknown convention {convention!r} (known: {', '.join(act.CONVENTIONS)})")
+    kind = layer_kind or ("moe" if spec.n_moe_layers else "dense")
+    a_bytes = the_recipe.precision.activation
+    ranking = rank_layer(spec, kind, seq, micro_batch, a_bytes, convention, attention, group, row7, threshold)
+    slope = fl.attention_slope(spec)
+    crossings = attention_crossovers(spec, ranking)
+    solved = None
+    if budget is not None:
+        problem = rb.problem_for_spec(spec, parse_size(budget), seq, micro_batch, a_bytes, convention, attention)
+        solved = (rb.solve_milp(problem), rb.solve_greedy(problem))
+    return kind, ranking, crossings, slope, solved
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The functions `import stepbill` exports.
 
@@ -326,4 +359,4 @@ def gpus() -> list[GPU]:
 
 
 __all__ = ["BillRun", "ModelInfo", "RankView", "Section", "StepBill", "bill", "cli_flag", "fit_from_options", "gpus",
-           "load_model", "make_step_bill", "models", "python_name"]
+           "load_model", "make_step_bill", "models", "python_name", "ranking_from_options"]

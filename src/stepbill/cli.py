@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 import typer.main
 
-from stepbill.errors import StepbillError, one_line, require_extra, unknown_name
+from stepbill.errors import StepbillError, one_line
 
 if TYPE_CHECKING:
     pass
@@ -144,39 +144,13 @@ def recompute_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Rank every tensor of a layer by recompute FLOPs per byte saved, with the cut and the crossovers."""
-    from stepbill.engine import activations as act
-    from stepbill.engine import flops as fl
-    from stepbill.engine.recompute import budget as rb
-    from stepbill.engine.recompute.ranking import attention_crossovers, rank_layer
-    from stepbill.inputs import check_seq
+    from stepbill.api import ranking_from_options
     from stepbill.spec.presets import load_model
-    from stepbill.spec.recipe import make_recipe
-    from stepbill.spec.recompute_policy import parse_size
-    from stepbill.spec.schema import THRESHOLD, check_value
 
-    check_value(THRESHOLD, "--threshold (TFLOP/GiB)", threshold)
     spec = load_model(model)
-    the_recipe = make_recipe(recipe, micro_batch=micro_batch, seq_len=seq)
-    check_seq(spec, seq)
-    if convention not in act.CONVENTIONS:
-        raise unknown_name("convention", convention, act.CONVENTIONS)
-    if attention not in act.ATTENTIONS:
-        raise unknown_name("attention implementation", attention, act.ATTENTIONS)
-    if row7 not in ("seed", "label"):  # checked even under --group op: a typo is never silently ignored
-        raise unknown_name("--row7 reading", row7, ("seed", "label"))
-    budget_bytes = None
-    if budget is not None:
-        budget_bytes = parse_size(budget)
-        require_extra("scipy", "--budget (exact MILP)")
-    kind = layer_kind or ("moe" if spec.n_moe_layers else "dense")
-    a_bytes = the_recipe.precision.activation
-    ranking = rank_layer(spec, kind, seq, micro_batch, a_bytes, convention, attention, group, row7, threshold)
-    slope = fl.attention_slope(spec)
-    crossings = attention_crossovers(spec, ranking)
-    solved = None
-    if budget_bytes is not None:
-        problem = rb.problem_for_spec(spec, budget_bytes, seq, micro_batch, a_bytes, convention, attention)
-        solved = (rb.solve_milp(problem), rb.solve_greedy(problem))
+    kind, ranking, crossings, slope, solved = ranking_from_options(
+        spec, seq=seq, micro_batch=micro_batch, recipe=recipe, layer_kind=layer_kind, group=group, row7=row7,
+        threshold=threshold, budget=budget, convention=convention, attention=attention)
     if as_json:
         from stepbill.report.recompute_table import ranking_to_json
 

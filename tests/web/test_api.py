@@ -116,25 +116,29 @@ def test_bad_input_is_a_400_with_the_cli_message(client: TestClient, capsys: pyt
     assert f"stepbill: error: {got.json()['error']}\n" == err
 
 
-@pytest.mark.parametrize(("route", "options", "error"), [
-    ("/api/recompute", {"model": "gpt3-125m", "seq": 1024, "threshold": "nan"},
-     "Invalid value for '--threshold': nan is not a finite number"),
-    ("/api/bill", {"gpu-mem": "inf"}, "Invalid value for '--gpu-mem': inf is not a finite number"),
-    ("/api/bill", {"gpu-mem": "1e300"}, "a number is out of range: cannot convert float infinity to integer"),
-])
-def test_numbers_the_cli_chokes_on_are_a_400(client: TestClient, route: str, options: dict[str, object],
-                                            error: str) -> None:
-    got = client.get(route, params=options)
-    assert got.status_code == 400 and got.json()["error"] == error
+@pytest.mark.parametrize("argv", [["--gpu-mem", "inf"], ["--gpu-mem", "1e300"], ["--efficiency", "nan"],
+                                  ["--reserve", "inf"]])
+def test_non_finite_numbers_get_the_cli_message(client: TestClient, capsys: pytest.CaptureFixture[str],
+                                                argv: list[str]) -> None:
+    code, _, err = run_cli(["bill", *argv], capsys)
+    got = client.get("/api/bill", params={argv[0][2:]: argv[1]})
+    assert code == 2 and got.status_code == 400 and f"stepbill: error: {got.json()['error']}\n" == err
 
 
-def test_a_config_too_deep_for_one_request_is_refused_at_once(client: TestClient) -> None:
+def test_a_nan_cut_is_refused_where_the_cli_would_print_nan(client: TestClient) -> None:
+    got = client.get("/api/recompute", params={"model": "gpt3-125m", "seq": 1024, "threshold": "nan"})
+    assert got.status_code == 400
+    assert got.json()["error"] == "--threshold must be a finite number (TFLOP per GiB), got nan"
+
+
+def test_a_config_too_deep_for_one_request_is_refused_at_once(client: TestClient, tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
     config = json.loads((DATA / "hf_configs" / "llama-3-8b.json").read_text())
     config["num_hidden_layers"] = 10**12  # would take hours: the bill is linear in layers
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    code, _, err = run_cli(["bill", str(tmp_path / "config.json")], capsys)
     got = client.post("/api/bill", json={"config": config})
-    assert got.status_code == 400
-    assert got.json()["error"] == ("config has 1,000,000,000,000 layers and 0 experts; the web explorer computes at "
-                                   "most 10,000 of each per request (the CLI has no such limit)")
+    assert code == 2 and got.status_code == 400 and f"stepbill: error: {got.json()['error']}\n" == err
 
 
 def test_no_route_reads_a_path(client: TestClient, tmp_path: Path) -> None:
@@ -173,7 +177,10 @@ def test_page_and_its_files_are_served_by_the_package(client: TestClient) -> Non
 
 
 def test_choices_name_what_the_cli_accepts(client: TestClient) -> None:
+    from stepbill.cli import DEFAULT_MODEL
+
     choices = client.get("/api/choices").json()
+    assert choices["default_model"] == DEFAULT_MODEL
     assert choices["default_model"] in choices["models"]
     assert "mixed-bf16" in choices["recipes"] and "h100-sxm" in [g["name"] for g in choices["gpus"]]
     assert {o["name"] for o in choices["bill_options"]} == {o.name for o in api.BILL_OPTIONS}

@@ -1,7 +1,7 @@
 """The web API's computations, free of HTTP: options in (CLI names, strings or JSON values), JSON out.
 
 Every function returns exactly what the matching CLI command prints with `--json` for the same inputs: it parses
-the options into the same keyword arguments and calls the same functions (`stepbill.cli.bill_from_options`,
+the options into the same keyword arguments and calls the same functions (`stepbill.api.make_step_bill`,
 `ranking_from_options`, `report.bill_json.bill_to_json`, ...). Bad input raises StepbillError with a one-line
 message; no file path is ever read (a model is a preset name or a config sent as JSON content).
 """
@@ -24,11 +24,8 @@ from stepbill.errors import StepbillError, unknown_name
 from stepbill.spec.model import ModelSpec
 
 MAX_CONFIG_BYTES = 1 << 20  # a pasted or uploaded config.json: 1 MiB, the same as the request body limit
-# A bill costs ~35 µs per layer and per expert (measured): a config's sizes are capped so that one request stays
-# well under a second. 10,000 is ~80× the deepest (Llama-3.1-405B: 126 layers) and ~40× the widest (256 experts).
-MAX_CONFIG_LAYERS = 10_000
-MAX_CONFIG_EXPERTS = 10_000
 CONFIG_MODEL = "config"  # the `model` value that means "the config sent with the request"
+DEFAULT_MODEL = "gpt3-125m"  # `stepbill bill`'s default MODEL (stepbill.cli.DEFAULT_MODEL; a test keeps them equal)
 
 
 @dataclass(frozen=True)
@@ -42,7 +39,7 @@ class Option:
     optional: bool = False  # None is allowed (the CLI option has no default value)
 
 
-BILL_OPTIONS: tuple[Option, ...] = (
+BILL_OPTIONS: tuple[Option, ...] = (  # `stepbill bill`'s options; kwarg: stepbill.api.make_step_bill's parameter
     Option("seq", "seq", int, 2048),
     Option("micro-batch", "micro_batch", int, 1),
     Option("recipe", "recipe", str, "mixed-bf16"),
@@ -53,10 +50,12 @@ BILL_OPTIONS: tuple[Option, ...] = (
     Option("attention", "attention", str, "sdpa"),
     Option("lora-rank", "lora_rank", int, None, optional=True),
     Option("lora-targets", "lora_targets", str, None, optional=True),
-    Option("gpu-mem", "gpu_mem", float, None, optional=True),
-    Option("dp", "dp", int, 1),
+    Option("gpu-mem", "gpu_mem_gib", float, None, optional=True),
+    Option("reserve", "reserve_gib", float, None, optional=True),
+    Option("dp", "dp", int, None, optional=True),
     Option("tp", "tp", int, 1),
     Option("pp", "pp", int, 1),
+    Option("pp-layers", "pp_layers", str, None, optional=True),
     Option("cp", "cp", int, 1),
     Option("ep", "ep", int, 1),
     Option("etp", "etp", int, None, optional=True),
@@ -70,7 +69,7 @@ BILL_OPTIONS: tuple[Option, ...] = (
     Option("offload-activations", "offload_activations", bool, False),
     Option("gpu", "gpu", str, None, optional=True),
     Option("gpus", "gpus", int, None, optional=True),
-    Option("efficiency", "mfu", float, 0.5),
+    Option("efficiency", "efficiency", float, 0.5),
 )
 
 RECOMPUTE_OPTIONS: tuple[Option, ...] = (
@@ -122,9 +121,7 @@ def _coerce(option: Option, value: Any) -> Any:
         with contextlib.suppress(ValueError):
             number = option.kind(value.strip())
     if number is not None:
-        if not math.isfinite(number):  # the CLI takes them and fails later or prints NaN; the API says so here
-            raise StepbillError(f"Invalid value for '{flag}': {value.strip()} is not a finite number")
-        return number
+        return number  # inf and nan pass, as on the command line: the CLI's own checks name them
     what = ("a valid integer, unable to parse string as an integer" if option.kind is int
             else "a valid number, unable to parse string as a number")
     raise StepbillError(f"Invalid value for '{flag}': Input should be {what}")
@@ -164,14 +161,10 @@ def spec_from_config(config: Any, name: str = "custom") -> ModelSpec:
     if "model_type" in config:
         from stepbill.spec.hf import from_hf_config
 
-        spec = from_hf_config(config, name=name)
-    else:
-        spec = ModelSpec.from_dict(config)
-    experts = spec.moe.n_routed_experts if spec.moe else 0
-    if spec.n_layers > MAX_CONFIG_LAYERS or experts > MAX_CONFIG_EXPERTS:
-        raise StepbillError(f"config has {spec.n_layers:,} layers and {experts:,} experts; the web explorer computes "
-                            f"at most {MAX_CONFIG_LAYERS:,} of each per request (the CLI has no such limit)")
-    return spec
+        return from_hf_config(config, name=name)
+    # sizes are bounded by the input schema (spec/schema.py: ≤ 10,000 layers, ...), which keeps a bill well under
+    # a second: the bill is linear in layers and experts, and a worker thread cannot be killed
+    return ModelSpec.from_dict(config)
 
 
 def resolve_model(given: Mapping[str, Any], default: str) -> ModelSpec:
@@ -196,29 +189,49 @@ def resolve_model(given: Mapping[str, Any], default: str) -> ModelSpec:
     return load_preset(model)  # never load_model: that one reads paths
 
 
-def bill_json(given: Mapping[str, Any]) -> dict[str, Any]:
-    """`stepbill bill MODEL [options] --json` for the options in `given` (CLI names)."""
-    from stepbill.cli import DEFAULT_MODEL, bill_from_options
+def _seed_notes(model: Any, kwargs: Mapping[str, Any], layout: Any) -> list[str]:
+    """The CLI's `seed_notes` (stepbill.cli._seed_notes: seed 000's other numbers on its own worked examples), by the
+    same rule; the web cannot import the CLI (which imports it). test_api checks the seed's example end to end."""
+    from stepbill.spec.parallel import Parallel
+
+    options = tuple(kwargs[k] for k in ("recipe", "optimizer", "convention", "attention", "lora_rank"))
+    if not isinstance(model, str) or options != ("mixed-bf16", "adamw", "ideal", "sdpa", None) or layout != Parallel():
+        return []
+    from stepbill.lab.seed_checks import bill_notes
+
+    return bill_notes(model, kwargs["seq"], kwargs["micro_batch"], kwargs["recompute"])
+
+
+def _bill(given: Mapping[str, Any]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """(engine bill, `stepbill bill --json`, parsed options) for the options in `given`: the CLI's own steps —
+    stepbill.api.make_step_bill naming options by their flags, report.bill_json, the seed's notes."""
+    from stepbill.api import cli_flag, make_step_bill
     from stepbill.report.bill_json import bill_to_json
 
     kwargs = parse_options(BILL_OPTIONS, given, ignore=RECOMPUTE_ONLY)
-    return bill_to_json(bill_from_options(resolve_model(given, DEFAULT_MODEL), **kwargs))
+    run = make_step_bill(resolve_model(given, DEFAULT_MODEL), **kwargs, name=cli_flag)
+    out = bill_to_json(run.bill, fit=run.fit, layout_note=run.layout_note)
+    notes = _seed_notes(given.get("model", DEFAULT_MODEL), kwargs, run.bill.recipe.parallel)
+    if notes:
+        out["seed_notes"] = notes
+    return run.bill, out, kwargs
+
+
+def bill_json(given: Mapping[str, Any]) -> dict[str, Any]:
+    """`stepbill bill MODEL [options] --json` for the options in `given` (CLI names)."""
+    return _bill(given)[1]
 
 
 def view_json(given: Mapping[str, Any]) -> dict[str, Any]:
     """What the page shows for one state: the bill (as `bill --json`), the time lines in full, the CLI commands."""
-    from stepbill.cli import DEFAULT_MODEL, bill_from_options
-    from stepbill.report.bill_json import bill_to_json
-
-    kwargs = parse_options(BILL_OPTIONS, given, ignore=RECOMPUTE_ONLY)
-    bill = bill_from_options(resolve_model(given, DEFAULT_MODEL), **kwargs)
+    bill, out, kwargs = _bill(given)
     try:  # a bad ranking option is the ranking panel's error (from /api/recompute), not the bill's
         recompute_command: str | None = cli_command("recompute", RECOMPUTE_OPTIONS,
                                                     parse_options(RECOMPUTE_OPTIONS, given, ignore=BILL_ONLY), given)
     except StepbillError:
         recompute_command = None
     return {
-        "bill": bill_to_json(bill),
+        "bill": out,
         # the CLI's JSON gives time lines as value + explain; the page shows their formula and inputs too
         "time_lines": {} if bill.time is None else {
             k.removeprefix("time."): v.to_json() for k, v in bill.time.lines.items()},
@@ -229,10 +242,12 @@ def view_json(given: Mapping[str, Any]) -> dict[str, Any]:
 
 def recompute_json(given: Mapping[str, Any], default_model: str = "deepseek-v3") -> dict[str, Any]:
     """`stepbill recompute MODEL [options] --json` for the options in `given` (bill-only options ignored)."""
-    from stepbill.cli import ranking_from_options
+    from stepbill.api import ranking_from_options
     from stepbill.report.recompute_table import ranking_to_json
 
     kwargs = parse_options(RECOMPUTE_OPTIONS, given, ignore=BILL_ONLY)
+    if not math.isfinite(kwargs["threshold"]):  # the CLI prints NaN into its JSON; JSON has no NaN
+        raise StepbillError(f"--threshold must be a finite number (TFLOP per GiB), got {kwargs['threshold']}")
     try:
         _, ranking, crossings, slope, solved = ranking_from_options(resolve_model(given, default_model), **kwargs)
     except ImportError as exc:  # the exact budget solver is scipy's HiGHS (the `solve` extra)
@@ -245,8 +260,6 @@ def cli_command(command: str, options: tuple[Option, ...], kwargs: Mapping[str, 
 
     A config sent as content appears as `config.json`: the file the user would save it to.
     """
-    from stepbill.cli import DEFAULT_MODEL
-
     model = given.get("model", DEFAULT_MODEL)
     parts = ["stepbill", command, "config.json" if model == CONFIG_MODEL or "config" in given else str(model)]
     for o in options:
@@ -283,10 +296,12 @@ def _cli_json(command: Callable[..., None], **overrides: Any) -> Any:
 
 @cache
 def models_json() -> list[dict[str, Any]]:
-    """`stepbill models --json`."""
-    from stepbill.cli import models
+    """`stepbill models --json`: the same rows from stepbill.api.models()."""
+    from dataclasses import asdict
 
-    return _cli_json(models)
+    from stepbill.api import models
+
+    return [asdict(info) for info in models()]
 
 
 LAB_TOPICS = ("adam", "warmup", "schedule", "clip", "formats", "collectives", "decay")
@@ -320,7 +335,6 @@ def gpus_json() -> list[dict[str, Any]]:
 @cache
 def choices_json() -> dict[str, Any]:
     """The names the page's pickers offer (recipes, optimizers, ...): the same lists the CLI validates against."""
-    from stepbill.cli import DEFAULT_MODEL
     from stepbill.engine.activations import ATTENTIONS, CONVENTIONS
     from stepbill.spec.parallel import ZERO_STAGES, PPSchedule
     from stepbill.spec.presets import preset_names
