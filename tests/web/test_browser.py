@@ -95,6 +95,8 @@ def test_a_number_opens_its_formula_inputs_and_provenance(page: Any, server_url:
     assert "weights" in text(page, "explain-filled")
     page.get_by_test_id("comm-bytes-0").click()
     assert "calls" in page.inner_text("#explain-formula")
+    page.get_by_test_id("num-fit").click()  # the fit verdict: peak + reserve against usable memory
+    assert page.inner_text("#explain-name") == "fit" and "usable" in text(page, "explain-filled")
     page.get_by_test_id("num-mfu").click()
     assert text(page, "explain-provenance").startswith("cited: PaLM")
     page.screenshot(path=str(artifacts / "explain.png"), full_page=False)

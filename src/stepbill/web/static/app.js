@@ -244,6 +244,12 @@ function renderSummary(bill, timeLines) {
                     bill.gpu.display));
     cards.push(card("MFU", fmtValue(timeLines.mfu.value, "1"), timeLines.mfu, "num-mfu"));
   }
+  if (bill.fit) {
+    const worst = bill.ranks.map(c => c.fit).find(f => f && f.judged_class) || bill.ranks[0].fit || {};
+    const fit = {...bill.fit, ...worst};
+    cards.push(card("fits?", fit.fits ? "yes" : "no", fitLine(fit), "num-fit",
+                    fit.headroom_bytes !== undefined ? `headroom ${fmtBytes(fit.headroom_bytes)}` : ""));
+  }
   for (const [k, line] of Object.entries(L)) {
     if (k.startsWith("cards.")) cards.push(card(k.replace("cards.", "cards: "), fmtValue(line.value, ""), line));
   }
@@ -251,10 +257,24 @@ function renderSummary(bill, timeLines) {
 }
 
 function capacity(bill) {
+  // what a rank may use: the fit verdict's usable memory less its reserve (engine/fit.py), else the card
+  if (bill.fit) {
+    const bytes = bill.fit.usable_bytes - bill.fit.reserve_bytes;
+    return {bytes, label: `usable − reserve ${fmtAxisBytes(bytes)}`};
+  }
   const gm = readControls()["gpu-mem"];
   if (gm) return {bytes: Number(gm) * GIB, label: `card ${gm} GiB`};
   if (bill.gpu) return {bytes: bill.gpu.memory_bytes, label: `${bill.gpu.display} ${fmtAxisBytes(bill.gpu.memory_bytes)}`};
   return null;
+}
+
+function fitLine(fit) {
+  return {name: "fit", value: fit.fits ? "fits" : "does not fit", unit: "",
+          formula: "fits when the worst rank's peak ({convention} convention) + reserve ≤ usable memory",
+          explain: `${fmtBytes(fit.peak_bytes ?? 0)} + reserve ${fmtBytes(fit.reserve_bytes)} vs usable ` +
+                   `${fmtBytes(fit.usable_bytes)}: ${fit.fits ? "fits" : "does not fit"}`,
+          inputs: Object.fromEntries(Object.entries(fit).filter(([, v]) => typeof v !== "object")),
+          provenance: fit.usable_source || "derived (engine/fit.py)", convention: fit.convention_note || ""};
 }
 
 function renderMemory(bill) {
@@ -268,7 +288,7 @@ function renderMemory(bill) {
               onclick: () => explain(item), testid: `mem-${c.pp_stages[0]}-${i}`};
     }),
     marker: {value: c.memory.peak, label: `peak ${fmtBytes(c.memory.peak)}`},
-    note: `peak ${fmtBytes(c.memory.peak)}${"fits" in c ? (c.fits ? "" : " ✗") : ""}`,
+    note: `peak ${fmtBytes(c.memory.peak)}${c.fit && c.fit.fits === false ? " ✗ does not fit" : ""}`,
   }));
   Charts.stackedBars($("#memory-chart"), {rows, fmt: fmtAxisBytes, capacity: cap && cap.bytes,
                                           capacityLabel: cap && cap.label, label: "memory per rank class"});
