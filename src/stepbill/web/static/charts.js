@@ -8,7 +8,8 @@ const Charts = (() => {
   const FIXED = {weights: "#4e79a7", grads: "#59a14f", optimizer: "#f28e2b", master: "#f1a35f",
                  "optimizer.m": "#f28e2b", "optimizer.v": "#d4731a", activations: "#e15759", transient: "#b07aa1",
                  cast: "#76b7b2", temporaries: "#b07aa1", compute: "#4e79a7", bubble: "#bab0ac",
-                 "exposed comm": "#e15759", "comm spill": "#ff9da7"};
+                 "exposed comm": "#e15759", "comm spill": "#ff9da7", "activations.working_set": "#ff9da7",
+                 "activations.outside": "#c44e52"};
   const assigned = new Map();
 
   function color(key) {
