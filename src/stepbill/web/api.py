@@ -189,32 +189,23 @@ def resolve_model(given: Mapping[str, Any], default: str) -> ModelSpec:
     return load_preset(model)  # never load_model: that one reads paths
 
 
-def _seed_notes(model: Any, kwargs: Mapping[str, Any], layout: Any) -> list[str]:
-    """The CLI's `seed_notes` (stepbill.cli._seed_notes: seed 000's other numbers on its own worked examples), by the
-    same rule; the web cannot import the CLI (which imports it). test_api checks the seed's example end to end."""
-    from stepbill.spec.parallel import Parallel
-
-    options = tuple(kwargs[k] for k in ("recipe", "optimizer", "convention", "attention", "lora_rank"))
-    if not isinstance(model, str) or options != ("mixed-bf16", "adamw", "ideal", "sdpa", None) or layout != Parallel():
-        return []
-    from stepbill.lab.seed_checks import bill_notes
-
-    return bill_notes(model, kwargs["seq"], kwargs["micro_batch"], kwargs["recompute"])
-
-
 def _bill(given: Mapping[str, Any]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """(engine bill, `stepbill bill --json`, parsed options) for the options in `given`: the CLI's own steps —
-    stepbill.api.make_step_bill naming options by their flags, report.bill_json, the seed's notes."""
-    from stepbill.api import cli_flag, make_step_bill
-    from stepbill.report.bill_json import bill_to_json
+    stepbill.api.make_step_bill naming options by their flags, then BillRun.to_json."""
+    from dataclasses import replace
+
+    from stepbill.api import _seed_notes, cli_flag, make_step_bill
 
     kwargs = parse_options(BILL_OPTIONS, given, ignore=RECOMPUTE_ONLY)
+    # a ModelSpec, never the name: make_step_bill reads a str as a path when such a file exists
     run = make_step_bill(resolve_model(given, DEFAULT_MODEL), **kwargs, name=cli_flag)
-    out = bill_to_json(run.bill, fit=run.fit, layout_note=run.layout_note)
-    notes = _seed_notes(given.get("model", DEFAULT_MODEL), kwargs, run.bill.recipe.parallel)
-    if notes:
-        out["seed_notes"] = notes
-    return run.bill, out, kwargs
+    model = given.get("model", DEFAULT_MODEL)
+    if isinstance(model, str) and model != CONFIG_MODEL:  # seed 000's notes, as make_step_bill adds for a name
+        notes = _seed_notes(model, kwargs["seq"], kwargs["micro_batch"], kwargs["recompute"],
+                            tuple(kwargs[k] for k in ("recipe", "optimizer", "convention", "attention", "lora_rank")),
+                            run.bill.recipe.parallel)
+        run = replace(run, seed_notes=tuple(notes))
+    return run.bill, run.to_json(), kwargs
 
 
 def bill_json(given: Mapping[str, Any]) -> dict[str, Any]:
