@@ -186,7 +186,9 @@ def test_copy_as_cli_command(browser: Any, server_url: str) -> None:
 
 def test_labs_are_figures(page: Any, server_url: str, artifacts: Path) -> None:
     open_page(page, server_url)
-    for topic in ("adam", "warmup", "schedule", "clip", "formats", "collectives", "decay"):
+    topics = page.eval_on_selector_all("#lab-tabs button", "bs => bs.map(b => b.dataset.topic)")
+    assert {"adam", "warmup", "schedule", "clip", "formats", "collectives", "decay"} <= set(topics)
+    for topic in topics:
         page.get_by_test_id(f"lab-{topic}").click()
         page.wait_for_function(f"document.querySelector('#lab-tabs button.active').dataset.topic === '{topic}'")
         page.wait_for_selector("#lab-view h3")

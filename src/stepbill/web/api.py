@@ -295,7 +295,9 @@ def models_json() -> list[dict[str, Any]]:
     return [asdict(info) for info in models()]
 
 
-LAB_TOPICS = ("adam", "warmup", "schedule", "clip", "formats", "collectives", "decay")
+# the mechanics topics at their defaults (backprop is left out: its default checks import torch and take ~16 s;
+# seed-checks is a table of claims, not a figure)
+LAB_TOPICS = ("adam", "warmup", "schedule", "clip", "formats", "collectives", "decay", "descent", "memory")
 
 
 @cache
