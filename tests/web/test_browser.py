@@ -110,7 +110,7 @@ def test_the_url_reproduces_the_view(page: Any, browser: Any, server_url: str) -
     change(page, lambda: page.get_by_test_id("dp").fill("8"))
     change(page, lambda: page.get_by_test_id("threshold").fill("5"))
     page.get_by_test_id("lab-schedule").click()
-    page.wait_for_selector("[data-testid=lab-figure-0] svg")
+    page.wait_for_function("document.querySelector('#lab-view').dataset.topic === 'schedule'")
     url = page.url
     assert "model=llama2-7b" in url and "seq=8192" in url and "lab=schedule" in url
     shown = {t: text(page, t) for t in ("num-peak", "num-rank-peak", "cli-command", "recompute-note")}
@@ -119,7 +119,7 @@ def test_the_url_reproduces_the_view(page: Any, browser: Any, server_url: str) -
     try:
         other.goto(url)
         settle(other, 0)
-        other.wait_for_selector("[data-testid=lab-figure-0] svg")
+        other.wait_for_function("document.querySelector('#lab-view').dataset.topic === 'schedule'")
         assert {t: text(other, t) for t in shown} == shown
         assert other.get_by_test_id("seq").input_value() == "8192"
         assert other.locator("#lab-tabs button.active").inner_text() == "schedule"
@@ -190,10 +190,9 @@ def test_labs_are_figures(page: Any, server_url: str, artifacts: Path) -> None:
     assert {"adam", "warmup", "schedule", "clip", "formats", "collectives", "decay"} <= set(topics)
     for topic in topics:
         page.get_by_test_id(f"lab-{topic}").click()
-        page.wait_for_function(f"document.querySelector('#lab-tabs button.active').dataset.topic === '{topic}'")
-        page.wait_for_selector("#lab-view h3")
+        page.wait_for_function(f"document.querySelector('#lab-view').dataset.topic === '{topic}'")
         assert page.locator("#lab-view svg").count() >= 1, topic
     page.get_by_test_id("lab-collectives").click()
-    page.wait_for_selector("[data-testid=lab-figure-0] svg")
+    page.wait_for_function("document.querySelector('#lab-view').dataset.topic === 'collectives'")
     page.get_by_test_id("lab-view").screenshot(path=str(artifacts / "lab-collectives.png"))
     assert "arrives with stepbill plan" in text(page, "planner")

@@ -475,13 +475,22 @@ async function showLab(topic) {
   const settings = document.createElement("p");
   settings.className = "note";
   settings.textContent = "settings: " + Object.entries(data.settings).map(([k, v]) => `${k} = ${fmtInput(v)}`).join(", ");
+  if (data.units_note) settings.textContent += ` · ${data.units_note}`;
   const parts = [settings];
   data.tables.forEach((t, k) => {
     const h = document.createElement("h3");
     h.textContent = t.title;
     parts.push(h);
+    if (t.takeaway) {
+      const take = document.createElement("p");
+      take.className = "takeaway";
+      take.textContent = t.takeaway;
+      parts.push(take);
+    }
     const numericCols = t.columns.map((_, j) => j).filter(j => j > 0 && t.rows.every(r => typeof r[j] === "number"));
-    if (t.rows.length >= 2 && numericCols.length) {
+    // a "quantity | value" table mixes units row by row: a table, not a figure
+    const drawn = t.rows.length >= 2 && numericCols.length > 0 && t.columns[0] !== "quantity";
+    if (drawn) {
       const fig = document.createElement("div");
       fig.className = "lab-figure";
       fig.dataset.testid = `lab-figure-${k}`;
@@ -516,9 +525,10 @@ async function showLab(topic) {
       const tr = body.insertRow();
       for (const v of r) tr.insertCell().textContent = typeof v === "number" ? fmtInput(v) : String(v);
     }
-    parts.push(numericCols.length && t.rows.length >= 2 ? details : table);
+    parts.push(drawn ? details : table);  // under a figure the table is folded; alone it is shown
   });
   host.replaceChildren(...parts);
+  host.dataset.topic = topic;  // drawn (tests wait on it)
 }
 
 // ---------- start ----------

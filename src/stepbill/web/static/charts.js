@@ -204,7 +204,7 @@ const Charts = (() => {
 
   // Lines over a numeric or categorical x: series [{name, values}], x [..]. Log y when the data spans > 1e3.
   function lines(host, {x, series, label, xLabel, yLabel, logY}) {
-    const left = 64, right = 150, top = 12, bottom = 40, width = 760, height = 240;
+    const left = 64, right = 200, top = 12, bottom = 40, width = 800, height = 240;
     const root = svg(host, width, height, label);
     const all = series.flatMap(s => s.values).filter(v => Number.isFinite(v));
     const positive = all.filter(v => v > 0);
@@ -249,7 +249,7 @@ const Charts = (() => {
       for (const [i, v] of pts) root.appendChild(tip(el("circle", {cx: px(i), cy: py(v), r: 3, fill: c}),
                                                      `${s.name} at ${x[i]}: ${v}`));
       root.appendChild(el("rect", {x: width - right + 10, y: top + k * 18, width: 10, height: 10, fill: c}));
-      root.appendChild(el("text", {x: width - right + 24, y: top + k * 18 + 9, class: "tick"}, s.name.slice(0, 20)));
+      root.appendChild(el("text", {x: width - right + 24, y: top + k * 18 + 9, class: "tick"}, s.name.length > 30 ? `${s.name.slice(0, 29)}…` : s.name));
     });
     return root;
   }
