@@ -69,3 +69,27 @@ def test_check_without_torch_names_the_extra(monkeypatch: pytest.MonkeyPatch, ca
     monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` raise ImportError
     code, out, err = run_cli(["check", TINY, "--fake"], capsys)
     assert code == 2 and "stepbill[measure]" in err and err.count("\n") == 1 and out == ""
+
+
+@pytest.mark.parametrize("dropout", [None, 0])
+def test_check_measures_the_configured_dropout(dropout: float | None, tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A GPT-2 config with the family's default dropout (0.1) is measured with it, and the bill says in one line
+    that it does not model it; `--dropout 0` switches it off in both, and the activations then agree again."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from stepbill.measure.tiny import TINY_CONFIGS
+
+    config = {k: v for k, v in TINY_CONFIGS["gpt2"].items() if not k.endswith("_pdrop")}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    argv = ["check", str(path), "--real", "--seq", "32", "--json"]
+    code, out, _ = run_cli(argv + ([] if dropout is None else ["--dropout", "0"]), capsys)
+    assert code == 0
+    data = json.loads(out)
+    rows = {r["line"]: r for r in data["rows"]}
+    if dropout is None:
+        assert len(data["unmodelled"]) == 1 and data["unmodelled"][0].startswith("attn_pdrop 0.1")
+        assert rows["memory.activations"]["measured"] > rows["memory.activations"]["predicted"]  # masks kept
+    else:
+        assert data["unmodelled"] == [] and data["dropout_option"] == 0
+        assert abs(rows["memory.activations"]["error"]) <= 0.03

@@ -81,6 +81,33 @@ def predict(spec: Any, recipe: Any) -> tuple[Bill, str]:
         return make_bill(spec, recipe, convention="ideal"), note
 
 
+def model_and_config(model: str, dropout: float | None = None) -> tuple[Any, dict[str, Any]]:
+    """The ModelSpec the bill reads and the config dict `check` builds, for a MODEL argument.
+
+    An HF config.json is measured as given (every field, dropout and sliding windows included); a preset or
+    ModelSpec JSON through `to_hf_config`, which emits the spec's dropout and window. `dropout=0`
+    (``--dropout 0``) sets every dropout probability to 0 in both.
+    """
+    from pathlib import Path
+
+    from stepbill.engine.unmodelled import apply_dropout_option
+    from stepbill.spec.hf import dropout_config_keys, from_hf_config, to_hf_config
+    from stepbill.spec.presets import load_model, read_json_file
+
+    path = Path(model)
+    data = read_json_file(path) if (model.endswith(".json") or path.exists()) else None
+    if data is not None and "model_type" in data:
+        spec = from_hf_config(data, name=path.parent.name or path.stem)
+        config = dict(data)
+    else:
+        spec = load_model(model)
+        config = to_hf_config(spec)
+    spec = apply_dropout_option(spec, dropout)
+    if dropout is not None:
+        config |= dict.fromkeys(dropout_config_keys(str(config["model_type"])), 0.0)
+    return spec, config
+
+
 def available_ram_bytes() -> int:
     """Memory the kernel says is available (MemAvailable), or total physical memory where unknown."""
     try:

@@ -83,6 +83,8 @@ def bill(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object (bytes as integers)")] = False,
     explain: Annotated[bool, typer.Option("--explain", help="show every number's formula, inputs and provenance")]
     = False,
+    dropout: Annotated[float | None, typer.Option(
+        "--dropout", help="0: train without dropout (every dropout probability of the config set to 0)")] = None,
 ) -> None:
     """The bill of one training step for MODEL under a recipe."""
     from stepbill.engine.bill import make_bill
@@ -96,7 +98,10 @@ def bill(
     if not 0 < mfu <= 1:
         raise StepbillError(f"--efficiency must lie in (0, 1], got {mfu}")
     targets = tuple(t.strip() for t in lora_targets.split(",") if t.strip()) if lora_targets is not None else None
-    spec = load_model(model)
+    from stepbill.engine.unmodelled import DROPOUT_OFF_HEADER, apply_dropout_option, unmodelled
+
+    spec = apply_dropout_option(load_model(model), dropout)
+    notes = unmodelled(spec)
     layout = Parallel(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, sp=sp, zero=zero, shard_group=shard_group,
                       micro_batches=micro_batches, pp_schedule=pp_schedule, vpp=vpp,  # type: ignore[arg-type]
                       offload_optimizer=offload_optimizer, offload_activations=offload_activations)
@@ -109,11 +114,15 @@ def bill(
     if as_json:
         from stepbill.report.bill_json import bill_to_json
 
-        _emit_json(bill_to_json(result))
+        _emit_json(bill_to_json(result) | {"dropout_option": dropout, "unmodelled": notes})
     else:
         from stepbill.report.terminal import print_bill
 
+        if dropout is not None:
+            typer.echo(DROPOUT_OFF_HEADER)
         print_bill(result, explain=explain)
+        for note in notes:
+            typer.echo(f"note: {note}")
 
 
 @app.command("recompute")

@@ -46,35 +46,42 @@ def check(
     zero: Annotated[int, typer.Option("--zero", help="with --dp: 1 (ZeroRedundancyOptimizer), 2 or 3 (FSDP2)")] = 0,
     rank: Annotated[int | None, typer.Option("--rank", help="with --dp: this rank only (default: one rank per "
                                                             "distinct predicted class)")] = None,
+    dropout: Annotated[float | None, typer.Option(
+        "--dropout", help="0: train without dropout (every dropout probability set to 0, bill and model)")] = None,
 ) -> None:
-    """Measure a real training step in PyTorch and compare it with the bill, category by category."""
+    """Measure a real training step in PyTorch and compare it with the bill, category by category.
+
+    The model is built from its config as given (dropout, sliding windows); what the bill does not model yet
+    is said in one line each (JSON: `unmodelled`)."""
+    from stepbill.check import model_and_config
+
+    if real and fake:
+        raise StepbillError("choose one of --real and --fake")
+    spec, config = model_and_config(model, dropout)
     if dp > 1 or zero:
-        _check_sharded(model, seq, micro_batch, recipe, dp, zero, rank, "real" if real else "fake" if fake else
-                       "auto", as_json)
+        _check_sharded(spec, config, seq, micro_batch, recipe, dp, zero, rank,
+                       "real" if real else "fake" if fake else "auto", as_json, dropout)
         return
     from stepbill.check import choose_mode, compare, predict, predictions, verdict
-    from stepbill.spec.hf import to_hf_config
-    from stepbill.spec.presets import load_model
+    from stepbill.engine.unmodelled import unmodelled
     from stepbill.spec.recipe import make_recipe
 
     if recipe not in MEASURABLE_RECIPES:
         raise StepbillError(f"check measures recipes {', '.join(MEASURABLE_RECIPES)}; got {recipe!r}")
-    if real and fake:
-        raise StepbillError("choose one of --real and --fake")
-    spec = load_model(model)
     bill, note = predict(spec, make_recipe(recipe, "adamw", micro_batch, seq, recompute,
                                            optimizer_impl=optimizer_impl))
     if note:
         typer.echo(note, err=True)
     mode = choose_mode("real" if real else "fake" if fake else "auto", bill.lines["memory.peak"].value)
     measured = _measure_with_progress(
-        to_hf_config(spec), mode, recipe=recipe, optimizer_impl=optimizer_impl, micro_batch=micro_batch,
+        config, mode, recipe=recipe, optimizer_impl=optimizer_impl, micro_batch=micro_batch,
         seq_len=seq, recompute=recompute,
     )
     rows = compare(predictions(bill), measured)
     if as_json:
         print(json.dumps({
             "model": spec.name, "mode": mode, "convention": bill.convention, "settings": measured.settings,
+            "dropout_option": dropout, "unmodelled": unmodelled(spec),
             "rows": [{"category": r.category, "unit": r.unit, "line": r.line, "predicted": r.predicted,
                       "measured": r.measured, "error": r.error, "verdict": r.verdict} for r in rows],
             "measured": {"peak_phase": measured.peak_phase, "breakdown_at_peak": measured.breakdown},
@@ -82,11 +89,27 @@ def check(
             "verdict": verdict(rows),
         }, indent=2))
         return
+    _print_header(dropout)
     _print_rows(spec.name, mode, bill.convention, rows, verdict(rows))
+    _print_notes(spec)
     from stepbill.report.units import fmt_flops
 
     typer.echo(f"causal-halved step FLOPs (the seed's convention; FlopCounterMode counts the full square): "
                f"{fmt_flops(bill.lines['flops.step'].value)}")
+
+
+def _print_header(dropout: float | None) -> None:
+    from stepbill.engine.unmodelled import DROPOUT_OFF_HEADER
+
+    if dropout is not None:
+        typer.echo(DROPOUT_OFF_HEADER)
+
+
+def _print_notes(spec: Any) -> None:
+    from stepbill.engine.unmodelled import unmodelled
+
+    for line in unmodelled(spec):
+        typer.echo(f"note: {line}")
 
 
 def _print_rows(name: str, mode: str, convention: str, rows: list, summary: str) -> None:
@@ -108,17 +131,15 @@ def _print_rows(name: str, mode: str, convention: str, rows: list, summary: str)
     console.print(summary)
 
 
-def _check_sharded(model: str, seq: int, micro_batch: int, recipe: str, dp: int, zero: int, rank: int | None,
-                   requested: str, as_json: bool) -> None:
+def _check_sharded(spec: Any, config: dict[str, Any], seq: int, micro_batch: int, recipe: str, dp: int, zero: int,
+                   rank: int | None, requested: str, as_json: bool, dropout: float | None) -> None:
     """One rank of `dp` under ZeRO-`zero`: predicted (engine/sharded.py) vs measured (measure/sharded.py)."""
     from stepbill.check import choose_mode, compare_sharded, verdict
     from stepbill.engine.sharded import predict_rank, rank_classes
-    from stepbill.spec.hf import to_hf_config
-    from stepbill.spec.presets import load_model
+    from stepbill.engine.unmodelled import unmodelled
 
     if dp < 2 or zero not in (1, 2, 3):
         raise StepbillError("a sharded check needs --dp >= 2 and --zero 1, 2 or 3")
-    spec = load_model(model)
 
     def predict(r: int):
         return predict_rank(spec, dp, zero, r, micro_batch, seq, recipe)
@@ -135,16 +156,19 @@ def _check_sharded(model: str, seq: int, micro_batch: int, recipe: str, dp: int,
     for r in ranks:
         pred = predict(r)
         mode = choose_mode(requested, pred.peak)
-        measured = measure_rank(to_hf_config(spec), world=dp, zero=zero, rank=r, micro_batch=micro_batch,
+        measured = measure_rank(config, world=dp, zero=zero, rank=r, micro_batch=micro_batch,
                                 seq_len=seq, mode=mode, recipe=recipe)
         results.append((r, mode, pred, measured, compare_sharded(pred, measured)))
     if as_json:
-        print(json.dumps({"model": spec.name, "dp": dp, "zero": zero, "ranks": [
+        print(json.dumps({"model": spec.name, "dp": dp, "zero": zero, "dropout_option": dropout,
+                          "unmodelled": unmodelled(spec), "ranks": [
             {"rank": r, "mode": mode, "convention": pred.convention,
              "rows": [{"category": x.category, "predicted": x.predicted, "measured": x.measured, "error": x.error,
                        "verdict": x.verdict} for x in rows],
              "measured_breakdown_at_peak": m.breakdown, "predicted_transient": pred.transient,
              "verdict": verdict(rows)} for r, mode, pred, m, rows in results]}, indent=2))
         return
+    _print_header(dropout)
     for r, mode, pred, _, rows in results:
         _print_rows(f"{spec.name} rank {r} of {dp}, ZeRO-{zero}", mode, pred.convention, rows, verdict(rows))
+    _print_notes(spec)
