@@ -37,7 +37,11 @@ def test_mode_choice_by_free_memory() -> None:
 
 
 @pytest.mark.parametrize(("argv", "needle"), [
-    (["check", TINY, "--recipe", "mixed-bf16"], "check measures recipes"),
+    (["check", TINY, "--recipe", "mixed-bf16"], "check measures --recipe fp32 | pure-bf16 | amp-bf16"),
+    (["check", TINY, "--dp", "2", "--zero", "3", "--recipe", "pure-bf16"],
+     "check under ZeRO-3 measures FSDP2's mixed precision only: --recipe fsdp-mixed-bf16"),
+    (["check", TINY, "--dp", "2", "--zero", "1", "--recipe", "amp-bf16"],
+     "check under ZeRO-1 measures --recipe fp32 | pure-bf16"),
     (["check", TINY, "--real", "--fake"], "choose one of --real and --fake"),
     (["check", "llama2-70b", "--real", "--seq", "4096"], "--real refused"),
 ])
@@ -93,3 +97,17 @@ def test_check_measures_the_configured_dropout(dropout: float | None, tmp_path, 
     else:
         assert data["unmodelled"] == [] and data["dropout_option"] == 0
         assert abs(rows["memory.activations"]["error"]) <= 0.03
+
+
+def test_sharded_check_names_the_fsdp_recipe(capsys: pytest.CaptureFixture[str]) -> None:
+    """Under --zero 2/3 the measured recipe is FSDP2's mixed precision, named in the JSON (and the header)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    code, out, _ = run_cli(["check", TINY, "--dp", "2", "--zero", "2", "--rank", "0", "--seq", "16", "--real",
+                            "--json"], capsys)
+    assert code == 0
+    data = json.loads(out)
+    assert data["recipe"] == "fsdp-mixed-bf16"
+    assert data["mixed_precision"]["sharded_params"] == "fp32"
+    assert data["mixed_precision"]["reduce_dtype"].startswith("fp32")
+    assert data["mixed_precision"]["compute_params"].startswith("bf16")

@@ -9,8 +9,6 @@ import typer
 
 from stepbill.errors import StepbillError
 
-MEASURABLE_RECIPES = ("fp32", "pure-bf16", "amp-bf16")
-
 
 def _measure_with_progress(config: dict[str, Any], mode: str, **settings: Any) -> Any:
     from rich.console import Console
@@ -33,7 +31,9 @@ def check(
     model: Annotated[str, typer.Argument(help="preset name, ModelSpec JSON or HF config.json")],
     seq: Annotated[int, typer.Option("--seq", help="sequence length (tokens)")] = 128,
     micro_batch: Annotated[int, typer.Option("--micro-batch", help="sequences per micro-batch")] = 1,
-    recipe: Annotated[str, typer.Option("--recipe", help="fp32 | pure-bf16 | amp-bf16")] = "fp32",
+    recipe: Annotated[str | None, typer.Option(
+        "--recipe", help="fp32 (default) | pure-bf16 | amp-bf16; ZeRO-1: fp32 | pure-bf16; ZeRO-2/3: fsdp-mixed-bf16 "
+        "(the only one, FSDP2's mixed precision)")] = None,
     optimizer_impl: Annotated[str, typer.Option("--optimizer-impl", help="AdamW: single | foreach | fused")]
     = "single",
     recompute: Annotated[str, typer.Option("--recompute", help="none | full")] = "none",
@@ -57,6 +57,9 @@ def check(
 
     if real and fake:
         raise StepbillError("choose one of --real and --fake")
+    from stepbill.measure.sharded import measured_recipe
+
+    recipe = measured_recipe(zero, recipe)  # refuses, in one line, what cannot be measured
     spec, config = model_and_config(model, dropout)
     if dp > 1 or zero:
         _check_sharded(spec, config, seq, micro_batch, recipe, dp, zero, rank,
@@ -66,8 +69,6 @@ def check(
     from stepbill.engine.unmodelled import unmodelled
     from stepbill.spec.recipe import make_recipe
 
-    if recipe not in MEASURABLE_RECIPES:
-        raise StepbillError(f"check measures recipes {', '.join(MEASURABLE_RECIPES)}; got {recipe!r}")
     bill, note = predict(spec, make_recipe(recipe, "adamw", micro_batch, seq, recompute,
                                            optimizer_impl=optimizer_impl))
     if note:
@@ -81,7 +82,7 @@ def check(
     if as_json:
         print(json.dumps({
             "model": spec.name, "mode": mode, "convention": bill.convention, "settings": measured.settings,
-            "dropout_option": dropout, "unmodelled": unmodelled(spec),
+            "recipe": recipe, "dropout_option": dropout, "unmodelled": unmodelled(spec),
             "rows": [{"category": r.category, "unit": r.unit, "line": r.line, "predicted": r.predicted,
                       "measured": r.measured, "error": r.error, "verdict": r.verdict} for r in rows],
             "measured": {"peak_phase": measured.peak_phase, "breakdown_at_peak": measured.breakdown},
@@ -89,7 +90,7 @@ def check(
             "verdict": verdict(rows),
         }, indent=2))
         return
-    _print_header(dropout)
+    _print_header(dropout, recipe)
     _print_rows(spec.name, mode, bill.convention, rows, verdict(rows))
     _print_notes(spec)
     from stepbill.report.units import fmt_flops
@@ -98,9 +99,11 @@ def check(
                f"{fmt_flops(bill.lines['flops.step'].value)}")
 
 
-def _print_header(dropout: float | None) -> None:
+def _print_header(dropout: float | None, recipe: str) -> None:
     from stepbill.engine.unmodelled import DROPOUT_OFF_HEADER
+    from stepbill.measure.sharded import recipe_header
 
+    typer.echo(recipe_header(recipe))
     if dropout is not None:
         typer.echo(DROPOUT_OFF_HEADER)
 
@@ -137,6 +140,7 @@ def _check_sharded(spec: Any, config: dict[str, Any], seq: int, micro_batch: int
     from stepbill.check import choose_mode, compare_sharded, verdict
     from stepbill.engine.sharded import predict_rank, rank_classes
     from stepbill.engine.unmodelled import unmodelled
+    from stepbill.measure.sharded import FSDP_RECIPE, FSDP_SETUP
 
     if dp < 2 or zero not in (1, 2, 3):
         raise StepbillError("a sharded check needs --dp >= 2 and --zero 1, 2 or 3")
@@ -160,7 +164,8 @@ def _check_sharded(spec: Any, config: dict[str, Any], seq: int, micro_batch: int
                                 seq_len=seq, mode=mode, recipe=recipe)
         results.append((r, mode, pred, measured, compare_sharded(pred, measured)))
     if as_json:
-        print(json.dumps({"model": spec.name, "dp": dp, "zero": zero, "dropout_option": dropout,
+        print(json.dumps({"model": spec.name, "dp": dp, "zero": zero, "recipe": recipe,
+                          "mixed_precision": FSDP_SETUP if recipe == FSDP_RECIPE else None, "dropout_option": dropout,
                           "unmodelled": unmodelled(spec), "ranks": [
             {"rank": r, "mode": mode, "convention": pred.convention,
              "rows": [{"category": x.category, "predicted": x.predicted, "measured": x.measured, "error": x.error,
@@ -168,7 +173,7 @@ def _check_sharded(spec: Any, config: dict[str, Any], seq: int, micro_batch: int
              "measured_breakdown_at_peak": m.breakdown, "predicted_transient": pred.transient,
              "verdict": verdict(rows)} for r, mode, pred, m, rows in results]}, indent=2))
         return
-    _print_header(dropout)
+    _print_header(dropout, recipe)
     for r, mode, pred, _, rows in results:
-        _print_rows(f"{spec.name} rank {r} of {dp}, ZeRO-{zero}", mode, pred.convention, rows, verdict(rows))
+        _print_rows(f"{spec.name} rank {r} of {dp}, ZeRO-{zero}, {recipe}", mode, pred.convention, rows, verdict(rows))
     _print_notes(spec)

@@ -33,6 +33,50 @@ from stepbill.measure.step import PhasePeaks
 
 PHASES = ("forward", "backward", "optimizer")
 
+#: The one recipe measured under FSDP2 (ZeRO-2/3): FSDP2's ``MixedPrecisionPolicy(param_dtype=bf16,
+#: reduce_dtype=fp32)`` on fp32 parameters.
+FSDP_RECIPE = "fsdp-mixed-bf16"
+#: What FSDP_RECIPE holds, for the header and JSON of `check`.
+FSDP_SETUP: dict[str, str] = {
+    "sharded_params": "fp32",
+    "grads": "fp32, sharded",
+    "optimizer_states": "fp32 AdamW, sharded",
+    "compute_params": "bf16 (all-gathered per layer: MixedPrecisionPolicy.param_dtype)",
+    "reduce_dtype": "fp32 (reduce-scatter: MixedPrecisionPolicy.reduce_dtype)",
+}
+#: Recipes each ZeRO stage can measure (0: the single-rank step, DDP under --dp).
+MEASURABLE: dict[int, tuple[str, ...]] = {
+    0: ("fp32", "pure-bf16", "amp-bf16"),
+    1: ("fp32", "pure-bf16"),
+    2: (FSDP_RECIPE,),
+    3: (FSDP_RECIPE,),
+}
+
+
+def recipe_header(recipe: str) -> str:
+    """One line naming the measured recipe (FSDP's mixed-precision setup spelled out)."""
+    if recipe != FSDP_RECIPE:
+        return f"recipe {recipe} (measured as named)"
+    return (f"recipe {FSDP_RECIPE}: FSDP2 MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) on fp32 sharded "
+            "params; grads and AdamW states fp32, sharded; each layer all-gathered in bf16 for compute, its "
+            "gradients reduce-scattered in fp32")
+
+
+def measured_recipe(zero: int, recipe: str | None) -> str:
+    """The recipe measured under ZeRO-`zero`: `recipe` when it can be measured there, the stage's default when
+    None (fp32; FSDP_RECIPE under ZeRO-2/3); anything else is refused in one line naming what can be measured."""
+    choices = MEASURABLE.get(zero)
+    if choices is None:
+        raise StepbillError(f"--zero must be 0, 1, 2 or 3, got {zero}")
+    if recipe is None:
+        return choices[0]
+    if recipe not in choices:
+        what = (f"FSDP2's mixed precision only: --recipe {FSDP_RECIPE} (fp32 sharded params, grads and AdamW "
+                "states; bf16 compute; fp32 reduce-scatter)" if zero in (2, 3) else "--recipe " + " | ".join(choices))
+        where = f" under ZeRO-{zero}" if zero else ""
+        raise StepbillError(f"check{where} measures {what}; got --recipe {recipe!r}")
+    return recipe
+
 # FSDPMemTracker's / MemTracker's category names -> ours.
 CATEGORY_NAMES: dict[str, str] = {
     "Sharded Param": "params",
@@ -141,21 +185,22 @@ def measure_rank(
     micro_batch: int = 1,
     seq_len: int = 128,
     mode: Mode = "real",
-    recipe: str = "fp32",
+    recipe: str | None = None,
     lr: float = 1e-4,
 ) -> RankMeasurement:
-    """Measure rank `rank` of `world` (see the module docstring). `recipe` applies to ZeRO-1 only (fp32 or
-    pure-bf16); FSDP (zero 2/3) always runs fp32 sharded parameters with bf16 compute."""
+    """Measure rank `rank` of `world` (see the module docstring). `recipe`: ZeRO-1 fp32 or pure-bf16 (default
+    fp32); ZeRO-2/3 FSDP_RECIPE only (the default); any other is refused, never replaced."""
     require_torch()
     import torch
 
     _validate(world, zero, rank)
     fsdp = zero in (2, 3)
-    if not fsdp and recipe not in ("fp32", "pure-bf16"):
-        raise StepbillError(f"ZeRO-1 measures recipes fp32 and pure-bf16, got {recipe!r}")
-    param_dtype = "bf16" if (not fsdp and recipe == "pure-bf16") else "fp32"
-    settings = {"world": world, "zero": zero, "rank": rank, "micro_batch": micro_batch, "seq_len": seq_len,
-                "mode": mode, "recipe": "fsdp-mixed-bf16" if fsdp else recipe}
+    recipe = measured_recipe(zero, recipe)
+    param_dtype = "bf16" if recipe == "pure-bf16" else "fp32"
+    settings: dict[str, Any] = {"world": world, "zero": zero, "rank": rank, "micro_batch": micro_batch,
+                                "seq_len": seq_len, "mode": mode, "recipe": recipe}
+    if fsdp:
+        settings["mixed_precision"] = dict(FSDP_SETUP)
     with contextlib.ExitStack() as stack:
         mesh = stack.enter_context(fake_process_group(rank, world))
         fake_mode = new_fake_mode() if mode == "fake" else None
