@@ -42,6 +42,10 @@ def test_mode_choice_by_free_memory() -> None:
      "check under ZeRO-3 measures FSDP2's mixed precision only: --recipe fsdp-mixed-bf16"),
     (["check", TINY, "--dp", "2", "--zero", "1", "--recipe", "amp-bf16"],
      "check under ZeRO-1 measures --recipe fp32 | pure-bf16"),
+    (["check", TINY, "--launch", "2", "--fake"], "--launch measures real tensors"),
+    (["check", TINY, "--launch", "2", "--dp", "4"], "--dp 4 must equal --launch 2"),
+    (["check", TINY, "--device", "cuda"], "--device cuda needs real ranks"),
+    (["check", TINY, "--device", "tpu"], "--device must be cpu or cuda"),
     (["check", TINY, "--real", "--fake"], "choose one of --real and --fake"),
     (["check", "llama2-70b", "--real", "--seq", "4096"], "--real refused"),
 ])

@@ -162,3 +162,60 @@ def compare_sharded(predicted: Any, measured: Any) -> list[CheckRow]:
     """Rows for one rank: `predicted` a RankPrediction, `measured` a RankMeasurement (both bytes)."""
     return [CheckRow(category, "bytes", float(getattr(predicted, name)), float(getattr(measured, name)),
                      f"rank.{name}") for category, name in SHARDED_CATEGORIES]
+
+
+def ddp_prediction(bill: Bill, world: int, rank: int) -> tuple[Any, float]:
+    """One DDP rank: the single-rank bill plus DDP's gradient buckets; returns (RankPrediction, bucket bytes).
+
+    DDP (``gradient_as_bucket_view=False``, its default) allocates flat buckets holding a copy of every gradient
+    (25 MiB each, the first 1 MiB; rebuilt once in iteration 2 in the order gradients arrived) and keeps them
+    for the whole run: their bytes equal the gradients' (same dtype, no padding on CPU), resident at every
+    moment of the step. Measured: DDP's own ``bucket_sizes`` sum to the parameter bytes (tiny llama fp32,
+    2 ranks: 1,264,128 B in 2 rebuilt buckets).
+    """
+    from stepbill.engine.sharded import RankPrediction
+
+    buckets = bill.lines["memory.grads"].value
+    assert bill.timeline is not None
+    moments = bill.timeline.moments
+
+    def phase_peak(phase: str) -> float:
+        totals = [m.total for m in moments if m.phase == phase]
+        return (max(totals) if totals else bill.lines["memory.resident"].value) + buckets
+
+    lines = bill.lines
+    pred = RankPrediction(
+        rank=rank, world=world, zero=0, params=lines["memory.weights"].value, grads=lines["memory.grads"].value,
+        optimizer_states=lines["memory.optimizer"].value, buffers=0.0, inputs=0.0,
+        activations=lines["memory.activations"].value, peak_forward=phase_peak("forward"),
+        peak_backward=phase_peak("backward"), peak_optimizer=phase_peak("optimizer"), convention=bill.convention)
+    return pred, buckets
+
+
+def compare_launched(spec: Any, measured: list[Any], *, zero: int, micro_batch: int, seq: int,
+                     recipe: str) -> list[tuple[Any, Any, list[CheckRow]]]:
+    """(prediction, measurement, rows) for every rank of a launched run; ZeRO-1/2/3 from engine/sharded.py's
+    predict_rank, DDP from the single-rank eager bill plus its gradient buckets (``ddp_prediction``)."""
+    from stepbill.engine.sharded import predict_rank
+
+    world = len(measured)
+    out = []
+    bill = None
+    for m in measured:
+        if zero == 0:
+            if bill is None:
+                from stepbill.spec.recipe import make_recipe
+
+                bill, _ = predict(spec, make_recipe(recipe, "adamw", micro_batch, seq))
+            pred, buckets = ddp_prediction(bill, world, m.rank)
+            rows = compare_sharded(pred, m)
+            rows.append(CheckRow("DDP gradient buckets (resident)", "bytes", buckets,
+                                 float(m.extra.get("ddp_buckets", 0)), "ddp.buckets"))
+        else:
+            pred = predict_rank(spec, world, zero, m.rank, micro_batch, seq, recipe)
+            rows = compare_sharded(pred, m)
+        if "reserved_peak" in m.extra:  # CUDA: the caching allocator's reserve, beside the bill
+            rows.append(CheckRow("reserved at peak (allocator; not billed)", "bytes", None,
+                                 float(m.extra["reserved_peak"]), "cuda.reserved"))
+        out.append((pred, m, rows))
+    return out

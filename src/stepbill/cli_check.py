@@ -48,6 +48,11 @@ def check(
                                                             "distinct predicted class)")] = None,
     dropout: Annotated[float | None, typer.Option(
         "--dropout", help="0: train without dropout (every dropout probability set to 0, bill and model)")] = None,
+    launch: Annotated[int | None, typer.Option(
+        "--launch", help="start N local ranks with torchrun (python -m torch.distributed.run) and relay rank 0's "
+        "output; under torchrun itself, check measures every rank of the launched run")] = None,
+    device: Annotated[str, typer.Option("--device", help="launched runs: cpu (gloo, MemTracker) | cuda (nccl, "
+                                                         "torch.cuda max_memory_allocated/reserved)")] = "cpu",
 ) -> None:
     """Measure a real training step in PyTorch and compare it with the bill, category by category.
 
@@ -61,6 +66,29 @@ def check(
 
     recipe = measured_recipe(zero, recipe)  # refuses, in one line, what cannot be measured
     spec, config = model_and_config(model, dropout)
+    if device not in ("cpu", "cuda"):
+        raise StepbillError(f"--device must be cpu or cuda, got {device!r}")
+    if launch is not None:
+        if fake:
+            raise StepbillError("--launch measures real tensors on real ranks; drop --fake")
+        if dp not in (1, launch):
+            raise StepbillError(f"--dp {dp} must equal --launch {launch} (one data-parallel rank per process)")
+        args = [model, "--seq", str(seq), "--micro-batch", str(micro_batch), "--dp", str(launch), "--zero", str(zero),
+                "--recipe", recipe, "--device", device] + (["--json"] if as_json else []) + (
+                    [] if dropout is None else ["--dropout", f"{dropout:g}"])
+        _launch(launch, args)
+        return
+    from stepbill.measure.distributed import launched_world
+
+    here = launched_world()
+    if here is not None:
+        if fake:
+            raise StepbillError("a launched check measures real tensors; drop --fake")
+        _check_launched(spec, config, seq, micro_batch, recipe, here[1] if dp == 1 else dp, zero, device, as_json,
+                        dropout)
+        return
+    if device != "cpu":
+        raise StepbillError("--device cuda needs real ranks: run under torchrun or with --launch N")
     if dp > 1 or zero:
         _check_sharded(spec, config, seq, micro_batch, recipe, dp, zero, rank,
                        "real" if real else "fake" if fake else "auto", as_json, dropout)
@@ -115,14 +143,15 @@ def _print_notes(spec: Any) -> None:
         typer.echo(f"note: {line}")
 
 
-def _print_rows(name: str, mode: str, convention: str, rows: list, summary: str) -> None:
+def _print_rows(name: str, mode: str, convention: str, rows: list, summary: str,
+                measured_by: str = "MemTracker, FlopCounterMode") -> None:
     from rich.table import Table
 
     from stepbill.report.terminal import make_console
     from stepbill.report.units import fmt_bytes, fmt_flops
 
-    table = Table(title=f"{name}: bill ({convention} convention) vs PyTorch ({mode} tensors, MemTracker, "
-                        "FlopCounterMode); GiB = 2^30 B", title_justify="left")
+    table = Table(title=f"{name}: bill ({convention} convention) vs PyTorch ({mode} tensors, {measured_by}); "
+                        "GiB = 2^30 B", title_justify="left")
     for col in ("category", "predicted", "measured", "error", "verdict"):
         table.add_column(col, justify="left" if col in ("category", "verdict") else "right")
     for r in rows:
@@ -177,3 +206,69 @@ def _check_sharded(spec: Any, config: dict[str, Any], seq: int, micro_batch: int
     for r, mode, pred, _, rows in results:
         _print_rows(f"{spec.name} rank {r} of {dp}, ZeRO-{zero}, {recipe}", mode, pred.convention, rows, verdict(rows))
     _print_notes(spec)
+
+
+GLOO_FSDP_NOTE = ("gloo's reduce_scatter_single copies its whole input (a temporary of the input's size per call; "
+                  "NCCL does not) and its async all-gathers hold buffers a little longer: not in the bill, the "
+                  "backward peak measures a few % above it on gloo")
+
+
+def _launch(nproc: int, args: list[str]) -> None:
+    """`--launch N`: run this check under torchrun with N local ranks; relay rank 0's output, or its error line."""
+    import os
+    import subprocess
+
+    from stepbill.measure.distributed import launch_command
+
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    done = subprocess.run(launch_command(nproc, args), capture_output=True, text=True, env=env, check=False)
+    if done.returncode == 0:
+        typer.echo(done.stdout, nl=False)
+        return
+    errors = [line for line in done.stderr.splitlines() if line.startswith("stepbill: error: ")]
+    if errors:
+        raise StepbillError(errors[0].removeprefix("stepbill: error: "))
+    last = next((line for line in reversed(done.stderr.splitlines()) if line.strip()), "no output")
+    raise StepbillError(f"torchrun exited with code {done.returncode}: {last.strip()}")
+
+
+def _check_launched(spec: Any, config: dict[str, Any], seq: int, micro_batch: int, recipe: str, dp: int, zero: int,
+                    device: str, as_json: bool, dropout: float | None) -> None:
+    """Every rank of a torchrun-launched run measured; rank 0 prints predicted vs measured per rank."""
+    from stepbill.check import compare_launched, verdict
+    from stepbill.engine.unmodelled import unmodelled
+    from stepbill.measure.distributed import launched_world, measure_launched
+    from stepbill.measure.sharded import FSDP_RECIPE, FSDP_SETUP
+
+    here = launched_world()
+    assert here is not None
+    if dp != here[1]:
+        raise StepbillError(f"--dp {dp} must equal torchrun's WORLD_SIZE {here[1]}")
+    rank, measured = measure_launched(config, zero=zero, micro_batch=micro_batch, seq_len=seq, recipe=recipe,
+                                      device=device)
+    if rank != 0 or measured is None:
+        return
+    results = compare_launched(spec, measured, zero=zero, micro_batch=micro_batch, seq=seq, recipe=recipe)
+    stage = {0: "DDP", 1: "ZeRO-1 (ZeroRedundancyOptimizer)", 2: "ZeRO-2 (FSDP2)", 3: "ZeRO-3 (FSDP2)"}[zero]
+    backend = "nccl" if device == "cuda" else "gloo"
+    tracker = ("torch.cuda max_memory_allocated" if device == "cuda"
+               else "FSDPMemTracker" if zero in (2, 3) else "MemTracker")
+    notes = [GLOO_FSDP_NOTE] if zero in (2, 3) and backend == "gloo" else []
+    if as_json:
+        print(json.dumps({
+            "model": spec.name, "launched": True, "backend": backend, "device": device, "dp": dp, "zero": zero,
+            "stage": stage, "recipe": recipe, "mixed_precision": FSDP_SETUP if recipe == FSDP_RECIPE else None,
+            "dropout_option": dropout, "unmodelled": unmodelled(spec), "measured_by": tracker, "notes": notes,
+            "ranks": [{"rank": m.rank, "convention": pred.convention,
+                       "rows": [{"category": x.category, "line": x.line, "predicted": x.predicted,
+                                 "measured": x.measured, "error": x.error, "verdict": x.verdict} for x in rows],
+                       "measured_breakdown_at_peak": m.breakdown, "measured_extra": m.extra,
+                       "verdict": verdict(rows)} for pred, m, rows in results]}, indent=2))
+        return
+    _print_header(dropout, recipe)
+    for pred, m, rows in results:
+        _print_rows(f"{spec.name} rank {m.rank} of {dp} (torchrun, {backend}), {stage}, {recipe}", "real",
+                    pred.convention, rows, verdict(rows), measured_by=tracker)
+    _print_notes(spec)
+    for note in notes:
+        typer.echo(f"note: {note}")

@@ -100,13 +100,14 @@ def build_model(
     fake_mode: FakeTensorMode | None = None,
     seed: int = 0,
     meta: bool = False,
+    device: str = "cpu",
 ) -> torch.nn.Module:
     """Build ``AutoModelForCausalLM.from_config`` of the config as given, in training mode (dropout on).
 
     With ``fake_mode`` the parameters are fake tensors (no memory, any size); call inside ``hf_patches``
     only for the step, building needs no patch. ``meta=True`` builds on the meta device, in milliseconds at any
     size: for reading the built model back (its config, its parameter shapes), never for measuring (SDPA takes
-    another path on meta).
+    another path on meta). ``device`` (e.g. ``"cuda:0"``) builds real tensors there.
     """
     require_torch()
     import torch
@@ -114,7 +115,8 @@ def build_model(
 
     config = make_config(config_dict)
     torch.manual_seed(seed)
-    ctx: Any = torch.device("meta") if meta else fake_mode if fake_mode is not None else contextlib.nullcontext()
+    ctx: Any = (torch.device("meta") if meta else fake_mode if fake_mode is not None
+                else torch.device(device) if device != "cpu" else contextlib.nullcontext())
     with ctx:
         model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype(dtype), attn_implementation=attention)
     model.train()
