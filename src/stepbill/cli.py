@@ -53,7 +53,7 @@ def bill(
     optimizer_impl: Annotated[str, typer.Option(
         "--optimizer-impl", help="AdamW in PyTorch: single | foreach | fused (their temporaries; eager convention)")]
     = "single",
-    convention: Annotated[str, typer.Option("--convention", help="ideal (the seed's) | eager (what PyTorch keeps)")]
+    convention: Annotated[str, typer.Option("--convention", help="ideal (the seed's) | eager (what PyTorch keeps) | megatron (Korthikanti et al. Table 2)")]
     = "ideal",
     attention: Annotated[str, typer.Option("--attention", help="sdpa (fused, no S² scores) | eager (stores them)")]
     = "sdpa",

@@ -208,7 +208,7 @@ BLOCK_ROWS: dict[tuple[str, str], Callable[[ModelSpec, int], list[ActTensor]]] =
     ("ideal", "moe"): _moe_ideal,
 }
 
-CONVENTIONS = ("ideal", "eager")
+CONVENTIONS = ("ideal", "eager", "megatron")
 ATTENTIONS = ("sdpa", "eager")
 
 
@@ -295,6 +295,10 @@ def _register_eager() -> None:
 
     for block, builder in BLOCKS.items():
         BLOCK_ROWS[("eager", block)] = builder
+    from stepbill.engine.megatron_rows import BLOCKS as MEGATRON  # Korthikanti et al. Table 2
+
+    for block, builder in MEGATRON.items():
+        BLOCK_ROWS[("megatron", block)] = builder
 
 
 _register_eager()
