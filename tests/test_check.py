@@ -46,6 +46,7 @@ def test_mode_choice_by_free_memory() -> None:
     (["check", TINY, "--launch", "2", "--dp", "4"], "--dp 4 must equal --launch 2"),
     (["check", TINY, "--device", "cuda"], "--device cuda needs real ranks"),
     (["check", TINY, "--device", "tpu"], "--device must be cpu or cuda"),
+    (["check", TINY, "--dp", "2"], "--dp N with --zero 0 is DDP, measured on real ranks only"),
     (["check", TINY, "--real", "--fake"], "choose one of --real and --fake"),
     (["check", "llama2-70b", "--real", "--seq", "4096"], "--real refused"),
 ])

@@ -171,6 +171,9 @@ def _check_sharded(spec: Any, config: dict[str, Any], seq: int, micro_batch: int
     from stepbill.engine.unmodelled import unmodelled
     from stepbill.measure.sharded import FSDP_RECIPE, FSDP_SETUP
 
+    if zero == 0:
+        raise StepbillError("--dp N with --zero 0 is DDP, measured on real ranks only: add --launch N (or run under "
+                            "torchrun)")
     if dp < 2 or zero not in (1, 2, 3):
         raise StepbillError("a sharded check needs --dp >= 2 and --zero 1, 2 or 3")
 
