@@ -336,10 +336,16 @@ def measure_on_mesh(
         gen = torch.Generator().manual_seed(0) if fake_mode is None else None
         input_ids = torch.randint(0, vocab, (micro_batch, seq_len), generator=gen).to(device)
 
+        def autocast() -> Any:
+            if recipe == "amp-bf16":
+                return torch.autocast("cuda" if cuda else "cpu", dtype=torch.bfloat16)
+            return contextlib.nullcontext()
+
         def iteration(on_phase: Any = lambda p: None) -> None:
             runner.train()  # the HF Trainer's step, as session.StepSession.iteration
             on_phase("forward")
-            loss = runner(input_ids=input_ids, labels=input_ids, use_cache=False).loss
+            with autocast():  # amp-bf16 (DDP): bf16 compute on fp32 parameters, as session.StepSession
+                loss = runner(input_ids=input_ids, labels=input_ids, use_cache=False).loss
             on_phase("backward")
             loss.backward()
             del loss
