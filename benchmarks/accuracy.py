@@ -148,7 +148,7 @@ if __name__ == "__main__":
     main()
 
 
-# --- Sharded runs: one rank of N (FSDP2 ZeRO-3/2, ZeRO-1) vs engine/sharded.py ---------------------------------
+# --- Sharded runs: one rank of N (FSDP2 ZeRO-3/2, ZeRO-1) vs engine/parallel/fsdp2.py ---------------------------------
 
 SHARDED_SUITE = (  # (name, tiny family, layers, world, zero, rank, seq)
     ("tiny llama ZeRO-3 N=2", "llama", 3, 2, 3, 0, 128),
@@ -180,7 +180,7 @@ def run_sharded(write: bool = True) -> list[str]:
     from accuracy_doc import write_section
 
     from stepbill.check import SHARDED_CATEGORIES, compare_sharded
-    from stepbill.engine.sharded import predict_rank
+    from stepbill.engine.parallel.fsdp2 import predict_rank
     from stepbill.measure.sharded import measure_rank
     from stepbill.measure.tiny import TINY_CONFIGS
     from stepbill.spec.hf import from_hf_config
@@ -198,7 +198,7 @@ def run_sharded(write: bool = True) -> list[str]:
         text = "\n".join([
             "## Sharded runs: one rank of N (FSDP2 ZeRO-3/2, ZeRO-1)",
             "",
-            "Produced by `run_sharded()` in benchmarks/accuracy.py: engine/sharded.py's prediction vs one rank "
+            "Produced by `run_sharded()` in benchmarks/accuracy.py: engine/parallel/fsdp2.py's prediction vs one rank "
             "measured on a fake process group (measure/sharded.py; FSDPMemTracker for FSDP2 with fp32 shards and "
             "bf16 compute, MemTracker for ZeroRedundancyOptimizer in fp32). Tiny real models, seq 128. The "
             "`activations` row compares with FSDPMemTracker's `Activation` category, which also holds unsharded "

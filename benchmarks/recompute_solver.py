@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from stepbill.engine import recompute_budget as rb
+from stepbill.engine.recompute import budget as rb
 from stepbill.spec import load_preset
 
 GIB = 2**30

@@ -25,8 +25,8 @@ def test_json_has_ranks_and_comm(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_eager_dp_ranks_equal_the_sharded_check(capsys: pytest.CaptureFixture[str]) -> None:
-    """`bill --dp N --zero Z --convention eager` prints what `check --dp N --zero Z` predicts (engine/sharded.py)."""
-    from stepbill.engine.sharded import predict_rank
+    """`bill --dp N --zero Z --convention eager` prints what `check --dp N --zero Z` predicts (engine/parallel/fsdp2.py)."""
+    from stepbill.engine.check_rank import predict_rank
     from stepbill.spec.presets import load_model
 
     tiny = "tests/data/tiny-llama.json"
@@ -53,8 +53,8 @@ def test_terminal_shows_rank_and_comm_tables(capsys: pytest.CaptureFixture[str])
 
 @pytest.mark.parametrize(
     "argv",
-    [["--tp", "3"], ["--dp", "2", "--gpus", "8"], ["--zero", "5"], ["--pp-schedule", "zb"], ["--gpu", "h100"],
-     ["--ep", "2", "--dp", "2"], ["--sp"], ["--pp", "5"], ["--efficiency", "0"], ["--dp", "0"]],
+    [["--tp", "3"], ["--dp", "2", "--gpus", "8"], ["--zero", "5"], ["--pp-schedule", "zb"], ["--gpu", "h10"],
+     ["--ep", "2", "--dp", "2"], ["--sp"], ["--pp", "33"], ["--efficiency", "0"], ["--dp", "0"]],
 )
 def test_invalid_layout_exits_2_with_one_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_cli(["bill", "llama2-7b", *argv], capsys)

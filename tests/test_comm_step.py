@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from stepbill.engine import comm
 from stepbill.engine.bill import make_bill
-from stepbill.engine.comm_step import step_collectives
+from stepbill.engine.parallel.collectives import step_collectives
 from stepbill.engine.params import param_inventory
 from stepbill.spec import load_preset
 from stepbill.spec.hardware import load_gpu

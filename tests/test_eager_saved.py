@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from stepbill.engine.activations import saved_bytes
-from stepbill.engine.eager import EagerBytes
-from stepbill.engine.eager import saved_bytes as eager_saved_bytes
+from stepbill.engine.activations.eager import EagerBytes
+from stepbill.engine.activations.eager import saved_bytes as eager_saved_bytes
 from stepbill.spec.hf import from_hf_config
 from stepbill.spec.model import AttentionSpec, FFNSpec, ModelSpec
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from stepbill.engine.eager import EagerBytes, saved_bytes
+from stepbill.engine.activations.eager import EagerBytes, saved_bytes
 from stepbill.errors import StepbillError
 from stepbill.spec.hf import from_hf_config
 from stepbill.spec.presets import load_model

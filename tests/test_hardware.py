@@ -7,10 +7,11 @@ import copy
 import pytest
 
 from stepbill.errors import StepbillError
-from stepbill.spec.hardware import gpu_from_dict, gpu_names, load_gpu
+from stepbill.spec.hardware import GIB, MIB, gpu_aliases, gpu_catalog, gpu_from_dict, gpu_names, load_gpu
 
 GOOD = {
     "display": "test gpu", "memory": {"value": 80, "unit": "GiB", "note": "n"},
+    "usable": {"mib": 81559, "source": "nvidia-smi"},
     "bf16_dense_tflops": 100, "fp8_dense_tflops": None, "hbm_tb_s": 1, "nvlink_gb_s": 0,
     "pcie_gb_s": 32, "infiniband_gb_s": 25, "gpus_per_node": 8, "source": "s",
 }
@@ -61,3 +62,47 @@ def test_missing_key() -> None:
     del entry["source"]
     with pytest.raises(StepbillError, match="missing source"):
         gpu_from_dict("x", entry)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [("mib", 81559.5, "whole number of MiB"),
+     ("mib", 85_520_809, "expected 0.9–1.1×"),  # KB, not MiB
+     ("mib", 80, "expected 0.9–1.1×"),  # GiB, not MiB
+     ("source", " ", "must say where")],
+)
+def test_bad_usable_entries(key: str, value: object, message: str) -> None:
+    entry = copy.deepcopy(GOOD)
+    entry["usable"][key] = value  # type: ignore[index]
+    with pytest.raises(StepbillError, match=message):
+        gpu_from_dict("x", entry)
+
+
+def test_usable_memory_is_what_nvidia_smi_shows() -> None:
+    """W14 of the user trial: an H100 SXM shows 81,559 MiB = 79.65 GiB, not 80.00 GiB; A100 80GB 81,920 MiB."""
+    assert load_gpu("h100-sxm").usable_bytes == 81_559 * MIB
+    assert round(load_gpu("h100-sxm").usable_bytes / GIB, 2) == 79.65
+    assert load_gpu("a100-80gb").usable_bytes == 81_920 * MIB
+    assert round(load_gpu("h200").usable_bytes / GIB, 2) == 140.40
+    assert load_gpu("mi300x").usable_bytes == 206_141_652_992  # rocm-smi's VRAM Total Memory (B)
+
+
+def test_every_usable_figure_has_a_source() -> None:
+    for gpu in gpu_catalog().values():
+        assert gpu.usable_source.strip()
+        assert 0.9 <= gpu.usable_bytes / gpu.memory_bytes <= 1.1
+    assert "no nvidia-smi total found" in load_gpu("h800").usable_source  # derived, and it says so
+
+
+@pytest.mark.parametrize(("name", "expected"), [("h100", "h100-sxm"), ("H100", "h100-sxm"), ("H100-SXM", "h100-sxm"),
+                                                ("a100", "a100-80gb"), ("A100", "a100-80gb"), ("MI300X", "mi300x"),
+                                                ("4090", "rtx-4090")])
+def test_aliases_case_insensitive(name: str, expected: str) -> None:
+    """User trial §3 item 13: `--gpu h100` / `H100` / `a100` work, and h100 never becomes h800."""
+    assert load_gpu(name).name == expected
+
+
+def test_alias_targets_exist_and_do_not_shadow() -> None:
+    aliases = gpu_aliases()
+    assert set(aliases.values()) <= set(gpu_names())
+    assert not set(aliases) & set(gpu_names())

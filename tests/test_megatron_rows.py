@@ -7,8 +7,8 @@ import pytest
 
 from stepbill.engine import korthikanti
 from stepbill.engine.activations import layer_rows
+from stepbill.engine.activations.megatron import SPLIT, layer_bytes
 from stepbill.engine.bill import make_bill
-from stepbill.engine.megatron_rows import SPLIT, layer_bytes
 from stepbill.errors import StepbillError
 from stepbill.spec.presets import load_preset
 from stepbill.spec.recipe import make_recipe

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stepbill.engine.parallel import in_flight_microbatches, rank_classes, worst_rank
+from stepbill.engine.parallel import in_flight_microbatches, worst_rank
+from stepbill.engine.parallel.layout import zero_item_bytes
 from stepbill.engine.params import param_inventory
-from stepbill.engine.shard import zero_item_bytes
 from stepbill.engine.states import resident_lines
 from stepbill.errors import StepbillError
 from stepbill.spec import load_preset
@@ -21,6 +21,13 @@ from stepbill.spec.recipe import make_recipe
 from tests.conftest import GIB
 
 GB = 1e9
+
+
+def rank_classes(spec, recipe, inv=None, convention="ideal"):  # type: ignore[no-untyped-def]
+    """The per-rank classes of a bill (the per-rank model is built inside make_bill, from its own timeline)."""
+    from stepbill.engine.bill import make_bill
+
+    return make_bill(spec, recipe, convention=convention).ranks
 
 
 @pytest.mark.parametrize(("stage", "printed_gb"), [(0, 120), (1, 31.4), (2, 16.6), (3, 1.9)])
@@ -166,8 +173,8 @@ def test_worst_rank_is_first_stage_under_1f1b() -> None:
 @pytest.mark.parametrize("model", ["tests/data/tiny-llama.json", "mixtral-8x7b"])
 @pytest.mark.parametrize("dp", [2, 8, 64])
 def test_exact_dp_classes_sum_and_monotonic(model: str, dp: int) -> None:
-    """Eager, data-parallel sharding alone (engine/sharded.py's exact classes): every rank counted once, owned
-    unpadded shards sum to the global fp32 bytes, raising the ZeRO stage 1 → 2 → 3 never raises the worst
+    """Eager, data-parallel sharding alone (engine/parallel/fsdp2.py's exact classes: ZeRO-1 on fp32, FSDP2 on its
+    mixed-bf16 setup): every rank counted once, owned unpadded shards sum to the global fp32 bytes, raising the ZeRO stage 1 → 2 → 3 never raises the worst
     rank's resident memory, nor 2 → 3 its peak. (FSDP2's ZeRO-2 keeps every layer unsharded in bf16, padded per
     dim-0 chunk: with 8 experts over 64 ranks that is 8× the experts, above ZeRO-1's peak — real, not asserted.)"""
     from stepbill.spec.presets import load_model
@@ -176,9 +183,11 @@ def test_exact_dp_classes_sum_and_monotonic(model: str, dp: int) -> None:
     inv = param_inventory(spec)
     worst = []
     for zero in (1, 2, 3):
-        r = make_recipe(recipe="fp32", seq_len=512, parallel=Parallel(dp=dp, zero=zero))
+        precision = "fp32" if zero == 1 else "mixed-bf16"
+        r = make_recipe(recipe=precision, seq_len=512, parallel=Parallel(dp=dp, zero=zero))
         classes = rank_classes(spec, r, inv, "eager")
         assert sum(c.ranks for c in classes) == dp
+        assert {c.model for c in classes} == {"measured-exact"}
         for item, per_param in (("weights", 4), ("grads", 4), ("optimizer", 8)):
             assert sum(c.ranks * c.owned[item] for c in classes) == pytest.approx(per_param * inv.total)
         worst.append(max(c.memory["resident"] for c in classes))

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stepbill.engine import recompute_budget as rb
+from stepbill.engine.recompute import budget as rb
 from stepbill.engine.recompute import make_plan
 from stepbill.errors import StepbillError
 from stepbill.spec import load_preset

@@ -10,7 +10,7 @@ import pytest
 from stepbill.engine import flops as fl
 from stepbill.engine import korthikanti as kt
 from stepbill.engine.recompute import sqrt_l_optimum
-from stepbill.engine.recompute_rank import attention_crossovers, rank_layer
+from stepbill.engine.recompute.ranking import attention_crossovers, rank_layer
 from stepbill.spec import load_preset
 from tests.conftest import GIB
 

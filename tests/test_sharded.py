@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from stepbill.engine.sharded import chunk_rows, hf_tensors, local_rows, predict_rank, zero1_partition
+from stepbill.engine.check_rank import predict_rank
+from stepbill.engine.parallel.fsdp2 import chunk_rows, hf_tensors, local_rows, zero1_partition
 from stepbill.measure.tiny import TINY_CONFIGS
 from stepbill.spec.hf import from_hf_config
 

@@ -1,4 +1,4 @@
-"""The eager convention's transients (engine/transients.py): closed forms, optimizer implementations, CLI."""
+"""The eager convention's transients (engine/memory/eager.py): closed forms, optimizer implementations, CLI."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import pytest
 
 from stepbill.engine.bill import make_bill, peak_items
+from stepbill.engine.memory.eager import optimizer_temporaries
 from stepbill.engine.params import param_inventory
-from stepbill.engine.transients import optimizer_temporaries
 from stepbill.errors import StepbillError
 from stepbill.spec import load_preset
 from stepbill.spec.recipe import make_recipe

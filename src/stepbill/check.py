@@ -7,12 +7,19 @@ The comparison is pure (predicted and measured numbers in, rows with errors out)
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Any
+import sys
+import types
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from stepbill.engine.bill import Bill
 from stepbill.errors import StepbillError
 
+if TYPE_CHECKING:
+    from stepbill.engine.bill import Bill
+    from stepbill.spec.model import ModelSpec
+
+MEASURABLE_RECIPES = ("fp32", "pure-bf16", "amp-bf16")  # the recipes stepbill.measure builds
 TOLERANCE = 0.03  # the accuracy the issue holds `check` to: 3 % per category
 REAL_RAM_SHARE = 0.5  # refuse a real run whose predicted peak exceeds this share of free RAM
 
@@ -81,33 +88,6 @@ def predict(spec: Any, recipe: Any) -> tuple[Bill, str]:
         return make_bill(spec, recipe, convention="ideal"), note
 
 
-def model_and_config(model: str, dropout: float | None = None) -> tuple[Any, dict[str, Any]]:
-    """The ModelSpec the bill reads and the config dict `check` builds, for a MODEL argument.
-
-    An HF config.json is measured as given (every field, dropout and sliding windows included); a preset or
-    ModelSpec JSON through `to_hf_config`, which emits the spec's dropout and window. `dropout=0`
-    (``--dropout 0``) sets every dropout probability to 0 in both.
-    """
-    from pathlib import Path
-
-    from stepbill.engine.unmodelled import apply_dropout_option
-    from stepbill.spec.hf import dropout_config_keys, from_hf_config, to_hf_config
-    from stepbill.spec.presets import load_model, read_json_file
-
-    path = Path(model)
-    data = read_json_file(path) if (model.endswith(".json") or path.exists()) else None
-    if data is not None and "model_type" in data:
-        spec = from_hf_config(data, name=path.parent.name or path.stem)
-        config = dict(data)
-    else:
-        spec = load_model(model)
-        config = to_hf_config(spec)
-    spec = apply_dropout_option(spec, dropout)
-    if dropout is not None:
-        config |= dict.fromkeys(dropout_config_keys(str(config["model_type"])), 0.0)
-    return spec, config
-
-
 def available_ram_bytes() -> int:
     """Memory the kernel says is available (MemAvailable), or total physical memory where unknown."""
     try:
@@ -138,6 +118,42 @@ def choose_mode(requested: str, predicted_peak: float, free_bytes: int | None = 
     raise StepbillError(f"unknown mode {requested!r}; choose real, fake or auto")
 
 
+def model_and_config(model: str, dropout: float | None = None) -> tuple[Any, dict[str, Any]]:
+    """The ModelSpec the bill reads and the config dict `check` builds, for a MODEL argument.
+
+    An HF config.json (a file, a folder holding one, a Hub id) is measured as given: every field, dropout and
+    sliding windows included; a preset or ModelSpec JSON goes through `to_hf_config`, which emits the spec's
+    dropout and window. `dropout=0` (``--dropout 0``) sets every dropout probability to 0 in both.
+    """
+    from pathlib import Path
+
+    from stepbill.engine.unmodelled import apply_dropout_option
+    from stepbill.spec.hf import dropout_config_keys, from_hf_config, to_hf_config
+    from stepbill.spec.presets import load_model, preset_names, read_json_file
+
+    path = Path(model)
+    if path.is_dir() and (path / "config.json").is_file():
+        path = path / "config.json"
+    data = None
+    if model.endswith(".json") or path.exists():
+        data = read_json_file(path)
+    elif model not in preset_names():
+        from stepbill.spec.hub import download_config, looks_like_hub_id
+
+        if looks_like_hub_id(model):
+            data = read_json_file(download_config(model))
+    if data is not None and "model_type" in data:
+        spec = from_hf_config(data, name=path.parent.name or path.stem)
+        config = dict(data)
+    else:
+        spec = load_model(model)
+        config = to_hf_config(spec)
+    spec = apply_dropout_option(spec, dropout)
+    if dropout is not None:
+        config |= dict.fromkeys(dropout_config_keys(str(config["model_type"])), 0.0)
+    return spec, config
+
+
 def verdict(rows: list[CheckRow]) -> str:
     """One line: how many predicted categories are within tolerance."""
     judged = [r for r in rows if r.error is not None]
@@ -164,16 +180,165 @@ def compare_sharded(predicted: Any, measured: Any) -> list[CheckRow]:
                      f"rank.{name}") for category, name in SHARDED_CATEGORIES]
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# `stepbill.check(...)`: this module is callable (the package exports it as `stepbill.check`), so the same name is
+# the API function and the module of its parts (`from stepbill.check import compare` keeps working).
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """`stepbill.check`'s answer: predicted vs measured per category, and the CLI's JSON.
+
+    `rows` are `stepbill.check.CheckRow`s (one process) or the sharded rows of every rank measured (`dp` > 1, in
+    `by_rank` per rank); `verdict` says how many categories are within 3 %; `mode` is "real" or "fake".
+    """
+
+    rows: list[Any]
+    verdict: str
+    mode: str
+    json: dict[str, Any]
+    note: str | None = None  # what the CLI prints on stderr first (e.g. a convention it switched to)
+    by_rank: dict[int, list[Any]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The object `stepbill check --json` prints for the same inputs."""
+        return self.json
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.rows)
+
+
+def measure_and_compare(
+    model: str | ModelSpec,
+    *,
+    seq: int = 128,
+    micro_batch: int = 1,
+    recipe: str | None = None,
+    optimizer_impl: str = "single",
+    recompute: str = "none",
+    mode: str = "auto",
+    dp: int = 1,
+    zero: int = 0,
+    rank: int | None = None,
+    dropout: float | None = None,
+) -> CheckResult:
+    """Measure a training step of `model` in PyTorch and compare it with the bill (needs the `measure` extra).
+
+    `mode` is "auto" (real tensors when the predicted peak fits in RAM), "real" or "fake" (any size). With
+    `dp` > 1 and `zero` 1-3 it measures one rank of `dp` (`rank`, or one per distinct predicted class) on a fake
+    process group, like `stepbill check --dp N --zero Z`. Slow: it builds the model and runs two training steps.
+    `recipe` None is the stage's default (fp32; FSDP2's fsdp-mixed-bf16 under zero 2/3); one the stage cannot
+    measure is refused. A config file is measured as given (`dropout=0`: without dropout, in bill and model).
+    """
+    from stepbill.report.check_json import sharded_check_json, single_check_json
+
+    for key, value in (("seq", seq), ("micro_batch", micro_batch), ("dp", dp)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise StepbillError(f"{key} must be a positive integer, got {value!r}")
+    from stepbill.measure.sharded import measured_recipe
+
+    if isinstance(zero, bool) or zero not in (0, 1, 2, 3):
+        raise StepbillError(f"zero must be 0, 1, 2 or 3, got {zero!r}")
+    recipe = measured_recipe(zero, recipe, flag="recipe")
+    if mode not in ("auto", "real", "fake"):
+        raise StepbillError(f"mode must be 'auto', 'real' or 'fake', got {mode!r}")
+    sharded = dp > 1 or zero != 0
+    if sharded and (dp < 2 or isinstance(zero, bool) or zero not in (1, 2, 3)):
+        raise StepbillError(f"a sharded check needs dp >= 2 and zero 1, 2 or 3, got dp={dp!r}, zero={zero!r}")
+    if rank is not None and (not sharded or isinstance(rank, bool) or not isinstance(rank, int)
+                             or not 0 <= rank < dp):
+        raise StepbillError(f"rank must be an integer in [0, dp) of a sharded check, got {rank!r}")
+    try:
+        from stepbill.measure.build import require_torch
+
+        require_torch()
+        from stepbill.measure.step import measure_step
+    except ImportError as exc:
+        raise StepbillError(f"stepbill.check needs PyTorch and transformers ({exc.name} is missing): "
+                            "pip install 'stepbill[measure]'") from None
+    from stepbill.engine.unmodelled import apply_dropout_option
+    from stepbill.spec.hf import to_hf_config
+    from stepbill.spec.model import ModelSpec
+    from stepbill.spec.recipe import make_recipe
+
+    if isinstance(model, ModelSpec):
+        spec = apply_dropout_option(model, dropout)
+        config = to_hf_config(spec)
+    else:
+        spec, config = model_and_config(model, dropout)
+    if sharded:
+        results = measure_sharded(spec, seq, micro_batch, recipe, dp, zero, rank, mode, config)
+        by_rank = {r: rows for r, _, _, _, rows in results}
+        summary = "; ".join(f"rank {r}: {verdict(rows)}" for r, rows in by_rank.items())
+        modes = ",".join(sorted({m for _, m, _, _, _ in results}))
+        json_out = sharded_check_json(spec.name, dp, zero, results, [verdict(rows) for rows in by_rank.values()])
+        json_out |= notes_json(spec, recipe, dropout)
+        return CheckResult([row for rows in by_rank.values() for row in rows], summary, modes, json_out,
+                           by_rank=by_rank)
+    engine_bill, note = predict(spec, make_recipe(recipe, "adamw", micro_batch, seq, recompute,
+                                                  optimizer_impl=optimizer_impl))
+    chosen = choose_mode(mode, engine_bill.lines["memory.peak"].value)
+    measured = measure_step(config, mode=chosen, recipe=recipe, optimizer_impl=optimizer_impl,
+                            micro_batch=micro_batch, seq_len=seq, recompute=recompute)
+    rows = compare(predictions(engine_bill), measured)
+    summary = verdict(rows)
+    json_out = single_check_json(spec, chosen, engine_bill, measured, rows, summary) | notes_json(spec, recipe, dropout)
+    return CheckResult(rows, summary, chosen, json_out, note or None)
+
+
+def measure_sharded(spec: Any, seq: int, micro_batch: int, recipe: str | None, dp: int, zero: int, rank: int | None,
+                    requested: str, config: dict[str, Any] | None = None) -> list[tuple[int, str, Any, Any, list]]:
+    """(rank, mode, prediction, measurement, rows) for `rank`, or one rank per distinct predicted class.
+    `config`: the config dict to build (default: to_hf_config(spec)); `recipe` None: the stage's default."""
+    from stepbill.engine.check_rank import predict_rank
+    from stepbill.engine.parallel.fsdp2 import rank_classes
+    from stepbill.measure.sharded import measured_recipe
+    from stepbill.spec.hf import to_hf_config
+
+    recipe = measured_recipe(zero, recipe)
+    config = to_hf_config(spec) if config is None else config
+
+    def predict(r: int):
+        return predict_rank(spec, dp, zero, r, micro_batch, seq, recipe)
+
+    ranks = [rank] if rank is not None else [rs[0] for rs in rank_classes(predict, dp).values()]
+    try:
+        from stepbill.measure.build import require_torch
+        from stepbill.measure.sharded import measure_rank
+    except ImportError as exc:  # pragma: no cover - optional extra
+        raise StepbillError(f"stepbill check needs PyTorch and transformers ({exc.name} is missing): "
+                            "pip install 'stepbill[measure]'") from None
+    require_torch()
+    results = []
+    for r in ranks:
+        pred = predict(r)
+        mode = choose_mode(requested, pred.peak)
+        measured = measure_rank(config, world=dp, zero=zero, rank=r, micro_batch=micro_batch,
+                                seq_len=seq, mode=mode, recipe=recipe)
+        results.append((r, mode, pred, measured, compare_sharded(pred, measured)))
+    return results
+
+
+def notes_json(spec: Any, recipe: str, dropout: float | None) -> dict[str, Any]:
+    """What every `check --json` adds: the recipe measured (FSDP's mixed precision spelled out), `--dropout`,
+    and the configured fields the bill does not model yet."""
+    from stepbill.engine.unmodelled import unmodelled
+    from stepbill.measure.sharded import FSDP_RECIPE, FSDP_SETUP
+
+    return {"recipe": recipe, "mixed_precision": dict(FSDP_SETUP) if recipe == FSDP_RECIPE else None,
+            "dropout_option": dropout, "unmodelled": unmodelled(spec)}
+
+
 def ddp_prediction(bill: Bill, world: int, rank: int) -> tuple[Any, float]:
     """One DDP rank: the single-rank bill plus DDP's gradient buckets; returns (RankPrediction, bucket bytes).
 
     DDP (``gradient_as_bucket_view=False``, its default) allocates flat buckets holding a copy of every gradient
     (25 MiB each, the first 1 MiB; rebuilt once in iteration 2 in the order gradients arrived) and keeps them
     for the whole run: their bytes equal the gradients' (same dtype, no padding on CPU), resident at every
-    moment of the step. Measured: DDP's own ``bucket_sizes`` sum to the parameter bytes (tiny llama fp32,
-    2 ranks: 1,264,128 B in 2 rebuilt buckets).
+    moment of the step. Measured: DDP's buckets hold the parameter bytes (tiny llama fp32, 2 ranks: 1,264,128 B
+    in 2 rebuilt buckets).
     """
-    from stepbill.engine.sharded import RankPrediction
+    from stepbill.engine.parallel.fsdp2 import RankPrediction
 
     buckets = bill.lines["memory.grads"].value
     assert bill.timeline is not None
@@ -194,9 +359,9 @@ def ddp_prediction(bill: Bill, world: int, rank: int) -> tuple[Any, float]:
 
 def compare_launched(spec: Any, measured: list[Any], *, zero: int, micro_batch: int, seq: int,
                      recipe: str) -> list[tuple[Any, Any, list[CheckRow]]]:
-    """(prediction, measurement, rows) for every rank of a launched run; ZeRO-1/2/3 from engine/sharded.py's
+    """(prediction, measurement, rows) for every rank of a launched run; ZeRO-1/2/3 from engine/check_rank.py's
     predict_rank, DDP from the single-rank eager bill plus its gradient buckets (``ddp_prediction``)."""
-    from stepbill.engine.sharded import predict_rank
+    from stepbill.engine.check_rank import predict_rank
 
     world = len(measured)
     out = []
@@ -219,3 +384,13 @@ def compare_launched(spec: Any, measured: list[Any], *, zero: int, micro_batch: 
                                  float(m.extra["reserved_peak"]), "cuda.reserved"))
         out.append((pred, m, rows))
     return out
+
+
+class _CallableModule(types.ModuleType):
+    """Calling the module calls `measure_and_compare`: `stepbill.check(model, ...)`."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> CheckResult:
+        return measure_and_compare(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from stepbill.errors import StepbillError
+
+if TYPE_CHECKING:
+    pass
 
 try:  # typer >= 0.2x vendors its own click
     from typer._click import exceptions as click_exceptions
@@ -39,7 +42,8 @@ def _default(ctx: typer.Context) -> None:
 
 @app.command()
 def bill(
-    model: Annotated[str, typer.Argument(help="preset name (see `stepbill models`), ModelSpec JSON or HF config.json")]
+    model: Annotated[str, typer.Argument(
+        help="preset name (see `stepbill models`), ModelSpec JSON, HF config.json or Hub id org/name")]
     = DEFAULT_MODEL,
     seq: Annotated[int, typer.Option("--seq", help="sequence length (tokens)")] = 2048,
     micro_batch: Annotated[int, typer.Option("--micro-batch", help="sequences per micro-batch")] = 1,
@@ -60,10 +64,17 @@ def bill(
     lora_rank: Annotated[int | None, typer.Option("--lora-rank", help="LoRA rank (enables LoRA)")] = None,
     lora_targets: Annotated[str | None, typer.Option("--lora-targets", help="comma-separated, e.g. q_proj,v_proj")]
     = None,
-    gpu_mem: Annotated[float | None, typer.Option("--gpu-mem", help="memory per GPU in GiB (cards needed)")] = None,
-    dp: Annotated[int, typer.Option("--dp", help="data-parallel degree")] = 1,
+    gpu_mem: Annotated[float | None, typer.Option("--gpu-mem", help="usable memory per GPU in GiB (cards needed, fit)")]
+    = None,
+    reserve: Annotated[float | None, typer.Option(
+        "--reserve", help="GiB kept back per GPU for the CUDA context, NCCL buffers and fragmentation (default: "
+        "1 GiB + 1.5 GiB per parallel axis > 1 + 2 % of the card; see docs/parallel.md)")] = None,
+    dp: Annotated[int | None, typer.Option("--dp", help="data-parallel degree (default: --gpus ÷ tp·pp·cp, else 1)")]
+    = None,
     tp: Annotated[int, typer.Option("--tp", help="tensor-parallel degree")] = 1,
     pp: Annotated[int, typer.Option("--pp", help="pipeline stages")] = 1,
+    pp_layers: Annotated[str | None, typer.Option("--pp-layers", help="transformer layers per stage, e.g. 7,8,8,7 "
+                                                  "(default: even, or Megatron-LM's uneven split)")] = None,
     cp: Annotated[int, typer.Option("--cp", help="context-parallel degree")] = 1,
     ep: Annotated[int, typer.Option("--ep", help="expert-parallel degree (MoE)")] = 1,
     etp: Annotated[int | None, typer.Option("--etp", help="expert tensor-parallel degree (default 1)")] = None,
@@ -77,8 +88,10 @@ def bill(
     = False,
     offload_activations: Annotated[bool, typer.Option("--offload-activations", help="kept activations to CPU")]
     = False,
-    gpu: Annotated[str | None, typer.Option("--gpu", help="catalog GPU (h100-sxm, a100-80gb, mi300x, ...)")] = None,
-    gpus: Annotated[int | None, typer.Option("--gpus", help="GPU count; must equal dp·tp·pp·cp")] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="catalog GPU (h100-sxm, a100-80gb, mi300x, ...; aliases "
+                                            "such as h100, a100; any case)")] = None,
+    gpus: Annotated[int | None, typer.Option("--gpus", help="GPU count; must equal dp·tp·pp·cp (alone: sets dp)")]
+    = None,
     mfu: Annotated[float, typer.Option("--efficiency", help="achieved share of dense peak on matmuls")] = 0.5,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object (bytes as integers)")] = False,
     explain: Annotated[bool, typer.Option("--explain", help="show every number's formula, inputs and provenance")]
@@ -87,42 +100,55 @@ def bill(
         "--dropout", help="0: train without dropout (every dropout probability of the config set to 0)")] = None,
 ) -> None:
     """The bill of one training step for MODEL under a recipe."""
-    from stepbill.engine.bill import make_bill
-    from stepbill.spec.hardware import load_gpu
-    from stepbill.spec.parallel import Parallel, validate_layout
-    from stepbill.spec.presets import load_model
-    from stepbill.spec.recipe import make_recipe
-
-    if gpu_mem is not None and gpu_mem <= 0:
-        raise StepbillError(f"--gpu-mem must be positive GiB, got {gpu_mem}")
-    if not 0 < mfu <= 1:
-        raise StepbillError(f"--efficiency must lie in (0, 1], got {mfu}")
-    targets = tuple(t.strip() for t in lora_targets.split(",") if t.strip()) if lora_targets is not None else None
+    from stepbill.api import cli_flag, load_model, make_step_bill
     from stepbill.engine.unmodelled import DROPOUT_OFF_HEADER, apply_dropout_option, unmodelled
 
     spec = apply_dropout_option(load_model(model), dropout)
-    notes = unmodelled(spec)
-    layout = Parallel(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, sp=sp, zero=zero, shard_group=shard_group,
-                      micro_batches=micro_batches, pp_schedule=pp_schedule, vpp=vpp,  # type: ignore[arg-type]
-                      offload_optimizer=offload_optimizer, offload_activations=offload_activations)
-    validate_layout(spec, layout, seq, gpus)
-    the_gpu = load_gpu(gpu) if gpu is not None else None
-    the_recipe = make_recipe(recipe, optimizer, micro_batch, seq, recompute, lora_rank, targets, layout,
-                             optimizer_impl)
-    card = gpu_mem * GIB if gpu_mem else (the_gpu.memory_bytes if the_gpu else None)
-    result = make_bill(spec, the_recipe, card, convention, attention, gpu=the_gpu, efficiency=mfu)
+
+    run = make_step_bill(
+        spec, seq=seq, micro_batch=micro_batch, recipe=recipe, optimizer=optimizer, recompute=recompute,
+        optimizer_impl=optimizer_impl, convention=convention, attention=attention, lora_rank=lora_rank,
+        lora_targets=lora_targets, gpu_mem_gib=gpu_mem, reserve_gib=reserve, dp=dp, tp=tp, pp=pp,
+        pp_layers=pp_layers, cp=cp, ep=ep, etp=etp, zero=zero, shard_group=shard_group, sp=sp,
+        pp_schedule=pp_schedule, vpp=vpp, micro_batches=micro_batches, offload_optimizer=offload_optimizer,
+        offload_activations=offload_activations, gpu=gpu, gpus=gpus, efficiency=mfu, name=cli_flag)
+    result, fit, dp_note = run.bill, run.fit, run.layout_note
+    notes = _seed_notes(model, seq, micro_batch, recompute, (recipe, optimizer, convention, attention, lora_rank),
+                        result.recipe.parallel)
     if as_json:
         from stepbill.report.bill_json import bill_to_json
 
-        _emit_json(bill_to_json(result) | {"dropout_option": dropout, "unmodelled": notes})
+        out = bill_to_json(result, fit=fit, layout_note=dp_note)
+        if notes:
+            out["seed_notes"] = notes
+        if dropout is not None:
+            out["dropout_option"] = dropout
+        _emit_json(out)
     else:
         from stepbill.report.terminal import print_bill
 
         if dropout is not None:
-            typer.echo(DROPOUT_OFF_HEADER)
-        print_bill(result, explain=explain)
-        for note in notes:
-            typer.echo(f"note: {note}")
+            print(DROPOUT_OFF_HEADER)
+        print_bill(result, explain=explain, fit=fit, layout_note=dp_note)
+        for note in unmodelled(spec):
+            print(f"note: {note}")
+        if notes:
+            print("This is one of seed 000's worked examples; where the seed prints another number "
+                  "(`stepbill lab seed-checks` has them all):")
+        for line in notes:
+            print(f"- {line}")
+
+
+def _seed_notes(model: str, seq: int, micro_batch: int, recompute: str, options: tuple, layout: object) -> list[str]:
+    """Where this bill is one of seed 000's worked examples, the seed's differing numbers and why (lab seed-checks).
+    `options` is (recipe, optimizer, convention, attention, LoRA rank); the seed's are the defaults."""
+    from stepbill.spec.parallel import Parallel
+
+    if options != ("mixed-bf16", "adamw", "ideal", "sdpa", None) or layout != Parallel():
+        return []
+    from stepbill.lab.seed_checks import bill_notes
+
+    return bill_notes(model, seq, micro_batch, recompute)
 
 
 @app.command("recompute")
@@ -147,8 +173,8 @@ def recompute_cmd(
     """Rank every tensor of a layer by recompute FLOPs per byte saved, with the cut and the crossovers."""
     from stepbill.engine import activations as act
     from stepbill.engine import flops as fl
-    from stepbill.engine import recompute_budget as rb
-    from stepbill.engine.recompute_rank import attention_crossovers, rank_layer
+    from stepbill.engine.recompute import budget as rb
+    from stepbill.engine.recompute.ranking import attention_crossovers, rank_layer
     from stepbill.spec.presets import load_model
     from stepbill.spec.recipe import make_recipe
     from stepbill.spec.recompute_policy import parse_size
@@ -182,20 +208,15 @@ def recompute_cmd(
 @app.command()
 def models(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
     """List the built-in model presets with total and active parameters."""
+    from dataclasses import asdict
+
     from rich.table import Table
 
-    from stepbill.engine.params import param_inventory
+    from stepbill.api import models as model_infos
     from stepbill.report.terminal import make_console
     from stepbill.report.units import fmt_count
-    from stepbill.spec.presets import load_preset, preset_names
 
-    rows = []
-    for name in preset_names():
-        spec = load_preset(name)
-        inv = param_inventory(spec)
-        rows.append({"name": name, "family": spec.family, "params_total": inv.total, "params_active": inv.active,
-                     "layers": spec.n_layers, "hidden": spec.hidden_size, "attention": spec.attention.kind,
-                     "moe": spec.moe is not None})
+    rows = [asdict(info) for info in model_infos()]
     if as_json:
         _emit_json(rows)
         return
@@ -209,6 +230,17 @@ def models(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] =
     make_console().print(table)
 
 
+@app.command("schema")
+def schema_cmd(
+    command: Annotated[str | None, typer.Argument(help="bill | recompute | models | check | lab (default: all)")]
+    = None,
+) -> None:
+    """Print the JSON Schema of a command's `--json` output (every command's, by name, without COMMAND)."""
+    from stepbill.report.schema import SCHEMAS, json_schema
+
+    _emit_json(json_schema(command) if command is not None else {name: json_schema(name) for name in SCHEMAS})
+
+
 def _register_subcommands() -> None:
     from stepbill.cli_check import check
     from stepbill.lab.cli import app as lab_app
@@ -216,7 +248,8 @@ def _register_subcommands() -> None:
     if not any(command.name == "check" for command in app.registered_commands):
         app.command(name="check")(check)
     if not any(group.name == "lab" for group in app.registered_groups):
-        app.add_typer(lab_app, name="lab", help="Optimizer, schedule, precision and collective mechanics.")
+        app.add_typer(lab_app, name="lab", help="Backprop, optimizer, schedule, precision and "
+                      "collective mechanics; the seeds' numbers (seed-checks).")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -7,7 +7,9 @@ from typing import Annotated, Any
 
 import typer
 
+from stepbill.check import measure_sharded, notes_json
 from stepbill.errors import StepbillError
+from stepbill.report.check_json import sharded_check_json, single_check_json
 
 
 def _measure_with_progress(config: dict[str, Any], mode: str, **settings: Any) -> Any:
@@ -59,11 +61,10 @@ def check(
     The model is built from its config as given (dropout, sliding windows); what the bill does not model yet
     is said in one line each (JSON: `unmodelled`)."""
     from stepbill.check import model_and_config
+    from stepbill.measure.sharded import measured_recipe
 
     if real and fake:
         raise StepbillError("choose one of --real and --fake")
-    from stepbill.measure.sharded import measured_recipe
-
     recipe = measured_recipe(zero, recipe)  # refuses, in one line, what cannot be measured
     spec, config = model_and_config(model, dropout)
     if device not in ("cpu", "cuda"):
@@ -94,7 +95,6 @@ def check(
                        "real" if real else "fake" if fake else "auto", as_json, dropout)
         return
     from stepbill.check import choose_mode, compare, predict, predictions, verdict
-    from stepbill.engine.unmodelled import unmodelled
     from stepbill.spec.recipe import make_recipe
 
     bill, note = predict(spec, make_recipe(recipe, "adamw", micro_batch, seq, recompute,
@@ -108,15 +108,8 @@ def check(
     )
     rows = compare(predictions(bill), measured)
     if as_json:
-        print(json.dumps({
-            "model": spec.name, "mode": mode, "convention": bill.convention, "settings": measured.settings,
-            "recipe": recipe, "dropout_option": dropout, "unmodelled": unmodelled(spec),
-            "rows": [{"category": r.category, "unit": r.unit, "line": r.line, "predicted": r.predicted,
-                      "measured": r.measured, "error": r.error, "verdict": r.verdict} for r in rows],
-            "measured": {"peak_phase": measured.peak_phase, "breakdown_at_peak": measured.breakdown},
-            "predicted_flops_causal": bill.lines["flops.step"].value,
-            "verdict": verdict(rows),
-        }, indent=2))
+        print(json.dumps(single_check_json(spec, mode, bill, measured, rows, verdict(rows))
+                         | notes_json(spec, recipe, dropout), indent=2))
         return
     _print_header(dropout, recipe)
     _print_rows(spec.name, mode, bill.convention, rows, verdict(rows))
@@ -165,49 +158,24 @@ def _print_rows(name: str, mode: str, convention: str, rows: list, summary: str,
 
 def _check_sharded(spec: Any, config: dict[str, Any], seq: int, micro_batch: int, recipe: str, dp: int, zero: int,
                    rank: int | None, requested: str, as_json: bool, dropout: float | None) -> None:
-    """One rank of `dp` under ZeRO-`zero`: predicted (engine/sharded.py) vs measured (measure/sharded.py)."""
-    from stepbill.check import choose_mode, compare_sharded, verdict
-    from stepbill.engine.sharded import predict_rank, rank_classes
-    from stepbill.engine.unmodelled import unmodelled
-    from stepbill.measure.sharded import FSDP_RECIPE, FSDP_SETUP
+    """One rank of `dp` under ZeRO-`zero`: predicted (engine/parallel/fsdp2.py) vs measured (measure/sharded.py)."""
+    from stepbill.check import verdict
 
     if zero == 0:
         raise StepbillError("--dp N with --zero 0 is DDP, measured on real ranks only: add --launch N (or run under "
                             "torchrun)")
     if dp < 2 or zero not in (1, 2, 3):
         raise StepbillError("a sharded check needs --dp >= 2 and --zero 1, 2 or 3")
-
-    def predict(r: int):
-        return predict_rank(spec, dp, zero, r, micro_batch, seq, recipe)
-
-    ranks = [rank] if rank is not None else [rs[0] for rs in rank_classes(predict, dp).values()]
-    try:
-        from stepbill.measure.build import require_torch
-        from stepbill.measure.sharded import measure_rank
-    except ImportError as exc:  # pragma: no cover - optional extra
-        raise StepbillError(f"stepbill check needs PyTorch and transformers ({exc.name} is missing): "
-                            "pip install 'stepbill[measure]'") from None
-    require_torch()
-    results = []
-    for r in ranks:
-        pred = predict(r)
-        mode = choose_mode(requested, pred.peak)
-        measured = measure_rank(config, world=dp, zero=zero, rank=r, micro_batch=micro_batch,
-                                seq_len=seq, mode=mode, recipe=recipe)
-        results.append((r, mode, pred, measured, compare_sharded(pred, measured)))
+    results = measure_sharded(spec, seq, micro_batch, recipe, dp, zero, rank, requested, config)
     if as_json:
-        print(json.dumps({"model": spec.name, "dp": dp, "zero": zero, "recipe": recipe,
-                          "mixed_precision": FSDP_SETUP if recipe == FSDP_RECIPE else None, "dropout_option": dropout,
-                          "unmodelled": unmodelled(spec), "ranks": [
-            {"rank": r, "mode": mode, "convention": pred.convention,
-             "rows": [{"category": x.category, "predicted": x.predicted, "measured": x.measured, "error": x.error,
-                       "verdict": x.verdict} for x in rows],
-             "measured_breakdown_at_peak": m.breakdown, "predicted_transient": pred.transient,
-             "verdict": verdict(rows)} for r, mode, pred, m, rows in results]}, indent=2))
+        summaries = [verdict(rows) for *_, rows in results]
+        print(json.dumps(sharded_check_json(spec.name, dp, zero, results, summaries)
+                         | notes_json(spec, recipe, dropout), indent=2))
         return
     _print_header(dropout, recipe)
     for r, mode, pred, _, rows in results:
-        _print_rows(f"{spec.name} rank {r} of {dp}, ZeRO-{zero}, {recipe}", mode, pred.convention, rows, verdict(rows))
+        _print_rows(f"{spec.name} rank {r} of {dp}, ZeRO-{zero}, {recipe}", mode, pred.convention, rows,
+                    verdict(rows))
     _print_notes(spec)
 
 
@@ -239,9 +207,8 @@ def _check_launched(spec: Any, config: dict[str, Any], seq: int, micro_batch: in
                     device: str, as_json: bool, dropout: float | None) -> None:
     """Every rank of a torchrun-launched run measured; rank 0 prints predicted vs measured per rank."""
     from stepbill.check import compare_launched, verdict
-    from stepbill.engine.unmodelled import unmodelled
     from stepbill.measure.distributed import launched_world, measure_launched
-    from stepbill.measure.sharded import FSDP_RECIPE, FSDP_SETUP
+    from stepbill.report.check_json import _finite_or_none
 
     here = launched_world()
     assert here is not None
@@ -260,11 +227,11 @@ def _check_launched(spec: Any, config: dict[str, Any], seq: int, micro_batch: in
     if as_json:
         print(json.dumps({
             "model": spec.name, "launched": True, "backend": backend, "device": device, "dp": dp, "zero": zero,
-            "stage": stage, "recipe": recipe, "mixed_precision": FSDP_SETUP if recipe == FSDP_RECIPE else None,
-            "dropout_option": dropout, "unmodelled": unmodelled(spec), "measured_by": tracker, "notes": notes,
+            "stage": stage, **notes_json(spec, recipe, dropout), "measured_by": tracker, "notes": notes,
             "ranks": [{"rank": m.rank, "convention": pred.convention,
                        "rows": [{"category": x.category, "line": x.line, "predicted": x.predicted,
-                                 "measured": x.measured, "error": x.error, "verdict": x.verdict} for x in rows],
+                                 "measured": x.measured, "error": _finite_or_none(x.error), "verdict": x.verdict}
+                                for x in rows],
                        "measured_breakdown_at_peak": m.breakdown, "measured_extra": m.extra,
                        "verdict": verdict(rows)} for pred, m, rows in results]}, indent=2))
         return

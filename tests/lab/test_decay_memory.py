@@ -39,10 +39,10 @@ def test_decoupled_decay_settles_at_the_ceiling() -> None:  # wd-ceiling (mechan
     k = lr * wd
     ages = np.arange(len(run.updates) - 1, -1, -1)
     assert run.with_decay[-1] == pytest.approx(np.sum(k * (1 - k) ** ages * run.updates) / wd, rel=1e-9)
-    assert run.with_decay[-1] == pytest.approx(run.ceiling, rel=0.35)  # hovers at E[u]/λ
+    assert run.with_decay[-1] == pytest.approx(run.equilibrium, rel=0.35)  # hovers at E[u]/λ
     assert run.without_decay[-1] == pytest.approx(lr * run.updates.sum())  # keeps climbing, no ceiling
     assert run.without_decay[-1] > 3 * run.with_decay[-1]
-    assert decay.decay_ceiling(1.0, 0.1) == pytest.approx(10.0)  # "a ceiling of height 1/λ" for unit updates
+    assert decay.decay_equilibrium(1.0, 0.1) == pytest.approx(10.0)  # "a ceiling of height 1/λ" for unit updates
     assert "wd-ceiling-1.70-3.51" in FACTS["not_reproducible"]
 
 

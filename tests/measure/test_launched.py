@@ -22,6 +22,9 @@ def _launched(capsys: pytest.CaptureFixture[str], nproc: int, zero: int) -> dict
     data = json.loads(out)
     assert data["launched"] and data["backend"] == "gloo" and data["dp"] == nproc
     assert [r["rank"] for r in data["ranks"]] == list(range(nproc))
+    from stepbill.report.schema import validate
+
+    validate("check", data)  # CheckLaunchedJson
     return data
 
 
@@ -29,7 +32,7 @@ def _launched(capsys: pytest.CaptureFixture[str], nproc: int, zero: int) -> dict
 @pytest.mark.parametrize(("nproc", "zero"), [(2, 0), (4, 0), (2, 1), (4, 1)])
 def test_ddp_and_zero1_every_rank_within_3_percent(nproc: int, zero: int, capsys: pytest.CaptureFixture[str]) -> None:
     """DDP (the single-rank eager bill plus its gradient buckets, = the gradients' bytes) and ZeRO-1
-    (engine/sharded.py's predict_rank): every category of every rank, the step peak included."""
+    (engine/check_rank.py's predict_rank): every category of every rank, the step peak included."""
     data = _launched(capsys, nproc, zero)
     for rank in data["ranks"]:
         errors = {r["category"]: r["error"] for r in rank["rows"] if r["error"] is not None}

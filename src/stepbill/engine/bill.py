@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from stepbill.engine import activations as act
-from stepbill.engine.comm_step import Collective, step_collectives
 from stepbill.engine.flops import flops_lines
 from stepbill.engine.line import Line
-from stepbill.engine.parallel import RankClass, rank_classes, single_rank_class
+from stepbill.engine.memory.eager import EagerTerms, eager_terms
+from stepbill.engine.memory.timeline import Timeline
+from stepbill.engine.parallel import RankClass, SingleRank, one_gpu_timeline, rank_classes
+from stepbill.engine.parallel.collectives import Collective, step_collectives
 from stepbill.engine.params import ParamInventory, param_inventory
 from stepbill.engine.recompute import RecomputePlan, make_plan
 from stepbill.engine.states import (
@@ -18,9 +20,7 @@ from stepbill.engine.states import (
     resident_lines,
     trainable_split,
 )
-from stepbill.engine.time import DEFAULT_EFFICIENCY, StepTime, step_time
-from stepbill.engine.timeline import Timeline, build_timeline
-from stepbill.engine.transients import EagerTerms, eager_terms
+from stepbill.engine.steptime import DEFAULT_EFFICIENCY, StepTime, step_time
 from stepbill.errors import unknown_name
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
@@ -56,6 +56,7 @@ class Bill:
     collectives: list[Collective] = field(default_factory=list)  # per rank, per step
     time: StepTime | None = None  # only with a GPU
     gpu: GPU | None = None
+    eager: EagerTerms | None = None  # the eager convention's transients (None under ideal)
 
     @property
     def worst_rank(self) -> RankClass:
@@ -127,14 +128,14 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
     resident = resident_lines(inv, recipe)
     a_bytes = recipe.precision.activation
     if convention == "eager":  # two widths under amp (bf16 compute, fp32 params); an int otherwise
-        from stepbill.engine.eager import from_precision
+        from stepbill.engine.activations.eager import from_precision
 
         a_bytes = from_precision(recipe.precision)
     plan = make_plan(spec, recipe.recompute_policy, recipe.seq_len, recipe.micro_batch, a_bytes, convention,
                      attention=attention)
     outside = act.outside_bytes(spec, a_bytes, recipe.seq_len, recipe.micro_batch, convention)
     eager = eager_terms(spec, recipe, inv, plan) if convention == "eager" else None
-    timeline = build_timeline(inv, resident, plan, spec.tied_embeddings, outside, eager)
+    timeline = one_gpu_timeline(spec, recipe, inv, plan, outside, eager)
     time_lines = timeline.lines()
     activ = activation_lines(plan, time_lines["memory.activations"].value, a_bytes, spec.hidden_size, outside,
                              _eager_activation_lines(eager, timeline))
@@ -174,17 +175,23 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
                 f"cards.{key.split('.')[1]}", cards_needed(total, gpu_mem_bytes), "cards",
                 "ceil({bytes} B / {card} B per card)", {"bytes": int(total), "card": int(gpu_mem_bytes)})
     rows = {kind: act.layer_rows(spec, kind, a_bytes, convention, attention) for kind in act.layer_kinds(spec)}
-    if recipe.parallel.is_trivial:  # one GPU: the rank is the global bill
-        ranks = [single_rank_class(spec, lines, resident, activ)]
-    else:
-        ranks = rank_classes(spec, recipe, inv, convention, timeline)
+    outside_rows = None
+    if convention == "eager":
+        from stepbill.engine.activations.eager import outside_bytes_on_rank
+
+        def outside_rows(divisor):  # type: ignore[no-untyped-def]
+            return outside_bytes_on_rank(spec, a_bytes, recipe.seq_len, recipe.micro_batch, divisor,
+                                         recipe.parallel.cp)
+    one = SingleRank(spec, recipe, inv, plan, timeline, eager, convention, attention, lines, resident, activ,
+                     outside_rows)
+    ranks = rank_classes(one)
     collectives = step_collectives(spec, recipe, inv, gpu)
     timing = None
     if gpu is not None:
         worst = max(ranks, key=lambda c: c.memory["peak"])
         timing = step_time(spec, inv, recipe, worst, collectives, gpu, efficiency)
     return Bill(spec, recipe, inv, lines, resident, activ, ckpt, rows, convention, timeline, plan, attention,
-                ranks, collectives, timing, gpu)
+                ranks, collectives, timing, gpu, eager)
 
 
 EXTRA_PEAK_ITEMS = {

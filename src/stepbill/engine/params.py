@@ -7,7 +7,7 @@ transformers' own count on the meta device), so LoRA targets and Muon's "2-D mat
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 
 from stepbill.spec.model import ModelSpec
@@ -30,21 +30,15 @@ class ParamTensor:
     copies: int
     active_copies: int
     layer_kind: str = ""
+    numel: int = field(init=False, compare=False, repr=False)  # elements of one copy
+    total: int = field(init=False, compare=False, repr=False)  # elements of all copies
+    active: int = field(init=False, compare=False, repr=False)  # elements a single token uses
 
-    @property
-    def numel(self) -> int:
-        """Elements of one copy."""
-        return math.prod(self.shape)
-
-    @property
-    def total(self) -> int:
-        """Elements of all copies."""
-        return self.numel * self.copies
-
-    @property
-    def active(self) -> int:
-        """Elements a single token uses."""
-        return self.numel * self.active_copies
+    def __post_init__(self) -> None:  # computed once: the per-rank model reads them per tensor per rank class
+        numel = math.prod(self.shape)
+        object.__setattr__(self, "numel", numel)
+        object.__setattr__(self, "total", numel * self.copies)
+        object.__setattr__(self, "active", numel * self.active_copies)
 
     @property
     def is_matrix(self) -> bool:

@@ -20,11 +20,11 @@ from stepbill.errors import StepbillError, unknown_name
 from stepbill.lab import summaries
 from stepbill.lab.schedule import SHAPES
 
-app = typer.Typer(no_args_is_help=True, help="Optimizer, schedule, precision and collective mechanics.")
+app = typer.Typer(no_args_is_help=True, help="Backprop, optimizer, schedule, precision and collective mechanics; "
+                                             "the seeds' numbers (seed-checks).")
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
 PlotOpt = Annotated[Path | None, typer.Option("--plot", help="Also draw the figure to FILE.png or FILE.svg.")]
-UNITS_NOTE = "Units: GiB = 2^30 B, MiB = 2^20 B, TiB = 2^40 B; lr and decays per optimizer step."
 
 
 def _floats(option: str, text: str) -> tuple[float, ...]:
@@ -75,11 +75,16 @@ def _emit(summary: dict[str, Any], as_json: bool, plot: Path | None) -> None:
         table = Table(title=escape(t["title"]), title_justify="left")
         for c in t["columns"]:
             table.add_column(escape(c), justify="left" if c in ("group", "quantity", "format", "optimizer", "rule", "route",
-                                                        "shape", "model", "phase", "finished") else "right")
+                                                        "shape", "model", "phase", "finished", "token", "check",
+                                                        "claim", "seed inputs", "reason", "reading",
+                                                        "seed prints (seed inputs)") else "right")
         for row in t["rows"]:
             table.add_row(*(escape(_fmt(v)) for v in row))
         console.print(table)
-    console.print(UNITS_NOTE)
+        if t.get("takeaway"):
+            console.print(f"→ {escape(t['takeaway'])}")
+    if summary.get("units_note"):
+        console.print(escape(summary["units_note"]))
     if plot is not None:
         console.print(f"figure written to {plot}")
 
@@ -109,7 +114,7 @@ def decay_cmd(
     as_json: JsonOpt = False,
     plot: PlotOpt = None,
 ) -> None:
-    """AdamW's η·λ vs L2's η·λ/√v̂ per group, the E|u|/λ ceiling, and the 16 B/param memory bill."""
+    """AdamW's η·λ vs L2's η·λ/√v̂ per group, the expected equilibrium E[u]/λ and the weight's spread, the 16 B/param memory bill."""
     _emit(summaries.decay_summary(lr, weight_decay, params, card_gib, shards, seed), as_json, plot)
 
 
@@ -211,3 +216,70 @@ def collectives_cmd(
     s = summaries.collectives_summary(_ints("--gpus", gpus), message_gib * 2**30, ring, hidden, tp, tokens, stages,
                                       _ints("--microbatches", microbatches), dp)
     _emit(s, as_json, plot)
+
+
+@app.command("backprop")
+def backprop_cmd(
+    params: float = typer.Option(3e11, help="Parameters, i.e. forwards one finite-difference gradient needs."),
+    model: str | None = typer.Option(None, help="Take the parameter count from a model (preset, ModelSpec JSON or "
+                                     "HF config.json) instead of --params."),
+    seconds: float = typer.Option(1.0, "--seconds-per-forward", help="Wall-clock seconds of one forward."),
+    rates: str = typer.Option("2,0.5,3", help="Local rates of the illustrative chain, comma-separated."),
+    links: int = typer.Option(59, help="Links of the vanishing/exploding chain."),
+    tokens: int = typer.Option(128, help="Rows S of the counted Linear layer."),
+    k: int = typer.Option(256, help="Input width k of the counted Linear layer."),
+    n: int = typer.Option(512, help="Output width n of the counted Linear layer."),
+    seed: int = typer.Option(0, help="Seed of the tiny network."),
+    use_torch: bool = typer.Option(True, "--torch/--no-torch", help="Run the autograd and FlopCounterMode checks."),
+    as_json: JsonOpt = False,
+    plot: PlotOpt = None,
+) -> None:
+    """Finite differences vs backprop, the chain of local rates, p − y, and backward = 2× forward (FLOPs)."""
+    if model is not None:
+        from stepbill.engine.params import param_inventory
+        from stepbill.spec.presets import load_model
+
+        params = float(param_inventory(load_model(model)).total)
+    s = summaries.backprop_summary(params, seconds, _floats("--rates", rates), links, tokens, k, n, seed, use_torch)
+    s["settings"]["model"] = model
+    _emit(s, as_json, plot)
+
+
+@app.command("descent")
+def descent_cmd(
+    ratios: str = typer.Option("25,1000", help="Steepness ratios a_steep/a_flat, comma-separated."),
+    x0: float = typer.Option(12.0, help="Start of the heavy-ball run on the toy landscape."),
+    lr: float = typer.Option(2.0, help="Learning rate of the heavy-ball run."),
+    beta: float = typer.Option(0.8, help="Momentum β of the heavy-ball run (compared with β = 0)."),
+    steps: int = typer.Option(500, help="Steps of the heavy-ball run."),
+    width: int = typer.Option(16_384, help="Weight width m for Muon's Newton–Schulz overhead."),
+    batch_tokens: float = typer.Option(16e6, help="Tokens per batch B for Muon's overhead."),
+    as_json: JsonOpt = False,
+    plot: PlotOpt = None,
+) -> None:
+    """Gradient descent's one-lr problem, the 2/a threshold, Newton, heavy-ball momentum, Muon's msign."""
+    s = summaries.descent_summary(_floats("--ratios", ratios), x0, lr, beta, steps, width, batch_tokens)
+    _emit(s, as_json, plot)
+
+
+@app.command("memory")
+def memory_cmd(
+    params: str = typer.Option("7e9,70e9", help="Model sizes in parameters, comma-separated."),
+    shards: str = typer.Option("1,2", help="FSDP shard counts, comma-separated."),
+    card_gib: float = typer.Option(80.0, help="GPU memory in GiB."),
+    as_json: JsonOpt = False,
+) -> None:
+    """The 16-byte AdamW ledger (4 model | 12 optimizer), resident GiB per GPU, bytes moved per step."""
+    _emit(summaries.memory_summary(_floats("--params", params), _ints("--shards", shards), card_gib), as_json, None)
+
+
+@app.command("seed-checks")
+def seed_checks_cmd(as_json: JsonOpt = False) -> None:
+    """Seed 000's worked numbers recomputed by the bill engine, beside the seed's values, inputs and reasons."""
+    _emit(summaries.seed_checks_summary(), as_json, None)
+
+
+@app.command("torch-defaults")
+def torch_defaults_cmd(as_json: JsonOpt = False) -> None:
+    """Checkpoint RNG preservation (measured), DDP's bucket size, checkpoint API names, from the installed torch."""
+    _emit(summaries.torch_defaults_summary(), as_json, None)

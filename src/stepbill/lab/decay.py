@@ -1,4 +1,5 @@
-"""Weight decay: AdamW's decoupled η·λ against L2-in-the-gradient's η·λ/√v̂, and the equilibrium ceiling.
+"""Weight decay: AdamW's decoupled η·λ against L2-in-the-gradient's η·λ/√v̂, and the expected equilibrium
+E[u]/λ the decayed weight fluctuates around (not a hard ceiling).
 
 Conventions: decays are fractions of the weight removed per step (3e-5 = the weight loses 0.003 % of itself
 each step); √v̂ is the RMS gradient of a parameter group in gradient units; updates are in units of η.
@@ -47,10 +48,11 @@ def l2_decay_per_step(lr: float, weight_decay: float, sqrt_v: npt.ArrayLike) -> 
     return float(out) if out.ndim == 0 else out
 
 
-def decay_ceiling(mean_abs_update: float, weight_decay: float) -> float:
-    """Weight at which decay's pull η·λ·w equals Adam's push η·E|m̂/√v̂|: w* = E|u|/λ.
+def decay_equilibrium(mean_abs_update: float, weight_decay: float) -> float:
+    """Expected equilibrium weight, where decay's mean pull η·λ·w equals Adam's mean push η·E[m̂/√v̂]: w* = E[u]/λ.
 
-    Source: seed 002 §02 ("a ceiling of height 1/λ" for unit updates).
+    The weight fluctuates around it (noisy updates), so single runs go above it. Source: seed 002 §02 (its
+    "ceiling of height 1/λ" for unit updates).
     """
     return _check.non_negative("E|update|", mean_abs_update) / _check.positive("weight decay", weight_decay)
 
@@ -63,7 +65,7 @@ class WeightRun:
     with_decay: np.ndarray
     without_decay: np.ndarray
     updates: np.ndarray  # the Adam updates m̂/√v̂ that drove both (units of η)
-    ceiling: float  # mean(update)/λ over the run (= E|u|/λ while the push never reverses)
+    equilibrium: float  # mean(update)/λ over the run: the expected equilibrium, not a bound
 
 
 def simulate_weight(
@@ -92,5 +94,5 @@ def simulate_weight(
     for i in range(steps):  # decoupled decay is applied after the adaptive step, on the current weight
         w_decay[i + 1] = w_decay[i] + lr * (u[i] - weight_decay * w_decay[i])
         w_free[i + 1] = w_free[i] + lr * u[i]
-    ceiling = float(np.mean(u)) / weight_decay if weight_decay > 0 else float("inf")
-    return WeightRun(np.arange(steps + 1), w_decay, w_free, u, ceiling)
+    equilibrium = float(np.mean(u)) / weight_decay if weight_decay > 0 else float("inf")
+    return WeightRun(np.arange(steps + 1), w_decay, w_free, u, equilibrium)

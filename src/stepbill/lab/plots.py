@@ -9,7 +9,7 @@ import numpy as np
 
 from stepbill.engine import comm
 from stepbill.errors import StepbillError
-from stepbill.lab import adam, collectives, decay, formats, schedule, warmup
+from stepbill.lab import adam, backprop, collectives, decay, descent, formats, schedule, warmup
 
 SUFFIXES = (".png", ".svg")
 
@@ -40,7 +40,11 @@ def plot(summary: dict[str, Any], path: str | Path) -> Path:
     plt = _pyplot()
     s = summary["settings"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    globals()[f"_draw_{summary['topic']}"](axes, s, summary)
+    draw = globals().get(f"_draw_{summary['topic'].replace('-', '_')}")
+    if draw is None:
+        plt.close(fig)
+        raise StepbillError(f"lab {summary['topic']} has no figure (it prints tables only)")
+    draw(axes, s, summary)
     fig.suptitle(f"stepbill lab {summary['topic']}")
     fig.tight_layout()
     fig.savefig(p)
@@ -73,7 +77,7 @@ def _draw_decay(axes: Any, s: dict, _: dict) -> None:
     run = decay.simulate_weight(weight_decay=s["weight_decay"], seed=s["seed"])
     axes[1].plot(run.step, run.without_decay, label="no decay")
     axes[1].plot(run.step, run.with_decay, label=f"AdamW λ = {s['weight_decay']:g}")
-    axes[1].axhline(run.ceiling, ls="--", c="k", label="ceiling E[u]/λ")
+    axes[1].axhline(run.equilibrium, ls="--", c="k", label="expected equilibrium E[u]/λ")
     axes[1].set(xlabel="step", ylabel="weight", title="One weight pushed one way (seeded)")
     axes[1].legend()
 
@@ -160,3 +164,32 @@ def _draw_collectives(axes: Any, s: dict, _: dict) -> None:
     axes[1].set_yticks(range(s["stages"]))
     axes[1].set(xlabel="time slot", ylabel="stage",
                 title=f"Pipeline: {s['stages']} stages × {m} micro-batches, bubble {comm.pipeline_bubble(s['stages'], m):.0%}")
+
+
+def _draw_backprop(axes: Any, s: dict, _: dict) -> None:
+    p = np.logspace(6, 12, 61)
+    axes[0].loglog(p, [backprop.finite_difference_years(x, s["seconds_per_forward"]) for x in p],
+                   label=f"finite differences, {s['seconds_per_forward']:g} s/forward")
+    axes[0].loglog(p, np.full(p.size, s["seconds_per_forward"] * 3 / backprop.SECONDS_PER_YEAR), label="backprop (~3 forwards)")
+    axes[0].plot([s["params"]], [backprop.finite_difference_years(s["params"], s["seconds_per_forward"])], "ko")
+    axes[0].set(xlabel="parameters", ylabel="years per gradient", title="One gradient: finite differences vs backprop")
+    axes[0].legend()
+    n = np.arange(s["links"] + 1)
+    for rate in (0.8, 1.0, 1.2):
+        axes[1].semilogy(n, [backprop.chain_power(rate, int(i)) for i in n], label=f"local rate {rate:g}")
+    axes[1].set(xlabel="links in the chain", ylabel="total rate", title="Chain rule: rates multiply")
+    axes[1].legend()
+
+
+def _draw_descent(axes: Any, s: dict, _: dict) -> None:
+    x = np.linspace(-14, 14, 600)
+    axes[0].plot(x, descent.toy_loss(x), c="0.5", label="L(x) = 0.015x² + 0.45cos(1.1x)")
+    for beta in (0.0, s["beta"]):
+        xs = descent.heavy_ball(s["x0"], s["lr"], beta, s["steps"])
+        axes[0].plot(xs, descent.toy_loss(xs), ".-", ms=3, label=f"β = {beta:g} → x = {xs[-1]:.3f}")
+    axes[0].set(xlabel="x", ylabel="loss", title="Heavy ball on the toy landscape")
+    axes[0].legend()
+    r = np.logspace(0.5, 3.5, 60)
+    axes[1].loglog(r, [descent.gd_steps_to_half(v) for v in r])
+    axes[1].set(xlabel="steepness ratio a_steep / a_flat", ylabel="steps to halve the flat direction",
+                title="One lr for all directions (η = 1.9/a_steep)")

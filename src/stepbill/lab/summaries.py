@@ -11,13 +11,16 @@ from typing import Any
 import numpy as np
 
 from stepbill.engine import comm
-from stepbill.lab import adam, clip, collectives, decay, formats, memory, schedule, warmup
+from stepbill.lab import adam, backprop, clip, collectives, decay, descent, formats, memory, schedule, warmup
 
 Summary = dict[str, Any]
+BATCHES = (1, 10, 100, 1000, 10_000, 100_000, 1_000_000)  # batch sizes for η* = η_max/(1 + B_noise/B)
+SEED_REGISTERS = (0.470, 0.677)  # seed 002 §01: m̂ and √v̂ after 12 steps (its stream is not printed)
 
 
-def _table(title: str, columns: list[str], rows: list[list[Any]]) -> dict[str, Any]:
-    return {"title": title, "columns": columns, "rows": rows}
+def _table(title: str, columns: list[str], rows: list[list[Any]], takeaway: str = "") -> dict[str, Any]:
+    """One printed table; `takeaway` is the one line printed under it."""
+    return {"title": title, "columns": columns, "rows": rows, "takeaway": takeaway}
 
 
 def _f(x: Any) -> float:
@@ -57,24 +60,36 @@ def adam_summary(
     ]
     return {
         "topic": "adam",
+        "units_note": "Units: lr and decays per optimizer step; updates in units of η.",
         "settings": {"beta1": beta1, "beta2": beta2, "steps": steps, "scale": scale, "seed": seed},
         "values": values,
         "tables": [
             _table(f"EMA shares after {steps} steps (bias-corrected unless 'raw')",
                    ["step", "age (steps)", f"share β₁={beta1} (%)", "raw share β₁ (%)", f"share β₂={beta2} (%)"],
-                   shares),
-            _table(f"Registers on a seeded stream (g₁ = 1.353, g_last = 0.769; middle illustrative), and ×{scale}",
+                   shares, "β₁ = 0.9 is a ~10-step window: the newest gradient weighs ~14 %, the oldest still ~4 %."),
+            _table(f"Registers on a seeded stream (g₁ = 1.353, g_last = 0.769; middle illustrative, so step 12 differs from "
+                   f"the seed's m̂ 0.470 / √v̂ 0.677, whose middle gradients are not printed), and ×{scale}",
                    ["step", "g", "m raw", "m̂", "√v̂", "m̂/√v̂", f"m̂ ×{scale}", f"√v̂ ×{scale}", f"m̂/√v̂ ×{scale}"],
-                   regs),
+                   regs, "scaling the gradients scales m̂ and √v̂ alike: the update m̂/√v̂ does not change."),
+            _table(f"The seed's step-12 registers (m̂ {SEED_REGISTERS[0]}, √v̂ {SEED_REGISTERS[1]}) on a stream ×{scale}",
+                   ["quantity", "registers", f"×{scale}"],
+                   [["m̂", SEED_REGISTERS[0], SEED_REGISTERS[0] * scale], ["√v̂", SEED_REGISTERS[1], SEED_REGISTERS[1] * scale],
+                    ["m̂/√v̂", SEED_REGISTERS[0] / SEED_REGISTERS[1],
+                     _f(adam.registers(np.array([SEED_REGISTERS[0]]) * scale).m_hat[0]
+                        / np.sqrt(adam.registers(np.array([SEED_REGISTERS[1]]) * scale).v_hat[0]))]],
+                   "both registers shrink with the gradients, so the update m̂/√v̂ keeps its size."),
             _table("Lineage on a constant gradient (effective step, units of η; β₂ = 0.999)",
                    ["optimizer", "step 1", "peak", "step 600"],
-                   [[k, _f(v[0]), _f(v.max()), _f(v[-1])] for k, v in lin.items() if k != "step"]),
+                   [[k, _f(v[0]), _f(v.max()), _f(v[-1])] for k, v in lin.items() if k != "step"],
+                   "AdaGrad's step decays forever; without bias correction the first steps are amplified."),
             _table("Update RMS under pure-noise gradients (units of η)",
                    ["route", "RMS"],
                    [["closed form √((1−β₁)/(1+β₁))", values["update_rms_closed_form"]],
-                    ["Monte-Carlo (300 params × 2,000 steps, seeded)", rms_mc]]),
+                    ["Monte-Carlo (300 params × 2,000 steps, seeded)", rms_mc]],
+                   "on pure noise Adam moves each parameter ~0.2 η per step."),
             _table("PaLM β₂(k) = 1 − k^−0.8", ["step k", "β₂", "window (steps)"],
-                   [[k, _f(adam.palm_beta2(k)), k**0.8] for k in ks]),
+                   [[k, _f(adam.palm_beta2(k)), k**0.8] for k in ks],
+                   "PaLM's β₂ grows the window with training (~k^0.8), approaching 0.9999."),
         ],
     }
 
@@ -88,6 +103,7 @@ def decay_summary(
     groups = [[name, sv, wd_adamw, _f(decay.l2_decay_per_step(lr, weight_decay, sv))] for name, sv in decay.DEFAULT_GROUPS]
     l2 = [r[3] for r in groups]
     run = decay.simulate_weight(weight_decay=weight_decay, seed=seed)
+    half = run.with_decay[run.with_decay.size // 2:]  # after ~25 time constants 1/(ηλ) = 1,000 steps
     gib = _f(memory.resident_gib(params, shards=shards))
     model_b, opt_b = memory.bytes_split()
     traffic = memory.optimizer_step_traffic()
@@ -96,8 +112,11 @@ def decay_summary(
         "l2_decay_max_per_step": max(l2),
         "l2_decay_min_per_step": min(l2),
         "l2_spread": max(l2) / min(l2),
-        "ceiling_weight": run.ceiling,
+        "expected_equilibrium_weight": run.equilibrium,
         "sim_final_with_decay": _f(run.with_decay[-1]),
+        "sim_with_decay_second_half_mean": _f(half.mean()),
+        "sim_with_decay_second_half_std": _f(half.std()),
+        "sim_with_decay_second_half_max": _f(half.max()),
         "sim_final_without_decay": _f(run.without_decay[-1]),
         "bytes_model_per_param": model_b,
         "bytes_optimizer_per_param": opt_b,
@@ -108,21 +127,31 @@ def decay_summary(
     }
     return {
         "topic": "decay",
+        "units_note": "Units: GiB = 2^30 B, MiB = 2^20 B, TiB = 2^40 B; lr and decays per optimizer step.",
         "settings": {"lr": lr, "weight_decay": weight_decay, "params": params, "card_gib": card_gib,
                      "shards": shards, "seed": seed},
         "values": values,
         "tables": [
             _table("Decay per step by parameter group (fraction of the weight removed each step)",
-                   ["group", "√v̂", "AdamW η·λ", "L2-in-gradient η·λ/√v̂"], groups),
-            _table("One weight pushed one way (seeded Adam updates, η = 0.01, 5,000 steps)",
+                   ["group", "√v̂", "AdamW η·λ", "L2-in-gradient η·λ/√v̂"], groups,
+                   "AdamW decays every group alike; L2 in the gradient is divided by √v̂, a 750× spread here."),
+            _table("One weight pushed one way (seeded Adam updates, η = 0.01, 5,000 steps; illustrative: the seed's 1.70 "
+                   "with decay and 3.51 without come from its own stream, η and step count, which it does not print)",
                    ["quantity", "value"],
-                   [["ceiling E[u]/λ", run.ceiling], ["final weight with decay", values["sim_final_with_decay"]],
-                    ["final weight without decay", values["sim_final_without_decay"]]]),
+                   [["expected equilibrium E[u]/λ (mean of the updates / λ)", run.equilibrium],
+                    ["with decay, steps 2,500–5,000: mean", values["sim_with_decay_second_half_mean"]],
+                    ["with decay, steps 2,500–5,000: std", values["sim_with_decay_second_half_std"]],
+                    ["with decay, steps 2,500–5,000: max", values["sim_with_decay_second_half_max"]],
+                    ["final weight with decay", values["sim_final_with_decay"]],
+                    ["final weight without decay", values["sim_final_without_decay"]]],
+                   "decay pulls the weight to E[u]/λ on average, not a hard ceiling: the noisy updates move it "
+                   "around that level (the std above); without decay it keeps climbing."),
             _table(f"Memory: {params:.3g} params × 16 B over {shards} shard(s)",
                    ["quantity", "value"],
                    [["model bytes/param (bf16 w + g)", model_b], ["optimizer bytes/param (fp32 master, m, v)", opt_b],
                     ["resident per GPU (GiB)", gib], [f"share above a {card_gib:g} GiB card", values["share_above_card"]],
-                    ["AdamW step traffic (B/param)", traffic["optimizer"]], ["forward traffic (B/param)", 2]]),
+                    ["AdamW step traffic (B/param)", traffic["optimizer"]], ["forward traffic (B/param)", 2]],
+                   "the optimizer's 12 B/param, not the bf16 weights, fill the card (see also `stepbill lab memory`)."),
         ],
     }
 
@@ -146,6 +175,7 @@ def warmup_summary(
     }
     return {
         "topic": "warmup",
+        "units_note": "Units: lr and decays per optimizer step; updates in units of η.",
         "settings": {"lr": lr, "warmup_steps": warmup_steps, "total_steps": total_steps, "betas2": list(betas2),
                      "steps": steps, "params": params, "seed": seed},
         "values": values,
@@ -154,10 +184,13 @@ def warmup_summary(
                    [["|update| at t = 1 (units of η)", values["first_update_abs"]],
                     ["displacement, no warmup", values["first_step_no_warmup"]],
                     [f"displacement, {warmup_steps}-step linear warmup", values["first_step_with_warmup"]],
-                    ["warmup share of the run", values["warmup_fraction"]]]),
-            _table(f"√v̂/σ band of {params} independent parameters (seeded draw)",
+                    ["warmup share of the run", values["warmup_fraction"]]],
+                   "Adam's first update is ±1 η whatever the gradient; warmup shrinks that first step 2,000×."),
+            _table(f"√v̂/σ band of {params} independent parameters (seeded draw; the seed's 0.01×–2.86× and ±2 % / ±19 % "
+                   "are one unprinted draw of its own)",
                    ["β₂", "step-1 min (×)", "step-1 max (×)", f"step-{steps} max dev (%)", "theory rel. std (%)"],
-                   band_rows),
+                   band_rows,
+                   "√v̂ is untrustworthy for ~1/(1−β₂) steps: the first steps scatter it 0.01×–3× the truth."),
         ],
     }
 
@@ -174,27 +207,67 @@ def schedule_summary(
     lrs = np.array([r[2] for r in schedule.GPT3_TABLE])
     k, c = schedule.powerlaw_fit(n, lrs)
     at37 = _f(schedule.loglog_interp(37e9, n, lrs))
+    v3_peak = _f(schedule.v3_lr(5e12))  # DeepSeek-V3's constant stage: its peak 2.2e-4
     values = {
         "areas_lr_steps": areas,
         "floor_gain": areas["cosine"] / no_floor - 1 if no_floor > 0 else float("nan"),
         "gpt3_lr_exponent": k,
         "gpt3_lr_at_37b": at37,
-        "v3_over_gpt3_175b": 2.2e-4 / 0.6e-4,
-        "v3_over_gpt3_at_37b": 2.2e-4 / at37,
+        "gpt3_size_span": float(n.max() / n.min()),
+        "gpt3_lr_span": float(lrs.max() / lrs.min()),
+        "v3_over_gpt3_175b": v3_peak / _f(lrs[n.argmax()]),
+        "v3_over_gpt3_at_37b": v3_peak / at37,
+        "cosine_above_linear_at_quarter": bool(schedule.lr_at(total // 4, "cosine", total=total, **kw)
+                                               > schedule.lr_at(total // 4, "linear", total=total, **kw)),
+        "cosine_below_linear_at_nine_tenths": bool(schedule.lr_at(total * 9 // 10, "cosine", total=total, **kw)
+                                                   < schedule.lr_at(total * 9 // 10, "linear", total=total, **kw)),
+        "gpt3_warmup_share": warmup.warmup_fraction(375_000_000, 300_000_000_000),
+        "gpt3_lr_over_peak_at_260b": schedule.gpt3_lr(260e9) / 6e-5,
+        "gpt3_lr_over_peak_at_300b": schedule.gpt3_lr(300e9) / 6e-5,
+        "v3_floor_over_peak": schedule.v3_lr(14.4e12) / schedule.v3_lr(5e12),
+        "v3_lr_last_167b": schedule.v3_lr(14.7e12),
+        "palm_lr_at_10000": schedule.palm_lr(10_000),
+        "palm_lr_at_10001": schedule.palm_lr(10_001),
+        "lr_batch_bounded": [float(x) for x in schedule.lr_batch_bounded(BATCHES, 1000.0)],
+        "gpt3_lr_at_37b_seed_rounded": float(f"{at37:.1g}"),
+        "v3_over_gpt3_at_37b_seed_rounded": v3_peak / float(f"{at37:.1g}"),
     }
     return {
         "topic": "schedule",
+        "units_note": "Units: lr and decays per optimizer step; updates in units of η.",
         "settings": {"total": total, **kw},
         "values": values,
         "tables": [
             _table(f"Area Σ lr over {total:,} steps (lr × steps)", ["shape", "area", "final lr"],
-                   [[s, a, _f(schedule.lr_at(total, s, total=total, **kw))] for s, a in areas.items()]),
+                   [[s, a, _f(schedule.lr_at(total, s, total=total, **kw))] for s, a in areas.items()],
+                   "cosine and linear decay spend the same area; WSD holds the peak longer and spends more."),
             _table("Floor", ["quantity", "value"],
                    [["cosine area, floor 0", no_floor], [f"cosine area, floor {floor:g}", areas["cosine"]],
-                    ["gain from the floor", values["floor_gain"]]]),
+                    ["gain from the floor", values["floor_gain"]]],
+                   "a 10 % floor adds about a tenth to the area."),
             _table(f"GPT-3 Table 2.1 peak lr (fit: lr ≈ {c:.3g}·N^{k:.3f})", ["model", "params", "peak lr", "fit"],
                    [[name, nn, lr_, c * nn**k] for name, nn, lr_ in schedule.GPT3_TABLE]
-                   + [["37B (log-log interpolated)", 37e9, at37, c * 37e9**k]]),
+                   + [["37B (log-log interpolated)", 37e9, at37, c * 37e9**k]],
+                   f"peak lr falls only ~10× over GPT-3's 1,400× in size (exponent {k:.2f})."),
+            _table("Published schedules (GPT-3 175B: peak 0.6e-4, tokens; DeepSeek-V3: tokens; PaLM: steps)",
+                   ["quantity", "value"],
+                   [["GPT-3 warmup share: 375M of 300B tokens", values["gpt3_warmup_share"]],
+                    ["GPT-3 lr / peak at 260B tokens (cosine end)", values["gpt3_lr_over_peak_at_260b"]],
+                    ["GPT-3 lr / peak at 300B tokens (held)", values["gpt3_lr_over_peak_at_300b"]],
+                    ["V3 lr at 14.4T / lr at 5T (floor over peak)", values["v3_floor_over_peak"]],
+                    ["V3 lr in the last 167B tokens", values["v3_lr_last_167b"]],
+                    ["PaLM lr at step 10,000 (then 1/√k)", values["palm_lr_at_10000"]],
+                    ["PaLM lr at step 10,001", values["palm_lr_at_10001"]]]
+                   + [[f"η*/η_max at batch {b:,} (B_noise = 1,000)", v]
+                      for b, v in zip(BATCHES, values["lr_batch_bounded"], strict=True)],
+                   "real schedules decay to ~10 % of peak; the best lr grows with batch but never past η_max."),
+            _table("DeepSeek-V3's peak lr 2.2e-4 over GPT-3's", ["reading", "GPT-3 peak lr", "V3 / GPT-3"],
+                   [["GPT-3 175B (Table 2.1: 0.6e-4)", 0.6e-4, values["v3_over_gpt3_175b"]],
+                    ["GPT-3 interpolated at 37B (V3's active size), exact", at37, values["v3_over_gpt3_at_37b"]],
+                    ["the seed: interpolation rounded to 0.8e-4, ratio 2.75 printed as 2.8",
+                     values["gpt3_lr_at_37b_seed_rounded"], values["v3_over_gpt3_at_37b_seed_rounded"]]],
+                   "the seed's 2.8× comes from rounding the interpolated lr to 0.8e-4; the exact log-log value "
+                   "gives 2.7×."),
         ],
     }
 
@@ -228,10 +301,13 @@ def clip_summary(
         "tables": [
             _table(f"Clipping {list(vector)} at {clip_value:g}", ["rule", "result", "angle to original (°)"],
                    [["by norm (clip_grad_norm_)", str(np.round(by_norm, 4).tolist()), values["angle_by_norm_deg"]],
-                    ["by value (clip_grad_value_)", str(np.round(by_value, 4).tolist()), values["angle_by_value_deg"]]]),
-            _table(f"Norm trace: {norms.size} steps, {source}, max {norms.max():.3g}",
+                    ["by value (clip_grad_value_)", str(np.round(by_value, 4).tolist()), values["angle_by_value_deg"]]],
+                   "clipping by norm keeps the direction; clipping by value turns it."),
+            _table(f"Norm trace: {norms.size} steps, {source}, max {norms.max():.3g}"
+                   + ("" if trace is not None else " (the seed's trace, max 7.39, is not printed: illustrative)"),
                    ["threshold", "triggered (steps)", "untouched (steps)", "mean lr multiplier"],
-                   [[s.threshold, s.triggered, s.untouched, s.mean_lr_multiplier] for s in stats]),
+                   [[s.threshold, s.triggered, s.untouched, s.mean_lr_multiplier] for s in stats],
+                   "at threshold 1.0 clipping only catches the spikes; a low threshold rescales almost every step."),
         ],
         "_arrays": {"norms": norms},  # for the plot; keys starting with "_" stay out of --json
     }
@@ -247,7 +323,7 @@ def formats_summary(
     lost = []
     for f in fmts:
         sr = formats.repeated_add(value, update, adds, f, stochastic=True, trials=64, seed=seed)
-        lost.append([f.name, formats.add_in(value, update, f) - value,
+        lost.append([f.name, _f(formats.round_nearest_even(update, f)), formats.add_in(value, update, f) - value,
                      _f(formats.repeated_add(value, update, adds, f)[0]), _f(sr.mean())])
     ls = [formats.loss_scaling_fractions(k) for k in scales]
     return {
@@ -255,20 +331,28 @@ def formats_summary(
         "settings": {"formats": list(names), "value": value, "update": update, "adds": adds,
                      "scales_log2": list(scales), "seed": seed},
         "values": {"properties": props, "h100_tflops": formats.H100_TFLOPS,
-                   "lost_update": {r[0]: r[1] for r in lost}, "loss_scaling_fp16": ls},
+                   "lost_update": {r[0]: r[2] for r in lost}, "rounded_update": {r[0]: r[1] for r in lost},
+                   "loss_scaling_fp16": ls},
         "tables": [
             _table("Formats from their bit layout",
                    ["format", "bits", "exp", "mant", "max", "min normal", "min subnormal", "rel. gap", "digits"],
                    [[p["name"], p["bits"], p["exponent_bits"], p["mantissa_bits"], p["max"], p["min_normal"],
-                     p["min_subnormal"], p["relative_gap"], p["decimal_digits"]] for p in props]),
-            _table(f"Adding {update:g} to {value:g} (round to nearest even; stochastic = mean of 64 seeded runs)",
-                   ["format", "gain of one add", f"after {adds} adds (nearest)", f"after {adds} adds (stochastic)"],
-                   lost),
+                     p["min_subnormal"], p["relative_gap"], p["decimal_digits"]] for p in props],
+                   "bf16 keeps fp32's range with 8× fp16's gap; fp16 trades range for digits."),
+            _table(f"Adding a nominal {update:g} to {value:g}: the update is first rounded to the format, then the sum "
+                   "(round to nearest even; stochastic = mean of 64 seeded runs)",
+                   ["format", f"update {update:g} as stored", "gain of one add", f"after {adds} adds (nearest)",
+                    f"after {adds} adds (stochastic)"],
+                   lost,
+                   "below half a gap of the weight an update is lost every time; stochastic rounding keeps it on "
+                   "average. fp8 stores the update itself inexactly (e4m3: 0.001 → 0.00195)."),
             _table("fp16 loss scaling, log10|g| ~ N(−4.945, 1.623) (catalog fit; seed's distribution not printed)",
                    ["scale", "underflow (%)", "overflow (%)", "kept (%)"],
                    [[f"2^{r['scale_log2']:g}", r["underflow"] * 100, r["overflow"] * 100, r["kept"] * 100]
-                    for r in ls]),
+                    for r in ls],
+                   "unscaled fp16 flushes the smallest gradients to zero; too large a scale overflows the largest."),
         ],
+        "units_note": "Units: values are plain numbers (a weight of 1.0); rel. gap = 2^−mantissa bits.",
     }
 
 
@@ -288,12 +372,17 @@ def collectives_summary(
                  for s, ph in enumerate(run.phases)]
     return {
         "topic": "collectives",
+        "units_note": "Units: GiB = 2^30 B, MiB = 2^20 B, TiB = 2^40 B; lr and decays per optimizer step.",
         "settings": {"gpus": list(gpus), "message_bytes": message_bytes, "ring_n": ring_n, "hidden": hidden,
                      "tp": tp, "tokens": tokens, "stages": stages, "microbatches": list(microbatches), "dp": dp},
         "values": {
             "ring_link_gib": (rv["ring"] / collectives.GIB).tolist(),
             "server_link_gib": (rv["server"] / collectives.GIB).tolist(),
             "ring_sim_link_bytes": run.link_bytes.tolist(),
+            "ring_stages": len(run.phases) - 1,
+            "ring_first_stage_every_gpu_holds_a_reduced_chunk": next(
+                st for st, ph in enumerate(run.phases) if all(collectives.finished_chunks(ph))),
+            "tp_allreduces_per_layer": tpd["allreduces_per_layer"],
             "tp_layer_params": tpd["layer_params"],
             "tp_params_per_rank": tpd["params_per_rank"],
             "tp_traffic_mib": tpd["traffic_bytes"] / collectives.MIB,
@@ -306,18 +395,257 @@ def collectives_summary(
             _table(f"All-reduce of {message_bytes / collectives.GIB:.2f} GiB: busiest link",
                    ["GPUs", "ring 2(N−1)/N·M (GiB)", "central server 2NM (GiB)", "server (TiB)"],
                    [[int(n), r / collectives.GIB, s / collectives.GIB, s / collectives.TIB]
-                    for n, r, s in zip(rv["n"], rv["ring"], rv["server"], strict=True)]),
+                    for n, r, s in zip(rv["n"], rv["ring"], rv["server"], strict=True)],
+                   "a ring's busiest link carries < 2M at any N; a central server's grows with N."),
             _table(f"Ring of {ring_n}: fully reduced chunks held after each stage", ["stage", "phase", "finished"],
-                   ring_rows),
+                   ring_rows, "after N−1 reduce-scatter stages every GPU holds one fully reduced chunk."),
             _table(f"Tensor parallel: h = {hidden}, {tp}-way, {tokens:,} tokens, bf16", ["quantity", "value"],
                    [["layer params (12h²)", tpd["layer_params"]], ["params per GPU", tpd["params_per_rank"]],
                     ["all-reduces per layer per iteration", tpd["allreduces_per_layer"]],
                     ["activation (MiB)", tpd["activation_bytes"] / collectives.MIB],
-                    ["traffic per layer per iteration (MiB)", tpd["traffic_bytes"] / collectives.MIB]]),
+                    ["traffic per layer per iteration (MiB)", tpd["traffic_bytes"] / collectives.MIB]],
+                   "TP splits the weights but all-reduces activations four times per layer per iteration."),
             _table(f"Pipeline, {stages} stages", ["micro-batches", "bubble (p−1)/(m+p−1)", "idle cells in grid"],
-                   [[p["microbatches"], p["bubble"], p["bubble_from_grid"]] for p in pls]),
+                   [[p["microbatches"], p["bubble"], p["bubble_from_grid"]] for p in pls],
+                   "more micro-batches shrink the pipeline bubble (p−1)/(m+p−1)."),
             _table("3-D layout and ZeRO", ["quantity", "value"],
                    [[f"{dp} DP × {tp} TP × {stages} PP GPUs", int(world)],
-                    ["ZeRO comm per step, stage 0/1/2/3 (×Ψ)", "2 / 2 / 2 / 3"]]),
+                    ["ZeRO comm per step, stage 0/1/2/3 (×Ψ)", " / ".join(f"{v:g}" for v in
+                                                                          (comm.zero_comm_volume(k, 1.0) for k in range(4)))]],
+                   "ZeRO-1/2 cost the same traffic as plain DP; ZeRO-3 costs 1.5×."),
+        ],
+    }
+
+
+def backprop_summary(
+    params: float = 3e11, seconds_per_forward: float = 1.0, rates: tuple[float, ...] = (2.0, 0.5, 3.0),
+    links: int = 59, tokens: int = 128, k: int = 256, n: int = 512, seed: int = 0, with_torch: bool = True,
+) -> Summary:
+    """Seed 000 §1.1–1.5 (3e11 params × 1 s per forward; rates ×2, ×0.5, ×3; 59 links at 0.8 and 1.2;
+    probabilities 的 0.3 / 了 0.2 / other 0.5 with 了 correct; one matmul Y = X·W)."""
+    years = backprop.finite_difference_years(params, seconds_per_forward)
+    sw = backprop.sweeps(params, 1)
+    low, high = backprop.chain_power(0.8, links), backprop.chain_power(1.2, links)
+    probs = np.array([0.3, 0.2, 0.5])
+    logits = np.log(probs)
+    grad = backprop.softmax_ce_grad(logits, 1)
+    grad_fd = backprop.central_difference(lambda z: backprop.cross_entropy(z, 1), logits.copy())
+    net = backprop.tiny_net(seed=seed)
+    checks = backprop.gradient_checks(net, with_torch)
+    mm = backprop.matmul_flops(tokens, k, n)
+    values: dict[str, Any] = {
+        "finite_difference_years": years,
+        "forward_mode_sweeps": sw["forward_mode"],
+        "reverse_mode_sweeps": sw["reverse_mode"],
+        "chain_total_rate": backprop.chain_rate(rates),
+        "chain_smallest_link": float(min(rates)),
+        "chain_power_low": low,
+        "chain_power_high": high,
+        "orders_between": float(np.log10(high / low)),
+        "sigmoid_slope_max": backprop.sigmoid_slope_max(),
+        "softmax_ce_grad": [float(x) for x in grad],
+        "softmax_ce_grad_correct_token": float(grad[1]),
+        "softmax_ce_vs_finite_difference": float(np.max(np.abs(grad - grad_fd))),
+        "network": checks,
+        "matmul_step_over_forward": mm["step"] / mm["forward"],
+        "post_ln_coefficient": {str(layer): backprop.post_ln_coefficient(layer) for layer in (1, 6, 12, 24)},
+    }
+    flop_rows = [["formula: forward 2Skn", mm["forward"]], ["formula: dX + dW 4Skn", mm["grad_input"] + mm["grad_weight"]],
+                 ["formula: step / forward", values["matmul_step_over_forward"]]]
+    grad_rows = [["softmax+CE: p − y vs central differences", values["softmax_ce_vs_finite_difference"]],
+                 [f"tiny MLP ({checks['params']} params): chain rule vs central differences "
+                  f"({checks['forwards_for_finite_difference']} forwards)", checks["chain_vs_finite_difference"]]]
+    if with_torch:
+        auto = backprop.autograd_softmax_ce(logits, 1)
+        values["softmax_ce_vs_autograd"] = float(np.max(np.abs(grad - auto)))
+        counted = backprop.counted_linear_flops(tokens, k, n)
+        first = backprop.counted_linear_flops(tokens, k, n, input_requires_grad=False)
+        values["counted_forward_flops"] = counted["forward"]
+        values["counted_backward_flops"] = counted["backward"]
+        values["counted_step_over_forward"] = (counted["forward"] + counted["backward"]) / counted["forward"]
+        values["counted_step_over_forward_no_input_grad"] = (first["forward"] + first["backward"]) / first["forward"]
+        grad_rows.insert(1, ["softmax+CE: p − y vs torch autograd", values["softmax_ce_vs_autograd"]])
+        grad_rows.append(["tiny MLP: chain rule vs torch autograd", checks["chain_vs_autograd"]])
+        flop_rows += [["FlopCounterMode: forward", counted["forward"]], ["FlopCounterMode: backward", counted["backward"]],
+                      ["FlopCounterMode: step / forward", values["counted_step_over_forward"]],
+                      ["FlopCounterMode: step / forward, input needs no grad (no dX)",
+                       values["counted_step_over_forward_no_input_grad"]]]
+    else:
+        grad_rows.append(["torch autograd checks", "not run (--no-torch)"])
+        flop_rows.append(["FlopCounterMode count", "not run (--no-torch)"])
+    labels = ["的 (wrong)", "了 (correct)", "other (wrong)"]
+    return {
+        "topic": "backprop",
+        "settings": {"params": params, "seconds_per_forward": seconds_per_forward, "rates": list(rates),
+                     "links": links, "tokens": tokens, "k": k, "n": n, "seed": seed, "torch": with_torch},
+        "values": values,
+        "tables": [
+            _table("Finite differences vs reverse mode (one step, one forward per parameter)", ["quantity", "value"],
+                   [[f"{params:,.0f} params × {seconds_per_forward:g} s per forward (years of 365.25 days)", years],
+                    ["forward-mode sweeps (one per input)", sw["forward_mode"]],
+                    ["reverse-mode sweeps (one per scalar loss)", sw["reverse_mode"]]],
+                   f"finite differences would take {years:,.0f} years for one step; one backward sweep does it."),
+            _table("Chain rule: local rates multiply", ["quantity", "value"],
+                   [[f"rates {' × '.join(f'{r:g}' for r in rates)}", values["chain_total_rate"]],
+                    [f"0.8 through {links} links", low], [f"1.2 through {links} links", high],
+                    ["orders of magnitude between them", values["orders_between"]],
+                    ["max σ′ = σ(1 − σ) (10,001-point grid)", values["sigmoid_slope_max"]]],
+                   "a rate just below 1 vanishes and just above 1 explodes over a deep chain; σ′ ≤ 0.25 vanishes."),
+            _table("Softmax + cross-entropy: dL/dlogits = p − y", ["token", "p", "y", "p − y"],
+                   [[lab, float(p), int(i == 1), float(g)] for i, (lab, p, g) in enumerate(zip(labels, probs, grad,
+                                                                                            strict=True))],
+                   "the first backward gradient is just prediction minus the one-hot answer."),
+            _table("Gradient checks, max |difference| (float64)", ["check", "max |Δ|"], grad_rows,
+                   "autograd is the chain rule: they agree to rounding; finite differences to ~1e-9."),
+            _table(f"FLOPs of one Linear: X[{tokens}, {k}] · W[{k}, {n}], no bias", ["quantity", "value"], flop_rows,
+                   "backward is two matmuls (dX, dW): a step is 3× the forward, 2× where no dX is needed."),
+            _table("Post-LN: x₀'s coefficient after l layers, 2^(−l/2)", ["layers", "coefficient"],
+                   [[int(k_), v] for k_, v in values["post_ln_coefficient"].items()],
+                   "each Post-LN norm divides the residual by √2, so the input's share halves every two layers."),
+        ],
+        "units_note": "Units: FLOPs = 2 per multiply-add; years of 365.25 days; gradients in nats per logit.",
+    }
+
+
+def descent_summary(
+    ratios: tuple[float, ...] = (25.0, 1000.0), x0: float = 12.0, lr: float = 2.0, beta: float = 0.8, steps: int = 500,
+    width: int = 16_384, batch_tokens: float = 16e6,
+) -> Summary:
+    """Seed 000 §3.3: one lr for directions of different steepness (ratios 25 and 1,000), the 2/a threshold at
+    ±5 %, Newton's step, heavy-ball momentum on the toy landscape (x0 = 12, η = 2, β = 0.8: the catalog's
+    inputs, not printed in the seed), Muon's msign on a diagonal matrix and its Newton–Schulz FLOP overhead."""
+    halves = [[r, 1 - 1.9 / r, descent.gd_steps_to_half(r)] for r in ratios]
+    plain, heavy = descent.heavy_ball(x0, lr, 0.0, steps), descent.heavy_ball(x0, lr, beta, steps)
+    diag = np.diag([3.0, -2.0, 0.5, -1.0])
+    sign = np.diag(descent.msign(diag))
+    values = {
+        "steps_to_half": {f"{r:g}": h for r, _, h in halves},
+        "converges_5pct_below_2_over_a": descent.gd_converges(0.95 * 2.0, 1.0),
+        "converges_5pct_above_2_over_a": descent.gd_converges(1.05 * 2.0, 1.0),
+        "newton_step_at_x_3": descent.newton_step(3.0, 0.7),
+        "final_x_plain_gd": float(plain[-1]),
+        "final_x_heavy_ball": float(heavy[-1]),
+        "msign_of_diag": [float(v) for v in sign],
+        "muon_flop_overhead": descent.muon_flop_overhead(width, batch_tokens),
+    }
+    return {
+        "topic": "descent",
+        "settings": {"ratios": list(ratios), "x0": x0, "lr": lr, "beta": beta, "steps": steps, "width": width,
+                     "batch_tokens": batch_tokens},
+        "values": values,
+        "tables": [
+            _table("One lr for two directions (η = 1.9/a_steep)",
+                   ["steepness ratio", "flat contraction per step", "steps to halve"], halves,
+                   "the steep direction caps η, so the flat one crawls: steps grow linearly with the ratio."),
+            _table("Stability on a·x²/2 (a = 1): x ← (1 − ηa)·x", ["quantity", "value"],
+                   [["η = 0.95 · 2/a converges", values["converges_5pct_below_2_over_a"]],
+                    ["η = 1.05 · 2/a converges", values["converges_5pct_above_2_over_a"]],
+                    ["Newton |f′|/f″ on f = 0.7x² at x = 3", values["newton_step_at_x_3"]]],
+                   "GD diverges just past η = 2/a; Newton's step is exactly the distance to the minimum."),
+            _table(f"Toy landscape L(x) = 0.015x² + 0.45cos(1.1x), x0 = {x0:g}, η = {lr:g}, {steps} steps",
+                   ["optimizer", "final x", "final loss"],
+                   [["plain GD (β = 0)", float(plain[-1]), float(descent.toy_loss(plain[-1]))],
+                    [f"heavy ball (β = {beta:g})", float(heavy[-1]), float(descent.toy_loss(heavy[-1]))]],
+                   "plain GD stops in the shallow pit (±8.101); momentum carries over it to the deep valley (±2.706)."),
+            _table("Muon", ["quantity", "value"],
+                   [["msign(diag(3, −2, 0.5, −1)) diagonal", str([round(v, 6) for v in values["msign_of_diag"]])],
+                    [f"Newton–Schulz FLOP overhead, 5 steps, width {width:,}, {batch_tokens:.3g} tokens (T·m/B)",
+                     values["muon_flop_overhead"]]],
+                   "on a diagonal matrix Muon is the element-wise sign; its FLOP overhead at 405B scale is ~0.5 %."),
+        ],
+        "units_note": "Units: η in units of 1/a (curvature); FLOP overhead as a fraction of the layer's step FLOPs.",
+    }
+
+
+def memory_summary(
+    params: tuple[float, ...] = (7e9, 70e9), shards: tuple[int, ...] = (1, 2), card_gib: float = 80.0,
+) -> Summary:
+    """Seed 002 §02/§08: the 4 | 12 split of 16 B/param, resident GiB per GPU under FSDP, step traffic."""
+    model_b, opt_b = memory.bytes_split()
+    traffic = memory.optimizer_step_traffic()
+    rows = [[p, n, _f(memory.resident_gib(p, shards=n)), max(0.0, 1 - card_gib / _f(memory.resident_gib(p, shards=n)))]
+            for p in params for n in shards]
+    values = {
+        "bytes_model_per_param": model_b,
+        "bytes_optimizer_per_param": opt_b,
+        "resident_gib": {f"{p:g}_x{n}": r for p, n, r, _ in rows},  # params_xshards
+        "optimizer_step_bytes_per_param": traffic["optimizer"],
+        "optimizer_read_bytes_per_param": traffic["optimizer_read"],
+        "optimizer_write_bytes_per_param": traffic["optimizer_write"],
+        "forward_bytes_per_param": traffic["forward"],
+    }
+    return {
+        "topic": "memory",
+        "settings": {"params": list(params), "shards": list(shards), "card_gib": card_gib},
+        "values": values,
+        "tables": [
+            _table("Mixed-precision AdamW: bytes per parameter", ["quantity", "B/param"],
+                   [["model: bf16 weight + bf16 grad", model_b], ["optimizer: fp32 master + m + v", opt_b],
+                    ["total", model_b + opt_b]],
+                   "three quarters of the 16 bytes are the optimizer's."),
+            _table(f"Resident weights + grads + optimizer per GPU (16 B/param ÷ FSDP shards; {card_gib:g} GiB card)",
+                   ["params", "shards", "GiB per GPU", "share above the card"], rows,
+                   "before any activation a 7B model does not fit one 80 GiB card; sharding divides it."),
+            _table("Memory traffic per parameter per step (fused AdamW)", ["quantity", "B/param"],
+                   [["optimizer reads g, master, m, v", traffic["optimizer_read"]],
+                    ["optimizer writes master, m, v, bf16 copy", traffic["optimizer_write"]],
+                    ["optimizer step", traffic["optimizer"]], ["forward reads the bf16 weight", traffic["forward"]]],
+                   "the optimizer step moves 14× the bytes the forward reads per parameter."),
+        ],
+        "units_note": "Units: B/param = bytes per parameter; GiB = 2^30 B.",
+    }
+
+
+def seed_checks_summary() -> Summary:
+    """Seed 000's worked numbers (§1.6–§5) recomputed by the engine beside the seed's printed values."""
+    from stepbill.lab import seed_checks  # imports the bill engine: only for this topic
+
+    groups = seed_checks.all_checks()
+    values = {c.claim: seed_checks.as_dict(c) for checks in groups.values() for c in checks}
+    tables = []
+    for title, checks in groups.items():
+        rows = [[c.claim, c.quantity, c.seed, c.value, c.unit] for c in checks]
+        tables.append(_table(title, ["claim", "quantity", "seed prints", "stepbill", "unit"], rows,
+                             "every stepbill number comes from the engine, with the seed's own inputs."))
+    two = [[c.claim, f"{c.seed} {c.unit} ({c.inputs})", c.preset_value, c.note]
+           for checks in groups.values() for c in checks if c.note and c.preset_value is not None]
+    tables.append(_table("Two readings: the seed's inputs vs the preset's (or another convention)",
+                         ["claim", "seed prints (seed inputs)", "other reading", "reason"], two,
+                         "both numbers are right for their inputs; where `stepbill bill` prints one, it is the other reading."))
+    tables.append(_table("Pending (not modelled yet)", ["claim", "reason"],
+                         [[k, v] for k, v in seed_checks.PENDING.items()],
+                         "these seed claims wait for an engine feature; nothing is printed for them."))
+    return {
+        "topic": "seed-checks",
+        "settings": {},
+        "values": values,
+        "pending": dict(seed_checks.PENDING),
+        "tables": tables,
+        "units_note": "Units: GiB = 2^30 B, TiB = 2^40 B, KiB = 2^10 B, GB = 1e9 B; TFLOP = 1e12, PFLOP = 1e15 "
+                      "(2 FLOPs per multiply-add, causal-halved attention).",
+    }
+
+
+def torch_defaults_summary() -> Summary:
+    """Seed 000 §2.6/§7's framework defaults, read from or measured on the installed torch."""
+    from stepbill.lab import torch_defaults as td
+
+    api = td.checkpoint_api()
+    values = {"checkpoint_preserves_rng_by_default": td.checkpoint_preserves_rng(),
+              "ddp_bucket_cap_mib": td.ddp_bucket_cap_mib(), **api,
+              "checkpoint_policy_count": len(api["checkpoint_policy_members"])}
+    return {
+        "topic": "torch-defaults",
+        "settings": {},
+        "values": values,
+        "tables": [
+            _table(f"PyTorch {api['torch_version']} defaults the seed quotes", ["quantity", "value"],
+                   [["checkpoint recomputes dropout with the same masks (preserve_rng_state default)",
+                     values["checkpoint_preserves_rng_by_default"]],
+                    ["DDP default bucket_cap_mb (MiB)", values["ddp_bucket_cap_mib"]],
+                    ["torch.utils.checkpoint.checkpoint exists", api["checkpoint"]],
+                    ["create_selective_checkpoint_contexts exists", api["create_selective_checkpoint_contexts"]],
+                    ["CheckpointPolicy members", ", ".join(api["checkpoint_policy_members"])]],
+                   "measured on this torch: the member list depends on the version (older releases have four)."),
         ],
     }

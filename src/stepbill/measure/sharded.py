@@ -62,19 +62,20 @@ def recipe_header(recipe: str) -> str:
             "gradients reduce-scattered in fp32")
 
 
-def measured_recipe(zero: int, recipe: str | None) -> str:
+def measured_recipe(zero: int, recipe: str | None, flag: str = "--recipe") -> str:
     """The recipe measured under ZeRO-`zero`: `recipe` when it can be measured there, the stage's default when
-    None (fp32; FSDP_RECIPE under ZeRO-2/3); anything else is refused in one line naming what can be measured."""
+    None (fp32; FSDP_RECIPE under ZeRO-2/3); anything else is refused in one line naming what can be measured.
+    `flag` spells the option in the message (``recipe`` for the Python API)."""
     choices = MEASURABLE.get(zero)
     if choices is None:
         raise StepbillError(f"--zero must be 0, 1, 2 or 3, got {zero}")
     if recipe is None:
         return choices[0]
     if recipe not in choices:
-        what = (f"FSDP2's mixed precision only: --recipe {FSDP_RECIPE} (fp32 sharded params, grads and AdamW "
-                "states; bf16 compute; fp32 reduce-scatter)" if zero in (2, 3) else "--recipe " + " | ".join(choices))
+        what = (f"FSDP2's mixed precision only: {flag} {FSDP_RECIPE} (fp32 sharded params, grads and AdamW "
+                "states; bf16 compute; fp32 reduce-scatter)" if zero in (2, 3) else f"{flag} " + " | ".join(choices))
         where = f" under ZeRO-{zero}" if zero else ""
-        raise StepbillError(f"check{where} measures {what}; got --recipe {recipe!r}")
+        raise StepbillError(f"check{where} measures {what}; got {flag} {recipe!r}")
     return recipe
 
 # FSDPMemTracker's / MemTracker's category names -> ours.

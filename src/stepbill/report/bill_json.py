@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from stepbill.engine.bill import Bill, peak_items, peak_phase
+from stepbill.engine.fit import Fit
 from stepbill.engine.line import Line
+from stepbill.engine.unmodelled import unmodelled
 from stepbill.report.parallel_json import parallel_to_json
+from stepbill.spec.model import ModelSpec
+
+
+@lru_cache(maxsize=64)  # the spec is frozen; its dict is read-only output
+def _spec_dict(spec: ModelSpec) -> dict[str, Any]:
+    return spec.to_dict()
 
 
 def _int(line: Line) -> int:
     return round(line.value)
 
 
-def bill_to_json(bill: Bill) -> dict[str, Any]:
-    """Plain JSON-ready dict: bytes, params and FLOPs as integers; every line with its formula."""
+def bill_to_json(bill: Bill, fit: Fit | None = None, layout_note: str = "") -> dict[str, Any]:
+    """Plain JSON-ready dict: bytes, params and FLOPs as integers; every line with its formula; `fit` (engine/fit.py)
+    adds the fit verdict (`fit`, `ranks[].fit`)."""
     spec, recipe, lines = bill.model, bill.recipe, bill.lines
     memory_items = [x.to_json() for x in peak_items(bill)]
     assert bill.timeline is not None
@@ -34,7 +44,7 @@ def bill_to_json(bill: Bill) -> dict[str, Any]:
                 comp: {"total": total, "active": active}
                 for comp, (total, active) in bill.inventory.by_component().items()
             },
-            "spec": spec.to_dict(),
+            "spec": _spec_dict(spec),
         },
         "recipe": {
             "precision": recipe.precision.name,
@@ -87,6 +97,7 @@ def bill_to_json(bill: Bill) -> dict[str, Any]:
             },
         },
         "checkpoint": {"bytes": _int(lines["checkpoint.bytes"]), "items": [x.to_json() for x in bill.checkpoint_items]},
+        "unmodelled": unmodelled(spec),  # configured fields the bill does not model yet (engine/unmodelled.py)
         "lines": {name: line.to_json() for name, line in lines.items()},
     }
     out["memory"]["peak_phase"] = peak_phase(bill)
@@ -98,5 +109,5 @@ def bill_to_json(bill: Bill) -> dict[str, Any]:
     cards = {k.split(".", 1)[1]: _int(v) for k, v in lines.items() if k.startswith("cards.")}
     if cards:
         out["cards"] = cards
-    out.update(parallel_to_json(bill))
+    out.update(parallel_to_json(bill, fit, layout_note))
     return out

@@ -6,6 +6,7 @@ from dataclasses import asdict
 from typing import Any
 
 from stepbill.engine.bill import Bill
+from stepbill.engine.fit import Fit
 from stepbill.engine.parallel import MEMORY_KEYS
 
 
@@ -13,8 +14,37 @@ def _bytes(value: float) -> int:
     return round(value)
 
 
-def parallel_to_json(bill: Bill) -> dict[str, Any]:
-    """{"parallel", "ranks", "worst_rank", "comm", "time", "gpu"}: bytes as integers, seconds as floats."""
+def fit_to_json(fit: Fit) -> dict[str, Any]:
+    """The verdict: usable − reserve = budget, the judged convention, every judged rank class, the per-GPU hint."""
+    return {
+        "fits": fit.fits,
+        "convention": fit.convention,
+        "convention_note": fit.convention_note(),
+        "usable_bytes": _bytes(fit.card.usable_bytes),
+        "usable_source": fit.card.source,
+        "reserve_bytes": _bytes(fit.reserve.total_bytes),
+        "reserve_items": [x.to_json() for x in fit.reserve.items],
+        "reserve_given": fit.reserve.user_given,
+        "budget_bytes": _bytes(fit.budget_bytes),
+        "worst": fit.worst.rank_class,
+        "headroom_bytes": _bytes(fit.worst.headroom_bytes),
+        "ranks": [{"class": r.rank_class, "ranks": r.ranks, "peak_bytes": _bytes(r.peak_bytes),
+                   "headroom_bytes": _bytes(r.headroom_bytes), "fits": r.fits} for r in fit.ranks],
+        "advice": fit.advice,
+        "lines": {name: line.to_json() for name, line in fit.lines.items()},
+    }
+
+
+def _rank_fit(fit: Fit, name: str) -> dict[str, Any]:
+    verdict = fit.for_class(name)
+    return {"usable_bytes": _bytes(fit.card.usable_bytes), "reserve_bytes": _bytes(fit.reserve.total_bytes),
+            "peak_bytes": _bytes(verdict.peak_bytes), "headroom_bytes": _bytes(verdict.headroom_bytes),
+            "fits": verdict.fits, "convention": fit.convention, "judged_class": verdict.rank_class}
+
+
+def parallel_to_json(bill: Bill, fit: Fit | None = None, layout_note: str = "") -> dict[str, Any]:
+    """{"parallel", "ranks", "worst_rank", "comm", "time", "gpu", "fit"}: bytes as integers, seconds as floats.
+    `ranks[].fits` and `ranks[].fit` only with a verdict (a card given: --gpu or --gpu-mem)."""
     par = bill.recipe.parallel
     gpu = bill.gpu
     worst = bill.worst_rank
@@ -26,12 +56,15 @@ def parallel_to_json(bill: Bill) -> dict[str, Any]:
             "ranks": c.ranks,
             "layers": c.layers,
             "micro_batches_in_flight": c.in_flight,
+            "model": c.model,
+            "notes": list(c.notes),
             "memory": {k: _bytes(c.memory[k]) for k in MEMORY_KEYS},
             "cpu": {k: _bytes(v) for k, v in c.cpu.items()},
             "items": [x.to_json() for x in [*c.resident_items, *c.activation_items, *c.transient_items]],
         }
-        if gpu is not None:
-            entry["fits"] = c.memory["peak"] <= gpu.memory_bytes
+        if fit is not None:
+            entry["fit"] = _rank_fit(fit, c.name)
+            entry["fits"] = entry["fit"]["fits"]
         ranks.append(entry)
     collectives = [
         {"name": c.name, "axis": c.axis, "op": c.op, "group": c.group, "scope": c.scope, "link": c.link,
@@ -40,7 +73,7 @@ def parallel_to_json(bill: Bill) -> dict[str, Any]:
         for c in bill.collectives
     ]
     out: dict[str, Any] = {
-        "parallel": {**asdict(par), "world": par.world, "edp": par.edp},
+        "parallel": {**asdict(par), "world": par.world, "edp": par.edp, "note": layout_note},
         "ranks": ranks,
         "worst_rank": worst.name,
         "comm": {
@@ -54,6 +87,8 @@ def parallel_to_json(bill: Bill) -> dict[str, Any]:
             for name, line in bill.time.lines.items()
         },
         "gpu": None if gpu is None else {"name": gpu.name, "display": gpu.display, "memory_bytes": _bytes(gpu.memory_bytes),
-                                         "memory_note": gpu.memory_note},
+                                         "memory_note": gpu.memory_note, "usable_bytes": _bytes(gpu.usable_bytes),
+                                         "usable_source": gpu.usable_source},
+        "fit": None if fit is None else fit_to_json(fit),
     }
     return out

@@ -7,12 +7,13 @@ from rich.table import Table
 from rich.text import Text
 
 from stepbill.engine.bill import Bill
+from stepbill.engine.fit import Fit
 from stepbill.report.units import fmt_bytes
 
 RANK_COLUMNS = ("weights", "grads", "optimizer", "activations", "transient", "peak")
 
 
-def _layout(bill: Bill) -> str:
+def _layout(bill: Bill, layout_note: str = "") -> str:
     par = bill.recipe.parallel
     parts = [f"dp {par.dp}", f"tp {par.tp}" + (" +sp" if par.sp else ""), f"pp {par.pp}", f"cp {par.cp}"]
     if bill.model.moe is not None:
@@ -21,25 +22,59 @@ def _layout(bill: Bill) -> str:
     sched = f"{par.pp_schedule}" + (f" v={par.vpp}" if par.vpp > 1 else "") + f", {par.micro_batches} micro-batches"
     off = [w for w, on in (("optimizer", par.offload_optimizer), ("activations", par.offload_activations)) if on]
     return (" × ".join(parts) + f" = {par.world} GPUs · {zero} · {sched}"
-            + (f" · offload {', '.join(off)}" if off else ""))
+            + (f" · offload {', '.join(off)}" if off else "") + (f" · {layout_note}" if layout_note else ""))
 
 
-def rank_table(bill: Bill) -> Table:
-    """One row per rank class: memory per item and the peak (binary units)."""
-    gpu = bill.gpu
-    title = "Per GPU (binary units: GiB = 2^30 B)" + (f" on {gpu.display}, {fmt_bytes(gpu.memory_bytes)}" if gpu else "")
-    table = Table(title=escape(title), title_justify="left")
-    for col in ("class", "GPUs", "layers", "μb", "weights", "grads", "optimizer", "activ.", "transient", "peak"):
-        table.add_column(col, justify="left" if col == "class" else "right", no_wrap=col not in ("class", "layers"))
-    if gpu is not None:
+def fit_title(fit: Fit) -> str:
+    """The budget a verdict is judged against, e.g. "NVIDIA H100 SXM5 80GB: usable 79.65 GiB − reserve 4.09 GiB
+    = budget 75.56 GiB"."""
+    return (f"{fit.card.name}: usable {fmt_bytes(fit.card.usable_bytes, 'GiB')} − reserve "
+            f"{fmt_bytes(fit.reserve.total_bytes, 'GiB')} = budget {fmt_bytes(fit.budget_bytes, 'GiB')}")
+
+
+def fit_lines(fit: Fit) -> list[Text]:
+    """The verdict, the convention it is judged on, the reserve's parts and where the usable figure comes from."""
+    worst = fit.worst
+    head = Text.assemble(("Fits ", "bold"), ("yes" if fit.fits else "NO", "bold green" if fit.fits else "bold red"),
+                         f" · worst {worst.rank_class}: peak {fmt_bytes(worst.peak_bytes, 'GiB')}, headroom "
+                         f"{fmt_bytes(worst.headroom_bytes, 'GiB')} of budget {fmt_bytes(fit.budget_bytes, 'GiB')}")
+    lines = [fit.convention_note(), f"budget: {fit_title(fit)}", fit.reserve.summary(),
+             f"usable memory: {fit.card.source}"]
+    return [head, *(Text(escape(line), style="dim") for line in lines)]
+
+
+def rank_table(bill: Bill, fit: Fit | None = None) -> Table:
+    """One row per rank class: memory per item and the peak (binary units); with a fit verdict, whether the class
+    fits (judged on `fit.convention`'s peak against the budget: `fit_table` shows the headroom)."""
+    title = f"Per GPU ({bill.convention} convention; binary units: GiB = 2^30 B)"
+    if fit is not None:
+        title += f" on {fit.card.name}"
+    table = Table(title=escape(title), title_justify="left", pad_edge=False)
+    for col in ("class", "GPUs", "layers", "μb in\nflight", "weights", "grads", "optimizer", "activ.", "transient",
+                "peak"):
+        table.add_column(col, justify="left" if col == "class" else "right", no_wrap=col != "layers")
+    if fit is not None:
         table.add_column("fits")
     worst = bill.worst_rank
     for c in bill.ranks:
         cells = [escape(c.name), str(c.ranks), "+".join(f"{n} {k}" for k, n in c.layers.items()), f"{c.in_flight:g}"]
         cells += [fmt_bytes(c.memory[k]) for k in RANK_COLUMNS]
-        if gpu is not None:
-            cells.append("yes" if c.memory["peak"] <= gpu.memory_bytes else "NO")
+        if fit is not None:
+            cells.append("yes" if fit.for_class(c.name).fits else "NO")
         table.add_row(*cells, style="bold" if c is worst else "")
+    return table
+
+
+def fit_table(fit: Fit) -> Table:
+    """One row per judged rank class: the peak judged, the budget, the headroom (negative: does not fit)."""
+    title = f"Fit per GPU (the {fit.convention} convention's peak against the budget)"
+    table = Table(title=escape(title), title_justify="left")
+    for col in ("class", "GPUs", f"peak ({fit.convention})", "budget", "headroom", "fits"):
+        table.add_column(col, justify="left" if col in ("class", "fits") else "right")
+    for r in fit.ranks:
+        table.add_row(escape(r.rank_class), str(r.ranks), fmt_bytes(r.peak_bytes, "GiB"),
+                      fmt_bytes(fit.budget_bytes, "GiB"), fmt_bytes(r.headroom_bytes, "GiB"),
+                      "yes" if r.fits else "NO", style="bold" if r is fit.worst else "")
     return table
 
 
@@ -69,9 +104,45 @@ def time_lines(bill: Bill) -> list[Text]:
     return out
 
 
-def render_parallel(bill: Bill) -> list:
-    """Renderables appended to the bill when a layout or a GPU is given."""
-    parts: list = [Text(escape(_layout(bill)), style="bold"), rank_table(bill)]
+def model_notes(bill: Bill) -> list[Text]:
+    """Which model produced the per-GPU numbers, once per distinct note."""
+    seen: list[str] = []
+    for c in bill.ranks:
+        text = f"per-GPU model: {c.model}" + (f" — {'; '.join(c.notes)}" if c.notes else "")
+        if text not in seen:
+            seen.append(text)
+    return [Text(escape(t), style="dim") for t in seen]
+
+
+def rank_explain(bill: Bill) -> list[Text]:
+    """--explain for the per-GPU table: every item of every rank class with its formula and inputs."""
+    out = []
+    for c in bill.ranks:
+        out.append(Text(escape(f"  {c.name} ({c.ranks} GPUs, {c.in_flight:g} micro-batches in flight):"), style="bold"))
+        for line in [*c.resident_items, *c.activation_items, *c.transient_items]:
+            out.append(Text(escape(f"    {line.name} = {fmt_bytes(line.value)}: {line.explain()}"), style="dim"))
+        for item, value in c.cpu.items():
+            out.append(Text(escape(f"    cpu.{item} = {fmt_bytes(value)} (offloaded to host memory)"), style="dim"))
+    return out
+
+
+def fit_explain(fit: Fit) -> list[Text]:
+    """--explain for the fit verdict: the reserve's parts and the usable / budget / headroom lines, with formulas."""
+    out = [Text("  fit:", style="bold")]
+    for line in [*fit.reserve.items, *fit.lines.values()]:
+        out.append(Text(escape(f"    {line.name} = {fmt_bytes(line.value)}: {line.explain()} · {line.provenance}"),
+                        style="dim"))
+    return out
+
+
+def render_parallel(bill: Bill, fit: Fit | None = None, layout_note: str = "", explain: bool = False) -> list:
+    """Renderables appended to the bill when a layout or a GPU is given; `fit` adds the verdict, `explain` every
+    rank item's and the fit's formulas."""
+    parts: list = [Text(escape(_layout(bill, layout_note)), style="bold"), rank_table(bill, fit), *model_notes(bill)]
+    if explain:
+        parts += rank_explain(bill)
+    if fit is not None:
+        parts += [fit_table(fit), *fit_lines(fit), *(fit_explain(fit) if explain else [])]
     if bill.collectives:
         parts.append(comm_table(bill))
     parts += time_lines(bill)

@@ -8,8 +8,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from stepbill.engine.recompute_budget import Solution
-from stepbill.engine.recompute_rank import GIB, TFLOP, Crossover, Ranking
+from stepbill.engine.recompute.budget import Solution
+from stepbill.engine.recompute.ranking import GIB, TFLOP, Crossover, Ranking
 from stepbill.report.units import fmt_bytes
 
 

@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from stepbill.engine.bill import Bill, peak_phase
+from stepbill.engine.fit import Fit, per_gpu_advice
 from stepbill.engine.line import Line
 from stepbill.report.units import fmt_bytes, fmt_count, fmt_flops
 
@@ -16,8 +17,20 @@ def _explain_cell(line: Line) -> str:
     return f"{text}  · {line.provenance}" if text else line.provenance
 
 
-def render_bill(bill: Bill, explain: bool = False) -> Group:
-    """Renderables for the whole bill; `explain` adds the formula with its inputs to every row."""
+def top_advice(bill: Bill, fit: Fit | None) -> str:
+    """The hint for the view the user asked for: per GPU when a layout or a card is given (the largest item of the
+    worst rank class and the next flag), else the one-GPU timeline's."""
+    if fit is not None:
+        return fit.advice
+    if not bill.recipe.parallel.is_trivial:
+        return per_gpu_advice(bill.worst_rank, bill.recipe.parallel, bill.recipe.recompute, None)
+    assert bill.timeline is not None
+    return bill.timeline.advice
+
+
+def render_bill(bill: Bill, explain: bool = False, fit: Fit | None = None, layout_note: str = "") -> Group:
+    """Renderables for the whole bill; `explain` adds the formula with its inputs to every row; `fit` adds the fit
+    verdict (engine/fit.py) to the per-GPU table, or after the notes on one GPU."""
     spec, recipe, lines = bill.model, bill.recipe, bill.lines
     head = Text.assemble(
         (f"{spec.name}", "bold"),
@@ -58,12 +71,13 @@ def render_bill(bill: Bill, explain: bool = False) -> Group:
     row(lines["memory.peak"], "", "bold")
     parts: list = [head, table]
 
+    per_gpu = fit is not None or not recipe.parallel.is_trivial
     notes = [
         f"model (weights + grads) {fmt_bytes(lines['memory.model'].value)} · optimizer (master + states) "
         f"{fmt_bytes(lines['memory.optimizer'].value)}",
         f"peak {fmt_bytes(tl.peak.total)} at {tl.peak.label} ({peak_phase(bill)}); there "
         + ", ".join(f"{k} {fmt_bytes(v)}" for k, v in tl.peak.items.items())
-        + f" → {tl.advice}",
+        + ("" if per_gpu else f" → {tl.advice}"),
         f"forward peak {fmt_bytes(tl.peak_forward.total)} ({tl.peak_forward.label}) · backward peak "
         f"{fmt_bytes(tl.peak_backward.total)} ({tl.peak_backward.label})",
         f"activations: {lines['memory.activations'].convention}",
@@ -76,14 +90,21 @@ def render_bill(bill: Bill, explain: bool = False) -> Group:
     ]
     for key in ("cards.resident", "cards.peak"):
         if key in lines:
-            notes.append(f"{key}: {lines[key].value:.0f} cards ({lines[key].explain()})")
+            notes.append(f"{key}: {lines[key].value:.0f} cards ({lines[key].explain()})"
+                         + (f"; {bill.convention} convention, no reserve: the fit below is the verdict" if fit else ""))
+    if per_gpu:
+        parts.append(Text.assemble(("hint ", "bold"), top_advice(bill, fit)))
     parts += [Text(n, style="dim") for n in notes]
     if explain:
         parts.append(_activation_table(bill))
     if not bill.recipe.parallel.is_trivial or bill.gpu is not None:
         from stepbill.report.parallel_terminal import render_parallel
 
-        parts += render_parallel(bill)
+        parts += render_parallel(bill, fit, layout_note, explain)
+    elif fit is not None:  # one GPU, --gpu-mem only: the verdict without the per-GPU table
+        from stepbill.report.parallel_terminal import fit_explain, fit_lines, fit_table
+
+        parts += [fit_table(fit), *fit_lines(fit), *(fit_explain(fit) if explain else [])]
     return Group(*parts)
 
 
@@ -109,5 +130,6 @@ def make_console() -> Console:
     return console if console.is_terminal else Console(width=120)
 
 
-def print_bill(bill: Bill, explain: bool = False, console: Console | None = None) -> None:
-    (console or make_console()).print(render_bill(bill, explain))
+def print_bill(bill: Bill, explain: bool = False, console: Console | None = None, fit: Fit | None = None,
+               layout_note: str = "") -> None:
+    (console or make_console()).print(render_bill(bill, explain, fit, layout_note))

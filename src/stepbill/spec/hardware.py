@@ -19,15 +19,20 @@ MEMORY_UNITS = {"GiB": GIB, "GB": 10**9}
 LINK_CLASSES = ("nvlink", "pcie", "infiniband")
 
 _ENTRY_KEYS = {
-    "display", "memory", "bf16_dense_tflops", "fp8_dense_tflops", "hbm_tb_s",
+    "display", "memory", "usable", "bf16_dense_tflops", "fp8_dense_tflops", "hbm_tb_s",
     "nvlink_gb_s", "pcie_gb_s", "infiniband_gb_s", "gpus_per_node", "source",
 }
 _MEMORY_KEYS = {"value", "unit", "note"}
+_USABLE_KEYS = {"mib", "source"}
 
 
 @dataclass(frozen=True)
 class GPU:
     """One accelerator: memory in bytes, dense peaks in FLOP/s, bandwidths in bytes/s per direction.
+
+    `memory_bytes` is the datasheet figure ("80GB" read as the catalog entry says); `usable_bytes` is the total the
+    driver reports (nvidia-smi's memory.total, rocm-smi on AMD: H100 SXM 81,559 MiB = 79.65 GiB), with its source
+    in `usable_source`. Fit verdicts use `usable_bytes` minus a reserve (engine/fit.py).
 
     `nvlink_bytes_per_s` is the scale-up fabric (NVLink, or Infinity Fabric on AMD); 0 where there is none, in
     which case intra-node collectives go over PCIe. `fp8_flops` is None on parts without fp8 tensor cores.
@@ -37,6 +42,8 @@ class GPU:
     display: str
     memory_bytes: float
     memory_note: str
+    usable_bytes: float
+    usable_source: str
     bf16_flops: float
     fp8_flops: float | None
     hbm_bytes_per_s: float
@@ -112,15 +119,59 @@ def gpu_from_dict(name: str, data: Any) -> GPU:
         infiniband_bytes_per_s=_number(owner, "infiniband_gb_s", data["infiniband_gb_s"], allow_zero=True) * 1e9,
         gpus_per_node=per_node,
         source=str(data["source"]),
+        **_usable(owner, data["usable"], mem),  # after memory_bytes: the memory figure is checked first
     )
+
+
+MIB = 2**20
+# usable / datasheet size must lie in this band (H200 is 1.07, A100 80GB 1.00): catches a figure written in
+# another unit than MiB (GiB, KB, bytes); MB vs MiB (5 %) stays inside it
+USABLE_RATIO_BAND = (0.9, 1.1)
+
+
+def _usable(owner: str, usable: Any, mem: dict[str, Any]) -> dict[str, Any]:
+    """`usable_bytes` (the driver-reported total) and `usable_source` of an entry: a whole positive MiB count near
+    the datasheet size `mem` (already validated), with a source."""
+    memory_bytes = float(mem["value"]) * MEMORY_UNITS[mem["unit"]]
+    if not isinstance(usable, dict) or set(usable) != _USABLE_KEYS:
+        raise StepbillError(f"{owner}.usable must have exactly the keys {', '.join(sorted(_USABLE_KEYS))}")
+    mib = usable["mib"]
+    if isinstance(mib, bool) or not isinstance(mib, int) or mib <= 0:
+        raise StepbillError(f"{owner}.usable.mib must be a positive whole number of MiB, got {mib!r}")
+    source = usable["source"]
+    if not isinstance(source, str) or not source.strip():
+        raise StepbillError(f"{owner}.usable.source must say where the figure comes from")
+    low, high = USABLE_RATIO_BAND
+    ratio = mib * MIB / memory_bytes
+    if not low <= ratio <= high:
+        raise StepbillError(f"{owner}.usable.mib {mib:,} MiB is {ratio:.2f}× the datasheet memory; expected "
+                            f"{low}–{high}× (a figure in another unit than MiB?)")
+    return {"usable_bytes": float(mib * MIB), "usable_source": source}
+
+
+@cache
+def _raw_catalog() -> dict[str, Any]:
+    path = resources.files("stepbill") / "presets" / "hardware" / "gpus.json"
+    return json.loads(path.read_text())
 
 
 @cache
 def gpu_catalog() -> dict[str, GPU]:
     """Every GPU of the built-in catalog, by name."""
-    path = resources.files("stepbill") / "presets" / "hardware" / "gpus.json"
-    raw = json.loads(path.read_text())
-    return {name: gpu_from_dict(name, entry) for name, entry in raw["gpus"].items()}
+    return {name: gpu_from_dict(name, entry) for name, entry in _raw_catalog()["gpus"].items()}
+
+
+@cache
+def gpu_aliases() -> dict[str, str]:
+    """Short names (lower case) → catalog names, e.g. "h100" → "h100-sxm"; every target is a catalog name."""
+    catalog = gpu_catalog()
+    aliases = {str(k).lower(): str(v) for k, v in _raw_catalog().get("aliases", {}).items()}
+    for alias, target in aliases.items():
+        if target not in catalog:
+            raise unknown_name(f"target of gpu alias {alias!r}", target, catalog)
+        if alias in catalog:
+            raise StepbillError(f"gpu alias {alias!r} shadows a catalog name")
+    return aliases
 
 
 def gpu_names() -> tuple[str, ...]:
@@ -128,9 +179,18 @@ def gpu_names() -> tuple[str, ...]:
     return tuple(gpu_catalog())
 
 
-def load_gpu(name: str) -> GPU:
-    """The catalog GPU `name` (e.g. "h100-sxm", "a100-80gb", "mi300x")."""
+def resolve_gpu_name(name: str) -> str:
+    """The catalog name for `name`, matched case-insensitively, through the aliases ("H100" → "h100-sxm")."""
     catalog = gpu_catalog()
-    if name not in catalog:
-        raise unknown_name("gpu", name, catalog)
-    return catalog[name]
+    key = name.strip().lower()
+    if key in catalog:
+        return key
+    aliases = gpu_aliases()
+    if key in aliases:
+        return aliases[key]
+    raise unknown_name("gpu", name, [*catalog, *aliases])
+
+
+def load_gpu(name: str) -> GPU:
+    """The catalog GPU `name` (e.g. "h100-sxm", "H100", "a100", "mi300x"): case-insensitive, aliases allowed."""
+    return gpu_catalog()[resolve_gpu_name(name)]

@@ -27,7 +27,8 @@ class Parallel:
     dp: data-parallel replicas (gradient sync group; ZeRO shards over dp·cp, as Megatron's distributed optimizer).
     tp: tensor parallel (Megatron column/row splits of attention and MLP matrices); sp: sequence parallel on top
         of tp (norm/dropout regions split along the sequence; all-gather + reduce-scatter instead of all-reduce).
-    pp: pipeline stages; micro_batches: micro-batches per step per pipeline (= gradient-accumulation steps);
+    pp: pipeline stages; pp_layers: transformer layers of each stage (None: even, or the default uneven split of
+        `pipeline_stage_layers`); micro_batches: micro-batches per step per pipeline (= gradient-accumulation steps);
         pp_schedule: gpipe | 1f1b | interleaved, with vpp model chunks per stage for interleaved.
     cp: context parallel (sequence split across ranks, ring exchange of K/V in attention).
     ep: expert parallel (routed experts split across ep ranks); etp: expert tensor parallel (None: 1).
@@ -51,6 +52,7 @@ class Parallel:
     vpp: int = 1
     offload_optimizer: bool = False
     offload_activations: bool = False
+    pp_layers: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         for flag, value in (("dp", self.dp), ("tp", self.tp), ("pp", self.pp), ("cp", self.cp), ("ep", self.ep),
@@ -77,6 +79,15 @@ class Parallel:
                 )
         elif self.vpp != 1:
             raise StepbillError("--vpp needs --pp-schedule interleaved")
+        if self.pp_layers is not None:
+            layers = self.pp_layers
+            if not isinstance(layers, tuple) or not all(
+                    isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in layers):
+                raise StepbillError(f"--pp-layers must be positive integers, one per stage, got {layers!r}")
+            if len(layers) != self.pp:
+                raise StepbillError(f"--pp-layers gives {len(layers)} stages, --pp is {self.pp}")
+            if self.pp_schedule == "interleaved":
+                raise StepbillError("--pp-layers with --pp-schedule interleaved is not modelled yet: give even stages")
         if self.shard_group is not None:
             if self.zero == 0:
                 raise StepbillError("--shard-group (hybrid sharding) needs --zero 1, 2 or 3")
@@ -122,6 +133,40 @@ class Parallel:
         return self.world == 1 and self.zero == 0 and not (self.offload_optimizer or self.offload_activations)
 
 
+def pipeline_stage_layers(n_layers: int, pp: int, explicit: tuple[int, ...] | None = None) -> tuple[int, ...]:
+    """Transformer layers on each pipeline stage.
+
+    `explicit` (--pp-layers) wins. Even when pp divides the layers. Otherwise Megatron-LM's rules, which give the
+    first and last stages fewer transformer layers because they also hold the embedding and the LM head + loss:
+    - when pp divides L + 2, `account_for_embedding_in_pipeline_split` + `account_for_loss_in_pipeline_split`
+      (megatron/core/transformer/transformer_block.py, get_num_layers_to_build): the embedding and the loss count
+      as one layer each, so every stage has (L + 2)/pp and the ends one fewer (Llama-3.1-405B: 126 layers, pp 16 →
+      7, 8 × 14, 7, the layout of the Llama 3 paper §3.3.2);
+    - else `num_layers_in_first_pipeline_stage` / `num_layers_in_last_pipeline_stage`: the middle stages take
+      ⌈L/pp⌉ each and the ends share the rest, the first taking the larger half (DeepSeek-V3: 61 layers, pp 16 →
+      3, 4 × 14, 2);
+    - if the ends would be left empty, an even spread with the extra layers on the middle stages.
+    """
+    if explicit is not None:
+        return tuple(explicit)
+    if pp == 1 or n_layers % pp == 0:
+        return tuple([n_layers // pp] * pp)
+    if (n_layers + 2) % pp == 0 and (n_layers + 2) // pp >= 2:
+        per = (n_layers + 2) // pp
+        return (per - 1, *[per] * (pp - 2), per - 1)
+    middle = -(-n_layers // pp)
+    ends = n_layers - (pp - 2) * middle
+    if pp > 2 and ends >= 2:
+        last = ends // 2
+        return (ends - last, *[middle] * (pp - 2), last)
+    base, extra = divmod(n_layers, pp)
+    counts = [base] * pp
+    order = [s for s in range(1, pp - 1)] + [0, pp - 1]  # middle stages first
+    for s in order[:extra]:
+        counts[s] += 1
+    return tuple(counts)
+
+
 def validate_layout(spec: ModelSpec, parallel: Parallel, seq_len: int, gpus: int | None = None) -> None:
     """Check `parallel` against the model and sequence: one StepbillError naming the first violated rule."""
     if gpus is not None and parallel.world != gpus:
@@ -137,9 +182,12 @@ def validate_layout(spec: ModelSpec, parallel: Parallel, seq_len: int, gpus: int
     if spec.n_dense_layers and spec.ffn.intermediate_size % tp:
         raise StepbillError(f"--tp ({tp}) must divide the FFN width ({spec.ffn.intermediate_size})")
     chunks = parallel.pp * parallel.vpp
-    if spec.n_layers % chunks:
-        what = "pp·vpp" if parallel.vpp > 1 else "--pp"
-        raise StepbillError(f"{what} ({chunks}) must divide the layers ({spec.n_layers})")
+    if parallel.pp_layers is not None and sum(parallel.pp_layers) != spec.n_layers:
+        raise StepbillError(f"--pp-layers sum to {sum(parallel.pp_layers)}, the model has {spec.n_layers} layers")
+    if parallel.vpp > 1 and spec.n_layers % chunks:
+        raise StepbillError(f"pp·vpp ({chunks}) must divide the layers ({spec.n_layers})")
+    if parallel.pp > spec.n_layers:
+        raise StepbillError(f"--pp ({parallel.pp}) exceeds the layers ({spec.n_layers})")
     if parallel.sp and seq_len % tp:
         raise StepbillError(f"--tp ({tp}) must divide --seq ({seq_len}) under --sp")
     if parallel.cp > 1 and seq_len % (2 * parallel.cp):

@@ -47,8 +47,11 @@ def read_json_file(path: Path) -> dict[str, Any]:
 
 
 def load_model(model: str) -> ModelSpec:
-    """A preset name, a path to a ModelSpec JSON, or a path to a Hugging Face config.json."""
+    """A preset name, a path to a ModelSpec JSON, a Hugging Face config.json (or a folder holding one), or a
+    Hub id `org/name` that is not a local path (its config.json only, through huggingface_hub)."""
     path = Path(model)
+    if path.is_dir() and (path / "config.json").is_file():
+        path = path / "config.json"
     if model.endswith(".json") or path.exists():
         data = read_json_file(path)
         if "model_type" in data:
@@ -56,4 +59,14 @@ def load_model(model: str) -> ModelSpec:
 
             return from_hf_config(data, name=path.parent.name or path.stem)
         return ModelSpec.from_dict(data)
+    from stepbill.spec.hub import looks_like_hub_id
+
+    if model not in preset_names() and looks_like_hub_id(model):
+        from stepbill.spec.hf import from_hf_config
+        from stepbill.spec.hub import download_config
+
+        data = read_json_file(download_config(model))
+        if "model_type" not in data:
+            raise StepbillError(f"the config.json of Hub id {model!r} has no model_type: not a transformers model")
+        return from_hf_config(data, name=model.split("/", 1)[1])
     return load_preset(model)

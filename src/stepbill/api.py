@@ -1,0 +1,311 @@
+"""The public Python API: `stepbill.bill(...)` and friends, documented in docs/api.md.
+
+    >>> import stepbill
+    >>> b = stepbill.bill("llama3-8b", seq=8192, recipe="mixed-bf16", dp=8, zero=3, gpu="h100-sxm")
+    >>> b.ranks[0].memory.peak < b.memory.peak
+    True
+
+`make_step_bill` is the one place where keyword options become a Recipe, a layout and an engine Bill: the CLI's
+`bill` command calls it too, so the two cannot drift. Its own checks name the Python parameter
+(`micro_batch must be a positive integer`); the CLI passes `cli_flag` so the same check names `--micro-batch`.
+Everything heavy (the engine, torch) is imported inside the functions: `import stepbill` stays cheap.
+The result types live in stepbill/result.py; `stepbill.check(...)` is the callable module stepbill/check.py.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from stepbill.errors import StepbillError
+from stepbill.result import BillRun, RankView, Section, StepBill
+
+if TYPE_CHECKING:
+    from stepbill.engine.bill import Bill as EngineBill
+    from stepbill.engine.fit import Fit
+    from stepbill.spec.hardware import GPU
+    from stepbill.spec.model import ModelSpec
+
+GIB = 2**30
+_CLI_FLAGS = {"gpu_mem_gib": "--gpu-mem", "reserve_gib": "--reserve"}  # where the CLI flag is not "--" + the parameter with dashes
+_POSITIVE_INTS = ("seq", "micro_batch", "tp", "pp", "cp", "ep", "vpp", "micro_batches")
+_OPTIONAL_POSITIVE_INTS = ("dp", "etp", "shard_group", "gpus", "lora_rank")
+_STRINGS = ("recipe", "optimizer", "recompute", "optimizer_impl", "convention", "attention", "pp_schedule")
+_FLAGS = ("sp", "offload_optimizer", "offload_activations")
+
+
+def python_name(param: str) -> str:
+    """How the API's own checks name a parameter: as it is spelled in Python."""
+    return param
+
+
+def cli_flag(param: str) -> str:
+    """How the CLI's checks name a parameter: its flag (`micro_batch` → `--micro-batch`)."""
+    return _CLI_FLAGS.get(param, "--" + param.replace("_", "-"))
+
+
+def _check_options(options: Mapping[str, Any], name: Callable[[str], str]) -> None:
+    """Types and ranges of the plain options, before anything is built: one StepbillError naming the option."""
+    for key in _POSITIVE_INTS + _OPTIONAL_POSITIVE_INTS:
+        value = options[key]
+        if value is None and key in _OPTIONAL_POSITIVE_INTS:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise StepbillError(f"{name(key)} must be a positive integer, got {value!r}")
+    zero = options["zero"]
+    if isinstance(zero, bool) or not isinstance(zero, int) or zero not in (0, 1, 2, 3):
+        raise StepbillError(f"{name('zero')} must be 0, 1, 2 or 3, got {zero!r}")
+    for key in _STRINGS:
+        if not isinstance(options[key], str):
+            raise StepbillError(f"{name(key)} must be a string, got {options[key]!r}")
+    for key in _FLAGS:
+        if not isinstance(options[key], bool):
+            raise StepbillError(f"{name(key)} must be True or False, got {options[key]!r}")
+    gpu_mem, efficiency = options["gpu_mem_gib"], options["efficiency"]
+    if gpu_mem is not None and (not _is_number(gpu_mem) or not math.isfinite(gpu_mem) or gpu_mem <= 0):
+        raise StepbillError(f"{name('gpu_mem_gib')} must be positive and finite (GiB), got {gpu_mem!r}")
+    reserve = options["reserve_gib"]
+    if reserve is not None and (not _is_number(reserve) or not math.isfinite(reserve) or reserve < 0):
+        raise StepbillError(f"{name('reserve_gib')} must be >= 0 and finite (GiB), got {reserve!r}")
+    if not _is_number(efficiency) or not 0 < efficiency <= 1:
+        raise StepbillError(f"{name('efficiency')} must lie in (0, 1], got {efficiency!r}")
+    gpu = options["gpu"]
+    if gpu is not None and not isinstance(gpu, str):
+        raise StepbillError(f"{name('gpu')} must be a catalog GPU name, got {gpu!r}")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _lora_targets(targets: str | Sequence[str] | None, name: Callable[[str], str]) -> tuple[str, ...] | None:
+    if targets is None:
+        return None
+    if isinstance(targets, str):
+        return tuple(t.strip() for t in targets.split(",") if t.strip())
+    if not all(isinstance(t, str) for t in targets):
+        raise StepbillError(f"{name('lora_targets')} must be names of matrices, got {targets!r}")
+    return tuple(t.strip() for t in targets if t.strip())
+
+
+def _stage_layers(value: str | Sequence[int] | None, name: Callable[[str], str]) -> tuple[int, ...] | None:
+    """Layers per pipeline stage from "7,8,8,7" or (7, 8, 8, 7); None stays None."""
+    if value is None:
+        return None
+    parts = [p.strip() for p in value.split(",")] if isinstance(value, str) else list(value)
+    if isinstance(value, str) and parts and all(p.isascii() and p.isdigit() for p in parts):
+        return tuple(int(p) for p in parts)
+    if not isinstance(value, str) and parts and all(isinstance(p, int) and not isinstance(p, bool) and p > 0
+                                                    for p in parts):
+        return tuple(parts)
+    raise StepbillError(f"{name('pp_layers')} takes comma-separated positive integers, got {value!r}")
+
+
+def _data_parallel(dp: int | None, gpus: int | None, tp: int, pp: int, cp: int,
+                   name: Callable[[str], str]) -> tuple[int, str]:
+    """dp as given; without it, gpus ÷ (tp·pp·cp) when gpus is given (said in the header), else 1."""
+    if dp is not None:
+        return dp, ""
+    if gpus is None:
+        return 1, ""
+    model_parallel = tp * pp * cp
+    if gpus % model_parallel:
+        raise StepbillError(f"{name('gpus')} {gpus} is not a multiple of tp·pp·cp = {tp}·{pp}·{cp} = "
+                            f"{model_parallel}; give {name('dp')}")
+    dp = gpus // model_parallel
+    return dp, f"dp {dp} = {name('gpus')} {gpus} ÷ tp·pp·cp {model_parallel} (no {name('dp')} given)"
+
+
+def fit_from_options(result: EngineBill, gpu_mem_gib: float | None = None, reserve_gib: float | None = None,
+                     name: Callable[[str], str] = python_name) -> Fit | None:
+    """The fit verdict of a bill: on `result.gpu` or a card of `gpu_mem_gib` GiB (which wins), keeping
+    `reserve_gib` GiB back (None: the default reserve); None without a card. engine/fit.py's `judge` does the work."""
+    from stepbill.engine.fit import Card, judge
+
+    if gpu_mem_gib is not None:
+        card = Card.from_gib(gpu_mem_gib)
+    elif result.gpu is not None:
+        card = Card.from_gpu(result.gpu)
+    elif reserve_gib is not None:
+        raise StepbillError(f"{name('reserve_gib')} needs a card: give {name('gpu')} or {name('gpu_mem_gib')}")
+    else:
+        return None
+    return judge(result, card, reserve_gib)
+
+
+def make_step_bill(
+    model: str | ModelSpec,
+    *,
+    seq: int = 2048,
+    micro_batch: int = 1,
+    recipe: str = "mixed-bf16",
+    optimizer: str = "adamw",
+    recompute: str = "none",
+    optimizer_impl: str = "single",
+    convention: str = "ideal",
+    attention: str = "sdpa",
+    lora_rank: int | None = None,
+    lora_targets: str | Sequence[str] | None = None,
+    gpu_mem_gib: float | None = None,
+    reserve_gib: float | None = None,
+    dp: int | None = None,
+    tp: int = 1,
+    pp: int = 1,
+    pp_layers: str | Sequence[int] | None = None,
+    cp: int = 1,
+    ep: int = 1,
+    etp: int | None = None,
+    zero: int = 0,
+    shard_group: int | None = None,
+    sp: bool = False,
+    pp_schedule: str = "1f1b",
+    vpp: int = 1,
+    micro_batches: int = 1,
+    offload_optimizer: bool = False,
+    offload_activations: bool = False,
+    gpu: str | None = None,
+    gpus: int | None = None,
+    efficiency: float = 0.5,
+    name: Callable[[str], str] = python_name,
+) -> BillRun:
+    """The engine's Bill for `model` under these options, with its fit verdict (shared by `stepbill.bill` and
+    `stepbill bill`).
+
+    `name` spells a parameter in error messages: `python_name` for the API, `cli_flag` for the CLI.
+    """
+    _check_options(dict(locals()), name)
+    from stepbill.engine.bill import make_bill
+    from stepbill.spec.hardware import load_gpu
+    from stepbill.spec.model import ModelSpec
+    from stepbill.spec.parallel import Parallel, validate_layout
+    from stepbill.spec.recipe import make_recipe
+
+    targets = _lora_targets(lora_targets, name)
+    if targets and lora_rank is None:
+        raise StepbillError(f"{name('lora_targets')} needs {name('lora_rank')}")
+    if isinstance(model, ModelSpec):
+        spec = model
+    elif isinstance(model, str):
+        spec = load_model(model)
+    else:
+        raise StepbillError(f"{name('model')} must be a preset name, a path, a Hub id or a ModelSpec, got {model!r}")
+    dp, layout_note = _data_parallel(dp, gpus, tp, pp, cp, name)
+    layout = Parallel(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, sp=sp, zero=zero, shard_group=shard_group,
+                      micro_batches=micro_batches, pp_schedule=pp_schedule, vpp=vpp,  # type: ignore[arg-type]
+                      offload_optimizer=offload_optimizer, offload_activations=offload_activations,
+                      pp_layers=_stage_layers(pp_layers, name))
+    validate_layout(spec, layout, seq, gpus)
+    the_gpu = load_gpu(gpu) if gpu is not None else None
+    the_recipe = make_recipe(recipe, optimizer, micro_batch, seq, recompute, lora_rank, targets, layout,
+                             optimizer_impl)
+    card = gpu_mem_gib * GIB if gpu_mem_gib else (the_gpu.usable_bytes if the_gpu else None)
+    result = make_bill(spec, the_recipe, card, convention, attention, gpu=the_gpu, efficiency=efficiency)
+    return BillRun(result, fit_from_options(result, gpu_mem_gib, reserve_gib, name), layout_note)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The functions `import stepbill` exports.
+
+
+def bill(
+    model: str | ModelSpec = "gpt3-125m",
+    *,
+    seq: int = 2048,
+    micro_batch: int = 1,
+    recipe: str = "mixed-bf16",
+    optimizer: str = "adamw",
+    recompute: str = "none",
+    optimizer_impl: str = "single",
+    convention: str = "ideal",
+    attention: str = "sdpa",
+    lora_rank: int | None = None,
+    lora_targets: str | Sequence[str] | None = None,
+    gpu_mem_gib: float | None = None,
+    reserve_gib: float | None = None,
+    dp: int | None = None,
+    tp: int = 1,
+    pp: int = 1,
+    pp_layers: str | Sequence[int] | None = None,
+    cp: int = 1,
+    ep: int = 1,
+    etp: int | None = None,
+    zero: int = 0,
+    shard_group: int | None = None,
+    sp: bool = False,
+    pp_schedule: str = "1f1b",
+    vpp: int = 1,
+    micro_batches: int = 1,
+    offload_optimizer: bool = False,
+    offload_activations: bool = False,
+    gpu: str | None = None,
+    gpus: int | None = None,
+    efficiency: float = 0.5,
+) -> StepBill:
+    """The bill of one training step of `model` (preset, ModelSpec/config.json path, Hub id or ModelSpec).
+
+    The keywords are `stepbill bill`'s options with Python names (`--micro-batch` → `micro_batch`,
+    `--gpu-mem` → `gpu_mem_gib`); defaults are the CLI's. Bad input raises StepbillError naming the parameter.
+    """
+    options = {k: v for k, v in locals().items() if k != "model"}
+    return StepBill(make_step_bill(model, **options))
+
+
+def load_model(path_or_id: str) -> ModelSpec:
+    """A ModelSpec from a preset name, a ModelSpec JSON, a Hugging Face config.json (or its folder) or a Hub id
+    (`org/name`, needs the `hub` extra)."""
+    from stepbill.spec.presets import load_model as _load
+
+    if not isinstance(path_or_id, str):
+        raise StepbillError(f"path_or_id must be a string, got {path_or_id!r}")
+    return _load(path_or_id)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """One built-in preset as `stepbill models` lists it (params as counts)."""
+
+    name: str
+    family: str
+    params_total: int
+    params_active: int
+    layers: int
+    hidden: int
+    attention: str
+    moe: bool
+
+
+def models() -> list[ModelInfo]:
+    """The built-in model presets with total and active parameters (what `stepbill models` lists)."""
+    from stepbill.engine.params import param_inventory
+    from stepbill.spec.presets import load_preset, preset_names
+
+    rows = []
+    for preset in preset_names():
+        spec = load_preset(preset)
+        inv = param_inventory(spec)
+        rows.append(ModelInfo(preset, spec.family, inv.total, inv.active, spec.n_layers, spec.hidden_size,
+                              attention_kind(spec), spec.moe is not None))
+    return rows
+
+
+def attention_kind(spec: ModelSpec) -> str:
+    """mla, mha (kv heads = heads), mqa (one kv head) or gqa (groups of query heads share a kv head)."""
+    a = spec.attention
+    if a.kind == "mla":
+        return "mla"
+    if a.kv_heads == a.n_heads:
+        return "mha"
+    return "mqa" if a.kv_heads == 1 else f"gqa ({a.kv_heads} kv heads)"
+
+
+def gpus() -> list[GPU]:
+    """The GPU catalog (memory in bytes, peaks in FLOP/s, bandwidths in B/s), in catalog order."""
+    from stepbill.spec.hardware import gpu_catalog
+
+    return list(gpu_catalog().values())
+
+
+__all__ = ["BillRun", "ModelInfo", "RankView", "Section", "StepBill", "bill", "cli_flag", "fit_from_options", "gpus",
+           "load_model", "make_step_bill", "models", "python_name"]

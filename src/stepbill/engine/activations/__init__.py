@@ -1,0 +1,76 @@
+"""What a layer keeps for its backward: activation rows per block kind and convention (the registry), and the
+bytes outside the layers. `rows` holds the types and the ideal (seed) rows; `eager` the eager convention's rows,
+registered here, so rows never imports eager and eager only imports rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stepbill.engine.activations import eager as _eager
+from stepbill.engine.activations.eager.blocks import BLOCKS
+from stepbill.engine.activations.megatron import BLOCKS as MEGATRON_BLOCKS
+from stepbill.engine.activations.rows import (
+    ATTENTIONS,
+    BLOCK_ROWS,
+    CONVENTIONS,
+    ELEMENTWISE_FLOPS,
+    FP32,
+    ActTensor,
+    Recompute,
+    eager_attention_rows,
+    full_recompute_bytes_per_token,
+    layer_blocks,
+    layer_bytes_per_token,
+    layer_kinds,
+    layer_order,
+    layer_rows,
+)
+from stepbill.spec.model import ModelSpec
+
+__all__ = [
+    "ATTENTIONS",
+    "BLOCK_ROWS",
+    "CONVENTIONS",
+    "ELEMENTWISE_FLOPS",
+    "FP32",
+    "ActTensor",
+    "Recompute",
+    "eager_attention_rows",
+    "full_recompute_bytes_per_token",
+    "layer_blocks",
+    "layer_bytes_per_token",
+    "layer_kinds",
+    "layer_order",
+    "layer_rows",
+    "outside_bytes",
+    "saved_bytes",
+]
+
+for _block, _builder in BLOCKS.items():
+    BLOCK_ROWS[("eager", _block)] = _builder
+for _block, _builder in MEGATRON_BLOCKS.items():  # Korthikanti et al. 2022 Table 2 (activations/megatron.py)
+    BLOCK_ROWS[("megatron", _block)] = _builder
+
+
+def outside_bytes(spec: ModelSpec, activation_bytes: int, seq_len: Any, micro_batch: Any,
+                  convention: str = "ideal") -> Any:
+    """Bytes kept outside the decoder layers (final norm, LM head input, loss). The seed's `ideal`
+    accounting counts none; `eager` counts what transformers keeps (activations_eager.outside_bytes)."""
+    if convention != "eager":
+        return 0
+    return _eager.outside_bytes(spec, activation_bytes, seq_len, micro_batch)
+
+
+def saved_bytes(spec: ModelSpec, activation_bytes: int, seq_len: Any, micro_batch: Any = 1,
+                convention: str = "ideal", attention: str = "sdpa") -> Any:
+    """Bytes autograd keeps from one forward with no recompute (what saved_tensors_hooks counts, each
+    storage once): every layer's rows + what lives outside the layers (eager: engine.eager.saved_bytes, which
+    also counts the rows that do not grow per token)."""
+    if convention == "eager" and attention == "sdpa":
+            return _eager.saved_bytes(spec, activation_bytes, seq_len, micro_batch)
+    tokens = seq_len * micro_batch
+    total = outside_bytes(spec, activation_bytes, seq_len, micro_batch, convention)
+    for kind, n in layer_kinds(spec).items():
+        rows = layer_rows(spec, kind, activation_bytes, convention, attention)
+        total = total + n * tokens * sum(r.bytes_at(seq_len) for r in rows)
+    return total

@@ -1,0 +1,89 @@
+"""The parameter tensors as torch holds them (transformers' modules, registration order), from the inventory.
+
+The inventory names one logical matrix per row; transformers fuses some of them into one tensor, which matters
+wherever PyTorch works per tensor (AdamW's `step` counters, the `single` implementation's per-tensor
+temporaries, FSDP2's dim-0 chunks, ZeRO-1's partition):
+- grouped experts (every MoE family): `experts.gate_up_proj` [E, 2f, h] and `experts.down_proj` [E, h, f], one
+  tensor each per layer; the router comes before them (mixtral, qwen2_moe) or after them (qwen3_moe, deepseek);
+- GPT-2's `c_attn` and GPT-NeoX's `query_key_value`: q, k and v in one weight (and one bias).
+Norms keep the inventory's place (after the layer's matrices): their tensors are small next to any pair of
+matrices, so their place does not move the per-pair maximum.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from stepbill.engine.params import ParamInventory, ParamTensor, param_inventory
+from stepbill.spec.model import ModelSpec
+
+FUSED_QKV = ("gpt2", "gpt_neox")
+ROUTER_AFTER_EXPERTS = ("qwen3_moe", "deepseek_v2", "deepseek_v3")
+QKV = ("q_proj", "k_proj", "v_proj")
+
+
+@dataclass(frozen=True)
+class TorchTensor:
+    """One parameter tensor as torch holds it; `unit` is its decoder layer, or -1 for the root (embedding,
+    final norm, LM head) — FSDP's wrapping units."""
+
+    name: str
+    shape: tuple[int, ...]
+    unit: int = -1
+
+    numel: int = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "numel", math.prod(self.shape))
+
+
+def _grouped_experts(rows: list[ParamTensor], n_layers: int) -> list[TorchTensor]:
+    gate = next((t for t in rows if t.component == "experts" and "gate_proj" in t.name), None)
+    down = next((t for t in rows if t.component == "experts" and "down_proj" in t.name), None)
+    if gate is None or down is None:
+        return []
+    experts = gate.copies // n_layers
+    return [TorchTensor("experts.gate_up_proj", (experts, 2 * gate.shape[0], gate.shape[1])),
+            TorchTensor("experts.down_proj", (experts, *down.shape))]
+
+
+def _layer(spec: ModelSpec, inventory: ParamInventory, kind: str, n_layers: int) -> list[TorchTensor]:
+    """The torch tensors of one layer of `kind`, in registration order."""
+    rows = [t for t in inventory.tensors if t.layer_kind == kind]
+    router = [TorchTensor(t.name, t.shape) for t in rows if t.component == "router" for _ in range(t.copies // n_layers)]
+    grouped = _grouped_experts(rows, n_layers)
+    moe_block = grouped + router if spec.family in ROUTER_AFTER_EXPERTS else router + grouped
+    out: list[TorchTensor] = []
+    qkv: dict[str, int] = {}  # fused q/k/v: index in `out` of the weight and of the bias
+    for t in rows:
+        if t.component in ("experts", "router"):
+            out += moe_block
+            moe_block = []
+        elif spec.family in FUSED_QKV and t.name.split(".")[1] in QKV:
+            end = t.name.rsplit(".", 1)[1]
+            if end not in qkv:
+                qkv[end] = len(out)
+                out.append(TorchTensor(f"attn.qkv.{end}", (0, *t.shape[1:])))
+            fused = out[qkv[end]]
+            out[qkv[end]] = TorchTensor(fused.name, (fused.shape[0] + t.shape[0], *t.shape[1:]))
+        else:
+            out += [TorchTensor(t.name, t.shape)] * (t.copies // n_layers)
+    return out
+
+
+def torch_tensors(spec: ModelSpec) -> list[TorchTensor]:
+    """Every parameter tensor transformers builds for `spec`, in registration order, with its FSDP unit."""
+    inventory = param_inventory(spec)
+    kinds = ["moe" if spec.is_moe_layer(i) else "dense" for i in range(spec.n_layers)]
+    per_kind = {k: _layer(spec, inventory, k, kinds.count(k)) for k in set(kinds)}
+    root = [(t, TorchTensor(t.name, t.shape)) for t in inventory.tensors if not t.layer_kind for _ in range(t.copies)]
+    embed = [x for t, x in root if t.component == "embedding"]
+    head = [x for t, x in root if t.component != "embedding"]
+    layers = [TorchTensor(f"layers.{i}.{x.name}", x.shape, i) for i, k in enumerate(kinds) for x in per_kind[k]]
+    return embed + layers + head
+
+
+def torch_tensor_sizes(spec: ModelSpec) -> list[int]:
+    """Elements of every parameter tensor of the model in registration order."""
+    return [t.numel for t in torch_tensors(spec)]

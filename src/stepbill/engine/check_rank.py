@@ -1,0 +1,35 @@
+"""One rank of a data-parallel FSDP2 / ZeRO-1 run predicted on its own, as `stepbill check --dp N --zero Z`
+measures it: the one-GPU bill of the measured setup is built here (FSDP2 computes in bf16 with fp32 shards;
+ZeRO-1 runs the recipe as is), then engine/parallel/fsdp2.py places the buffers on its timeline. Nothing in the
+engine imports this module (it builds a bill), so the bill never contains a second bill."""
+
+from __future__ import annotations
+
+from stepbill.engine.bill import make_bill
+from stepbill.engine.parallel.fsdp2 import RankPrediction, ShardedContext, hf_tensors
+from stepbill.engine.parallel.fsdp2 import predict_rank as predict_on
+from stepbill.errors import StepbillError
+from stepbill.spec.model import ModelSpec
+from stepbill.spec.recipe import make_recipe
+
+
+def sharded_context(spec: ModelSpec, zero: int, micro_batch: int = 1, seq_len: int = 128,
+                    recipe: str = "fp32") -> ShardedContext:
+    """The shared part of predict_rank (build once, predict every rank)."""
+    tensors = hf_tensors(spec)
+    compute = "pure-bf16" if zero in (2, 3) else recipe
+    convention = "eager"
+    try:
+        bill = make_bill(spec, make_recipe(compute, "adamw", micro_batch, seq_len), convention=convention)
+    except StepbillError:  # no eager rows for this family: resident state stays exact, peaks rough
+        convention = "ideal"
+        bill = make_bill(spec, make_recipe(compute, "adamw", micro_batch, seq_len), convention=convention)
+    return ShardedContext(tensors, bill, convention)
+
+
+
+def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int = 0, micro_batch: int = 1, seq_len: int = 128,
+                 recipe: str = "fp32", context: ShardedContext | None = None) -> RankPrediction:
+    """Predicted memory of rank `rank` of `world` under ZeRO-`zero` as measure/sharded.py runs it."""
+    ctx = context or sharded_context(spec, zero, micro_batch, seq_len, recipe)
+    return predict_on(spec, world, zero, rank, micro_batch, seq_len, ctx)

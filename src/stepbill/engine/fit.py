@@ -1,0 +1,278 @@
+"""Does the step fit on the card? One verdict per rank class, judged against the card's usable memory minus a
+reserve, on the peak of the convention that describes what the framework really keeps.
+
+- **Usable memory**: the total the driver reports (nvidia-smi / rocm-smi; presets/hardware/gpus.json `usable`),
+  not the datasheet figure: an H100 SXM shows 81,559 MiB = 79.65 GiB, not 80 GiB.
+- **Reserve** (default, `default_reserve`): memory a training process holds outside the tensors the bill counts —
+  the CUDA context and driver, NCCL's communicator buffers, and the caching allocator's fragmentation. `--reserve
+  GiB` replaces it.
+- **Convention**: the `ideal` convention (the seed's) leaves out the logits, the loss and the tensors outside the
+  layers, so "fits" under it is optimistic (Qwen2.5-7B on one 80 GB card: micro-batch 24 with full recompute fits
+  under ideal, not under eager). The verdict is taken on the `eager` bill (what eager PyTorch + transformers keeps,
+  measured by `stepbill check`); where no eager bill exists it falls back to the ideal one and says so.
+
+Pure: reads `Bill.ranks[i].memory["peak"]` and `Bill.lines["memory.peak"]` only; no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stepbill.engine.bill import Bill, make_bill
+from stepbill.engine.line import Line, cited
+from stepbill.engine.parallel import RankClass
+from stepbill.errors import StepbillError
+from stepbill.spec.hardware import GPU
+from stepbill.spec.parallel import Parallel
+
+GIB = 2**30
+MIB = 2**20
+
+# CUDA context (~0.4 GiB with lazy module loading, CUDA >= 11.7: pytorch/pytorch#109888, #107667) plus the memory
+# the driver keeps outside cudaMemGetInfo's total (H100 SXM: nvidia-smi 79.65 GiB, PyTorch's OOM message "total
+# capacity of 79.11 GiB", vllm-project/vllm#27508: 0.54 GiB), cuBLAS/cuDNN workspaces on top: 1 GiB.
+CUDA_CONTEXT_BYTES = 1 * GIB
+# One NCCL communicator after its first collective: ~1.6 GB on 8 GPUs (NVIDIA/nccl#864, where >= 3 communicators
+# took ~6 GB); memory grows with the number of communicators (NVIDIA/nccl#986). One communicator per parallel
+# axis of degree > 1 (dp, tp, pp, cp, ep), 1.5 GiB each.
+NCCL_PER_COMMUNICATOR_BYTES = 1.5 * GIB
+# PyTorch's caching allocator: reserved-but-unallocated blocks. Observed 1.83 GiB at 78.09 GiB in use on an 80 GB
+# H100 (vllm-project/compressed-tensors#587: 2.3 %); expandable_segments lowers it. 2 % of the usable memory.
+FRAGMENTATION_SHARE = 0.02
+
+CONVENTION_WORDS = {
+    "eager": "eager convention (logits and loss, outside-layer tensors: what eager PyTorch keeps)",
+    "ideal": "ideal convention (the seed's: no logits, no outside-layer tensors)",
+}
+
+
+@dataclass(frozen=True)
+class Card:
+    """The memory one GPU offers: the driver-reported total in bytes, with where that figure comes from."""
+
+    name: str
+    usable_bytes: float
+    source: str
+
+    @classmethod
+    def from_gpu(cls, gpu: GPU) -> Card:
+        """A catalog GPU's usable memory (nvidia-smi's total, not the datasheet's)."""
+        return cls(gpu.display, gpu.usable_bytes, gpu.usable_source)
+
+    @classmethod
+    def from_gib(cls, gib: float) -> Card:
+        """A card of `gib` GiB as the user gave it (`--gpu-mem`), taken as usable memory."""
+        return cls(f"{gib:g} GiB card", gib * GIB, "--gpu-mem (taken as the usable memory)")
+
+
+@dataclass(frozen=True)
+class Reserve:
+    """Bytes kept back from the usable memory, as lines that sum to `total_bytes`."""
+
+    items: tuple[Line, ...]
+    user_given: bool
+
+    @property
+    def total_bytes(self) -> float:
+        return sum(x.value for x in self.items)
+
+    def summary(self) -> str:
+        """One line, e.g. "reserve 4.09 GiB: CUDA context + driver 1.00 GiB + NCCL 1 communicator × 1.50 GiB + ..."."""
+        total = self.total_bytes / GIB
+        if self.user_given:
+            return f"reserve {total:.2f} GiB (--reserve)"
+        parts = " + ".join(f"{_WORDS[x.name]} {x.value / GIB:.2f} GiB" for x in self.items if x.value)
+        return f"reserve {total:.2f} GiB: {parts} (--reserve GiB to change)"
+
+
+_WORDS = {
+    "fit.reserve.cuda_context": "CUDA context + driver",
+    "fit.reserve.nccl": "NCCL buffers",
+    "fit.reserve.fragmentation": "allocator fragmentation",
+    "fit.reserve.user": "--reserve",
+}
+
+
+def communicators(parallel: Parallel) -> int:
+    """NCCL communicators a rank uses: one per parallel axis of degree > 1 (dp, tp, pp, cp, ep)."""
+    return sum(1 for degree in (parallel.dp, parallel.tp, parallel.pp, parallel.cp, parallel.ep) if degree > 1)
+
+
+def default_reserve(card: Card, parallel: Parallel) -> Reserve:
+    """The reserve kept when the user gives none: CUDA context + driver, NCCL per communicator, fragmentation."""
+    n_comm = communicators(parallel)
+    items = (
+        Line("fit.reserve.cuda_context", CUDA_CONTEXT_BYTES, "bytes",
+             "CUDA context ~0.4 GiB (lazy loading) + driver memory outside cudaMemGetInfo (H100: 0.54 GiB) + "
+             "library workspaces", {}, cited("pytorch/pytorch#109888; vllm-project/vllm#27508")),
+        Line("fit.reserve.nccl", n_comm * NCCL_PER_COMMUNICATOR_BYTES, "bytes",
+             "{communicators} communicators (parallel axes of degree > 1) × {per} B",
+             {"communicators": n_comm, "per": int(NCCL_PER_COMMUNICATOR_BYTES)},
+             cited("NVIDIA/nccl#864: ~1.6 GB per communicator after its first all-reduce")),
+        Line("fit.reserve.fragmentation", FRAGMENTATION_SHARE * card.usable_bytes, "bytes",
+             "{share} × {usable} B usable", {"share": FRAGMENTATION_SHARE, "usable": int(card.usable_bytes)},
+             cited("vllm-project/compressed-tensors#587: 1.83 GiB unallocated at 78.09 GiB in use (2.3 %)")),
+    )
+    return Reserve(items, user_given=False)
+
+
+def user_reserve(gib: float) -> Reserve:
+    """The reserve the user gave with --reserve GiB (0 allowed)."""
+    return Reserve((Line("fit.reserve.user", gib * GIB, "bytes", "--reserve {gib} GiB", {"gib": gib}),),
+                   user_given=True)
+
+
+@dataclass(frozen=True)
+class RankFit:
+    """The verdict for one rank class of the judged bill: its peak, the headroom left, and whether it fits."""
+
+    rank_class: str
+    ranks: int
+    peak_bytes: float
+    headroom_bytes: float  # budget − peak; negative when it does not fit
+
+    @property
+    def fits(self) -> bool:
+        return self.headroom_bytes >= 0
+
+
+@dataclass(frozen=True)
+class Fit:
+    """Fit verdicts of one bill on one card: usable − reserve = budget, each rank class's peak against it."""
+
+    card: Card
+    reserve: Reserve
+    convention: str  # the convention whose peaks were judged: "eager", or "ideal" (given, or as a fallback)
+    shown_convention: str  # the convention of the bill the user asked for
+    fallback: str  # why the eager peaks could not be used ("" when they were, or not needed)
+    ranks: tuple[RankFit, ...]
+    lines: dict[str, Line]
+    advice: str  # the largest per-GPU item of the worst judged class and the next flags to try
+
+    @property
+    def budget_bytes(self) -> float:
+        return self.card.usable_bytes - self.reserve.total_bytes
+
+    @property
+    def fits(self) -> bool:
+        return all(r.fits for r in self.ranks)
+
+    @property
+    def worst(self) -> RankFit:
+        return min(self.ranks, key=lambda r: r.headroom_bytes)
+
+    def for_class(self, name: str) -> RankFit:
+        """The verdict of the judged class named `name`, else the worst one (classes differ between models)."""
+        return next((r for r in self.ranks if r.rank_class == name), self.worst)
+
+    def convention_note(self) -> str:
+        """Which convention the verdict uses, and how it relates to the table the user reads."""
+        words = CONVENTION_WORDS[self.convention]
+        if self.fallback:
+            return f"fits: judged on the {words} — {self.fallback}"
+        if self.convention != self.shown_convention:
+            return (f"fits: judged on the {words}: peak {self.worst.peak_bytes / GIB:.2f} GiB; the "
+                    f"{self.shown_convention} figures of this bill leave the logits out")
+        return f"fits: judged on the {words}"
+
+
+def judge(bill: Bill, card: Card, reserve_gib: float | None = None) -> Fit:
+    """The fit verdict of `bill` on `card`: `reserve_gib` GiB kept back (None: `default_reserve`), judged on the
+    same step under the eager convention (made here; the ideal peak, said, when the model has no eager bill)."""
+    reserve = user_reserve(reserve_gib) if reserve_gib is not None else default_reserve(card, bill.recipe.parallel)
+    eager, missing = eager_bill_for(bill)
+    return fit_verdict(bill, eager, card, reserve, missing)
+
+
+def eager_bill_for(bill: Bill) -> tuple[Bill | None, str]:
+    """The same step under the eager convention, or (None, why) where it cannot be made. Made without a GPU: the
+    verdict reads its ranks only, not its step time."""
+    if bill.convention == "eager":
+        return bill, ""
+    try:
+        return make_bill(bill.model, bill.recipe, None, "eager", bill.attention), ""
+    except StepbillError as exc:
+        return None, str(exc)
+
+
+def fit_verdict(bill: Bill, bill_eager: Bill | None, card: Card, reserve: Reserve,
+                eager_missing: str = "") -> Fit:
+    """Judge every rank class of `bill_eager` (or of `bill` when it is already eager, or when no eager bill could
+    be made: `eager_missing` says why) against `card.usable_bytes − reserve`."""
+    if bill.convention == "eager":
+        judged, fallback = bill, ""
+    elif bill_eager is not None:
+        judged, fallback = bill_eager, ""
+    else:
+        judged = bill
+        fallback = (f"no eager bill for this model ({eager_missing or 'not modelled'}), so the ideal peak, which "
+                    "leaves the logits and outside-layer tensors out: an optimistic verdict")
+    budget = card.usable_bytes - reserve.total_bytes
+    ranks = tuple(_rank_fit(c, budget) for c in judged.ranks)
+    worst = min(ranks, key=lambda r: r.headroom_bytes)
+    lines = {
+        "fit.usable": Line("fit.usable", card.usable_bytes, "bytes", "{mib} MiB × 2^20 B as the driver reports it",
+                           {"mib": round(card.usable_bytes / MIB)}, cited(card.source)),
+        "fit.reserve": Line("fit.reserve", reserve.total_bytes, "bytes",
+                            " + ".join(x.name for x in reserve.items), {}),
+        "fit.budget": Line("fit.budget", budget, "bytes", "usable {usable} B − reserve {reserve} B",
+                           {"usable": int(card.usable_bytes), "reserve": int(reserve.total_bytes)}),
+        "fit.headroom": Line("fit.headroom", worst.headroom_bytes, "bytes",
+                             "budget {budget} B − peak {peak} B of {rank_class}",
+                             {"budget": int(budget), "peak": int(worst.peak_bytes), "rank_class": worst.rank_class},
+                             convention=f"{judged.convention} convention"),
+    }
+    advice = per_gpu_advice(judged.worst_rank, judged.recipe.parallel, judged.recipe.recompute, budget)
+    return Fit(card, reserve, judged.convention, bill.convention, fallback, ranks, lines, advice)
+
+
+def _rank_fit(rank: RankClass, budget: float) -> RankFit:
+    peak = rank.memory["peak"]
+    return RankFit(rank.name, rank.ranks, peak, budget - peak)
+
+
+# The next flag to try for the item that dominates a rank's memory, given what the layout already does.
+def per_gpu_advice(rank: RankClass, parallel: Parallel, recompute: str, budget_bytes: float | None) -> str:
+    """One line naming the largest per-GPU item of `rank` and the next flags to try (at most three, in the order
+    to try them), e.g. "per GPU (all ranks): optimizer 98.56 GiB > budget 75.56 GiB → --offload-optimizer or more
+    dp (--dp)"."""
+    items = {k: rank.memory[k] for k in ("weights", "grads", "optimizer", "activations", "transient")}
+    item = max(items, key=lambda k: items[k])
+    size = items[item] / GIB
+    peak = rank.memory["peak"]
+    if budget_bytes is None:
+        where = f"{item} {size:.2f} GiB of {peak / GIB:.2f} GiB peak"
+    elif items[item] > budget_bytes:
+        where = f"{item} {size:.2f} GiB > budget {budget_bytes / GIB:.2f} GiB"
+    elif peak > budget_bytes:
+        where = f"peak {peak / GIB:.2f} GiB > budget {budget_bytes / GIB:.2f} GiB, largest item {item} {size:.2f} GiB"
+    else:
+        return (f"per GPU: fits with {(budget_bytes - peak) / GIB:.2f} GiB headroom; largest item {item} {size:.2f} "
+                f"GiB ({rank.name})")
+    return f"per GPU ({rank.name}): {where} → {' or '.join(_next_flags(item, parallel, recompute)[:3])}"
+
+
+def _next_flags(item: str, par: Parallel, recompute: str) -> list[str]:
+    more_dp = "more dp (--dp)"
+
+    def zero(stage: int) -> list[str]:  # ZeRO shards over dp·cp: on one replica it needs dp first
+        if par.zero >= stage:
+            return []
+        return [f"--zero {stage}" if par.dp * par.cp > 1 else f"--dp N with --zero {stage}"]
+
+    if item == "optimizer":
+        return [*zero(1), *([] if par.offload_optimizer else ["--offload-optimizer"]), more_dp]
+    if item == "grads":
+        return [*zero(2), more_dp, "--tp / --pp"]
+    if item == "weights":
+        return [*zero(3), "--tp", "--pp"]
+    if item == "activations":
+        flags = [] if recompute == "full" else ["--recompute full"]
+        flags += ["--sp" if par.tp > 1 and not par.sp else "--tp with --sp", "--cp", "a smaller --micro-batch"]
+        if not par.offload_activations:
+            flags.append("--offload-activations")
+        return list(dict.fromkeys(flags))
+    # transient: ZeRO-3's gathered unit and prefetch, gradient buckets, CP blocks
+    if par.zero == 3:
+        return ["--tp (smaller gathered units)", "--zero 2 (whole weights, no gathers)"]
+    return ["a smaller --micro-batch", "--tp"]

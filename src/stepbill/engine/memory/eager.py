@@ -1,0 +1,312 @@
+"""What eager PyTorch holds besides weights, states and saved tensors: the `eager` convention's transients.
+
+The moments are those `stepbill check` measures with MemTracker (second iteration of transformers' training
+step, `model(input_ids, labels=input_ids, use_cache=False)`, `loss.backward()`, `optimizer.step()`,
+`zero_grad(set_to_none=True)`). Traced op by op on tiny llama models (torch 2.13 CPU, transformers 5.24):
+
+- always alive: the input ids (int64, B·T; the labels are the same tensor), the module buffers (RoPE
+  `inv_freq` and `original_inv_freq`, fp32, head_dim/2 each) and AdamW's `step` counter (a 4-byte fp32
+  tensor per parameter tensor);
+- end of the forward (`nll_loss`): besides every saved tensor, the logits (compute dtype, B·T·V), their fp32
+  upcast when they are not fp32 already (`ForCausalLMLoss`: `logits.float()`), the padded labels
+  (B·(T+1) int64; at B = 1 they are the saved shifted labels' storage, counted there) and the loss;
+- loss backward (`_log_softmax_backward_data`): NLL's gradient and log-softmax's gradient, both fp32 B·T·V;
+  the labels and token count are released, the loss and its seed gradient are alive;
+- LM head backward: the log-softmax is freed; dlogits (compute dtype), the head's weight gradient and the
+  gradient of its input are alive;
+- inside a decoder layer's backward the largest moment is the FFN's first elementwise backward (SwiGLU: the
+  product's two factor gradients being made while its incoming gradient lives): the layer's rows minus the
+  down projection's input, the residual gradient (hidden wide) and three FFN-wide gradients; the weight
+  gradients of every later layer and of the layer's down projection exist; in low precision the FFN's input
+  norm backward can top it (RMSNorm works in fp32: five fp32 hidden-wide temporaries, with the FFN's rows
+  freed but for the norm's fp32 input, and all the FFN's weight gradients made);
+- optimizer step: `single` (foreach=False) makes `exp_avg_sq.sqrt()` and its division by the bias
+  correction for one tensor while the previous tensor's `denom` is still referenced: max over consecutive
+  tensors of 2·s_j + s_{j-1} bytes; `foreach` builds `_foreach_sqrt` of every state at once: one more copy of
+  all states; `fused`: none;
+- amp-bf16: autocast caches a bf16 copy of every linear weight at its first use in the forward; a layer's
+  copies live until its backward frees the graph nodes that saved them (LM head's until the head backward).
+
+Family-independent: sizes come from the eager rows (layer_rows), the ModelSpec and the ParamInventory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from itertools import pairwise
+
+from stepbill.engine import activations as act
+from stepbill.engine.activations import eager
+from stepbill.engine.activations.eager.attention import mla_uses_math_path
+from stepbill.engine.activations.eager.dtypes import Dt
+from stepbill.engine.activations.eager.ffn import GELU_TANH_FAMILIES
+from stepbill.engine.activations.eager.moe import RENORMALISE
+from stepbill.engine.activations.eager.outside import rope_buffer_bytes, rope_width
+from stepbill.engine.activations.eager.torch_params import torch_tensor_sizes
+from stepbill.engine.params import ParamInventory
+from stepbill.engine.recompute import RecomputePlan
+from stepbill.spec.model import ModelSpec
+from stepbill.spec.recipe import Recipe
+
+FP32 = 4
+INT64 = 8
+AMP_CAST = 2  # autocast's bf16 weight copies
+FALLBACK_MOE_FAMILIES = ("mixtral", "qwen2_moe")  # in-layer MoE forward traced (transformers' fp32 fallback)
+SHARED_FIRST = ("qwen2_moe",)  # the shared expert runs before the routed ones: its output is alive meanwhile
+
+
+@dataclass(frozen=True)
+class EagerTerms:
+    """Bytes the eager timeline adds to the ideal one (whole micro-batch)."""
+
+    constant: int  # input ids + module buffers, alive the whole step
+    step_counters: int  # AdamW `step` tensors (counted with the optimizer states)
+    forward_end: int  # logits (+ fp32 upcast) + padded labels + loss, on top of the saved tensors
+    loss_act: int  # activation change at the loss backward (labels and token count freed, loss + seed alive)
+    loss_temp: int  # NLL and log-softmax gradients (fp32)
+    head_act: int  # activation change at the LM head backward (log-softmax freed as well)
+    head_temp: int  # dlogits + head weight gradient + gradient of the head input
+    rope: int  # outside bytes that live through the layers' backward (RoPE tables)
+    layer_act: dict[str, int] = field(default_factory=dict)  # per layer kind: − the down projection's input
+    layer_temp: dict[str, int] = field(default_factory=dict)  # per layer kind: residual + FFN gradients
+    layer_grad: dict[str, int] = field(default_factory=dict)  # per layer kind: its last matrix's gradient
+    # The FFN's input norm backward (RMSNorm upcast to fp32: five fp32 hidden-wide temporaries), after the
+    # FFN's rows are freed and its weight gradients made: activation change, temporaries, gradients.
+    norm_act: dict[str, int] = field(default_factory=dict)
+    norm_temp: int = 0
+    norm_grad: dict[str, int] = field(default_factory=dict)
+    optimizer_temp: int = 0
+    cast_layer: dict[str, int] = field(default_factory=dict)  # amp: bf16 weight copies of one layer
+    cast_head: int = 0  # amp: the LM head's bf16 copy
+    # per layer kind: saved rows that do not grow per token (grouped_mm offsets, B=1 views; engine.eager)
+    layer_fixed: dict[str, int] = field(default_factory=dict)
+    # Checkpointed layers (full recompute): per layer kind, the bytes its forward holds at its largest op
+    # beyond its saved input (in_layer_forward); 0 where no in-layer model exists (then the layer's end is
+    # its forward moment). `embed_locals`: the model's embedding locals alive while the layers run.
+    layer_inner: dict[str, int] = field(default_factory=dict)
+    embed_locals: int = 0
+
+    def for_rank(self, tokens: float, width: float, vocab: float, grads: float, counters: float = 1.0,
+                 optimizer: float = 1.0, weights: float = 1.0) -> EagerTerms:
+        """These terms on one rank of a layout (approximate: each term divided as the tensors it stands for).
+
+        `tokens`: the divisor of residual-stream-wide tensors (cp, × tp under sequence parallelism); `width`:
+        of head/FFN-wide tensors (cp × tp); `vocab`: of the logits and loss (cp × tp: vocab-parallel
+        cross-entropy, Megatron-LM); `grads`: of one layer's weight gradients (tp, × ZeRO-2/3 shards);
+        `counters`: the share of parameter tensors the rank holds; `optimizer`: of the optimizer's largest
+        state tensor (tp, × ZeRO shards); `weights`: of autocast's weight copies (tp)."""
+
+        def per(mapping: dict[str, int], divisor: float) -> dict[str, int]:
+            return {k: round(v / divisor) for k, v in mapping.items()}
+
+        return replace(
+            self,
+            constant=round(self.constant / tokens),
+            step_counters=round(self.step_counters * counters),
+            forward_end=round(self.forward_end / vocab),
+            loss_act=round(self.loss_act / vocab),
+            loss_temp=round(self.loss_temp / vocab),
+            head_act=round(self.head_act / vocab),
+            head_temp=round(self.head_temp / vocab),
+            rope=round(self.rope / tokens),
+            layer_act=per(self.layer_act, width),
+            layer_temp=per(self.layer_temp, width),
+            layer_grad=per(self.layer_grad, grads),
+            norm_act=per(self.norm_act, width),
+            norm_temp=round(self.norm_temp / tokens),
+            norm_grad=per(self.norm_grad, grads),
+            optimizer_temp=round(self.optimizer_temp / optimizer),
+            cast_layer=per(self.cast_layer, weights),
+            cast_head=round(self.cast_head / weights),
+            layer_fixed=per(self.layer_fixed, tokens),
+            layer_inner=per(self.layer_inner, width),
+            embed_locals=round(self.embed_locals / tokens),
+        )
+
+
+def in_layer_forward(spec: ModelSpec, kind: str, width: int, n: int, t: int) -> int:
+    """Bytes a checkpointed layer's forward (no tensors saved) holds at its largest op, beyond its input.
+
+    GPT-2's `gelu_new` (`0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`, written as elementwise ops) holds
+    four FFN-wide tensors at once: the up projection's output x, `0.5·x`, `x³` and `0.044715·x³`; the block
+    keeps alive the attention's output (`attn_output`, a local the block reuses for the residual add), the
+    residual sum and `ln_2`'s output (the MLP's input). 0: no in-layer model for this layer (see module doc).
+    Under autocast the moment's weight casts are those made so far (the result can be net of the later ones).
+    """
+    dt = eager.dt_of(width)
+    d, f = spec.hidden_size, spec.ffn.intermediate_size
+    attn, ffn = act.layer_blocks(spec, kind)
+    attn_peak = mla_math_forward(spec, dt, n, t) if attn == "mla" else 0
+    return max(attn_peak, _ffn_forward(spec, dt, ffn, d, f, n))
+
+
+def mla_math_forward(spec: ModelSpec, dt: Dt, n: int, t: int) -> int:
+    """MLA on SDPA's math path (q/k and v head widths differ), at its Q·Kᵀ (`bmm`): everything the attention
+    has named so far plus the math path's own copies. fp32 only: in bf16 CPU's math path upcasts q, k and v to
+    fp32 and keeps further copies after the softmax, and under autocast the rotary products promote to fp32
+    (neither modelled yet: 0)."""
+    if not mla_uses_math_path(spec) or dt.amp or dt.compute != FP32:
+        return 0
+    a, d, c = spec.attention, spec.hidden_size, dt.compute
+    heads, qk, rope = a.n_heads, a.qk_head_dim, a.qk_rope_head_dim
+    norm_out = c * d  # input_layernorm's output, the attention's input
+    q_states = c * heads * qk  # q_b_proj(q_a_layernorm(q_a_proj(x))): q_pass is a view of it
+    compressed_kv = c * (a.kv_lora_rank + rope)  # kv_a_proj_with_mqa's output (k_pass and k_rot views)
+    kv_normed = c * a.kv_lora_rank  # kv_a_layernorm(k_pass), named until kv_b_proj
+    rotated = c * (heads * rope + rope)  # q_rot and k_rot after RoPE
+    query = c * heads * qk  # cat(q_pass, q_rot)
+    kv_b = c * heads * (a.qk_nope_head_dim + a.v_head_dim)  # kv_b_proj's output: k_pass and value_states views
+    key = c * heads * qk  # cat(k_pass, k_rot expanded to every head)
+    scaled = c * heads * qk  # the math path's q·√scale (and k·√scale)
+    scores = c * heads * t  # Q·Kᵀ: heads × T scores per token
+    mask = c * t * t  # the causal mask built by the math path (where(tril(ones)), T×T, shared by the batch)
+    # the largest of: at Q·Kᵀ (both scaled copies and the scores), and at the mask's addition (a second scores
+    # tensor, q·√scale released)
+    core = scaled + max(scaled + scores, 2 * scores)
+    return (norm_out + q_states + compressed_kv + kv_normed + rotated + query + kv_b + key + core) * n + mask
+
+
+def _ffn_forward(spec: ModelSpec, dt: Dt, ffn: str, d: int, f: int, n: int) -> int:
+    if ffn == "gelu_mlp" and spec.family in GELU_TANH_FAMILIES:
+        attn_output = dt.compute * d  # c_proj's output, still named by the block
+        residual = dt.param * d  # attn_output + residual: the stream the MLP's output is added to
+        ln_2_out = dt.param * d  # the MLP's input
+        up_out = dt.compute * f  # c_fc's output x
+        gelu_temps = 3 * dt.compute * f  # 0.5·x, x³, 0.044715·x³
+        # autocast: the layer's moment counts all its weight casts; the down projection's (c_proj, f×d weight
+        # and d bias) is made after the GELU, so it is not there yet.
+        down_cast = AMP_CAST * (f * d + d) if dt.amp else 0
+        return (attn_output + residual + ln_2_out + up_out + gelu_temps) * n - down_cast
+    if ffn == "moe" and spec.family in FALLBACK_MOE_FAMILIES and spec.moe is not None and dt.param == FP32:
+        # fp32 experts (fp32, and amp: autocast leaves grouped_mm alone) run transformers' per-expert fallback;
+        # its largest op is either the product of SiLU(gate) and up over all top_k·tokens dispatched rows, or
+        # the combine (down outputs, their weighted copies and the rows put back in token order).
+        m = spec.moe
+        k, e, fe = m.top_k, m.n_routed_experts, m.expert_intermediate_size
+        residual = dt.param * d  # residual + attention output: the stream the MoE output is added to
+        norm_out = dt.param * d  # post_attention_layernorm's output (the router's and experts' input)
+        shared = dt.param * d if spec.family in SHARED_FIRST and m.shared_intermediate_size else 0  # its output
+        router = dt.compute * e + FP32 * k + INT64 * k  # router logits; top-k weights (fp32) and ids
+        renormalised = FP32 * k if RENORMALISE.get(spec.family) else 0  # the top-k weights divided by their sum
+        permutation = 2 * INT64 * k  # sort of the flat expert ids: values and order
+        token_index = INT64 * k  # order // top_k: the token of each dispatched row
+        dispatched = dt.param * k * d  # the gathered hidden states, top_k rows per token
+        before = residual + norm_out + shared + router + renormalised + permutation + token_index + dispatched
+        gate_up = dt.param * k * 2 * fe  # gate_up projection of every dispatched row
+        silu_and_product = 2 * dt.param * k * fe  # SiLU(gate), SiLU(gate)·up
+        down_and_weighted = 2 * dt.param * k * d  # down projection's outputs and their routing-weighted copies
+        inverse = INT64 * k  # the inverse permutation
+        combined = dt.param * k * d  # the weighted rows in token order (summed over top_k next)
+        return (before + max(gate_up + silu_and_product, down_and_weighted + inverse + combined)) * n
+    return 0
+
+
+def embedding_locals(spec: ModelSpec, width: int, b: int, t: int) -> int:
+    """Learned positions (GPT-2): `inputs_embeds` (B·T·h) and `position_embeds` (T·h, batch-broadcast) stay
+    named in the model's forward until the final norm; rotary models' embedding output is layer 0's input,
+    their cos/sin tables (compute dtype, per position) are the locals alive through the layers."""
+    p = eager.dt_of(width).param
+    if spec.positions == "rotary":  # the cos/sin tables (position_embeddings), shared by every layer
+        return 2 * rope_width(spec) * p * t
+    if spec.positions != "learned":
+        return 0
+    return p * spec.hidden_size * (b * t + t)
+
+
+def optimizer_temporaries(inventory: ParamInventory, impl: str, state_bytes: int,
+                          sizes: list[int] | None = None) -> int:
+    """Peak bytes AdamW's update holds beyond its states (see the module docstring). `sizes`: elements of
+    every parameter tensor as torch holds them, in order (eager.torch_params); else the inventory's rows."""
+    if impl == "fused" or state_bytes == 0:
+        return 0
+    if impl == "foreach":
+        return inventory.total * state_bytes
+    if sizes is not None:
+        return max((2 * cur + prev) * state_bytes for prev, cur in pairwise([0, *sizes]))
+    # single: parameters in module order — embedding, then each layer (matrices, then norms), final norm,
+    # LM head; the layers repeat, so one layer's sequence read cyclically gives every consecutive pair.
+    sizes = [t.numel * state_bytes for t in inventory.tensors]
+    layer = [t.numel * state_bytes for t in inventory.tensors if t.layer_kind and t.is_matrix]
+    layer += [t.numel * state_bytes for t in inventory.tensors if t.layer_kind and not t.is_matrix]
+    head = [t.numel * state_bytes for t in inventory.tensors if not t.layer_kind and t.component != "embedding"]
+    embed = [t.numel * state_bytes for t in inventory.tensors if t.component == "embedding"]
+    seq = embed + layer + layer[:1] + head if layer else sizes
+    best = 2 * seq[0] if seq else 0
+    for prev, cur in pairwise(seq):
+        best = max(best, 2 * cur + prev)
+    return best
+
+
+@lru_cache(maxsize=64)  # a pure function of the frozen spec; the planner asks for it many times
+def _torch_sizes(spec: ModelSpec) -> list[int]:
+    return torch_tensor_sizes(spec)
+
+
+def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan: RecomputePlan) -> EagerTerms:
+    """The eager convention's extra bytes for one micro-batch of `recipe`."""
+    p = recipe.precision
+    width = eager.from_precision(p)  # compute bytes, with the parameter bytes (amp: 2 and 4)
+    a = p.activation
+    b, t = recipe.micro_batch, recipe.seq_len
+    n = b * t
+    v, h = spec.vocab_size, spec.hidden_size
+    buffers = rope_buffer_bytes(spec)
+    sizes = _torch_sizes(spec)
+    n_tensors = len(sizes)
+    logits = a * v * n + (FP32 * v * n if a != FP32 else 0)
+    padded = INT64 * b * (t + 1) if b > 1 else 0
+    labels_saved = INT64 * n + (INT64 if b == 1 else 0)
+    loss_and_seed = 2 * FP32
+    loss_act = -labels_saved - FP32 + loss_and_seed  # labels and the token count freed
+    head_grad = v * h * p.grads
+    amp = recipe.precision.name == "amp-bf16"
+    head_temp = a * v * n + head_grad + a * h * n + (AMP_CAST * v * h if amp else 0)
+    layer_act: dict[str, int] = {}
+    layer_temp: dict[str, int] = {}
+    layer_grad: dict[str, int] = {}
+    cast_layer: dict[str, int] = {}
+    norm_act: dict[str, int] = {}
+    norm_grad: dict[str, int] = {}
+    layer_fixed: dict[str, int] = {}
+    layer_inner: dict[str, int] = {}
+    for kind in plan.layers:
+        layer_inner[kind] = in_layer_forward(spec, kind, width, n, t)
+        count = max(1, plan.order.count(kind))
+        rows = act.layer_rows(spec, kind, width, "eager")
+        last = rows[-1].bytes_at(t) if rows else 0
+        layer_act[kind] = -round(last * n)
+        layer_temp[kind] = round((a * h + 3 * last) * n)
+        mats = [x for x in inventory.tensors if x.layer_kind == kind and x.is_matrix]
+        layer_grad[kind] = mats[-1].total // count * p.grads if mats else 0
+        ffn_block = rows[-1].block if rows else ""
+        freed = sum(r.bytes_at(t) for r in rows if r.block == ffn_block and not r.name.endswith("norm_x_fp32"))
+        norm_act[kind] = -round(freed * n)
+        ffn_params = sum(x.total for x in inventory.tensors if x.layer_kind == kind and x.component == "ffn")
+        norm_grad[kind] = (ffn_params // count + h) * p.grads
+        cast_layer[kind] = eager.layer_cast_bytes(spec, kind, width)
+        layer_fixed[kind] = eager.fixed_bytes(eager.layer_fixed_rows(spec, kind, width, b, with_casts=False), t)
+    return EagerTerms(
+        constant=INT64 * n + buffers,
+        step_counters=FP32 * n_tensors if recipe.optimizer in ("adamw", "adam") else 0,
+        # amp: the final norm's fp32 output is alive until the causal LM's forward returns (the LM head saves
+        # its bf16 cast instead); otherwise it is the LM head's saved input, counted in the outside rows.
+        forward_end=logits + padded + FP32 + (width.param * h * n if amp else 0),
+        loss_act=loss_act,
+        loss_temp=2 * FP32 * v * n,
+        head_act=loss_act - FP32 * v * n,
+        head_temp=head_temp,
+        rope=2 * rope_width(spec) * a * t,  # cos and sin tables, rotary width each
+        layer_act=layer_act,
+        layer_temp=layer_temp,
+        layer_grad=layer_grad,
+        norm_act=norm_act,
+        norm_temp=(a + 5 * FP32) * h * n if spec.norm == "rmsnorm" else 0,
+        norm_grad=norm_grad,
+        optimizer_temp=optimizer_temporaries(inventory, recipe.optimizer_impl, p.state, sizes),
+        cast_layer=cast_layer,
+        layer_fixed=layer_fixed,
+        cast_head=AMP_CAST * v * h if amp else 0,
+        layer_inner=layer_inner,
+        embed_locals=embedding_locals(spec, width, b, t),
+    )

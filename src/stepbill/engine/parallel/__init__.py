@@ -1,0 +1,26 @@
+"""Who holds what: how a parallel layout slices parameters (`layout`), each rank class's timeline and memory
+(`ranks`, built on `rank_class`), the measured FSDP2 / ZeRO-1 rules (`fsdp2`, `fsdp2_moments`, `fsdp2_ranks`)
+and the step's collectives (`collectives`)."""
+
+from stepbill.engine.parallel.rank_class import (
+    APPROXIMATE,
+    IDEAL,
+    MEASURED_EXACT,
+    MEMORY_KEYS,
+    RankClass,
+    SingleRank,
+)
+from stepbill.engine.parallel.ranks import (
+    DDP_BUCKET_BYTES,
+    in_flight_microbatches,
+    item_bytes_per_element,
+    one_gpu_timeline,
+    rank_classes,
+    row_divisor,
+    row_item_elements,
+    worst_rank,
+)
+
+__all__ = ["APPROXIMATE", "DDP_BUCKET_BYTES", "IDEAL", "MEASURED_EXACT", "MEMORY_KEYS", "RankClass", "SingleRank",
+           "in_flight_microbatches", "item_bytes_per_element", "one_gpu_timeline", "rank_classes", "row_divisor",
+           "row_item_elements", "worst_rank"]

@@ -1,0 +1,168 @@
+"""Communication of one training step per rank: every collective of every parallel axis, its volume over the
+rank's busiest link, the link class it runs on, its time at that link's bandwidth, and whether it can hide
+behind compute (the seed's "can it hide" column).
+
+Volumes use engine/comm.py's ring formulas (all-reduce 2(N−1)/N·M, reduce-scatter / all-gather (N−1)/N·M,
+all-to-all (N−1)/N·S). Counts per step: DP all-reduce once per step (gradient accumulation syncs only at the
+last micro-batch, the seed's no_sync()); ZeRO-1 reduce-scatter + all-gather once; ZeRO-2 reduce-scatter every
+micro-batch; ZeRO-3 all-gathers weights in forward and backward and reduce-scatters grads every micro-batch
+(ZeRO §7.2: 2Ψ / 2Ψ / 3Ψ at one micro-batch); TP 4 all-reduces per layer per micro-batch (Megatron f/g pairs),
+or 4 all-gathers + 4 reduce-scatters with SP (same volume); PP one activation forward and one gradient backward
+per micro-batch per chunk; CP ring attention passes K/V cp−1 times in forward and K/V + dK/dV in backward; EP
+4 all-to-alls (dispatch + combine, forward and backward) per MoE layer per micro-batch, balanced routing.
+
+Placement (Megatron order tp, cp, dp, pp; experts etp, ep): a group of n ranks at stride k spans n·k
+consecutive ranks and stays inside a node when n·k ≤ GPUs per node. Bytes are per rank, per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stepbill.engine import comm
+from stepbill.engine.line import Line
+from stepbill.engine.parallel.layout import row_slice, stage_layer_kinds
+from stepbill.engine.parallel.ranks import row_item_elements
+from stepbill.engine.params import ParamInventory
+from stepbill.spec.hardware import GPU
+from stepbill.spec.model import ModelSpec
+from stepbill.spec.recipe import Recipe
+
+DEFAULT_GPUS_PER_NODE = 8
+HIDE = {
+    "yes": "overlaps compute by construction (bucketed / prefetched / pipelined behind the next block)",
+    "partly": "overlaps only with a schedule built for it; counted as exposed",
+    "no": "on the critical path between dependent ops",
+}
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective of the step on one rank: `bytes` over its busiest link per step, `seconds` at the link's
+    per-direction bandwidth (None without a GPU, or when the link is absent), `overlap` yes / partly / no."""
+
+    name: str
+    axis: str
+    op: str
+    group: int
+    scope: str
+    link: str | None
+    calls: int
+    bytes: float
+    seconds: float | None
+    overlap: str
+    line: Line
+
+
+def _scope(n: int, stride: int, per_node: int) -> str:
+    return "intra-node" if n * stride <= per_node else "inter-node"
+
+
+def rank_param_elements(spec: ModelSpec, recipe: Recipe, inv: ParamInventory) -> dict[str, float]:
+    """Pre-ZeRO elements one rank of the largest stage holds: {dense_grads, dense_weights, expert_*}."""
+    kinds = stage_layer_kinds(spec, recipe.parallel)
+    best: dict[str, float] = {}
+    for stage in range(recipe.parallel.pp):
+        tot = {"dense_grads": 0.0, "dense_weights": 0.0, "expert_grads": 0.0, "expert_weights": 0.0}
+        for t in inv.tensors:
+            sl = row_slice(spec, recipe.parallel, t, stage, kinds)
+            items = row_item_elements(t, recipe)
+            side = "expert" if t.component == "experts" else "dense"
+            tot[f"{side}_grads"] += items["grads"] * sl.fraction
+            tot[f"{side}_weights"] += (items["weights"] + items.get("weights.frozen", 0.0)) * sl.fraction
+        if sum(tot.values()) > sum(best.values()):
+            best = tot
+    return best
+
+
+def _data_parallel(recipe: Recipe, side: str, group: int, stride: int, grads: float, weights: float,
+                   per_node: int) -> list[tuple]:
+    """(name, axis, op, group, scope, calls, bytes_per_call, overlap, formula) rows of DP / ZeRO traffic."""
+    par, p = recipe.parallel, recipe.precision
+    m, rows = par.micro_batches, []
+    g_bytes, w_bytes = grads * p.grads, weights * p.weights
+    io = {"grad_bytes": g_bytes, "weight_bytes": w_bytes}
+    shard = min(par.shard_group or group, group)
+    if group == 1:
+        return rows
+    sc = _scope(shard, stride, per_node)
+    if par.zero == 0:
+        rows.append((f"{side}.grad_allreduce", "dp", "all-reduce", group, _scope(group, stride, per_node), 1,
+                     comm.ring_allreduce_link_bytes(group, g_bytes), "yes", "2(N−1)/N × {grad_bytes} B", io))
+        return rows
+    if shard > 1:
+        rs_calls = 1 if par.zero == 1 else m
+        rows.append((f"{side}.zero_reduce_scatter", "zero", "reduce-scatter", shard, sc, rs_calls,
+                     comm.ring_half_link_bytes(shard, g_bytes), "yes", "(N−1)/N × {grad_bytes} B", io))
+        if par.zero == 3:
+            rows.append((f"{side}.zero3_allgather_fwd", "zero", "all-gather", shard, sc, m,
+                         comm.ring_half_link_bytes(shard, w_bytes), "yes", "(N−1)/N × {weight_bytes} B, prefetched", io))
+            rows.append((f"{side}.zero3_allgather_bwd", "zero", "all-gather", shard, sc, m,
+                         comm.ring_half_link_bytes(shard, w_bytes), "yes", "(N−1)/N × {weight_bytes} B, prefetched", io))
+        else:
+            rows.append((f"{side}.zero_allgather_weights", "zero", "all-gather", shard, sc, 1,
+                         comm.ring_half_link_bytes(shard, w_bytes), "partly",
+                         "(N−1)/N × {weight_bytes} B after the optimizer step", io))
+    replicas = group // shard
+    if replicas > 1:  # hybrid sharding: each shard all-reduced across the replica groups
+        rows.append((f"{side}.hybrid_replica_allreduce", "dp", "all-reduce", replicas,
+                     _scope(replicas, stride * shard, per_node), 1,
+                     comm.ring_allreduce_link_bytes(replicas, g_bytes / shard), "yes", "2(N−1)/N × {grad_bytes} B / g", {**io, "g": shard}))
+    return rows
+
+
+def step_collectives(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, gpu: GPU | None = None) -> list[Collective]:
+    """Every collective of one step on one rank of the largest pipeline stage."""
+    par, p = recipe.parallel, recipe.precision
+    if par.world == 1:  # one GPU talks to nobody (offload traffic is PCIe to the host, not a collective)
+        return []
+    per_node = gpu.gpus_per_node if gpu else DEFAULT_GPUS_PER_NODE
+    m, tokens, h = par.micro_batches, recipe.tokens, spec.hidden_size
+    elems = rank_param_elements(spec, recipe, inv)
+    kinds = stage_layer_kinds(spec, par)
+    layers = max(sum(k.values()) for k in kinds)
+    moe_layers = max(k.get("moe", 0) for k in kinds)
+    local_tokens = tokens / par.cp
+    rows = _data_parallel(recipe, "dense", par.dp * par.cp, par.tp, elems["dense_grads"], elems["dense_weights"],
+                          per_node)
+    if spec.moe is not None:
+        rows += _data_parallel(recipe, "expert", par.edp, par.expert_tp * par.ep, elems["expert_grads"],
+                               elems["expert_weights"], per_node)
+    act = local_tokens * h * p.activation
+    if par.tp > 1:
+        sc = _scope(par.tp, 1, per_node)
+        if par.sp:
+            for op in ("all-gather", "reduce-scatter"):
+                rows.append((f"tp.{op}", "tp", op, par.tp, sc, 4 * layers * m, comm.ring_half_link_bytes(par.tp, act),
+                             "no", "(t−1)/t × {act_bytes} B, 4 per layer per micro-batch", {"act_bytes": act}))
+        else:
+            rows.append(("tp.allreduce", "tp", "all-reduce", par.tp, sc, 4 * layers * m,
+                         comm.ring_allreduce_link_bytes(par.tp, act), "no",
+                         "2(t−1)/t × {act_bytes} B, 4 per layer per micro-batch", {"act_bytes": act}))
+    if par.pp > 1:
+        msg = act / (par.tp if par.sp else 1)
+        rows.append(("pp.p2p", "pp", "send/recv", 2, _scope(2, par.tp * par.cp * par.dp, per_node),
+                     2 * m * par.vpp, msg, "partly", "activation forward + gradient backward: {act_bytes} B each", {"act_bytes": msg}))
+    if par.cp > 1:
+        a = spec.attention
+        kv = local_tokens * a.kv_heads / par.tp * (a.qk_head_dim + a.v_dim) * p.activation
+        rows.append(("cp.kv_ring", "cp", "send/recv", par.cp, _scope(par.cp, par.tp, per_node),
+                     3 * (par.cp - 1) * layers * m, kv, "yes",
+                     "local K/V block {kv_bytes} B, cp−1 hops forward, K/V + dK/dV backward", {"kv_bytes": kv}))
+    if par.ep > 1 and moe_layers:
+        assert spec.moe is not None
+        send = local_tokens / (par.tp if par.sp else 1) * spec.moe.top_k * h * p.activation
+        rows.append(("ep.all_to_all", "ep", "all-to-all", par.ep, _scope(par.ep, par.expert_tp, per_node),
+                     4 * moe_layers * m, comm.all_to_all_link_bytes(par.ep, send), "partly",
+                     "(ep−1)/ep × {send_bytes} B (top-k × tokens × h), dispatch + combine, forward + backward",
+                     {"send_bytes": send}))
+    out = []
+    for name, axis, op, group, scope, calls, per_call, overlap, formula, inputs in rows:
+        link = None if gpu is None else (gpu.intra_node_link if scope == "intra-node" else "infiniband")
+        bw = gpu.link_bytes_per_s(link) if gpu is not None and link is not None else 0.0
+        total = calls * float(per_call)
+        line = Line(f"comm.{name}", total, "bytes", "{calls} calls × " + formula,
+                    {"calls": calls, **inputs, "per_call_bytes": float(per_call)})
+        out.append(Collective(name, axis, op, group, scope, link, calls, total, total / bw if bw else None, overlap,
+                              line))
+    return out

@@ -1,0 +1,125 @@
+"""Which slice of each parameter tensor one rank holds: pipeline stage, tensor/expert split, ZeRO shard.
+
+Rules (Megatron-LM conventions, the seed's §07 and ZeRO §5):
+- Pipeline: stage s holds a contiguous block of layers (n_layers/pp, or the uneven split of
+  spec.parallel.pipeline_stage_layers; interleaved: chunks s, s+pp, … of
+  n_layers/(pp·vpp) layers); the embedding sits on the first stage, final norm and LM head on the last; with tied
+  embeddings and pp > 1 the last stage keeps its own copy of the embedding for the output layer.
+- Tensor parallel: Q/K/V, gate/up (column-parallel) and O, down (row-parallel) matrices, the vocab dimension of
+  embedding and LM head, and column-parallel biases are split by tp; row-parallel biases, norms, the router and
+  MLA's down-projections (q_a, kv_a) are replicated across tp.
+- Experts: routed experts split by ep (whole experts) and by etp (expert width); shared experts split by tp.
+- ZeRO stage z shards an item over its data-parallel group when z ≥ 1 (master + optimizer states), z ≥ 2
+  (grads), z = 3 (weights): ZeRO paper §5.1–5.3. Shards are even (flat-buffer padding, < group elements, ignored).
+
+Elements are floats (exact fractions), so per-rank numbers sum back to the global ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stepbill.engine.params import ParamTensor
+from stepbill.spec.model import ModelSpec
+from stepbill.spec.parallel import Parallel, pipeline_stage_layers
+
+# Suffixes of weights split by tp (column- or row-parallel); biases of row-parallel layers (o, down) are
+# replicated because the all-reduce happens before the bias is added.
+TP_SPLIT_MATRICES = ("q_proj", "k_proj", "v_proj", "o_proj", "q_b_proj", "kv_b_proj", "gate_proj", "up_proj",
+                     "down_proj", "embed_tokens", "lm_head")
+TP_ROW_PARALLEL = ("o_proj", "down_proj")
+
+# First ZeRO stage that shards each resident item (ZeRO §5: P_os, P_os+g, P_os+g+p).
+ZERO_FIRST_STAGE = {"weights": 3, "weights.frozen": 3, "grads": 2, "master": 1}
+OPTIMIZER_FIRST_STAGE = 1
+
+
+def zero_first_stage(item: str) -> int:
+    """The lowest ZeRO stage that shards resident `item` (optimizer.* states: 1)."""
+    return ZERO_FIRST_STAGE.get(item, OPTIMIZER_FIRST_STAGE)
+
+
+def zero_divisor(item: str, stage: int, group: int) -> int:
+    """How many ways ZeRO stage `stage` splits `item` over a data-parallel group of `group` ranks."""
+    return group if stage >= zero_first_stage(item) else 1
+
+
+def zero_item_bytes(item_bytes: dict[str, float], stage: int, group: int) -> dict[str, float]:
+    """Per-rank bytes of each resident item under ZeRO `stage` over `group` ranks.
+
+    ZeRO Figure 1 (Ψ = 7.5e9, K = 12, Nd = 64): {weights 2Ψ, grads 2Ψ, optimizer 12Ψ} → 120 / 31.4 / 16.6 /
+    1.9 GB (decimal) for stages 0–3. Item names: weights, grads, master, optimizer.* (or "optimizer").
+    """
+    return {name: value / zero_divisor(name, stage, group) for name, value in item_bytes.items()}
+
+
+def stage_layer_indices(spec: ModelSpec, parallel: Parallel) -> list[list[int]]:
+    """Layer indices (0-based) held by each pipeline stage, in execution order of its chunks (uneven stages:
+    spec.parallel.pipeline_stage_layers)."""
+    if parallel.vpp == 1:
+        counts = pipeline_stage_layers(spec.n_layers, parallel.pp, parallel.pp_layers)
+        starts = [sum(counts[:s]) for s in range(parallel.pp)]
+        return [list(range(start, start + n)) for start, n in zip(starts, counts, strict=True)]
+    chunks = parallel.pp * parallel.vpp
+    per_chunk = spec.n_layers // chunks
+    stages: list[list[int]] = [[] for _ in range(parallel.pp)]
+    for chunk in range(chunks):
+        stages[chunk % parallel.pp] += list(range(chunk * per_chunk, (chunk + 1) * per_chunk))
+    return stages
+
+
+def stage_layer_kinds(spec: ModelSpec, parallel: Parallel) -> list[dict[str, int]]:
+    """{layer kind: count} on each pipeline stage."""
+    out = []
+    for layers in stage_layer_indices(spec, parallel):
+        moe = sum(1 for i in layers if spec.is_moe_layer(i))
+        out.append({k: n for k, n in (("dense", len(layers) - moe), ("moe", moe)) if n})
+    return out
+
+
+@dataclass(frozen=True)
+class Slice:
+    """What one rank of a stage holds of a parameter row before ZeRO.
+
+    `fraction`: share of the row's total elements held by the rank; `holders`: how many ranks (over all stages)
+    hold that same slice; `zero_group`: ranks its ZeRO shards spread over.
+    """
+
+    fraction: float
+    holders: int
+    zero_group: int
+
+
+def _is_tp_split(t: ParamTensor) -> bool:
+    base, _, kind = t.name.rpartition(".")
+    if base.split(".")[-1] not in TP_SPLIT_MATRICES:
+        return False
+    return kind == "weight" or base.split(".")[-1] not in TP_ROW_PARALLEL
+
+
+def layers_of_kind(spec: ModelSpec, kind: str) -> int:
+    return spec.n_dense_layers if kind == "dense" else spec.n_moe_layers
+
+
+def row_slice(spec: ModelSpec, parallel: Parallel, t: ParamTensor, stage: int,
+              kinds: list[dict[str, int]] | None = None) -> Slice:
+    """The slice of row `t` held by one rank of pipeline `stage` (fraction 0 if the stage holds none of it)."""
+    kinds = kinds if kinds is not None else stage_layer_kinds(spec, parallel)
+    last = parallel.pp - 1
+    dense_dp = parallel.dp * parallel.cp
+    if t.layer_kind:
+        on_stage = kinds[stage].get(t.layer_kind, 0) / layers_of_kind(spec, t.layer_kind)
+        stages_holding = 1
+    elif t.component == "embedding":
+        tied_copy = spec.tied_embeddings and parallel.pp > 1 and t.name == "embed_tokens.weight"
+        on_stage = 1.0 if stage == 0 or (tied_copy and stage == last) else 0.0
+        stages_holding = 2 if tied_copy else 1
+    else:  # final norm, LM head
+        on_stage = 1.0 if stage == last else 0.0
+        stages_holding = 1
+    if t.component == "experts":
+        split = parallel.ep * parallel.expert_tp
+        return Slice(on_stage / split, parallel.edp * stages_holding, parallel.expert_zero_group)
+    if _is_tp_split(t):
+        return Slice(on_stage / parallel.tp, dense_dp * stages_holding, parallel.zero_group)
+    return Slice(on_stage, dense_dp * parallel.tp * stages_holding, parallel.zero_group)

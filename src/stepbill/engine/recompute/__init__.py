@@ -1,0 +1,16 @@
+"""What to recompute and what it costs: the policy applied to a model (`plan`), the exact budget solver
+(`budget`, MILP) and the ranking of kept tensors by FLOPs paid per byte saved (`ranking`)."""
+
+from stepbill.engine.activations import layer_order
+from stepbill.engine.recompute.plan import (
+    LayerPlan,
+    RecomputePlan,
+    best_segment,
+    make_plan,
+    module_rows,
+    op_flops,
+    sqrt_l_optimum,
+)
+
+__all__ = ["LayerPlan", "RecomputePlan", "best_segment", "layer_order", "make_plan", "module_rows", "op_flops",
+           "sqrt_l_optimum"]

@@ -1,0 +1,183 @@
+"""Budget recompute: the set of tensors to drop so the activation peak fits a budget, at minimum FLOPs.
+
+Exact: a 0-1 integer program solved by HiGHS (scipy.optimize.milp). Variables x_i (drop tensor i of layer
+kind g) and y_o (rerun op o of kind g; x_i ≤ y_op(i), so two outputs of one op cost it once). Minimise
+Σ_g n_g Σ_o c_o y_o subject to, for every layer kind g (its last layer is where its peak is, see
+recompute.py):
+
+    Σ_g' m[g][g'] · (full_g' − Σ_{i∈g'} b_i x_i)  +  Σ_{i∈g} b_i x_i  ≤  budget
+
+where m[g][g'] counts layers of kind g' up to and including the last layer of kind g. The greedy answer
+(drop whole ops in ascending FLOPs per byte until it fits) is computed beside it; the MILP can only be
+cheaper or equal. Dropping more never raises any constraint (m[g][g] ≥ 1), so the floor — the smallest
+peak any choice reaches — is "drop everything droppable".
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from stepbill.engine import activations as act
+from stepbill.engine.activations import layer_order
+from stepbill.errors import StepbillError
+from stepbill.spec.model import ModelSpec
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Item:
+    """A droppable tensor of layer kind `group`: `bytes` per layer (whole micro-batch), made by `op`."""
+
+    group: str
+    name: str
+    op: str
+    bytes: float
+
+
+@dataclass(frozen=True)
+class Problem:
+    items: tuple[Item, ...]
+    op_cost: dict[tuple[str, str], float]  # (group, op) → FLOPs per layer
+    layers: dict[str, int]  # layers of each kind
+    prefix: dict[str, dict[str, int]]  # m[g][g']
+    full: dict[str, float]  # bytes per layer of kind g when nothing is dropped (droppable or not)
+    budget: float
+
+
+@dataclass(frozen=True)
+class Solution:
+    drop: dict[str, tuple[str, ...]]  # group → dropped tensor names
+    flops: float
+    peak: float
+    method: str
+
+
+def peak_of(problem: Problem, chosen: set[tuple[str, str]]) -> float:
+    """The activation peak (max over kinds of the constraint's left side) for a drop set."""
+    dropped = {g: sum(i.bytes for i in problem.items if i.group == g and (g, i.name) in chosen)
+               for g in problem.layers}
+    return max(sum(m * (problem.full[h] - dropped[h]) for h, m in problem.prefix[g].items()) + dropped[g]
+               for g in problem.layers)
+
+
+def cost_of(problem: Problem, chosen: set[tuple[str, str]]) -> float:
+    ops = {(i.group, i.op) for i in problem.items if (i.group, i.name) in chosen}
+    return sum(problem.layers[g] * problem.op_cost[(g, o)] for g, o in ops)
+
+
+def _solution(problem: Problem, chosen: set[tuple[str, str]], method: str) -> Solution:
+    drop = {g: tuple(i.name for i in problem.items if i.group == g and (g, i.name) in chosen) for g in problem.layers}
+    return Solution(drop, cost_of(problem, chosen), peak_of(problem, chosen), method)
+
+
+def floor(problem: Problem) -> float:
+    return peak_of(problem, {(i.group, i.name) for i in problem.items})
+
+
+def _fits(value: float, budget: float) -> bool:
+    return value <= budget * (1 + 1e-12) + 1e-6
+
+
+def check_budget(problem: Problem) -> None:
+    low = floor(problem)
+    if not _fits(low, problem.budget):
+        raise StepbillError(f"budget {problem.budget / GIB:.2f} GiB is below the floor {low / GIB:.2f} GiB "
+                            "(every droppable tensor recomputed); raise it or shard activations (context parallel)")
+
+
+def solve_greedy(problem: Problem) -> Solution:
+    """Drop whole ops in ascending FLOPs per byte (all layer kinds in one list) until the peak fits."""
+    check_budget(problem)
+    units: dict[tuple[str, str], list[Item]] = {}
+    for i in problem.items:
+        units.setdefault((i.group, i.op), []).append(i)
+    ranked = sorted(units, key=lambda u: (problem.op_cost[u] / max(sum(i.bytes for i in units[u]), 1e-300),
+                                          -sum(i.bytes for i in units[u])))
+    chosen: set[tuple[str, str]] = set()
+    for unit in [None, *ranked]:
+        if unit is not None:
+            chosen |= {(i.group, i.name) for i in units[unit]}
+        if _fits(peak_of(problem, chosen), problem.budget):
+            break
+    return _solution(problem, chosen, "greedy FLOPs/byte")
+
+
+def solve_milp(problem: Problem) -> Solution:
+    """The exact optimum (HiGHS branch and bound; a few dozen binaries per layer kind)."""
+    from scipy.optimize import LinearConstraint, milp
+
+    check_budget(problem)
+    items, groups = problem.items, list(problem.layers)
+    ops = sorted({(i.group, i.op) for i in items})
+    op_index = {o: len(items) + j for j, o in enumerate(ops)}
+    n = len(items) + len(ops)
+    scale = max(problem.budget, 1.0)  # bytes in budget units keep the matrix well conditioned
+    c = np.zeros(n)
+    for o, j in op_index.items():
+        c[j] = problem.layers[o[0]] * problem.op_cost[o]
+    c /= max(c.max(), 1.0)
+    rows, upper = [], []
+    for g in groups:
+        row = np.zeros(n)
+        for k, i in enumerate(items):
+            row[k] = (-problem.prefix[g].get(i.group, 0) + (1 if i.group == g else 0)) * i.bytes / scale
+        rows.append(row)
+        upper.append((problem.budget - sum(m * problem.full[h] for h, m in problem.prefix[g].items())) / scale)
+    for k, i in enumerate(items):  # x_i − y_op ≤ 0
+        row = np.zeros(n)
+        row[k], row[op_index[(i.group, i.op)]] = 1, -1
+        rows.append(row)
+        upper.append(0.0)
+    constraints = LinearConstraint(np.array(rows), -np.inf, np.array(upper) + 1e-9)
+    result = milp(c, constraints=constraints, integrality=np.ones(n), bounds=(0, 1),
+                  options={"mip_rel_gap": 0})
+    if result.x is None:
+        raise StepbillError(f"the recompute budget solver found no solution ({result.message})")
+    chosen = {(i.group, i.name) for k, i in enumerate(items) if result.x[k] > 0.5}
+    return _solution(problem, chosen, "exact MILP (HiGHS)")
+
+
+def solve_brute_force(problem: Problem) -> Solution:
+    """Every subset (tests only: 2^items)."""
+    check_budget(problem)
+    keys = [(i.group, i.name) for i in problem.items]
+    best: tuple[float, set[tuple[str, str]]] | None = None
+    for r in range(len(keys) + 1):
+        for combo in itertools.combinations(keys, r):
+            chosen = set(combo)
+            if _fits(peak_of(problem, chosen), problem.budget):
+                cost = cost_of(problem, chosen)
+                if best is None or cost < best[0]:
+                    best = (cost, chosen)
+    assert best is not None
+    return _solution(problem, best[1], "brute force")
+
+
+def problem_for_spec(spec: ModelSpec, budget: float, seq_len: int, micro_batch: int, activation_bytes: int,
+                     convention: str = "ideal", attention: str = "sdpa") -> Problem:
+    """The budget problem of a model: one item per droppable tensor per layer kind."""
+    tokens = seq_len * micro_batch
+    order = layer_order(spec)
+    items, op_cost, full = [], {}, {}
+    for g in act.layer_kinds(spec):
+        rows = act.layer_rows(spec, g, activation_bytes, convention, attention)
+        full[g] = sum(t.bytes_at(seq_len) for t in rows) * tokens
+        for t in rows:
+            if t.recompute.droppable:
+                items.append(Item(g, t.name, t.op_id, t.bytes_at(seq_len) * tokens))
+                op_cost[(g, t.op_id)] = t.recompute.flops_per_token(seq_len) * tokens
+    layers = {g: order.count(g) for g in full}
+    prefix = {}
+    for g in full:
+        last = max(i for i, k in enumerate(order) if k == g)
+        prefix[g] = {h: order[: last + 1].count(h) for h in full if h in order[: last + 1]}
+    return Problem(tuple(items), op_cost, layers, prefix, full, budget)
+
+
+def solve_for_spec(spec: ModelSpec, budget: float, seq_len: int, micro_batch: int, activation_bytes: int,
+                   convention: str = "ideal", attention: str = "sdpa") -> Solution:
+    return solve_milp(problem_for_spec(spec, budget, seq_len, micro_batch, activation_bytes, convention, attention))

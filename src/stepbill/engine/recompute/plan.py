@@ -1,0 +1,209 @@
+"""Recompute policies: which tensors each layer keeps, which it rebuilds, what that costs.
+
+The model (one micro-batch, per token unless said otherwise). Layer l keeps `kept_l` bytes after its
+forward; the `dropped_l` bytes it does not keep exist transiently while its forward runs and again while its
+backward runs (rebuilt). With segments (every-K), a segment's backward first rebuilds all its layers. So
+the live activation bytes are
+
+    forward, layer l:    Σ_{j≤l} kept_j + dropped_l
+    backward, layer l:   Σ_{j≤l} kept_j + Σ_{j in segment(l), j≤l} dropped_j
+
+`full` keeps the layer input (hidden wide) and drops every row, so its peak is L inputs + one layer's rows
+(the seed's 125M figure, 0.32 GiB; its V3 figure 61 × 1.75 GiB leaves the working set out — see
+activations.full_recompute_bytes_per_token). Every rebuilt op is run once; tensors of one op (attention
+output + logsumexp) are rebuilt together, so the cost of a drop set is the sum over its distinct ops.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from stepbill.engine import activations as act
+from stepbill.engine import flops as fl
+from stepbill.engine.activations import ActTensor, layer_order
+from stepbill.engine.recompute.budget import solve_for_spec
+from stepbill.errors import StepbillError
+from stepbill.spec.model import ModelSpec
+from stepbill.spec.recompute_policy import RecomputePolicy
+
+# Megatron module name → predicate on (layer kind, tensor). Megatron recomputes a module's internals and
+# keeps its input; its output is the next op's input and stays (rc-megatron-modules-map).
+_MODULE_ROWS = {
+    "core_attn": lambda kind, t: t.op_id == "attn.core",
+    "layernorm": lambda kind, t: t.name.endswith(".norm_out"),
+    "mlp": lambda kind, t: kind == "dense" and t.name.startswith("mlp.")
+    and t.name not in ("mlp.norm_in", "mlp.norm_out", "mlp.down_out"),
+    "moe_act": lambda kind, t: t.name in ("moe.product", "moe.shared.product"),
+    "mla_up_proj": lambda kind, t: t.name in ("attn.q_up", "attn.kv_up"),
+    "shared_experts": lambda kind, t: t.name.startswith("moe.shared."),
+    "moe": lambda kind, t: t.name.startswith("moe.") and t.name not in ("moe.norm_in", "moe.norm_out"),
+}
+
+
+def module_rows(module: str, layer_kind: str, rows: list[ActTensor]) -> list[ActTensor]:
+    """The tensors of one layer that Megatron's recompute module `module` rebuilds."""
+    pick = _MODULE_ROWS[module]
+    return [t for t in rows if t.recompute.droppable and pick(layer_kind, t)]
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """What one layer kind keeps and rebuilds under a policy (bytes per token at `seq_len`)."""
+
+    kind: str
+    kept: tuple[ActTensor, ...]
+    dropped: tuple[ActTensor, ...]
+    kept_bytes: float  # per token
+    dropped_bytes: float  # per token
+    recompute_flops: float  # per token, causal-halved attention
+    recompute_flops_noncausal: float
+    checkpoint_bytes: float = 0.0  # per token: the layer input a checkpoint holds (full / every-K)
+
+
+@dataclass(frozen=True)
+class RecomputePlan:
+    """A policy applied to a model: one LayerPlan per layer kind, segment length, and layer order."""
+
+    policy: RecomputePolicy
+    layers: dict[str, LayerPlan]
+    order: tuple[str, ...]  # layer kind of each layer index
+    segment: int  # layers per checkpointed segment (1 unless every-K)
+    tokens: int
+    seq_len: int
+
+    def kept_bytes(self, index: int) -> float:
+        """Bytes per token layer `index` keeps after its forward."""
+        plan = self.layers[self.order[index]]
+        if self.segment > 1:
+            return plan.checkpoint_bytes if index % self.segment == 0 else 0.0
+        return plan.kept_bytes + plan.checkpoint_bytes
+
+    def dropped_bytes(self, index: int) -> float:
+        return self.layers[self.order[index]].dropped_bytes
+
+    def forward_live(self) -> list[float]:
+        """Activation bytes (whole micro-batch) alive at the end of each layer's forward."""
+        out, kept = [], 0.0
+        for i in range(len(self.order)):
+            kept += self.kept_bytes(i)
+            out.append((kept + self.dropped_bytes(i)) * self.tokens)
+        return out
+
+    def backward_live(self) -> list[float]:
+        """Activation bytes alive while each layer's backward runs (index order; backward runs L-1 … 0)."""
+        out, kept, seg_dropped = [], 0.0, 0.0
+        for i in range(len(self.order)):
+            kept += self.kept_bytes(i)
+            seg_dropped = (0.0 if i % self.segment == 0 else seg_dropped) + self.dropped_bytes(i)
+            out.append((kept + seg_dropped) * self.tokens)
+        return out
+
+    def kept_after_forward(self) -> float:
+        return sum(self.kept_bytes(i) for i in range(len(self.order))) * self.tokens
+
+    def peak_activations(self) -> float:
+        return max(max(self.forward_live()), max(self.backward_live()))
+
+    def recompute_flops(self, causal: bool = True) -> float:
+        """FLOPs the policy adds to one step (whole micro-batch)."""
+        per_token = sum((p.recompute_flops if causal else p.recompute_flops_noncausal) * self.order.count(k)
+                        for k, p in self.layers.items())
+        return per_token * self.tokens
+
+    def for_rank(self, row_divisor: Callable[[ActTensor], float], input_divisor: float, work_divisor: float,
+                 order: tuple[str, ...] | None = None) -> RecomputePlan:
+        """The same policy on one rank of a layout: the same tensors kept and dropped (the choice is the
+        model's), each row's bytes divided by how the rank holds it (`row_divisor`: tp / sp / cp / etp
+        splits), the checkpointed layer input by `input_divisor`, recompute FLOPs by `work_divisor`, and the
+        layers of the rank's pipeline stage (`order`)."""
+        layers = {}
+        for kind, lp in self.layers.items():
+            kept = sum(t.bytes_at(self.seq_len) / row_divisor(t) for t in lp.kept)
+            dropped = sum(t.bytes_at(self.seq_len) / row_divisor(t) for t in lp.dropped)
+            layers[kind] = replace(lp, kept_bytes=kept, dropped_bytes=dropped,
+                                   recompute_flops=lp.recompute_flops / work_divisor,
+                                   recompute_flops_noncausal=lp.recompute_flops_noncausal / work_divisor,
+                                   checkpoint_bytes=lp.checkpoint_bytes / input_divisor)
+        order = self.order if order is None else order
+        return replace(self, layers={k: v for k, v in layers.items() if k in order or not order}, order=order)
+
+
+def op_flops(rows: tuple[ActTensor, ...] | list[ActTensor], seq_len: Any, causal: bool = True) -> Any:
+    """FLOPs per token to rebuild `rows`: each distinct producing op once."""
+    ops: dict[str, Any] = {}
+    for t in rows:
+        ops[t.op_id] = t.recompute.flops_per_token(seq_len, causal)
+    return sum(ops.values())
+
+
+def _plan(kind: str, rows: list[ActTensor], dropped: list[ActTensor], seq_len: int,
+          checkpoint: float = 0.0, rebuild: tuple[float, float] | None = None) -> LayerPlan:
+    names = {t.name for t in dropped}
+    kept = tuple(t for t in rows if t.name not in names)
+    flops = rebuild if rebuild is not None else (op_flops(dropped, seq_len), op_flops(dropped, seq_len, False))
+    return LayerPlan(kind, kept, tuple(dropped), sum(t.bytes_at(seq_len) for t in kept),
+                     sum(t.bytes_at(seq_len) for t in dropped), flops[0], flops[1], checkpoint)
+
+
+def make_plan(spec: ModelSpec, policy: RecomputePolicy, seq_len: int, micro_batch: int, activation_bytes: int,
+              convention: str = "ideal", drop: dict[str, tuple[str, ...]] | None = None,
+              attention: str = "sdpa") -> RecomputePlan:
+    """Apply `policy` to `spec`. `drop` ({layer kind: tensor names}) overrides the choice (budget solver)."""
+    order = layer_order(spec)
+    rows = {k: act.layer_rows(spec, k, activation_bytes, convention, attention) for k in act.layer_kinds(spec)}
+    tokens = seq_len * micro_batch
+    segment, layers = 1, {}
+    # A checkpoint keeps the layer input: the residual stream, in the parameter dtype (fp32 under amp).
+    input_bytes = spec.hidden_size * getattr(activation_bytes, "param", activation_bytes)
+    if policy.kind in ("full", "every"):
+        for k, r in rows.items():
+            # Rebuilding a layer reruns its whole forward: matmuls + attention core (matmul-only count; the
+            # seed's convention). The non-causal figure is FlopCounterMode's: under full recompute
+            # (transformers' non-reentrant per-layer checkpoint) the trailing down projection is not rerun.
+            per_tok = (fl.layer_forward_flops(spec, k, seq_len, 1, True) / seq_len,
+                       fl.layer_recompute_flops(spec, k, seq_len, 1, False, policy.kind == "full") / seq_len)
+            layers[k] = _plan(k, r, r, seq_len, input_bytes, per_tok)
+        if policy.kind == "every":
+            segment = policy.every or best_segment(spec, seq_len, micro_batch, activation_bytes, convention)
+            segment = min(segment, spec.n_layers)
+    elif policy.kind == "none" and drop is None:
+        layers = {k: _plan(k, r, [], seq_len) for k, r in rows.items()}
+    elif policy.kind == "selective" or drop is not None:
+        for k, r in rows.items():
+            if drop is not None:
+                chosen = [t for t in r if t.name in set(drop.get(k, ()))]
+            else:
+                chosen = [t for m in policy.modules for t in module_rows(m, k, r)]
+            layers[k] = _plan(k, r, list({t.name: t for t in chosen}.values()), seq_len)
+        if drop is None and not any(p.dropped for p in layers.values()):
+            raise StepbillError(f"recompute modules {', '.join(policy.modules)} match no tensor of {spec.name}")
+    else:  # budget: solved elsewhere, then planned with `drop`
+        solution = solve_for_spec(spec, policy.budget_bytes, seq_len, micro_batch, activation_bytes, convention,
+                                  attention)
+        return make_plan(spec, policy, seq_len, micro_batch, activation_bytes, convention, solution.drop, attention)
+    return RecomputePlan(policy, layers, order, segment, tokens, seq_len)
+
+
+def best_segment(spec: ModelSpec, seq_len: int, micro_batch: int, activation_bytes: int,
+                 convention: str = "ideal") -> int:
+    """The K of every-K with the lowest activation peak (scan 1…L); near √L when a layer's rows dwarf its
+    input, as the seed's L/k + k picture says (rc-sqrt-L-segments)."""
+    from stepbill.spec.recompute_policy import RecomputePolicy as P
+
+    best, best_peak = 1, math.inf
+    for k in range(1, spec.n_layers + 1):
+        peak = make_plan(spec, P("every", every=k), seq_len, micro_batch, activation_bytes, convention)
+        value = peak.peak_activations()
+        if value < best_peak:
+            best, best_peak = k, value
+    return best
+
+
+def sqrt_l_optimum(n_layers: float) -> tuple[float, float]:
+    """The seed's closed form: keeping L/k segment inputs + k layers (all in layer units) is minimal at
+    k = √L, where it is 2√L (rc-sqrt-L-segments: L = 61 → k ≈ 7.81, 15.62 units)."""
+    k = math.sqrt(n_layers)
+    return k, n_layers / k + k

@@ -1,0 +1,601 @@
+"""The JSON every command prints, declared once: pydantic models → JSON Schema (`stepbill schema [COMMAND]`),
+docs/json.md's key tables (scripts/refresh_docs.py) and the tests that validate every `--json` output.
+
+Conventions held by every schema: bytes, parameter counts and FLOPs the bill rounds are JSON integers; no NaN or
+Infinity anywhere (`allow_inf_nan=False`); no undeclared key (`extra="forbid"`) except where a map's keys are data
+(timeline items, per-kind layer counts, a line's inputs). To add a key to a command's JSON, add a field here with a
+description: the docs table and the tests follow.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, RootModel, model_validator
+
+Number = int | float  # a finite JSON number (float fields refuse NaN and Infinity)
+JsonScalar = str | int | float | bool | None
+
+
+def _no_default(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)
+
+
+def Absent(description: str) -> Any:
+    """A key the output leaves out when it does not apply (never null): optional, no default in the schema."""
+    return Field(None, description=description, json_schema_extra=_no_default)
+
+
+class Strict(BaseModel):
+    """Base of every schema: strict types, finite numbers, no undeclared keys."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+
+
+# --------------------------------------------------------------------------------------------------- the bill
+
+
+class LineJson(Strict):
+    """One line of the bill: a number with its unit, formula, inputs and provenance."""
+
+    name: str = Field(description="the line's name, e.g. `memory.peak`, `weights`, `optimizer.m`")
+    value: Number = Field(description="the number in `unit` (an integer when whole bytes, params, FLOPs or cards)")
+    unit: str = Field(description="bytes, FLOPs, params, B/param, s, cards, numbers/token, 1 (a ratio), ...")
+    formula: str = Field(description="the formula as a template over `inputs`")
+    explain: str = Field(description="the formula with its inputs filled in")
+    inputs: dict[str, Any] = Field(description="the named inputs of the formula")
+    provenance: str = Field(description="`derived` or `cited: <source>`")
+    bytes: Number = Absent("= `value`, only when the unit is bytes")
+    convention: str = Absent("the accounting convention the number follows, when it has one")
+
+
+class Units(Strict):
+    memory: Literal["bytes"] = Field(description="every memory number is in bytes")
+    params: Literal["count"] = Field(description="parameter numbers are counts")
+    text_output: str = Field(description="the units the terminal output uses (binary: GiB = 2^30 B)")
+
+
+class ComponentParams(Strict):
+    total: int = Field(description="parameters of this component (tied embeddings once)")
+    active: int = Field(description="parameters of this component one token uses")
+
+
+class ModelPart(Strict):
+    name: str = Field(description="the model's name (preset, file or Hub repo name)")
+    family: str = Field(description="the architecture family, e.g. llama, gpt2, deepseek_v3")
+    params_total: int = Field(description="unique parameters (tied embeddings once); equals `transformers`' count")
+    params_active: int = Field(description="parameters one token uses (MoE: only its `top_k` routed experts)")
+    params_trainable: int = Field(description="what the optimizer updates (LoRA: adapters only)")
+    params_by_component: dict[str, ComponentParams] = Field(
+        description="per component (embedding, attention, ffn, experts, shared_experts, router, norms, lm_head)")
+    spec: dict[str, Any] = Field(description="the ModelSpec, readable back with `ModelSpec.from_dict`")
+
+
+class BytesPerParam(Strict):
+    weights: Number = Field(description="bytes per weight")
+    grads: Number = Field(description="bytes per gradient")
+    master: Number = Field(description="bytes per fp32 master weight (0 without a master copy)")
+    optimizer_state: Number = Field(description="bytes per element of each optimizer state")
+    activation: Number = Field(description="bytes per kept activation element")
+
+
+class LoraPart(Strict):
+    rank: int = Field(description="LoRA rank r")
+    targets: list[str] = Field(description="the adapted matrices, e.g. q_proj, v_proj")
+
+
+class RecipePart(Strict):
+    precision: str = Field(description="the precision recipe, e.g. mixed-bf16, fp32, pure-bf16")
+    bytes_per_param: BytesPerParam = Field(description="bytes per item under that recipe")
+    optimizer: str = Field(description="adamw, adam, sgd, sgd-momentum, lion, adafactor or muon")
+    micro_batch: int = Field(description="sequences per micro-batch")
+    seq_len: int = Field(description="tokens per sequence")
+    tokens: int = Field(description="micro_batch × seq_len")
+    recompute: str = Field(description="the activation recompute policy, as given")
+    lora: LoraPart | None = Field(description="the LoRA adapters, or null for full fine-tuning / pre-training")
+
+
+class MemoryPart(Strict):
+    weights: int = Field(description="weights, frozen base included (bytes)")
+    grads: int = Field(description="gradients of trainable parameters (bytes)")
+    optimizer: int = Field(
+        description='fp32 master copy + every optimizer state ("optimizer" side of the 2 + 2 | 12 split)')
+    model: int = Field(description='weights + grads ("model" side)')
+    resident: int = Field(description="model + optimizer: what lives through the whole step")
+    activations: int = Field(description="tensors kept for backward over the micro-batch (full recompute: layer "
+                             "inputs + one layer's working set; eager convention: MemTracker's ACT at the forward "
+                             "peak)")
+    peak: int = Field(description="the largest total of live bytes over the step's timeline; `items[]` is the "
+                      "breakdown at that moment")
+    peak_forward: int = Field(description="largest total within the forward")
+    peak_backward: int = Field(description="largest total within the backward")
+    peak_phase: str = Field(description="when the peak happens: forward, backward or optimizer")
+    peak_moment: str = Field(description="the moment of the timeline that holds the peak")
+    peak_dominant: str = Field(description="the item that dominates at the peak")
+    advice: str = Field(description="the seed's advice for that dominant item")
+    activation_items: list[LineJson] = Field(description="the activation lines at the forward peak")
+    items: list[LineJson] = Field(description="every resident and activation item at the peak (eager convention "
+                                  "adds inputs, temporaries, autocast_cache, optimizer.step_counters); their bytes "
+                                  "sum to `peak`")
+
+
+class FlopsPart(Strict):
+    step: int = Field(description="forward 1× + backward 2× + recompute, causal-halved attention (FLOPs)")
+    step_noncausal: int = Field(description="the same with full-square attention (what FlopCounterMode counts)")
+    forward: int = Field(description="one forward, causal-halved attention")
+    forward_noncausal: int = Field(description="one forward, full-square attention")
+    attention: int = Field(description="the attention score and value matmuls of one forward")
+    lm_head: int = Field(description="the LM head matmul of one forward")
+    recompute: int = Field(description="forward FLOPs recomputed in the backward")
+    six_nd: int = Field(description="6 · N_active · D (Kaplan et al.)")
+    attention_share: float = Field(description="attention's share of the forward (what 6ND misses)")
+    step_over_6nd: float = Field(description="step / six_nd")
+    convention: str = Field(description="how FLOPs are counted (2 per multiply-add, matmuls only)")
+
+
+class Moment(BaseModel):
+    """One moment of the step: its phase, label, total and the bytes of every item alive (keys are item names)."""
+
+    model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)
+    __pydantic_extra__: dict[str, Number] = Field(init=False)  # the items: name → bytes
+
+    phase: str = Field(description="forward, backward or optimizer")
+    moment: str = Field(description="the moment's label, e.g. `backward, layer 11 (dense)`")
+    total: Number = Field(description="bytes alive at that moment; the other keys are its items (bytes)")
+
+
+class LayerRow(Strict):
+    name: str = Field(description="the kept tensor")
+    width_per_token: Number = Field(description="numbers kept per token")
+    dtype_bytes: Number = Field(description="bytes per number")
+    bytes_per_token: Number = Field(description="width_per_token × dtype_bytes")
+    saved_for: str = Field(description="the backward op that needs it")
+    recompute: str = Field(description="how it is recomputed when dropped (linear, elementwise, input, ...)")
+
+
+class ActivationsPart(Strict):
+    convention_note: str = Field(description="the convention the activation numbers follow")
+    layer_rows: dict[str, list[LayerRow]] = Field(description="per layer kind (dense, moe): every kept tensor")
+
+
+class CheckpointPart(Strict):
+    bytes: int = Field(description="what a resumable checkpoint holds (bytes)")
+    items: list[LineJson] = Field(description="master weights, each optimizer state, step, RNG, data position")
+
+
+class CardsPart(Strict):
+    resident: int = Field(description="cards needed for the resident bytes, ceil(bytes / card bytes)")
+    peak: int = Field(description="cards needed for the peak")
+
+
+class ParallelPart(Strict):
+    dp: int = Field(description="data-parallel degree")
+    tp: int = Field(description="tensor-parallel degree")
+    pp: int = Field(description="pipeline stages")
+    cp: int = Field(description="context-parallel degree")
+    ep: int = Field(description="expert-parallel degree")
+    etp: int | None = Field(description="expert tensor-parallel degree (null: 1)")
+    sp: bool = Field(description="sequence parallel")
+    zero: int = Field(description="ZeRO stage 0-3 (3 = FSDP full shard)")
+    shard_group: int | None = Field(description="hybrid sharding group size, or null")
+    micro_batches: int = Field(description="micro-batches per step per pipeline")
+    pp_schedule: str = Field(description="gpipe, 1f1b or interleaved")
+    vpp: int = Field(description="model chunks per stage (interleaved)")
+    offload_optimizer: bool = Field(description="master + states in CPU memory")
+    offload_activations: bool = Field(description="kept activations in CPU memory")
+    pp_layers: list[int] | None = Field(description="transformer layers per pipeline stage as given, or null")
+    world: int = Field(description="GPUs: dp · tp · pp · cp")
+    edp: int = Field(description="expert data-parallel degree")
+    note: str = Field(description="how dp was derived from `--gpus` when `--dp` was not given, else empty")
+
+
+class RankMemory(Strict):
+    weights: int = Field(description="this rank's weights (bytes)")
+    grads: int = Field(description="this rank's gradients")
+    optimizer: int = Field(description="this rank's master copy + optimizer states")
+    model: int = Field(description="weights + grads")
+    resident: int = Field(description="model + optimizer")
+    activations: int = Field(description="activations kept on this rank")
+    transient: int = Field(description="gathered / reduce-scattered buffers alive at the peak")
+    peak: int = Field(description="this rank's peak")
+    peak_forward: int = Field(description="this rank's peak within the forward")
+    peak_backward: int = Field(description="this rank's peak within the backward")
+
+
+class RankFit(Strict):
+    usable_bytes: int = Field(description="the card's usable bytes")
+    reserve_bytes: int = Field(description="bytes kept back (CUDA context, NCCL, fragmentation)")
+    peak_bytes: int = Field(description="the judged peak of this class (eager convention)")
+    headroom_bytes: int = Field(description="usable − reserve − peak (negative: does not fit)")
+    fits: bool = Field(description="whether headroom ≥ 0")
+    convention: str = Field(description="the convention the peak is judged on")
+    judged_class: str = Field(description="the rank class judged")
+
+
+class RankEntry(Strict):
+    """One rank class of the per-GPU bill. The one place to declare a new key of `ranks[]`."""
+
+    class_: str = Field(alias="class", description="the class's label, e.g. `all ranks`, `pp stage 0`")
+    pp_stages: list[int] = Field(description="the pipeline stages in this class")
+    ranks: int = Field(description="GPUs in the class")
+    layers: dict[str, int] = Field(description="layers per kind on one of its ranks")
+    micro_batches_in_flight: Number = Field(description="micro-batches whose activations are alive at once")
+    model: Literal["measured-exact", "approximate", "ideal"] = Field(
+        description="which per-rank model produced the numbers: rules measured against PyTorch (measured-exact), "
+        "the approximate per-stage model, or the seed's ideal accounting")
+    notes: list[str] = Field(description="what the per-rank model does not cover for this class")
+    memory: RankMemory = Field(description="bytes per GPU")
+    cpu: dict[str, int] = Field(description="offloaded bytes per item (CPU memory)")
+    items: list[LineJson] = Field(description="every resident, activation and transient line with its formula")
+    fit: RankFit = Absent("with a card (`--gpu` or `--gpu-mem`): this class's fit verdict")
+    fits: bool = Absent("with a card: = `fit.fits`")
+
+
+class CollectiveJson(Strict):
+    name: str = Field(description="the collective, e.g. `dense.zero_reduce_scatter`")
+    axis: str = Field(description="the parallel axis it runs over (dp, zero, tp, pp, cp, ep)")
+    op: str = Field(description="all-reduce, all-gather, reduce-scatter, all-to-all, send/recv")
+    group: int = Field(description="ranks in its group")
+    scope: str = Field(description="intra-node or inter-node")
+    link: str = Field(description="the link it uses: nvlink, pcie, infiniband")
+    calls: int = Field(description="calls per step")
+    bytes: int = Field(description="bytes per rank per step over that link")
+    seconds: float | None = Field(description="seconds per step; null without a GPU or when the link is absent")
+    overlap: str = Field(description="whether it hides behind compute: yes, no, partly")
+    formula: str = Field(description="the formula as a template")
+    explain: str = Field(description="the formula with its inputs filled in")
+
+
+class CommPart(Strict):
+    per: str = Field(description="what the numbers are per")
+    collectives: list[CollectiveJson] = Field(description="every collective of one rank in one step")
+    total_bytes: int = Field(description="sum of the collectives' bytes")
+
+
+class TimeLineJson(Strict):
+    value: Number = Field(description="the number in `unit`")
+    unit: str = Field(description="s, FLOPs, bytes, 1 (a ratio) or tokens/s")
+    explain: str = Field(description="the formula with its inputs filled in")
+    provenance: str = Field(description="`derived` or `cited: <source>`")
+
+
+_TIME = {
+    "model_flops": "FLOPs of the step over all GPUs (6ND + attention)",
+    "rank_flops": "FLOPs one GPU computes",
+    "compute": "seconds of matmul at the assumed efficiency",
+    "hbm_traffic": "bytes one GPU moves through HBM",
+    "memory": "seconds of that traffic at HBM bandwidth",
+    "roofline": "max(compute, memory)",
+    "bubble": "pipeline bubble share",
+    "pipeline": "roofline / (1 − bubble)",
+    "comm_exposed": "seconds of collectives that cannot hide behind compute",
+    "comm_hideable": "seconds of collectives that overlap compute",
+    "comm_spill": "hideable seconds compute cannot cover",
+    "step": "seconds per step: pipeline + exposed + spill",
+    "mfu": "model FLOPs utilisation",
+    "hfu": "hardware FLOPs utilisation (recomputed forwards counted)",
+    "tokens_per_s": "tokens per second over the whole job",
+}
+TimePart = type("TimePart", (Strict,), {
+    "__annotations__": dict.fromkeys(_TIME, TimeLineJson),
+    **{key: Field(description=text) for key, text in _TIME.items()},
+    "__doc__": "The step time with a GPU: every time line by name.",
+    "__module__": __name__,
+})
+
+
+class GpuPart(Strict):
+    name: str = Field(description="the catalog name, e.g. h100-sxm")
+    display: str = Field(description="the product name")
+    memory_bytes: int = Field(description="memory per GPU (bytes)")
+    memory_note: str = Field(description="how the memory figure is stated by the vendor")
+    usable_bytes: int = Field(description="what the driver reports as usable (bytes)")
+    usable_source: str = Field(description="where the usable figure comes from")
+
+
+class FitRank(Strict):
+    class_: str = Field(alias="class", description="the rank class")
+    ranks: int = Field(description="GPUs in the class")
+    peak_bytes: int = Field(description="its judged peak (bytes)")
+    headroom_bytes: int = Field(description="usable − reserve − peak")
+    fits: bool = Field(description="whether headroom ≥ 0")
+
+
+class FitPart(Strict):
+    fits: bool = Field(description="whether every rank class fits")
+    convention: str = Field(description="the convention the peaks are judged on (eager)")
+    convention_note: str = Field(description="why that convention, and the peak it gives")
+    usable_bytes: int = Field(description="the card's usable bytes")
+    usable_source: str = Field(description="where the usable figure comes from")
+    reserve_bytes: int = Field(description="bytes kept back per GPU")
+    reserve_items: list[LineJson] = Field(description="the reserve's items (CUDA context, NCCL, fragmentation)")
+    reserve_given: bool = Field(description="whether `--reserve` set it")
+    budget_bytes: int = Field(description="usable − reserve")
+    worst: str = Field(description="the class with the least headroom")
+    headroom_bytes: int = Field(description="its headroom (bytes)")
+    ranks: list[FitRank] = Field(description="every judged rank class")
+    advice: str = Field(description="the per-GPU hint")
+    lines: dict[str, LineJson] = Field(description="the verdict's lines with formulas")
+
+
+class BillJson(Strict):
+    """`stepbill bill --json` (and `stepbill.bill(...).to_json()`)."""
+
+    schema_: Literal["stepbill.bill/1"] = Field(alias="schema", description="this schema's name and version")
+    units: Units = Field(description="the units of the numbers")
+    convention: Literal["ideal", "eager", "megatron"] = Field(
+        description="activation accounting: `ideal` (the seed's: every kept tensor once, fused attention, no "
+        "logits), `eager` (what eager PyTorch keeps; what `check` measures) or `megatron` (Korthikanti et al. "
+        "2022 Table 2: sbh(34 + 5as/h) per layer)")
+    attention: Literal["sdpa", "eager"] = Field(
+        description="`sdpa` (fused, no S² scores) or `eager` (S² probabilities stored)")
+    model: ModelPart = Field(description="the model and its parameters")
+    recipe: RecipePart = Field(description="precision, optimizer, batch, sequence, recompute, LoRA")
+    memory: MemoryPart = Field(description="the memory of one step on one replica (bytes)")
+    flops: FlopsPart = Field(description="FLOPs of one step (2 per multiply-add, matmuls only)")
+    timeline: list[Moment] = Field(description="every moment of the step with the bytes of each item")
+    activations: ActivationsPart = Field(description="what each layer keeps for the backward")
+    checkpoint: CheckpointPart = Field(description="what a resumable checkpoint holds")
+    lines: dict[str, LineJson] = Field(description="every named line of the bill, by name")
+    cards: CardsPart = Absent("with `--gpu-mem` or `--gpu` only: cards needed")
+    parallel: ParallelPart = Field(description="the layout (see docs/parallel.md)")
+    ranks: list[RankEntry] = Field(description="the per-GPU bill, one entry per rank class")
+    worst_rank: str = Field(description="the `class` with the highest peak")
+    comm: CommPart = Field(description="the step's collectives, per rank")
+    time: TimePart | None = Field(description="with `--gpu`: the step time, each line with value, unit, explain "  # type: ignore[valid-type]
+                                  "and provenance; null without")
+    gpu: GpuPart | None = Field(description="the catalog GPU, or null")
+    fit: FitPart | None = Field(description="with a card (`--gpu` or `--gpu-mem`): the fit verdict, usable − reserve − "
+                                "the eager peak per rank class; null without")
+    seed_notes: list[str] = Absent("on seed 000's worked examples only (`stepbill lab seed-checks`): where the seed "
+                                   "prints another number, both numbers and the reason")
+    dropout_option: float = Absent("with `--dropout 0` only: every dropout probability set to 0")
+    unmodelled: list[str] = Field(description="configured fields the bill does not model yet, one line each "
+                                  "(the field, its value, what the bill assumes)")
+
+
+# ---------------------------------------------------------------------------------------------- recompute
+
+
+class RecomputeUnits(Strict):
+    memory: Literal["bytes"] = Field(description="memory numbers are bytes")
+    flops: str = Field(description="how FLOPs are counted")
+    tflop_per_gib: str = Field(description="the ranking's unit")
+
+
+class RecomputeRow(Strict):
+    label: str = Field(description="the recompute unit (one or more tensors dropped together)")
+    tensors: list[str] = Field(description="the kept tensors it drops")
+    bytes: int = Field(description="bytes it saves per layer")
+    flops: int = Field(description="FLOPs it costs to recompute per layer")
+    flops_per_byte: float = Field(description="flops / bytes")
+    tflop_per_gib: float = Field(description="the same in TFLOP per GiB")
+    input_width: int = Field(description="the width of the input it is recomputed from (0: elementwise)")
+    cumulative_bytes: int = Field(description="bytes saved by this row and every cheaper one")
+    cumulative_flops: int = Field(description="FLOPs spent by this row and every cheaper one")
+    below_cut: bool = Field(description="whether it is cheaper than the threshold (dropped by the cut)")
+
+
+class RecomputeCut(Strict):
+    bytes: int = Field(description="bytes the cut saves per layer")
+    flops: int = Field(description="FLOPs the cut costs per layer")
+    selective_cost_of_step: float = Field(description="the cut's FLOPs over the layer's step FLOPs")
+    selective_saving_excl_input: float = Field(description="the cut's saving over the layer's activations "
+                                               "without the kept input")
+    selective_saving_of_total: float = Field(description="the cut's saving over all the layer's activations")
+    full_cost_of_step: float = Field(description="full recompute's FLOPs over the layer's step FLOPs")
+    full_saving_of_total: float = Field(description="full recompute's saving over the layer's activations")
+
+
+class Crossover(Strict):
+    input_width: int = Field(description="a linear row's input width k")
+    seq_len: float = Field(description="the sequence length S* = k / slope where attention overtakes it")
+
+
+class BudgetSolution(Strict):
+    flops: int = Field(description="recompute FLOPs per step")
+    peak_bytes: int = Field(description="the activation peak under the budget")
+    drop: dict[str, list[str]] = Field(description="per layer kind: the tensors dropped")
+
+
+class RecomputeJson(Strict):
+    """`stepbill recompute --json`."""
+
+    schema_: Literal["stepbill.recompute/1"] = Field(alias="schema", description="this schema's name and version")
+    units: RecomputeUnits = Field(description="the units of the numbers")
+    layer_kind: str = Field(description="the layer ranked: dense or moe")
+    rows: list[RecomputeRow] = Field(description="every recompute unit, cheapest FLOPs per byte first")
+    threshold_tflop_per_gib: float = Field(description="the cut")
+    cut: RecomputeCut = Field(description="what the cut saves and costs")
+    layer_bytes: int = Field(description="the layer's kept activations (bytes)")
+    layer_input_bytes: int = Field(description="the layer's input (bytes)")
+    layer_step_flops: int = Field(description="the layer's step FLOPs (3 × forward, causal)")
+    attention_slope: float = Field(description="attention output's FLOPs per byte per token of sequence")
+    crossovers: list[Crossover] = Field(description="where attention overtakes each linear row")
+    budget: dict[str, BudgetSolution] = Absent("with `--budget`: the exact MILP and the greedy solution, by method")
+
+
+# ------------------------------------------------------------------------------------------------- models
+
+
+class ModelRow(Strict):
+    name: str = Field(description="the preset's name (a MODEL argument)")
+    family: str = Field(description="the architecture family")
+    params_total: int = Field(description="unique parameters")
+    params_active: int = Field(description="parameters one token uses")
+    layers: int = Field(description="transformer layers")
+    hidden: int = Field(description="hidden size")
+    attention: str = Field(description="attention kind: mha, gqa, mqa or mla")
+    moe: bool = Field(description="whether it has mixture-of-experts layers")
+
+
+class ModelsJson(RootModel[list[ModelRow]]):
+    """`stepbill models --json`: one entry per built-in preset."""
+
+
+# -------------------------------------------------------------------------------------------------- check
+
+
+class CheckRowJson(Strict):
+    category: str = Field(description="what is compared, e.g. `peak of the step`")
+    unit: Literal["bytes", "FLOPs"] = Field(description="bytes or FLOPs")
+    line: str = Field(description="the bill line that predicts it")
+    predicted: Number | None = Field(description="the bill's number; null when not predicted")
+    measured: Number = Field(description="PyTorch's number (MemTracker, FlopCounterMode)")
+    error: float | None = Field(description="(predicted − measured) / measured; null when not predicted or the "
+                                "measurement is 0")
+    verdict: str = Field(description="ok (within 3 %), off, or not predicted")
+
+
+class Measured(Strict):
+    peak_phase: str = Field(description="the phase of the measured peak")
+    breakdown_at_peak: dict[str, int] = Field(description="MemTracker's categories at the peak (bytes)")
+
+
+class CheckJson(Strict):
+    """`stepbill check --json` (one process)."""
+
+    model: str = Field(description="the model's name")
+    mode: Literal["real", "fake"] = Field(description="real tensors or fake tensors")
+    convention: str = Field(description="the bill's convention (eager)")
+    settings: dict[str, JsonScalar] = Field(description="what was measured: recipe, sizes, attention, ...")
+    rows: list[CheckRowJson] = Field(description="one row per category")
+    measured: Measured = Field(description="the measured peak")
+    predicted_flops_causal: Number = Field(description="the bill's causal-halved step FLOPs")
+    verdict: str = Field(description="how many categories are within 3 %")
+    recipe: str = Field(description="the recipe measured (under ZeRO-2/3: fsdp-mixed-bf16, FSDP2's mixed precision)")
+    mixed_precision: dict[str, str] | None = Field(description="under ZeRO-2/3: FSDP2's mixed-precision setup "
+                                                   "(sharded params, grads, states, compute, reduce dtypes); null "
+                                                   "otherwise")
+    dropout_option: float | None = Field(description="`--dropout` (0: no dropout in bill and model), or null")
+    unmodelled: list[str] = Field(description="configured fields the bill does not model yet, one line each")
+
+
+class ShardedRow(Strict):
+    category: str = Field(description="what is compared on this rank")
+    predicted: Number | None = Field(description="the bill's bytes")
+    measured: Number = Field(description="PyTorch's bytes")
+    error: float | None = Field(description="(predicted − measured) / measured")
+    verdict: str = Field(description="ok, off or not predicted")
+
+
+class ShardedRank(Strict):
+    rank: int = Field(description="the rank measured")
+    mode: Literal["real", "fake"] = Field(description="real tensors or fake tensors")
+    convention: str = Field(description="the prediction's convention")
+    rows: list[ShardedRow] = Field(description="one row per category")
+    measured_breakdown_at_peak: dict[str, int] = Field(description="FSDPMemTracker's categories at the peak")
+    predicted_transient: dict[str, int] = Field(description="the predicted gather / scatter buffers (bytes)")
+    verdict: str = Field(description="how many categories are within 3 %")
+
+
+class CheckShardedJson(Strict):
+    """`stepbill check --dp N --zero Z --json`: one rank of N."""
+
+    model: str = Field(description="the model's name")
+    dp: int = Field(description="data-parallel ranks")
+    zero: int = Field(description="ZeRO stage")
+    ranks: list[ShardedRank] = Field(description="one entry per rank measured")
+    recipe: str = Field(description="the recipe measured (under ZeRO-2/3: fsdp-mixed-bf16, FSDP2's mixed precision)")
+    mixed_precision: dict[str, str] | None = Field(description="under ZeRO-2/3: FSDP2's mixed-precision setup "
+                                                   "(sharded params, grads, states, compute, reduce dtypes); null "
+                                                   "otherwise")
+    dropout_option: float | None = Field(description="`--dropout` (0: no dropout in bill and model), or null")
+    unmodelled: list[str] = Field(description="configured fields the bill does not model yet, one line each")
+
+
+class LaunchedRow(Strict):
+    category: str = Field(description="what is compared on this rank")
+    line: str = Field(description="what predicts it (rank.*, ddp.buckets, cuda.reserved)")
+    predicted: Number | None = Field(description="the bill's bytes; null when not predicted (the CUDA reserve)")
+    measured: Number = Field(description="PyTorch's bytes")
+    error: float | None = Field(description="(predicted − measured) / measured")
+    verdict: str = Field(description="ok, off or not predicted")
+
+
+class LaunchedRank(Strict):
+    rank: int = Field(description="the rank")
+    convention: str = Field(description="the prediction's convention")
+    rows: list[LaunchedRow] = Field(description="one row per category")
+    measured_breakdown_at_peak: dict[str, int] = Field(description="the tracker's categories at the peak (bytes)")
+    measured_extra: dict[str, int] = Field(description="ddp_buckets (DDP's gradient buckets), reserved_peak (CUDA)")
+    verdict: str = Field(description="how many categories are within 3 %")
+
+
+class CheckLaunchedJson(Strict):
+    """`stepbill check --json` under torchrun (or `--launch N`): every rank of a real run."""
+
+    model: str = Field(description="the model's name")
+    launched: Literal[True] = Field(description="measured on real ranks")
+    backend: Literal["gloo", "nccl"] = Field(description="the process group's backend")
+    device: Literal["cpu", "cuda"] = Field(description="where the ranks ran")
+    dp: int = Field(description="data-parallel ranks (torchrun's WORLD_SIZE)")
+    zero: int = Field(description="ZeRO stage (0: DDP)")
+    stage: str = Field(description="DDP, ZeRO-1 (ZeroRedundancyOptimizer), ZeRO-2/3 (FSDP2)")
+    recipe: str = Field(description="the recipe measured (under ZeRO-2/3: fsdp-mixed-bf16, FSDP2's mixed precision)")
+    mixed_precision: dict[str, str] | None = Field(description="under ZeRO-2/3: FSDP2's mixed-precision setup "
+                                                   "(sharded params, grads, states, compute, reduce dtypes); null "
+                                                   "otherwise")
+    dropout_option: float | None = Field(description="`--dropout` (0: no dropout in bill and model), or null")
+    unmodelled: list[str] = Field(description="configured fields the bill does not model yet, one line each")
+    measured_by: str = Field(description="MemTracker, FSDPMemTracker or torch.cuda max_memory_allocated")
+    notes: list[str] = Field(description="what the comparison knows it misses (e.g. gloo's reduce-scatter copy)")
+    ranks: list[LaunchedRank] = Field(description="every rank, rank 0 first")
+
+
+class CheckAnyJson(RootModel[CheckJson | CheckShardedJson | CheckLaunchedJson]):
+    """`stepbill check --json`: one process, one rank of N with `--dp`, or every rank of a launched run."""
+
+
+# ---------------------------------------------------------------------------------------------------- lab
+
+
+class LabTable(Strict):
+    title: str = Field(description="the table's title")
+    columns: list[str] = Field(description="column headers")
+    rows: list[list[JsonScalar]] = Field(description="rows of cells, as many as columns")
+
+    @model_validator(mode="after")
+    def _rows_match_columns(self) -> LabTable:
+        for row in self.rows:
+            if len(row) != len(self.columns):
+                raise ValueError(f"a row of {self.title!r} has {len(row)} cells for {len(self.columns)} columns")
+        return self
+
+
+LAB_TOPICS = ("adam", "decay", "warmup", "schedule", "clip", "formats", "collectives")
+
+
+class LabJson(Strict):
+    """`stepbill lab TOPIC --json`: the settings, the key values and the tables of one topic."""
+
+    topic: Literal[LAB_TOPICS] = Field(description="the topic")  # type: ignore[valid-type]
+    settings: dict[str, Any] = Field(description="the options the topic ran with")
+    values: dict[str, Any] = Field(description="the topic's key numbers, by name")
+    tables: list[LabTable] = Field(description="what the terminal prints")
+
+
+# ----------------------------------------------------------------------------------------------- registry
+
+SCHEMAS: dict[str, type[BaseModel]] = {
+    "bill": BillJson,
+    "recompute": RecomputeJson,
+    "models": ModelsJson,
+    "check": CheckAnyJson,
+    "lab": LabJson,
+}
+
+
+def json_schema(command: str) -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of `stepbill COMMAND --json`."""
+    from stepbill.errors import unknown_name
+
+    if command not in SCHEMAS:
+        raise unknown_name("command with JSON output", command, SCHEMAS)
+    schema = SCHEMAS[command].model_json_schema(by_alias=True, mode="serialization")
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": f"urn:stepbill:{command}", **schema}
+
+
+def validate(command: str, data: Any) -> BaseModel:
+    """Validate a command's JSON output (as parsed) against its schema; raises pydantic.ValidationError."""
+    return SCHEMAS[command].model_validate(data)

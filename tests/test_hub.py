@@ -1,0 +1,114 @@
+"""Hub ids as MODEL (`stepbill bill Qwen/Qwen2.5-7B`): from a local Hugging Face cache fixture, never the network."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+
+NEEDS_HUB = "Hub ids need the hub extra: pip install 'stepbill[hub]'"
+QWEN_CONFIG = Path(__file__).resolve().parent.parent / "examples" / "configs" / "qwen2.5-7b" / "config.json"
+COMMIT = "a09a35458c702b33eeacc393d103063234e8bc28"
+
+
+@pytest.fixture
+def hf_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty Hugging Face cache in tmp_path, offline mode on (env and huggingface_hub's constants, which it
+    read at import time)."""
+    constants = pytest.importorskip("huggingface_hub.constants", reason=NEEDS_HUB)
+
+    cache = tmp_path / "hub"
+    cache.mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    return cache
+
+
+def warm(cache: Path, repo_id: str, config_text: str) -> None:
+    """What a previous `hf_hub_download(repo_id, "config.json")` leaves in the cache."""
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(COMMIT)
+    (repo / "snapshots" / COMMIT).mkdir(parents=True)
+    (repo / "snapshots" / COMMIT / "config.json").write_text(config_text)
+
+
+def test_bill_of_a_hub_id_from_a_warm_cache(hf_cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    warm(hf_cache, "Qwen/Qwen2.5-7B", QWEN_CONFIG.read_text())
+    code, out, err = run_cli(["bill", "Qwen/Qwen2.5-7B", "--json"], capsys)
+    assert code == 0, err
+    from stepbill.spec.presets import load_model
+
+    data = json.loads(out)
+    assert data["model"]["name"] == "Qwen2.5-7B"
+    assert data["model"]["params_total"] == 7_615_616_512  # transformers' count for Qwen2.5-7B
+    local = load_model(str(QWEN_CONFIG)).to_dict()
+    assert {**data["model"]["spec"], "name": local["name"]} == local  # the same spec as the local config.json
+
+
+def test_api_reads_hub_ids_too(hf_cache: Path) -> None:
+    import stepbill
+
+    warm(hf_cache, "Qwen/Qwen2.5-7B", QWEN_CONFIG.read_text())
+    assert stepbill.load_model("Qwen/Qwen2.5-7B").hidden_size == 3584
+
+
+def test_offline_with_a_cold_cache_is_one_line(hf_cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(["bill", "Qwen/Qwen2.5-7B"], capsys)
+    assert code == 2 and not out
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "not in the Hugging Face cache" in err and "HF_HUB_OFFLINE is set" in err
+
+
+def test_a_config_without_model_type_is_refused(hf_cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    warm(hf_cache, "someone/not-a-model", json.dumps({"hello": 1}))
+    code, _, err = run_cli(["bill", "someone/not-a-model"], capsys)
+    assert code == 2 and "has no model_type" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(("error", "needle"), [
+    ("GatedRepoError", "is gated: accept its terms on huggingface.co, then set HF_TOKEN"),
+    ("RepositoryNotFoundError", "no such repository on the Hub, or it is private"),
+    ("RemoteEntryNotFoundError", "the repository has no config.json"),
+])
+def test_hub_refusals_are_one_line(error: str, needle: str, monkeypatch: pytest.MonkeyPatch,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    huggingface_hub = pytest.importorskip("huggingface_hub", reason=NEEDS_HUB)
+    import huggingface_hub.utils as hub_utils
+    from huggingface_hub import errors
+
+    exc_type = getattr(errors, error, None) or getattr(hub_utils, error.removeprefix("Remote"))
+    response = type("Response", (), {"status_code": 404, "headers": {}, "request": None, "url": ""})()
+
+    def refuse(*args: object, **kwargs: object) -> str:
+        raise exc_type("refused\nwith a second line", response=response)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", refuse)
+    code, out, err = run_cli(["bill", "meta-llama/Llama-3.1-8B"], capsys)
+    assert code == 2 and not out
+    assert needle in err and err.count("\n") == 1
+
+
+def test_missing_huggingface_hub_names_the_extra(monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)
+    code, _, err = run_cli(["bill", "Qwen/Qwen2.5-7B"], capsys)
+    assert code == 2 and "pip install 'stepbill[hub]'" in err and err.count("\n") == 1
+
+
+def test_local_paths_and_presets_win_over_hub_ids(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from stepbill.spec.hub import looks_like_hub_id
+    from stepbill.spec.presets import load_model
+
+    (tmp_path / "org" / "name").mkdir(parents=True)
+    (tmp_path / "org" / "name" / "config.json").write_text(QWEN_CONFIG.read_text())
+    monkeypatch.chdir(tmp_path)
+    assert load_model("org/name").name == "name"  # a local folder, not the Hub
+    assert looks_like_hub_id("Qwen/Qwen2.5-7B") and looks_like_hub_id("meta-llama/Llama-3.1-8B")
+    assert not looks_like_hub_id("llama3-8b") and not looks_like_hub_id("a/b/c") and not looks_like_hub_id("a/b.json")
