@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -95,6 +96,7 @@ def test_memory_is_monotone_in_tokens(spec: ModelSpec, recipe: dict, more_seq: i
     assert longer["memory.resident"].value == small["memory.resident"].value
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(specs(), recipes, st.integers(1, 64), st.sampled_from([("q_proj",), ("q_proj", "v_proj"), ("o_proj", "down_proj")]))
 def test_lora_never_costs_more_than_full_fine_tuning(spec: ModelSpec, recipe: dict, rank: int, targets: tuple) -> None:

@@ -55,11 +55,12 @@ def test_check_bad_input(argv: list[str], needle: str, capsys: pytest.CaptureFix
     assert code == 2 and needle in err and err.count("\n") == 1 and out == ""
 
 
+@pytest.mark.torch
 def test_tiny_real_check_matches_resident_state(capsys: pytest.CaptureFixture[str]) -> None:
     """fp32 AdamW, single-tensor: params, grads, states, activations and the three peaks are measured exactly
     as predicted (the parameter count itself is checked against transformers elsewhere)."""
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
+    pytest.importorskip("torch", reason="needs torch: pip install 'stepbill[measure]'")
+    pytest.importorskip("transformers", reason="needs transformers: pip install 'stepbill[measure]'")
     code, out, _ = run_cli(["check", TINY, "--real", "--seq", "64", "--micro-batch", "2", "--json"], capsys)
     assert code == 0
     data = json.loads(out)

@@ -40,10 +40,14 @@ def test_unknown_gpu_suggests() -> None:
 @pytest.mark.parametrize(
     ("path", "value", "message"),
     [
-        (("bf16_dense_tflops",), -1, "must be positive"),
+        (("bf16_dense_tflops",), -1, r"bf16_dense_tflops must be a finite number in \(0, 1,000,000\], got -1"),
+        (("bf16_dense_tflops",), float("nan"), "got nan"),
+        (("nvlink_gb_s",), float("inf"), "got inf"),
+        (("display",), "H100\nSXM", "must be a printable string"),
         (("memory", "unit"), "GBs", "unknown memory unit"),
-        (("gpus_per_node",), 0, "positive integer"),
-        (("hbm_tb_s",), "fast", "must be a number"),
+        (("gpus_per_node",), 0, r"gpus_per_node must be an integer in \[1, 1,024\], got 0"),
+        (("gpus_per_node",), True, "got True"),
+        (("hbm_tb_s",), "fast", "hbm_tb_s must be a finite number"),
         (("nvlnk_gb_s",), 1, "did you mean 'nvlink_gb_s'"),
     ],
 )

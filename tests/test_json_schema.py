@@ -13,7 +13,8 @@ from stepbill.report.schema import SCHEMAS, json_schema, validate
 from tests.conftest import run_cli
 
 SAMPLES = Path(__file__).resolve().parent / "data" / "json_samples"
-LAB_TOPICS = ("adam", "decay", "warmup", "schedule", "clip", "formats", "collectives")
+LAB_TOPICS = ("adam", "decay", "warmup", "schedule", "clip", "formats", "collectives", "backprop", "descent", "memory",
+              "torch-defaults", "seed-checks")
 
 # (schema, argv): bill with and without a layout and a GPU, recompute, models, every lab topic
 CASES: list[tuple[str, list[str]]] = [
@@ -145,7 +146,8 @@ def test_every_preset_sharded_on_a_gpu_is_schema_valid_and_finite() -> None:
     import stepbill
 
     for info in stepbill.models():
-        data = json.loads(json.dumps(stepbill.bill(info.name, seq=4096, dp=2, zero=3, gpu="h100-sxm").to_json(),
+        seq = min(4096, stepbill.load_model(info.name).max_position_embeddings or 4096)
+        data = json.loads(json.dumps(stepbill.bill(info.name, seq=seq, dp=2, zero=3, gpu="h100-sxm").to_json(),
                                      allow_nan=False))
         assert non_finite(data) == [], info.name
         validate("bill", data)

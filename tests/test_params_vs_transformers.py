@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch", reason="needs torch: pip install 'stepbill[measure]'")
+transformers = pytest.importorskip("transformers", reason="needs transformers: pip install 'stepbill[measure]'")
 
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402

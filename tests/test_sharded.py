@@ -36,7 +36,7 @@ def test_zero1_partition_is_greedy_and_complete():
 
 
 def test_hf_tensors_match_transformers():
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="needs torch: pip install 'stepbill[measure]'")
     from transformers import AutoModelForCausalLM
 
     from stepbill.measure.build import make_config
@@ -50,7 +50,7 @@ def test_hf_tensors_match_transformers():
 
 
 def _measure(name: str, world: int, zero: int, rank: int, layers: int = 2):
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="needs torch: pip install 'stepbill[measure]'")
     from stepbill.measure.sharded import measure_rank
 
     cfg = _cfg(name, layers)

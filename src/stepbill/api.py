@@ -63,14 +63,16 @@ def _check_options(options: Mapping[str, Any], name: Callable[[str], str]) -> No
     for key in _FLAGS:
         if not isinstance(options[key], bool):
             raise StepbillError(f"{name(key)} must be True or False, got {options[key]!r}")
-    gpu_mem, efficiency = options["gpu_mem_gib"], options["efficiency"]
-    if gpu_mem is not None and (not _is_number(gpu_mem) or not math.isfinite(gpu_mem) or gpu_mem <= 0):
-        raise StepbillError(f"{name('gpu_mem_gib')} must be positive and finite (GiB), got {gpu_mem!r}")
+    from stepbill.spec.schema import EFFICIENCY, GPU_MEM_GIB, WORLD, check_value
+
+    if options["gpu_mem_gib"] is not None:  # the rules are spec/schema.py's, declared once
+        check_value(GPU_MEM_GIB, f"{name('gpu_mem_gib')} (GiB)", options["gpu_mem_gib"])
+    check_value(EFFICIENCY, name("efficiency"), options["efficiency"])
+    if options["gpus"] is not None:
+        check_value(WORLD, name("gpus"), options["gpus"])
     reserve = options["reserve_gib"]
     if reserve is not None and (not _is_number(reserve) or not math.isfinite(reserve) or reserve < 0):
         raise StepbillError(f"{name('reserve_gib')} must be >= 0 and finite (GiB), got {reserve!r}")
-    if not _is_number(efficiency) or not 0 < efficiency <= 1:
-        raise StepbillError(f"{name('efficiency')} must lie in (0, 1], got {efficiency!r}")
     gpu = options["gpu"]
     if gpu is not None and not isinstance(gpu, str):
         raise StepbillError(f"{name('gpu')} must be a catalog GPU name, got {gpu!r}")
@@ -177,6 +179,7 @@ def make_step_bill(
     """
     _check_options(dict(locals()), name)
     from stepbill.engine.bill import make_bill
+    from stepbill.inputs import check_bill_inputs
     from stepbill.spec.hardware import load_gpu
     from stepbill.spec.model import ModelSpec
     from stepbill.spec.parallel import Parallel, validate_layout
@@ -200,9 +203,24 @@ def make_step_bill(
     the_gpu = load_gpu(gpu) if gpu is not None else None
     the_recipe = make_recipe(recipe, optimizer, micro_batch, seq, recompute, lora_rank, targets, layout,
                              optimizer_impl)
+    check_bill_inputs(spec, the_recipe)  # cross-field: seq vs learned positions, LoRA targets and rank
     card = gpu_mem_gib * GIB if gpu_mem_gib else (the_gpu.usable_bytes if the_gpu else None)
     result = make_bill(spec, the_recipe, card, convention, attention, gpu=the_gpu, efficiency=efficiency)
-    return BillRun(result, fit_from_options(result, gpu_mem_gib, reserve_gib, name), layout_note)
+    notes = _seed_notes(model, seq, micro_batch, recompute, (recipe, optimizer, convention, attention, lora_rank),
+                        layout) if isinstance(model, str) else []
+    return BillRun(result, fit_from_options(result, gpu_mem_gib, reserve_gib, name), layout_note, tuple(notes))
+
+
+def _seed_notes(model: str, seq: int, micro_batch: int, recompute: str, options: tuple, layout: object) -> list[str]:
+    """Where this bill is one of seed 000's worked examples, the seed's differing numbers and why (lab seed-checks).
+    `options` is (recipe, optimizer, convention, attention, LoRA rank); the seed's are the defaults."""
+    from stepbill.spec.parallel import Parallel
+
+    if options != ("mixed-bf16", "adamw", "ideal", "sdpa", None) or layout != Parallel():
+        return []
+    from stepbill.lab.seed_checks import bill_notes
+
+    return bill_notes(model, seq, micro_batch, recompute)
 
 
 # ---------------------------------------------------------------------------------------------------------------

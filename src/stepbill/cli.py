@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+import typer.main
 
-from stepbill.errors import StepbillError
+from stepbill.errors import StepbillError, one_line, require_extra, unknown_name
 
 if TYPE_CHECKING:
     pass
@@ -52,7 +54,8 @@ def bill(
     optimizer: Annotated[str, typer.Option("--optimizer", help="adamw, adam, sgd, sgd-momentum, lion, adafactor, muon")]
     = "adamw",
     recompute: Annotated[str, typer.Option(
-        "--recompute", help="none | full | every:K | every:auto | selective:core_attn,mlp,... | budget:40GiB")]
+        "--recompute", help="none | full | every:K | every:auto | selective:core_attn,mlp,... | budget:40GiB "
+        "(a bare budget number is GiB: budget:10 = 10 GiB)")]
     = "none",
     optimizer_impl: Annotated[str, typer.Option(
         "--optimizer-impl", help="AdamW in PyTorch: single | foreach | fused (their temporaries; eager convention)")]
@@ -103,24 +106,18 @@ def bill(
     from stepbill.api import cli_flag, load_model, make_step_bill
     from stepbill.engine.unmodelled import DROPOUT_OFF_HEADER, apply_dropout_option, unmodelled
 
-    spec = apply_dropout_option(load_model(model), dropout)
-
+    # --dropout 0 bills the spec without dropout; otherwise the name goes through (seed notes key on it)
+    target = model if dropout is None else apply_dropout_option(load_model(model), dropout)
     run = make_step_bill(
-        spec, seq=seq, micro_batch=micro_batch, recipe=recipe, optimizer=optimizer, recompute=recompute,
+        target, seq=seq, micro_batch=micro_batch, recipe=recipe, optimizer=optimizer, recompute=recompute,
         optimizer_impl=optimizer_impl, convention=convention, attention=attention, lora_rank=lora_rank,
         lora_targets=lora_targets, gpu_mem_gib=gpu_mem, reserve_gib=reserve, dp=dp, tp=tp, pp=pp,
         pp_layers=pp_layers, cp=cp, ep=ep, etp=etp, zero=zero, shard_group=shard_group, sp=sp,
         pp_schedule=pp_schedule, vpp=vpp, micro_batches=micro_batches, offload_optimizer=offload_optimizer,
         offload_activations=offload_activations, gpu=gpu, gpus=gpus, efficiency=mfu, name=cli_flag)
     result, fit, dp_note = run.bill, run.fit, run.layout_note
-    notes = _seed_notes(model, seq, micro_batch, recompute, (recipe, optimizer, convention, attention, lora_rank),
-                        result.recipe.parallel)
     if as_json:
-        from stepbill.report.bill_json import bill_to_json
-
-        out = bill_to_json(result, fit=fit, layout_note=dp_note)
-        if notes:
-            out["seed_notes"] = notes
+        out = run.to_json()
         if dropout is not None:
             out["dropout_option"] = dropout
         _emit_json(out)
@@ -130,25 +127,13 @@ def bill(
         if dropout is not None:
             print(DROPOUT_OFF_HEADER)
         print_bill(result, explain=explain, fit=fit, layout_note=dp_note)
-        for note in unmodelled(spec):
+        for note in unmodelled(result.model):
             print(f"note: {note}")
-        if notes:
+        if run.seed_notes:
             print("This is one of seed 000's worked examples; where the seed prints another number "
                   "(`stepbill lab seed-checks` has them all):")
-        for line in notes:
+        for line in run.seed_notes:
             print(f"- {line}")
-
-
-def _seed_notes(model: str, seq: int, micro_batch: int, recompute: str, options: tuple, layout: object) -> list[str]:
-    """Where this bill is one of seed 000's worked examples, the seed's differing numbers and why (lab seed-checks).
-    `options` is (recipe, optimizer, convention, attention, LoRA rank); the seed's are the defaults."""
-    from stepbill.spec.parallel import Parallel
-
-    if options != ("mixed-bf16", "adamw", "ideal", "sdpa", None) or layout != Parallel():
-        return []
-    from stepbill.lab.seed_checks import bill_notes
-
-    return bill_notes(model, seq, micro_batch, recompute)
 
 
 @app.command("recompute")
@@ -164,8 +149,8 @@ def recompute_cmd(
     row7: Annotated[str, typer.Option("--row7", help="seed's 7th row: seed (width 37,440) | label (+router, Q down)")]
     = "seed",
     threshold: Annotated[float, typer.Option("--threshold", help="cut, TFLOP per GiB")] = 3.0,
-    budget: Annotated[str | None, typer.Option("--budget", help="activation budget, e.g. 1500GiB: exact MILP vs "
-                                               "greedy")] = None,
+    budget: Annotated[str | None, typer.Option("--budget", help="activation budget, e.g. 1500GiB (a bare number is "
+                                               "GiB): exact MILP vs greedy")] = None,
     convention: Annotated[str, typer.Option("--convention", help="ideal | eager")] = "ideal",
     attention: Annotated[str, typer.Option("--attention", help="sdpa | eager")] = "sdpa",
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
@@ -175,22 +160,34 @@ def recompute_cmd(
     from stepbill.engine import flops as fl
     from stepbill.engine.recompute import budget as rb
     from stepbill.engine.recompute.ranking import attention_crossovers, rank_layer
+    from stepbill.inputs import check_seq
     from stepbill.spec.presets import load_model
     from stepbill.spec.recipe import make_recipe
     from stepbill.spec.recompute_policy import parse_size
+    from stepbill.spec.schema import THRESHOLD, check_value
 
+    check_value(THRESHOLD, "--threshold (TFLOP/GiB)", threshold)
     spec = load_model(model)
     the_recipe = make_recipe(recipe, micro_batch=micro_batch, seq_len=seq)
+    check_seq(spec, seq)
     if convention not in act.CONVENTIONS:
-        raise StepbillError(f"unknown convention {convention!r} (known: {', '.join(act.CONVENTIONS)})")
+        raise unknown_name("convention", convention, act.CONVENTIONS)
+    if attention not in act.ATTENTIONS:
+        raise unknown_name("attention implementation", attention, act.ATTENTIONS)
+    if row7 not in ("seed", "label"):  # checked even under --group op: a typo is never silently ignored
+        raise unknown_name("--row7 reading", row7, ("seed", "label"))
+    budget_bytes = None
+    if budget is not None:
+        budget_bytes = parse_size(budget)
+        require_extra("scipy", "--budget (exact MILP)")
     kind = layer_kind or ("moe" if spec.n_moe_layers else "dense")
     a_bytes = the_recipe.precision.activation
     ranking = rank_layer(spec, kind, seq, micro_batch, a_bytes, convention, attention, group, row7, threshold)
     slope = fl.attention_slope(spec)
     crossings = attention_crossovers(spec, ranking)
     solved = None
-    if budget is not None:
-        problem = rb.problem_for_spec(spec, parse_size(budget), seq, micro_batch, a_bytes, convention, attention)
+    if budget_bytes is not None:
+        problem = rb.problem_for_spec(spec, budget_bytes, seq, micro_batch, a_bytes, convention, attention)
         solved = (rb.solve_milp(problem), rb.solve_greedy(problem))
     if as_json:
         from stepbill.report.recompute_table import ranking_to_json
@@ -252,16 +249,25 @@ def _register_subcommands() -> None:
                       "collective mechanics; the seeds' numbers (seed-checks).")
 
 
+@functools.cache
+def _click_command() -> Any:
+    """The click command tree, built once per process (typer builds it on every call: ~0.1 s)."""
+    _register_subcommands()
+    return typer.main.get_command(app)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: bad input becomes one line on stderr and exit code 2, never a traceback."""
-    _register_subcommands()
     try:
-        app(args=argv, standalone_mode=False)
+        _click_command().main(args=argv, prog_name="stepbill", standalone_mode=False)
     except StepbillError as exc:
-        print(f"stepbill: error: {exc}", file=sys.stderr)
+        print(f"stepbill: error: {one_line(str(exc))}", file=sys.stderr)
         sys.exit(2)
-    except click_exceptions.UsageError as exc:
-        print(f"stepbill: error: {exc.format_message()}", file=sys.stderr)
+    except click_exceptions.ClickException as exc:  # usage errors: unknown option, "abc" for an integer, ...
+        if type(exc).__name__ == "NoArgsIsHelpError":  # `stepbill lab` alone: the help itself, as click prints it
+            print(exc.format_message(), file=sys.stderr)
+        else:
+            print(f"stepbill: error: {one_line(exc.format_message())}", file=sys.stderr)
         sys.exit(2)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)

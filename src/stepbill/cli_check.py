@@ -11,6 +11,11 @@ from stepbill.check import measure_sharded, notes_json
 from stepbill.errors import StepbillError
 from stepbill.report.check_json import sharded_check_json, single_check_json
 
+MEASURABLE_RECOMPUTE = ("none", "full")
+#: Ranks of a sharded check: every rank is predicted to find the distinct classes, and one is measured per class
+#: on a fake process group in this process, so the group stays small.
+MAX_CHECK_DP = 64
+
 
 def _measure_with_progress(config: dict[str, Any], mode: str, **settings: Any) -> Any:
     from rich.console import Console
@@ -62,6 +67,13 @@ def check(
     is said in one line each (JSON: `unmodelled`)."""
     from stepbill.check import model_and_config
     from stepbill.measure.sharded import measured_recipe
+    from stepbill.spec.schema import Int, check_value
+
+    check_value(Int(1, MAX_CHECK_DP), "--dp", dp)
+    if rank is not None:
+        check_value(Int(0, dp - 1), "--rank", rank)
+    if recompute not in MEASURABLE_RECOMPUTE:
+        raise StepbillError(f"check measures --recompute {' or '.join(MEASURABLE_RECOMPUTE)}; got {recompute!r}")
 
     if real and fake:
         raise StepbillError("choose one of --real and --fake")

@@ -26,6 +26,16 @@ class BillRun:
     bill: EngineBill
     fit: Fit | None
     layout_note: str
+    seed_notes: tuple[str, ...] = ()  # on seed 000's worked examples: the seed's other numbers and why
+
+    def to_json(self) -> dict[str, Any]:
+        """The `stepbill bill --json` object of this run (the CLI and the API print the same)."""
+        from stepbill.report.bill_json import bill_to_json
+
+        out = bill_to_json(self.bill, fit=self.fit, layout_note=self.layout_note)
+        if self.seed_notes:
+            out["seed_notes"] = list(self.seed_notes)
+        return out
 
 
 class Section:
@@ -110,6 +120,8 @@ class StepBill:
         self.engine: EngineBill = run.bill
         self.fit: Fit | None = run.fit  # the fit verdict on the card (`gpu` or `gpu_mem_gib`), else None
         self.layout_note = run.layout_note  # how dp was derived from gpus, or ""
+        self.seed_notes = run.seed_notes  # on seed 000's worked examples: the seed's other numbers and why
+        self._run = run
 
     def _lines_of(self, section: str) -> dict[str, Line]:
         prefix = f"{section}."
@@ -157,9 +169,7 @@ class StepBill:
 
     @cached_property
     def _json(self) -> dict[str, Any]:
-        from stepbill.report.bill_json import bill_to_json
-
-        return bill_to_json(self.engine, fit=self.fit, layout_note=self.layout_note)
+        return self._run.to_json()
 
     def to_json(self) -> dict[str, Any]:
         """Exactly the object `stepbill bill --json` prints for the same inputs (a fresh copy)."""

@@ -115,8 +115,9 @@ def test_beta_outside_unit_interval_is_rejected(bad: float) -> None:
         adam.ema_shares(bad, 12)
 
 
+@pytest.mark.torch
 def test_torch_adam_matches_registers() -> None:
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="needs torch: pip install 'stepbill[measure]'")
     g = adam.demo_stream(12, seed=3)
     w = torch.zeros(1, requires_grad=True)
     opt = torch.optim.Adam([w], lr=1.0, betas=(0.9, 0.95), eps=0.0)

@@ -21,6 +21,7 @@ def test_json_is_one_object(topic: str, capsys: pytest.CaptureFixture[str]) -> N
     assert data["topic"] == topic and data["tables"] and data["values"]
 
 
+@pytest.mark.slow
 def test_default_json_prints_the_seed_numbers(capsys: pytest.CaptureFixture[str]) -> None:
     def values(topic: str) -> dict:
         code, out, _ = run_cli(["lab", topic, "--json"], capsys)
@@ -52,11 +53,13 @@ def test_tables_say_their_units(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and "GiB" in out and "22.82" in out and "448" in out and "2^30" in out
 
 
-@pytest.mark.parametrize("topic", PLOT_TOPICS)
-@pytest.mark.parametrize("suffix", [".png", ".svg"])
+PLOTS = [(topic, ".png") for topic in PLOT_TOPICS] + [("adam", ".svg"), ("collectives", ".svg")]  # svg: two suffice
+
+
+@pytest.mark.slow
+@pytest.mark.needs("matplotlib")
+@pytest.mark.parametrize(("topic", "suffix"), PLOTS)
 def test_plot_writes_a_file(topic: str, suffix: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    if suffix == ".svg" and topic not in ("adam", "collectives"):
-        pytest.skip("svg checked on two topics to keep the suite fast")
     target = tmp_path / f"{topic}{suffix}"
     code, _, err = run_cli(["lab", topic, "--plot", str(target)], capsys)
     assert code == 0, err

@@ -34,8 +34,9 @@ def test_clip_by_value_turns_2_1_by_18_4_degrees() -> None:  # clip-value-18.4de
     assert angle == pytest.approx(math.degrees(math.atan2(1, 1) - math.atan2(1, 2)))  # closed form
 
 
+@pytest.mark.torch
 def test_torch_clippers_agree() -> None:
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="needs torch: pip install 'stepbill[measure]'")
     g = np.random.default_rng(0).normal(size=50) * 3
     p = torch.nn.Parameter(torch.zeros(50, dtype=torch.float64))
     p.grad = torch.tensor(g)

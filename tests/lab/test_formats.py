@@ -45,8 +45,9 @@ def test_properties_equal_numpy_finfo() -> None:
         assert f.min_subnormal == float(fi.smallest_subnormal)
 
 
+@pytest.mark.torch
 def test_properties_equal_torch_finfo() -> None:
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="needs torch: pip install 'stepbill[measure]'")
     pairs = [("bf16", torch.bfloat16), ("fp16", torch.float16), ("fp8_e4m3", torch.float8_e4m3fn),
              ("fp8_e5m2", torch.float8_e5m2)]
     for name, dt in pairs:
@@ -80,9 +81,10 @@ def test_rne_matches_bit_trick_and_numpy_float16() -> None:  # bf16-rounding-ass
     assert np.array_equal(formats.round_nearest_even(x, FP16), ref16)
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("name", ["bf16", "fp16", "fp8_e5m2", "fp8_e4m3"])
 def test_rne_matches_torch_bit_for_bit(name: str) -> None:
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="needs torch: pip install 'stepbill[measure]'")
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8_e5m2": torch.float8_e5m2,
           "fp8_e4m3": torch.float8_e4m3fn}[name]
     x = _sample()

@@ -126,7 +126,7 @@ def test_bad_schedule_input(kwargs: dict, match: str) -> None:
 
 
 def _torch_lrs(sched_factory, n: int) -> np.ndarray:
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="needs torch: pip install 'stepbill[measure]'")
     p = torch.nn.Parameter(torch.zeros(1))
     opt = torch.optim.SGD([p], lr=3e-4)
     sched = sched_factory(opt)
@@ -138,8 +138,9 @@ def _torch_lrs(sched_factory, n: int) -> np.ndarray:
     return np.array(out)
 
 
+@pytest.mark.torch
 def test_cosine_without_warmup_equals_torch_cosine_annealing() -> None:
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="needs torch: pip install 'stepbill[measure]'")
     total = 1000
     ref = _torch_lrs(lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=total, eta_min=3e-5), total)
     # with no warmup our progress is step/total; torch's i-th lr (0-based) has progress i/T_max
@@ -147,8 +148,9 @@ def test_cosine_without_warmup_equals_torch_cosine_annealing() -> None:
     assert ref == pytest.approx(ours, rel=1e-9)
 
 
+@pytest.mark.torch
 def test_warmup_linear_equals_torch_sequential() -> None:
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="needs torch: pip install 'stepbill[measure]'")
     w, total = 100, 1000
     ref = _torch_lrs(
         lambda o: torch.optim.lr_scheduler.SequentialLR(
@@ -165,9 +167,10 @@ def test_warmup_linear_equals_torch_sequential() -> None:
     assert ref == pytest.approx(ours, rel=1e-6)
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("shape", schedule.SHAPES)
 def test_torch_snippet_reproduces_lr_at(shape: str) -> None:
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="needs torch: pip install 'stepbill[measure]'")
     ns: dict = {}
     exec(schedule.torch_snippet(shape, warmup=50, total=600), ns)
     lrs = _torch_lrs(lambda o: torch.optim.lr_scheduler.LambdaLR(o, ns["lr_lambda"]), 600)

@@ -6,8 +6,8 @@ import warnings
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
+pytest.importorskip("torch", reason="needs torch: pip install 'stepbill[measure]'")
+pytest.importorskip("transformers", reason="needs transformers: pip install 'stepbill[measure]'")
 
 # transformers warns about the deprecated gradient_checkpointing_enable name and tiny-vocab token ids.
 warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")

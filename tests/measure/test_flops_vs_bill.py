@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
+pytest.importorskip("torch", reason="needs torch: pip install 'stepbill[measure]'")
+pytest.importorskip("transformers", reason="needs transformers: pip install 'stepbill[measure]'")
 
 from stepbill.engine.bill import make_bill
 from stepbill.measure.flops import count_flops

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="needs torch: pip install 'stepbill[measure]'")
 
 from stepbill.errors import StepbillError  # noqa: E402
 from stepbill.measure.step import StepMeasurement, measure_step  # noqa: E402

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("torch")
+pytest.importorskip("torch", reason="needs torch: pip install 'stepbill[measure]'")
 
 from stepbill.measure.session import StepSession
 from stepbill.measure.step import measure_step

@@ -161,6 +161,11 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
                                          convention="eager: PyTorch's AdamW keeps a 4-byte `step` per tensor")
     lines["memory.model"] = _sum_line("memory.model", model_side, note="weights + grads")
     lines["memory.resident"] = _sum_line("memory.resident", resident)
+    if eager is not None and eager.step_counters:  # the counters are resident too: model + optimizer = resident
+        res = lines["memory.resident"]
+        lines["memory.resident"] = Line("memory.resident", res.value + eager.step_counters, "bytes",
+                                        res.formula + " + AdamW step counters (4 B per parameter tensor)", {},
+                                        convention="eager: PyTorch's AdamW keeps a 4-byte `step` per tensor")
     lines.update(time_lines)
     lines["memory.activations"] = Line("memory.activations", time_lines["memory.activations"].value, "bytes",
                                        " + ".join(x.name for x in activ) or "0", {},

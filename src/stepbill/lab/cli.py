@@ -5,9 +5,13 @@ No arithmetic here. Bad input raises StepbillError, which the main CLI prints as
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import math
+import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,9 +20,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from stepbill.errors import StepbillError, unknown_name
-from stepbill.lab import summaries
+from stepbill.errors import StepbillError, one_line, shown, unknown_name
+from stepbill.lab import _check, summaries
 from stepbill.lab.schedule import SHAPES
+from stepbill.spec.presets import read_text_file
+from stepbill.spec.schema import Int
 
 app = typer.Typer(no_args_is_help=True, help="Backprop, optimizer, schedule, precision and collective mechanics; "
                                              "the seeds' numbers (seed-checks).")
@@ -65,7 +71,10 @@ def _emit(summary: dict[str, Any], as_json: bool, plot: Path | None) -> None:
     if plot is not None:
         from stepbill.lab.plots import plot as draw  # keeps matplotlib out of the default path
 
-        draw(summary, plot)
+        try:
+            draw(summary, plot)
+        except OSError as exc:  # the folder vanished or the disk is full while drawing
+            raise StepbillError(f"cannot write plot file {one_line(str(plot))}: {exc.strerror or exc}") from None
     if as_json:
         typer.echo(json.dumps(_json_safe(summary), ensure_ascii=False))
         return
@@ -283,3 +292,61 @@ def seed_checks_cmd(as_json: JsonOpt = False) -> None:
 def torch_defaults_cmd(as_json: JsonOpt = False) -> None:
     """Checkpoint RNG preservation (measured), DDP's bucket size, checkpoint API names, from the installed torch."""
     _emit(summaries.torch_defaults_summary(), as_json, None)
+
+
+def _list_values(option: str, text: str, integers: bool) -> tuple[float | int, ...]:
+    """The elements of a comma-separated option, as numbers (integral ones as int when `integers`)."""
+    values: list[float | int] = []
+    for part in text.split(",")[: _check.MAX_LIST + 1]:
+        if not part.strip():
+            continue
+        try:
+            v = float(part)
+        except ValueError:
+            raise StepbillError(f"{option} takes comma-separated numbers, got {shown(text)}") from None
+        values.append(int(v) if integers and v.is_integer() else v)
+    return tuple(values)
+
+
+def _check_plot_target(path: Path) -> None:
+    """A --plot target must be a new or regular file in a writable folder, with a name the file system takes."""
+    where = one_line(str(path))
+    if len(path.name.encode()) > 255:
+        raise StepbillError(f"cannot write plot file {where[:80]}...: file name over 255 bytes")
+    try:
+        if path.exists() and not path.is_file():
+            raise StepbillError(f"cannot write plot file {where}: not a regular file")
+        parent = path.parent
+        if parent.is_dir() and not os.access(parent, os.W_OK):
+            raise StepbillError(f"cannot write plot file {where}: folder not writable")
+    except OSError as exc:
+        raise StepbillError(f"cannot write plot file {where}: {exc.strerror or exc}") from None
+
+
+def _validated(topic: str, command: Callable[..., None]) -> Callable[..., None]:
+    """`command` behind a check of every option against lab/_check.OPTIONS (before any arithmetic)."""
+
+    flags = {}  # parameter name → the flag a user types (--warmup for warmup_steps)
+    for name, parameter in inspect.signature(command).parameters.items():
+        decls = getattr(parameter.default, "param_decls", None) or ()
+        flags[name] = next((d for d in decls if d.startswith("--")), "--" + name.replace("_", "-"))
+
+    @functools.wraps(command)
+    def run(**options: Any) -> None:
+        for name, value in options.items():
+            rule = _check.OPTIONS.get(topic, {}).get(name)
+            if isinstance(value, str) and rule is not None:
+                value = _list_values(flags[name], value, isinstance(rule, Int))
+            _check.option(topic, name, value, flags[name])
+        if options.get("trace") is not None:
+            read_text_file(Path(options["trace"]), "trace file")  # regular, size-capped, UTF-8
+        if options.get("plot") is not None:
+            _check_plot_target(Path(options["plot"]))
+        command(**options)
+
+    return run
+
+
+for _command in app.registered_commands:
+    if _command.name in _check.OPTIONS and _command.callback is not None:
+        _command.callback = _validated(_command.name, _command.callback)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from stepbill.errors import StepbillError
-from stepbill.measure.build import Attention, Mode, build_model, hf_patches, new_fake_mode
+from stepbill.measure.build import Attention, Mode, build_model, hf_patches, new_fake_mode, require_torch
 
 Recipe = Literal["fp32", "pure-bf16", "amp-bf16"]
 OptimizerImpl = Literal["single", "foreach", "fused"]
@@ -66,6 +66,7 @@ class StepSession:
         return "bf16" if self.recipe == "pure-bf16" else "fp32"
 
     def __enter__(self) -> StepSession:
+        require_torch()  # one StepbillError line naming the `measure` extra, not a raw ModuleNotFoundError
         import torch
 
         fake_mode = new_fake_mode() if self.mode == "fake" else None

@@ -554,6 +554,7 @@ class LabTable(Strict):
     title: str = Field(description="the table's title")
     columns: list[str] = Field(description="column headers")
     rows: list[list[JsonScalar]] = Field(description="rows of cells, as many as columns")
+    takeaway: str = Absent("one line: what the table shows")
 
     @model_validator(mode="after")
     def _rows_match_columns(self) -> LabTable:
@@ -563,7 +564,8 @@ class LabTable(Strict):
         return self
 
 
-LAB_TOPICS = ("adam", "decay", "warmup", "schedule", "clip", "formats", "collectives")
+LAB_TOPICS = ("adam", "decay", "warmup", "schedule", "clip", "formats", "collectives", "backprop", "descent", "memory",
+              "torch-defaults", "seed-checks")
 
 
 class LabJson(Strict):
@@ -573,6 +575,8 @@ class LabJson(Strict):
     settings: dict[str, Any] = Field(description="the options the topic ran with")
     values: dict[str, Any] = Field(description="the topic's key numbers, by name")
     tables: list[LabTable] = Field(description="what the terminal prints")
+    units_note: str = Absent("the units of the topic's numbers, where it prints any")
+    pending: dict[str, str] = Absent("seed-checks: reproducible claims not printed yet (claim id: reason)")
 
 
 # ----------------------------------------------------------------------------------------------- registry

@@ -13,6 +13,7 @@ from importlib import resources
 from typing import Any
 
 from stepbill.errors import StepbillError, unknown_name
+from stepbill.spec.schema import NOTE, Int, Real, check_value
 
 GIB = 2**30
 MEMORY_UNITS = {"GiB": GIB, "GB": 10**9}
@@ -76,14 +77,17 @@ class GPU:
         raise unknown_name("compute dtype", dtype, ("bf16", "fp8"))
 
 
-def _number(owner: str, key: str, value: Any, allow_zero: bool = False, allow_none: bool = False) -> float | None:
+#: Catalog rates: TFLOP/s, TB/s and GB/s up to 10^6 (a thousand times any part made), memory up to 2^20 GiB.
+RATE = Real(0.0, 1e6, low_open=True)
+RATE_OR_ZERO = Real(0.0, 1e6)
+MEMORY = Real(0.0, 2.0**20, low_open=True)
+GPUS_PER_NODE = Int(1, 1024)
+
+
+def _number(owner: str, key: str, value: Any, rule: Real = RATE, allow_none: bool = False) -> float | None:
     if value is None and allow_none:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise StepbillError(f"{owner}.{key} must be a number, got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise StepbillError(f"{owner}.{key} must be {'>= 0' if allow_zero else 'positive'}, got {value}")
-    return float(value)
+    return float(check_value(rule, f"{owner}.{key}", value))
 
 
 def gpu_from_dict(name: str, data: Any) -> GPU:
@@ -102,21 +106,22 @@ def gpu_from_dict(name: str, data: Any) -> GPU:
         raise StepbillError(f"{owner}.memory must have exactly the keys {', '.join(sorted(_MEMORY_KEYS))}")
     if mem["unit"] not in MEMORY_UNITS:
         raise unknown_name(f"memory unit in {owner}", str(mem["unit"]), MEMORY_UNITS)
-    per_node = data["gpus_per_node"]
-    if isinstance(per_node, bool) or not isinstance(per_node, int) or per_node <= 0:
-        raise StepbillError(f"{owner}.gpus_per_node must be a positive integer, got {per_node!r}")
+    per_node = check_value(GPUS_PER_NODE, f"{owner}.gpus_per_node", data["gpus_per_node"])
+    for key in ("display", "source"):
+        check_value(NOTE, f"{owner}.{key}", data[key])
+    check_value(NOTE, f"{owner}.memory.note", mem["note"])
     fp8 = _number(owner, "fp8_dense_tflops", data["fp8_dense_tflops"], allow_none=True)
     return GPU(
         name=name,
         display=str(data["display"]),
-        memory_bytes=_number(owner, "memory.value", mem["value"]) * MEMORY_UNITS[mem["unit"]],
+        memory_bytes=_number(owner, "memory.value", mem["value"], MEMORY) * MEMORY_UNITS[mem["unit"]],
         memory_note=str(mem["note"]),
         bf16_flops=_number(owner, "bf16_dense_tflops", data["bf16_dense_tflops"]) * 1e12,
         fp8_flops=None if fp8 is None else fp8 * 1e12,
         hbm_bytes_per_s=_number(owner, "hbm_tb_s", data["hbm_tb_s"]) * 1e12,
-        nvlink_bytes_per_s=_number(owner, "nvlink_gb_s", data["nvlink_gb_s"], allow_zero=True) * 1e9,
+        nvlink_bytes_per_s=_number(owner, "nvlink_gb_s", data["nvlink_gb_s"], RATE_OR_ZERO) * 1e9,
         pcie_bytes_per_s=_number(owner, "pcie_gb_s", data["pcie_gb_s"]) * 1e9,
-        infiniband_bytes_per_s=_number(owner, "infiniband_gb_s", data["infiniband_gb_s"], allow_zero=True) * 1e9,
+        infiniband_bytes_per_s=_number(owner, "infiniband_gb_s", data["infiniband_gb_s"], RATE_OR_ZERO) * 1e9,
         gpus_per_node=per_node,
         source=str(data["source"]),
         **_usable(owner, data["usable"], mem),  # after memory_bytes: the memory figure is checked first

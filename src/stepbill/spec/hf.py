@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stepbill.errors import StepbillError
+from stepbill.errors import StepbillError, shown
 from stepbill.spec.hf_families import (
     ALIASES,
     DEFAULTS,
@@ -26,10 +26,36 @@ from stepbill.spec.hf_families import (
     SUPPORTED_MODEL_TYPES,
 )
 from stepbill.spec.model import AttentionSpec, FFNSpec, ModelSpec, MoESpec
+from stepbill.spec.schema import (
+    EXPERTS,
+    EXPERTS_OR_ZERO,
+    HEADS,
+    LAYERS,
+    TOKENS,
+    VOCAB,
+    WIDTH,
+    WIDTH_OR_ZERO,
+    Int,
+    IntTuple,
+    Rule,
+)
 
 __all__ = ["SUPPORTED_MODEL_TYPES", "dropout_config_keys", "from_hf_config", "to_hf_config"]
 
 _MISSING = object()
+
+#: The bound of every integer field read from a config (spec/schema.py); a key not listed is a width (WIDTH).
+FIELD_RULES: dict[str, Rule] = {
+    "vocab_size": VOCAB,
+    "num_hidden_layers": LAYERS, "n_layer": LAYERS, "decoder_sparse_step": LAYERS,
+    "first_k_dense_replace": Int(0, LAYERS.high),
+    "max_position_embeddings": TOKENS, "n_positions": TOKENS,
+    "num_attention_heads": HEADS, "n_head": HEADS, "num_key_value_heads": HEADS,
+    "num_local_experts": EXPERTS, "n_routed_experts": EXPERTS, "num_experts_per_tok": EXPERTS,
+    "num_experts": EXPERTS_OR_ZERO, "n_shared_experts": EXPERTS_OR_ZERO,
+    "shared_expert_intermediate_size": WIDTH_OR_ZERO,
+}
+LAYER_LIST = IntTuple(LAYERS.high - 1, LAYERS.high)
 
 
 class _Config:
@@ -58,18 +84,16 @@ class _Config:
         return self.defaults.get(key) if value is _MISSING else value
 
     def _bad(self, key: str, what: str, value: Any) -> StepbillError:
-        shown = repr(value)
-        shown = shown if len(shown) <= 60 else shown[:57] + "..."
-        return StepbillError(f"{self.family} config: {key} must be {what}, got {shown}")
+        return StepbillError(f"{self.family} config: {key} must be {what}, got {shown(value)}")
 
-    def integer(self, key: str, *, nullable: bool = False, zero_ok: bool = False) -> Any:
-        """An integer field: positive (or ≥ 0 with zero_ok); None passes through only when nullable."""
+    def integer(self, key: str, *, nullable: bool = False) -> Any:
+        """An integer field within its FIELD_RULES bound; None passes through only when nullable."""
         value = self.raw(key)
         if value is None and nullable:
             return None
-        what = "a non-negative integer" if zero_ok else "a positive integer"
-        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if zero_ok else 1):
-            raise self._bad(key, what, value)
+        rule = FIELD_RULES.get(key, WIDTH)
+        if not rule.accepts(value):
+            raise self._bad(key, rule.allowed + (" or null" if nullable else ""), value)
         return value
 
     def flag(self, key: str) -> bool:
@@ -87,8 +111,8 @@ class _Config:
         value = self.raw(key)
         if value is None:
             return ()
-        if not isinstance(value, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in value):
-            raise self._bad(key, "a list of layer indices", value)
+        if not isinstance(value, list) or not LAYER_LIST.accepts(value):
+            raise self._bad(key, LAYER_LIST.allowed, value)
         return tuple(value)
 
 
@@ -262,13 +286,13 @@ def _mha_moe(c: _Config, n_layers: int) -> MoESpec | None:
         return MoESpec(c.integer("num_local_experts"), c.integer("num_experts_per_tok"), c.integer("intermediate_size"))
     if c.family not in ("qwen2_moe", "qwen3_moe"):
         return None
-    experts, step = c.integer("num_experts", zero_ok=True), c.integer("decoder_sparse_step")
+    experts, step = c.integer("num_experts"), c.integer("decoder_sparse_step")
     only_mlp = set(c.int_list("mlp_only_layers"))
     # Qwen*MoeDecoderLayer: sparse iff not in mlp_only_layers and num_experts > 0 and (i + 1) % step == 0.
     dense = tuple(i for i in range(n_layers) if i in only_mlp or (i + 1) % step or not experts)
     if len(dense) == n_layers:
         return None
-    shared = c.integer("shared_expert_intermediate_size", zero_ok=True) if c.family == "qwen2_moe" else 0
+    shared = c.integer("shared_expert_intermediate_size") if c.family == "qwen2_moe" else 0
     return MoESpec(
         experts, c.integer("num_experts_per_tok"), c.integer("moe_intermediate_size"),
         n_shared_experts=1 if shared else 0,
@@ -292,11 +316,11 @@ def _deepseek(c: _Config, name: str) -> ModelSpec:
     )
     # DeepseekV3MLP has no bias at all; V2's follows mlp_bias (dense layers and shared experts alike).
     mlp_bias = c.flag("mlp_bias") if c.family == "deepseek_v2" else False
-    first_dense = c.integer("first_k_dense_replace", zero_ok=True)
+    first_dense = c.integer("first_k_dense_replace")
     moe = None
     if first_dense < n_layers:
         expert = c.integer("moe_intermediate_size")
-        n_shared = c.integer("n_shared_experts", zero_ok=True)
+        n_shared = c.integer("n_shared_experts")
         moe = MoESpec(
             c.integer("n_routed_experts"), c.integer("num_experts_per_tok"), expert,
             n_shared_experts=n_shared, shared_intermediate_size=n_shared * expert,
@@ -308,7 +332,7 @@ def _deepseek(c: _Config, name: str) -> ModelSpec:
         notes.append(f"its {mtp} multi-token-prediction layer(s) are not counted: transformers does not build them")
     freq = c.data.get("moe_layer_freq", 1)
     if freq != 1:
-        notes.append(f"moe_layer_freq={freq!r} is ignored, as transformers does (every layer from "
+        notes.append(f"moe_layer_freq={shown(freq)} is ignored, as transformers does (every layer from "
                      "first_k_dense_replace on is MoE)")
     return ModelSpec(
         **base,

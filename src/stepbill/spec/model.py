@@ -8,30 +8,29 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
-from stepbill.errors import StepbillError, unknown_name
+from stepbill.errors import StepbillError
+from stepbill.spec.schema import (
+    EXPERTS,
+    EXPERTS_OR_ZERO,
+    FRACTION,
+    HEADS,
+    LAYERS,
+    NOTE,
+    TOKENS,
+    VOCAB,
+    WIDTH,
+    WIDTH_OR_ZERO,
+    IntTuple,
+    check_fields,
+    from_plain,
+)
 
 AttentionKind = Literal["mha", "mla"]
 FFNKind = Literal["gelu_mlp", "swiglu"]
 NormKind = Literal["layernorm", "rmsnorm"]
 PositionKind = Literal["learned", "rotary"]
-
-
-def _positive(owner: str, **values: int | None) -> None:
-    for name, value in values.items():
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise StepbillError(f"{owner}.{name} must be an integer, got {value!r}")
-        if value <= 0:
-            raise StepbillError(f"{owner}.{name} must be positive, got {value}")
-
-
-def _one_of(owner: str, name: str, value: str, kind: Any) -> None:
-    allowed = get_args(kind)
-    if value not in allowed:
-        raise StepbillError(f"{owner}.{name} must be one of {', '.join(allowed)}; got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -40,36 +39,30 @@ class AttentionSpec:
     attention, where q/kv are compressed to ranks q_lora_rank / kv_lora_rank and the head splits into a
     no-position part (qk_nope_head_dim) and a rotary part (qk_rope_head_dim)."""
 
-    n_heads: int
+    n_heads: Annotated[int, HEADS]
     kind: AttentionKind = "mha"
-    n_kv_heads: int | None = None  # None: same as n_heads (MHA)
-    head_dim: int | None = None  # None: hidden_size // n_heads
+    n_kv_heads: Annotated[int | None, HEADS] = None  # None: same as n_heads (MHA)
+    head_dim: Annotated[int | None, WIDTH] = None  # None: hidden_size // n_heads
     qkv_bias: bool = False  # bias on the input projections (MLA: on q_a / kv_a)
     out_bias: bool = False  # bias on the output projection
     qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3)
     # MLA only
-    q_lora_rank: int | None = None  # None: q is projected directly from the hidden state
-    kv_lora_rank: int = 0
-    qk_nope_head_dim: int = 0
-    qk_rope_head_dim: int = 0
-    v_head_dim: int = 0
+    q_lora_rank: Annotated[int | None, WIDTH] = None  # None: q is projected directly from the hidden state
+    kv_lora_rank: Annotated[int, WIDTH_OR_ZERO] = 0
+    qk_nope_head_dim: Annotated[int, WIDTH_OR_ZERO] = 0
+    qk_rope_head_dim: Annotated[int, WIDTH_OR_ZERO] = 0
+    v_head_dim: Annotated[int, WIDTH_OR_ZERO] = 0
 
     def __post_init__(self) -> None:
-        _one_of("attention", "kind", self.kind, AttentionKind)
-        _positive("attention", n_heads=self.n_heads, n_kv_heads=self.n_kv_heads, head_dim=self.head_dim)
+        check_fields(self, "attention")
         if self.n_kv_heads is not None and self.n_heads % self.n_kv_heads:
             raise StepbillError(
                 f"attention.n_kv_heads ({self.n_kv_heads}) must divide n_heads ({self.n_heads})"
             )
         if self.kind == "mla":
-            _positive(
-                "attention",
-                q_lora_rank=self.q_lora_rank,
-                kv_lora_rank=self.kv_lora_rank,
-                qk_nope_head_dim=self.qk_nope_head_dim,
-                qk_rope_head_dim=self.qk_rope_head_dim,
-                v_head_dim=self.v_head_dim,
-            )
+            for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+                if getattr(self, name) <= 0:
+                    raise StepbillError(f"attention.{name} must be positive under MLA, got {getattr(self, name)}")
 
     @property
     def kv_heads(self) -> int:
@@ -97,13 +90,12 @@ class AttentionSpec:
 class FFNSpec:
     """The dense feed-forward block: GELU-MLP (up, act, down) or SwiGLU (gate, up, silu·, down)."""
 
-    intermediate_size: int
+    intermediate_size: Annotated[int, WIDTH]
     kind: FFNKind = "gelu_mlp"
     bias: bool = False
 
     def __post_init__(self) -> None:
-        _one_of("ffn", "kind", self.kind, FFNKind)
-        _positive("ffn", intermediate_size=self.intermediate_size)
+        check_fields(self, "ffn")
 
 
 @dataclass(frozen=True)
@@ -115,30 +107,24 @@ class MoESpec:
     own size) and, being built by the family's dense MLP class, they carry the dense FFN's bias (`ffn.bias`).
     """
 
-    n_routed_experts: int
-    top_k: int
-    expert_intermediate_size: int
-    n_shared_experts: int = 0
-    shared_intermediate_size: int = 0
+    n_routed_experts: Annotated[int, EXPERTS]
+    top_k: Annotated[int, EXPERTS]
+    expert_intermediate_size: Annotated[int, WIDTH]
+    n_shared_experts: Annotated[int, EXPERTS_OR_ZERO] = 0
+    shared_intermediate_size: Annotated[int, WIDTH_OR_ZERO] = 0
     shared_expert_gate: bool = False  # Qwen2-MoE: a sigmoid gate hidden -> 1 on the shared expert
     # A learned bias on the router logits. No supported HF family has one: DeepSeek-V3's
     # e_score_correction_bias is a buffer in transformers, not a parameter.
     router_bias: bool = False
-    dense_layers: tuple[int, ...] = ()  # layer indices that keep the dense FFN (first-k-dense, frequency)
+    # layer indices that keep the dense FFN (first-k-dense, frequency)
+    dense_layers: Annotated[tuple[int, ...], IntTuple(LAYERS.high - 1, LAYERS.high)] = ()
 
     def __post_init__(self) -> None:
-        _positive(
-            "moe",
-            n_routed_experts=self.n_routed_experts,
-            top_k=self.top_k,
-            expert_intermediate_size=self.expert_intermediate_size,
-        )
+        check_fields(self, "moe")
         if self.top_k > self.n_routed_experts:
             raise StepbillError(
                 f"moe.top_k ({self.top_k}) exceeds moe.n_routed_experts ({self.n_routed_experts})"
             )
-        if self.n_shared_experts < 0 or self.shared_intermediate_size < 0:
-            raise StepbillError("moe shared expert sizes must not be negative")
         if (self.n_shared_experts > 0) != (self.shared_intermediate_size > 0):
             raise StepbillError("moe.n_shared_experts and moe.shared_intermediate_size must be set together")
         object.__setattr__(self, "dense_layers", tuple(sorted(set(self.dense_layers))))
@@ -153,47 +139,32 @@ class ModelSpec:
     """Architecture of a decoder-only LM: sizes, block kinds, and the details that change parameter counts."""
 
     name: str
-    vocab_size: int
-    hidden_size: int
-    n_layers: int
+    vocab_size: Annotated[int, VOCAB]
+    hidden_size: Annotated[int, WIDTH]
+    n_layers: Annotated[int, LAYERS]
     attention: AttentionSpec
     ffn: FFNSpec
     moe: MoESpec | None = None
     norm: NormKind = "rmsnorm"
     positions: PositionKind = "rotary"
-    max_position_embeddings: int = 2048
-    rotary_fraction: float = 1.0  # share of each head's dims that get rotary (GPT-NeoX rotary_pct)
+    max_position_embeddings: Annotated[int, TOKENS] = 2048
+    rotary_fraction: Annotated[float, FRACTION] = 1.0  # share of each head's dims that get rotary (GPT-NeoX rotary_pct)
     tied_embeddings: bool = False
     parallel_residual: bool = False  # GPT-NeoX: attention and MLP read the same input
     # Dropout probabilities the model trains with (the family's config keys, read by the HF loader):
-    attention_dropout: float = 0.0  # on the attention probabilities (attn_pdrop, attention_dropout)
-    hidden_dropout: float = 0.0  # on the attention and MLP outputs before the residual add (resid_pdrop, ...)
-    embedding_dropout: float = 0.0  # on the embedding output (embd_pdrop; GPT-NeoX: hidden_dropout)
+    attention_dropout: Annotated[float, FRACTION] = 0.0  # on the attention probabilities (attn_pdrop, ...)
+    hidden_dropout: Annotated[float, FRACTION] = 0.0  # on the attention and MLP outputs (resid_pdrop, ...)
+    embedding_dropout: Annotated[float, FRACTION] = 0.0  # on the embedding output (embd_pdrop; NeoX: hidden_dropout)
     # Sliding-window attention: window in tokens and the layers that use it (the others attend fully);
     # a window with no layers listed slides in every layer.
-    sliding_window: int | None = None
-    sliding_layers: tuple[int, ...] = ()
+    sliding_window: Annotated[int | None, TOKENS] = None
+    sliding_layers: Annotated[tuple[int, ...], IntTuple(LAYERS.high - 1, LAYERS.high)] = ()
     family: str = "custom"  # HF model_type this spec came from, or "custom"
-    notes: str = ""
+    notes: Annotated[str, NOTE] = ""
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        _positive(
-            "model",
-            vocab_size=self.vocab_size,
-            hidden_size=self.hidden_size,
-            n_layers=self.n_layers,
-            max_position_embeddings=self.max_position_embeddings,
-        )
-        _one_of("model", "norm", self.norm, NormKind)
-        _one_of("model", "positions", self.positions, PositionKind)
-        if not 0.0 <= self.rotary_fraction <= 1.0:
-            raise StepbillError(f"model.rotary_fraction must lie in [0, 1], got {self.rotary_fraction}")
-        for name in DROPOUT_FIELDS:
-            p = getattr(self, name)
-            if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
-                raise StepbillError(f"model.{name} must be a probability in [0, 1), got {p!r}")
-        _positive("model", sliding_window=self.sliding_window)
+        check_fields(self, "model")
         if self.sliding_layers and self.sliding_window is None:
             raise StepbillError("model.sliding_layers needs model.sliding_window")
         # A window with no layer list slides in every layer (Mistral).
@@ -232,14 +203,14 @@ class ModelSpec:
         if not isinstance(data, dict):
             raise StepbillError("a model spec must be a JSON object")
         data = dict(data)
-        try:
-            attention = _strict(AttentionSpec, data.pop("attention"), "attention")
-            ffn = _strict(FFNSpec, data.pop("ffn"), "ffn")
-        except KeyError as missing:
-            raise StepbillError(f"model spec is missing {missing.args[0]!r}") from None
+        for block in ("attention", "ffn"):
+            if block not in data:
+                raise StepbillError(f"model spec is missing {block!r}")
+        attention = from_plain(AttentionSpec, data.pop("attention"), "attention")
+        ffn = from_plain(FFNSpec, data.pop("ffn"), "ffn")
         moe_data = data.pop("moe", None)
-        moe = None if moe_data is None else _strict(MoESpec, moe_data, "moe")
-        return _strict(cls, data, "model", attention=attention, ffn=ffn, moe=moe)
+        moe = None if moe_data is None else from_plain(MoESpec, moe_data, "moe")
+        return from_plain(cls, data, "model", attention=attention, ffn=ffn, moe=moe)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict that `from_dict` reads back to an equal spec."""
@@ -250,26 +221,3 @@ class ModelSpec:
         out["sliding_layers"] = list(self.sliding_layers)
         return out
 
-
-def _strict(cls: type, data: Any, owner: str, **already: Any) -> Any:
-    if not isinstance(data, dict):
-        raise StepbillError(f"{owner} must be a JSON object")
-    names = {f.name for f in dataclasses.fields(cls) if f.name != "extra"} - set(already)
-    for key in data:
-        if key not in names:
-            raise unknown_name(f"key in {owner}", key, names)
-    required = {
-        f.name
-        for f in dataclasses.fields(cls)
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    } - set(already)
-    missing = sorted(required - set(data))
-    if missing:
-        raise StepbillError(f"{owner} is missing {', '.join(missing)}")
-    values = dict(data)
-    if "dense_layers" in values:
-        values["dense_layers"] = tuple(values["dense_layers"])
-    try:
-        return cls(**values, **already)
-    except TypeError as exc:  # wrong value types that slipped past validation
-        raise StepbillError(f"{owner}: {exc}") from None

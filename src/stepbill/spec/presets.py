@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
+import stat
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from stepbill.errors import StepbillError, unknown_name
+from stepbill.errors import StepbillError, one_line, shown, unknown_name
 from stepbill.spec.model import ModelSpec
 
 
@@ -31,33 +33,117 @@ def load_preset(name: str) -> ModelSpec:
     return ModelSpec.from_dict(data)
 
 
-def read_json_file(path: Path) -> dict[str, Any]:
-    """Read a JSON object from `path`, turning every failure into one StepbillError line."""
+#: Largest model file read: 4 MiB (a transformers config.json is a few KiB; DeepSeek-V3's is 1.7 KiB).
+MAX_FILE_BYTES = 4 * 2**20
+#: Deepest nesting of JSON arrays/objects accepted (a config nests 3 levels; 50,000 used to crash the parser).
+MAX_JSON_DEPTH = 64
+#: Longest integer literal accepted in a JSON file (20 digits holds any 64-bit count).
+MAX_INT_DIGITS = 20
+
+
+def _json_depth(text: str) -> int:
+    """Deepest nesting of [ and { in JSON `text`, outside strings (a linear scan, no recursion)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for c in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth -= 1
+    return deepest
+
+
+def _parse_int(literal: str) -> int:
+    if len(literal.lstrip("-")) > MAX_INT_DIGITS:
+        raise StepbillError(f"an integer of {len(literal):,} digits (at most {MAX_INT_DIGITS} allowed)")
+    return int(literal)
+
+
+def _parse_float(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):
+        raise StepbillError(f"{shown(literal)} overflows a finite number")
+    return value
+
+
+def _parse_constant(name: str) -> Any:
+    raise StepbillError(f"{name} is not a JSON number (numbers must be finite)")
+
+
+def read_text_file(path: Path, what: str = "") -> str:
+    """The UTF-8 text of the regular file `path` (at most MAX_FILE_BYTES), or one StepbillError line.
+
+    A FIFO, /dev/zero or a directory is refused before it is opened (reading one would block or never end)."""
+    where = (what + " " if what else "") + one_line(str(path))
     try:
-        text = path.read_text()
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise StepbillError(f"cannot read {where}: not a regular file")
+        if info.st_size > MAX_FILE_BYTES:
+            raise StepbillError(f"cannot read {where}: {info.st_size:,} bytes (at most {MAX_FILE_BYTES:,})")
+        with path.open("rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
-        raise StepbillError(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise StepbillError(f"cannot read {where}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # an embedded NUL in the path
+        raise StepbillError(f"cannot read {where}: {exc}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise StepbillError(f"cannot read {where}: over {MAX_FILE_BYTES:,} bytes")
     try:
-        data = json.loads(text)
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise StepbillError(f"{where} is not UTF-8 text (byte {exc.start:,})") from None
+
+
+def read_json_file(path: Path) -> dict[str, Any]:
+    """Read a JSON object from `path`, turning every failure into one StepbillError line.
+
+    Only a regular file of at most MAX_FILE_BYTES, UTF-8, nested at most MAX_JSON_DEPTH deep, with integers of at
+    most MAX_INT_DIGITS digits and no NaN/Infinity.
+    """
+    where = one_line(str(path))
+    text = read_text_file(path)
+    if _json_depth(text) > MAX_JSON_DEPTH:
+        raise StepbillError(f"{where} nests JSON deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        data = json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant)
     except json.JSONDecodeError as exc:
-        raise StepbillError(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+        raise StepbillError(f"{where} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    except StepbillError as exc:
+        raise StepbillError(f"{where}: {exc}") from None
     if not isinstance(data, dict):
-        raise StepbillError(f"{path} must hold a JSON object")
+        raise StepbillError(f"{where} must hold a JSON object")
     return data
 
 
 def load_model(model: str) -> ModelSpec:
     """A preset name, a path to a ModelSpec JSON, a Hugging Face config.json (or a folder holding one), or a
     Hub id `org/name` that is not a local path (its config.json only, through huggingface_hub)."""
+    if not isinstance(model, str) or not model or "\x00" in model or len(model) > 4096:
+        raise StepbillError(f"MODEL must be a preset name, a file path or a Hub id, got {shown(model)}")
     path = Path(model)
-    if path.is_dir() and (path / "config.json").is_file():
-        path = path / "config.json"
-    if model.endswith(".json") or path.exists():
+    try:
+        if path.is_dir() and (path / "config.json").is_file():
+            path = path / "config.json"
+        is_file = model.endswith(".json") or path.exists()
+    except OSError:  # a name the file system refuses (a component over 255 bytes): a file only if it says .json
+        is_file = model.endswith(".json")
+    if is_file:
         data = read_json_file(path)
         if "model_type" in data:
             from stepbill.spec.hf import from_hf_config
 
-            return from_hf_config(data, name=path.parent.name or path.stem)
+            return from_hf_config(data, name=one_line(path.parent.name or path.stem)[:200])
         return ModelSpec.from_dict(data)
     from stepbill.spec.hub import looks_like_hub_id
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Annotated
 
-from stepbill.errors import StepbillError, unknown_name
+from stepbill.errors import StepbillError, require_extra, unknown_name
 from stepbill.spec.parallel import Parallel
 from stepbill.spec.recompute_policy import RecomputePolicy, parse_recompute
+from stepbill.spec.schema import BATCH, TOKENS, WIDTH, Names, check_fields
 
 
 @dataclass(frozen=True)
@@ -68,8 +70,13 @@ OPTIMIZER_IMPLS: dict[str, str] = {
 class LoRA:
     """Low-rank adapters of rank `rank` on every matrix whose name ends with one of `targets`."""
 
-    rank: int
-    targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
+    rank: Annotated[int, WIDTH]
+    targets: Annotated[tuple[str, ...], Names()] = DEFAULT_LORA_TARGETS
+
+    def __post_init__(self) -> None:
+        if isinstance(self.targets, list):  # a list from Python: kept as a tuple (the bill hashes its recipe)
+            object.__setattr__(self, "targets", tuple(self.targets))
+        check_fields(self, "lora", {"rank": "--lora-rank", "targets": "--lora-targets"})
 
 
 @dataclass(frozen=True)
@@ -78,27 +85,22 @@ class Recipe:
 
     precision: Precision
     optimizer: str = "adamw"
-    micro_batch: int = 1
-    seq_len: int = 2048
+    micro_batch: Annotated[int, BATCH] = 1
+    seq_len: Annotated[int, TOKENS] = 2048
     recompute: str = "none"  # none | full | every:K | every:auto | selective:M1,M2 | budget:40GiB
     lora: LoRA | None = None
     parallel: Parallel = field(default_factory=Parallel)  # all-1: one GPU holds everything
     optimizer_impl: str = "single"  # single | foreach | fused (OPTIMIZER_IMPLS)
 
     def __post_init__(self) -> None:
+        check_fields(self, "recipe", {"seq_len": "--seq", "micro_batch": "--micro-batch"})
         if self.optimizer not in OPTIMIZERS:
             raise unknown_name("optimizer", self.optimizer, OPTIMIZERS)
         if self.optimizer_impl not in OPTIMIZER_IMPLS:
             raise unknown_name("optimizer implementation", self.optimizer_impl, OPTIMIZER_IMPLS)
-        parse_recompute(self.recompute)  # validates: none | full | every:K | selective:M,... | budget:SIZE
-        for name in ("micro_batch", "seq_len"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise StepbillError(f"{name.replace('_', '-')} must be a positive integer, got {value!r}")
-        if self.lora is not None and self.lora.rank <= 0:
-            raise StepbillError(f"lora rank must be positive, got {self.lora.rank}")
-        if self.lora is not None and not self.lora.targets:
-            raise StepbillError("lora targets must name at least one matrix")
+        policy = parse_recompute(self.recompute)  # validates: none | full | every:K | selective:M,... | budget:SIZE
+        if policy.kind == "budget":
+            require_extra("scipy", "the budget: recompute policy (exact MILP)")
 
     @property
     def recompute_policy(self) -> RecomputePolicy:
@@ -137,8 +139,8 @@ def make_recipe(
     """A Recipe from plain names and numbers (what the CLI and the API take)."""
     lora = None
     if lora_rank is not None:
-        lora = LoRA(lora_rank, tuple(lora_targets) if lora_targets else DEFAULT_LORA_TARGETS)
-    elif lora_targets:
+        lora = LoRA(lora_rank, DEFAULT_LORA_TARGETS if lora_targets is None else tuple(lora_targets))
+    elif lora_targets is not None:
         raise StepbillError("--lora-targets needs --lora-rank")
     return Recipe(precision(recipe), optimizer, micro_batch, seq_len, recompute, lora, parallel or Parallel(),
                   optimizer_impl)

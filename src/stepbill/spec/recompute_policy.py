@@ -5,7 +5,8 @@
     every:K | every:auto      keep the input of every K-th layer (segments of K layers); auto = the best K (≈ √L)
     selective:M1,M2,...       rebuild the tensors of Megatron's --recompute-modules names
     budget:SIZE               drop the tensors that fit the activation peak under SIZE (e.g. 40GiB, 512MiB,
-                              2.5e10 bytes) at minimum recompute FLOPs (exact MILP)
+                              2.5e10B; a bare number is GiB: budget:10 = 10 GiB) at minimum recompute FLOPs
+                              (exact MILP)
 """
 
 from __future__ import annotations
@@ -13,14 +14,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from stepbill.errors import StepbillError, unknown_name
+from stepbill.errors import StepbillError, shown, unknown_name
+from stepbill.spec.schema import LAYERS
 
 POLICY_KINDS = ("none", "full", "every", "selective", "budget")
 
 # Megatron-LM's --recompute-modules vocabulary (megatron/core/transformer/transformer_config.py).
 MEGATRON_MODULES = ("core_attn", "layernorm", "mlp", "moe_act", "mla_up_proj", "shared_experts", "moe")
 
-_UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+_UNITS = {"": 2**30, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
           "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12}
 
 
@@ -43,14 +45,19 @@ class RecomputePolicy:
         return self.kind
 
 
+#: Largest memory size accepted: 2^60 bytes (1 EiB).
+MAX_SIZE_BYTES = 2**60
+
+
 def parse_size(text: str) -> float:
-    """"40GiB" → 40·2^30 bytes; binary (KiB…TiB) and decimal (KB…TB) units, bare numbers are bytes."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
+    """"40GiB" → 40·2^30 bytes: binary (KiB…TiB) and decimal (KB…TB) units, B for bytes; a bare number is GiB."""
+    m = re.fullmatch(r"\s*([0-9]{0,30}\.?[0-9]{1,30}(?:[eE][+-]?[0-9]{1,3})?)\s*([a-zA-Z]{0,3})\s*", text)
     if not m or m.group(2).lower() not in _UNITS:
-        raise StepbillError(f"cannot read memory size {text!r}; write e.g. 40GiB, 512MiB or a byte count")
+        raise StepbillError(f"cannot read memory size {shown(text)}; write e.g. 40GiB, 512MiB, 2.5e10B "
+                            "(a bare number is GiB)")
     value = float(m.group(1)) * _UNITS[m.group(2).lower()]
-    if value <= 0:
-        raise StepbillError(f"memory budget must be positive, got {text!r}")
+    if not 0 < value <= MAX_SIZE_BYTES:
+        raise StepbillError(f"memory size {shown(text)} must lie in (0, 2^60] bytes (1 EiB)")
     return value
 
 
@@ -61,7 +68,7 @@ def parse_recompute(text: str) -> RecomputePolicy:
         raise unknown_name("recompute policy", text, POLICY_KINDS)
     if kind in ("none", "full"):
         if sep:
-            raise StepbillError(f"recompute policy {kind!r} takes no argument, got {text!r}")
+            raise StepbillError(f"recompute policy {kind!r} takes no argument, got {shown(text)}")
         return RecomputePolicy(kind)
     if not arg:
         raise StepbillError(f"recompute policy {kind!r} needs an argument, e.g. "
@@ -70,8 +77,8 @@ def parse_recompute(text: str) -> RecomputePolicy:
     if kind == "every":
         if arg == "auto":
             return RecomputePolicy(kind, every=0)
-        if not arg.isdigit() or int(arg) <= 0:
-            raise StepbillError(f"every:K needs a positive integer K (or auto), got {arg!r}")
+        if not re.fullmatch(r"[0-9]{1,5}", arg) or not 0 < int(arg) <= LAYERS.high:
+            raise StepbillError(f"every:K needs an integer K in [1, {LAYERS.high:,}] (or auto), got {shown(arg)}")
         return RecomputePolicy(kind, every=int(arg))
     if kind == "selective":
         modules = tuple(dict.fromkeys(m.strip() for m in arg.split(",") if m.strip()))

@@ -1,0 +1,264 @@
+"""Field rules of every input, declared once on the input's own dataclass.
+
+A field of an input dataclass (ModelSpec, AttentionSpec, FFNSpec, MoESpec, Recipe, LoRA, Parallel) carries its
+rule in its annotation — `n_layers: Annotated[int, LAYERS]` — and the dataclass's `__post_init__` calls
+`check_fields(self)`. The same rule objects bound what the Hugging Face reader (spec/hf.py), the GPU catalog
+(spec/hardware.py) and the CLI accept, so a bound is written in one place.
+
+Types are strict: `True` is not an integer, `"false"` is not a boolean, `null` only where the annotation says
+`| None`, floats are finite. Every failure is one StepbillError line naming the field, the value and what is
+allowed. The upper bounds are far above any published model and keep every command fast (no hang).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+from dataclasses import dataclass
+from functools import cache
+from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
+
+from stepbill.errors import StepbillError, shown
+
+
+@dataclass(frozen=True)
+class Int:
+    """An integer in [low, high] (bool is not an integer)."""
+
+    low: int
+    high: int
+
+    @property
+    def allowed(self) -> str:
+        return f"an integer in [{self.low:,}, {self.high:,}]"
+
+    def accepts(self, value: Any) -> bool:
+        return not isinstance(value, bool) and isinstance(value, int) and self.low <= value <= self.high
+
+
+def _num(x: float) -> str:
+    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e9 else f"{x:g}"
+
+
+@dataclass(frozen=True)
+class Real:
+    """A finite number in [low, high] (or (low, high] with low_open); integers are numbers too."""
+
+    low: float
+    high: float
+    low_open: bool = False
+    high_open: bool = False
+
+    @property
+    def allowed(self) -> str:
+        return (f"a finite number in {'(' if self.low_open else '['}{_num(self.low)}, "
+                f"{_num(self.high)}{')' if self.high_open else ']'}")
+
+    def accepts(self, value: Any) -> bool:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        if isinstance(value, float) and not math.isfinite(value):
+            return False
+        above = self.low < value if self.low_open else self.low <= value  # int vs float compares exactly
+        below = value < self.high if self.high_open else value <= self.high
+        return above and below
+
+
+@dataclass(frozen=True)
+class Text:
+    """A printable string (no newline or other control character) of at most max_len characters."""
+
+    max_len: int = 200
+
+    @property
+    def allowed(self) -> str:
+        return f"a printable string of at most {self.max_len} characters"
+
+    def accepts(self, value: Any) -> bool:
+        return isinstance(value, str) and len(value) <= self.max_len and value.isprintable()
+
+
+@dataclass(frozen=True)
+class Flag:
+    """true or false (not "false", not 0)."""
+
+    @property
+    def allowed(self) -> str:
+        return "true or false"
+
+    def accepts(self, value: Any) -> bool:
+        return isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """One of a fixed set of names (a Literal annotation)."""
+
+    values: tuple[Any, ...]
+
+    @property
+    def allowed(self) -> str:
+        return "one of " + ", ".join(str(v) for v in self.values)
+
+    def accepts(self, value: Any) -> bool:
+        return isinstance(value, str | int) and not isinstance(value, bool) and value in self.values
+
+
+@dataclass(frozen=True)
+class IntTuple:
+    """A list of integers, each in [0, high] (layer indices), at most max_len long."""
+
+    high: int
+    max_len: int
+
+    @property
+    def allowed(self) -> str:
+        return f"a list of at most {self.max_len:,} integers in [0, {self.high:,}]"
+
+    def accepts(self, value: Any) -> bool:
+        return isinstance(value, list | tuple) and len(value) <= self.max_len and all(
+            not isinstance(i, bool) and isinstance(i, int) and 0 <= i <= self.high for i in value)
+
+
+@dataclass(frozen=True)
+class Names:
+    """A non-empty list of names (printable strings of at most 100 characters), at most max_len long."""
+
+    max_len: int = 64
+
+    @property
+    def allowed(self) -> str:
+        return f"a list of 1 to {self.max_len} printable names"
+
+    def accepts(self, value: Any) -> bool:
+        return isinstance(value, list | tuple) and 0 < len(value) <= self.max_len and all(
+            isinstance(n, str) and 0 < len(n) <= 100 and n.isprintable() for n in value)
+
+
+@dataclass(frozen=True)
+class Instance:
+    """An object of a given class (a nested input that validated itself)."""
+
+    cls: type
+
+    @property
+    def allowed(self) -> str:
+        return f"a {self.cls.__name__}"
+
+    def accepts(self, value: Any) -> bool:
+        return isinstance(value, self.cls)
+
+
+Rule = Int | Real | Text | Flag | OneOf | IntTuple | Names | Instance
+
+# --- the bounds (why each is where it is) -----------------------------------------------------------------
+#: Layers: the deepest published LMs have under 200; 10,000 keeps every per-layer loop (timeline, every:K,
+#: pipeline stages) well under a second. 10^12 layers used to hang.
+LAYERS = Int(1, 10_000)
+#: Vocabulary: the largest published is ~262K (Gemma 3); 10M leaves room and keeps the embedding bytes finite.
+VOCAB = Int(1, 10_000_000)
+#: Any matrix width (hidden, FFN, expert, head, MLA ranks): 2^20, over 10× DeepSeek-V3's widest (18,432).
+WIDTH = Int(1, 2**20)
+#: Widths that may be 0 (an absent part: no shared expert, no rotary share).
+WIDTH_OR_ZERO = Int(0, 2**20)
+#: Heads and experts: 2^16 (DeepSeek-V3: 128 heads, 256 experts).
+HEADS = Int(1, 2**16)
+EXPERTS = Int(1, 2**16)
+EXPERTS_OR_ZERO = Int(0, 2**16)
+#: Tokens of one sequence or position table: 2^24 = 16,777,216 (above Llama 4 Scout's 10M context).
+TOKENS = Int(1, 2**24)
+#: Sequences per micro-batch, micro-batches per step: 2^20.
+BATCH = Int(1, 2**20)
+#: One parallel degree (dp, tp, pp, cp, ep, etp, shard group, vpp): 2^20 ranks.
+DEGREE = Int(1, 2**20)
+#: A share in [0, 1] (rotary fraction).
+FRACTION = Real(0.0, 1.0)
+#: GPU count (dp·tp·pp·cp): 2^24, far above any cluster built.
+WORLD = Int(1, 2**24)
+#: --gpu-mem, GiB per card: from 0.001 GiB (about 1 MiB; 1e-310 GiB made the card count overflow) to 2^20 GiB.
+GPU_MEM_GIB = Real(1e-3, 2.0**20)
+#: --efficiency, share of the dense peak achieved: below 0.1 % a step time means nothing (1e-310 gave Infinity).
+EFFICIENCY = Real(1e-3, 1.0)
+#: --threshold of the recompute cut, TFLOP per GiB saved.
+THRESHOLD = Real(0.0, 1e9)
+#: Names, families, notes.
+NAME = Text(200)
+NOTE = Text(2_000)
+
+
+@cache
+def _rules(cls: type) -> tuple[tuple[str, Rule, bool], ...]:
+    """(field, rule, nullable) for every validated field of `cls`, read from its annotations."""
+    hints = get_type_hints(cls, include_extras=True)
+    out = []
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        rule = None
+        if get_origin(hint) is Annotated:
+            hint, *meta = get_args(hint)
+            rule = next((m for m in meta if isinstance(m, Rule)), None)
+        args = get_args(hint)
+        nullable = get_origin(hint) in (Union, types.UnionType) and type(None) in args
+        base = next((a for a in args if a is not type(None)), hint) if nullable else hint
+        if rule is None:
+            rule = _default_rule(base)
+        if rule is not None:
+            out.append((f.name, rule, nullable))
+    return tuple(out)
+
+
+def _default_rule(base: Any) -> Rule | None:
+    if base is bool:
+        return Flag()
+    if base is str:
+        return NAME
+    if get_origin(base) is Literal:
+        return OneOf(get_args(base))
+    if isinstance(base, type) and dataclasses.is_dataclass(base):
+        return Instance(base)
+    return None  # dict / Any: not validated here
+
+
+def check_fields(obj: Any, owner: str, flags: dict[str, str] | None = None) -> None:
+    """Check every annotated field of the dataclass `obj`; the first violation is a one-line StepbillError.
+
+    A field is named `owner.field`, or by its command-line flag where `flags` gives one (e.g. "--seq")."""
+    for name, rule, nullable in _rules(type(obj)):
+        value = getattr(obj, name)
+        if value is None and nullable:
+            continue
+        if not rule.accepts(value):
+            label = flags[name] if flags and name in flags else f"{owner}.{name}"
+            raise StepbillError(f"{label} must be {rule.allowed}{' or null' if nullable else ''}, "
+                                f"got {shown(value)}")
+
+
+def check_value(rule: Rule, what: str, value: Any) -> Any:
+    """`value` if `rule` accepts it, else a one-line StepbillError naming `what` (a flag or a key)."""
+    if not rule.accepts(value):
+        raise StepbillError(f"{what} must be {rule.allowed}, got {shown(value)}")
+    return value
+
+
+def from_plain(cls: type, data: Any, owner: str, **already: Any) -> Any:
+    """Build the dataclass `cls` from a JSON object: unknown keys and missing required keys are errors.
+
+    The values are checked by `cls.__post_init__` (check_fields and the cross-field rules)."""
+    from stepbill.errors import unknown_name
+
+    if not isinstance(data, dict):
+        raise StepbillError(f"{owner} must be a JSON object, got {shown(data)}")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "extra"}
+    names = set(fields) - set(already)
+    for key in data:
+        if key not in names:
+            raise unknown_name(f"key in {owner}", str(key), names)
+    missing = sorted(
+        n for n in names
+        if fields[n].default is dataclasses.MISSING and fields[n].default_factory is dataclasses.MISSING
+        and n not in data
+    )
+    if missing:
+        raise StepbillError(f"{owner} is missing {', '.join(missing)}")
+    return cls(**data, **already)
