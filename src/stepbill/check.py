@@ -326,7 +326,7 @@ def notes_json(spec: Any, recipe: str, dropout: float | None) -> dict[str, Any]:
     from stepbill.measure.sharded import FSDP_RECIPE, FSDP_SETUP
 
     return {"recipe": recipe, "mixed_precision": dict(FSDP_SETUP) if recipe == FSDP_RECIPE else None,
-            "dropout_option": dropout, "unmodelled": unmodelled(spec)}
+            "dropout_option": None if dropout is None else float(dropout), "unmodelled": unmodelled(spec)}
 
 
 def ddp_prediction(bill: Bill, world: int, rank: int) -> tuple[Any, float]:

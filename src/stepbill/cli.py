@@ -103,24 +103,19 @@ def bill(
         "--dropout", help="0: train without dropout (every dropout probability of the config set to 0)")] = None,
 ) -> None:
     """The bill of one training step for MODEL under a recipe."""
-    from stepbill.api import cli_flag, load_model, make_step_bill
-    from stepbill.engine.unmodelled import DROPOUT_OFF_HEADER, apply_dropout_option, unmodelled
+    from stepbill.api import cli_flag, make_step_bill
+    from stepbill.engine.unmodelled import DROPOUT_OFF_HEADER, unmodelled
 
-    # --dropout 0 bills the spec without dropout; otherwise the name goes through (seed notes key on it)
-    target = model if dropout is None else apply_dropout_option(load_model(model), dropout)
     run = make_step_bill(
-        target, seq=seq, micro_batch=micro_batch, recipe=recipe, optimizer=optimizer, recompute=recompute,
+        model, seq=seq, micro_batch=micro_batch, recipe=recipe, optimizer=optimizer, recompute=recompute,
         optimizer_impl=optimizer_impl, convention=convention, attention=attention, lora_rank=lora_rank,
         lora_targets=lora_targets, gpu_mem_gib=gpu_mem, reserve_gib=reserve, dp=dp, tp=tp, pp=pp,
         pp_layers=pp_layers, cp=cp, ep=ep, etp=etp, zero=zero, shard_group=shard_group, sp=sp,
         pp_schedule=pp_schedule, vpp=vpp, micro_batches=micro_batches, offload_optimizer=offload_optimizer,
-        offload_activations=offload_activations, gpu=gpu, gpus=gpus, efficiency=mfu, name=cli_flag)
+        offload_activations=offload_activations, gpu=gpu, gpus=gpus, efficiency=mfu, dropout=dropout, name=cli_flag)
     result, fit, dp_note = run.bill, run.fit, run.layout_note
     if as_json:
-        out = run.to_json()
-        if dropout is not None:
-            out["dropout_option"] = dropout
-        _emit_json(out)
+        _emit_json(run.to_json())
     else:
         from stepbill.report.terminal import print_bill
 

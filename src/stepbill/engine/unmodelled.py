@@ -45,13 +45,14 @@ def unmodelled(spec: ModelSpec) -> list[str]:
     return notes
 
 
-def apply_dropout_option(spec: ModelSpec, dropout: float | None) -> ModelSpec:
-    """`--dropout`: None keeps the configured probabilities; 0 sets every one to 0 (the only value accepted)."""
+def apply_dropout_option(spec: ModelSpec, dropout: float | None, flag: str = "--dropout") -> ModelSpec:
+    """`--dropout`: None keeps the configured probabilities; 0 sets every one to 0 (the only value accepted).
+    `flag` spells the option in the message (``dropout`` for the Python API)."""
     if dropout is None:
         return spec
-    if dropout != 0:
-        raise StepbillError(f"--dropout takes only 0 (train without dropout), got {dropout:g}; without the "
-                            "option the config's own probabilities are used")
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or dropout != 0:
+        raise StepbillError(f"{flag} takes only 0 (train without dropout), got {dropout!r}; without it the "
+                            "config's own probabilities are used")
     return dataclasses.replace(spec, **dict.fromkeys(DROPOUT_FIELDS, 0.0))
 
 
