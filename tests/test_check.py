@@ -81,6 +81,7 @@ def test_check_without_torch_names_the_extra(monkeypatch: pytest.MonkeyPatch, ca
     assert code == 2 and "stepbill[measure]" in err and err.count("\n") == 1 and out == ""
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("dropout", [None, 0])
 def test_check_measures_the_configured_dropout(dropout: float | None, tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
     """A GPT-2 config with the family's default dropout (0.1) is measured with it, and the bill says in one line
@@ -105,6 +106,7 @@ def test_check_measures_the_configured_dropout(dropout: float | None, tmp_path, 
         assert abs(rows["memory.activations"]["error"]) <= 0.03
 
 
+@pytest.mark.torch
 def test_sharded_check_names_the_fsdp_recipe(capsys: pytest.CaptureFixture[str]) -> None:
     """Under --zero 2/3 the measured recipe is FSDP2's mixed precision, named in the JSON (and the header)."""
     pytest.importorskip("torch")
