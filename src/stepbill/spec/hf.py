@@ -172,7 +172,7 @@ def dropout_config_keys(family: str) -> tuple[str, ...]:
 def _dropouts(c: _Config) -> dict[str, float]:
     """The dropout probabilities the family reads (null counts as 0, as transformers' modules treat it)."""
     keys = _DROPOUT_KEYS.get(c.family, {"attention_dropout": "attention_dropout"})
-    return {name: c.fraction(c.raw(key) or 0.0, key) for name, key in keys.items()}
+    return {name: c.fraction(0.0 if c.raw(key) is None else c.raw(key), key) for name, key in keys.items()}
 
 
 def _sliding(c: _Config, n_layers: int) -> dict[str, Any]:
