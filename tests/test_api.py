@@ -121,7 +121,7 @@ def test_check_is_callable_before_and_after_its_module_is_imported() -> None:
     import stepbill.check as check_module  # rebinds stepbill.check to the module: still callable
 
     assert callable(stepbill.check) and hasattr(check_module, "compare")
-    with pytest.raises(stepbill.StepbillError, match="recipe must be one of"):
+    with pytest.raises(stepbill.StepbillError, match="check measures recipe fp32"):
         stepbill.check("gpt3-125m", recipe="mixed-bf16")
 
 

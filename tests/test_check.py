@@ -37,7 +37,16 @@ def test_mode_choice_by_free_memory() -> None:
 
 
 @pytest.mark.parametrize(("argv", "needle"), [
-    (["check", TINY, "--recipe", "mixed-bf16"], "check measures recipes"),
+    (["check", TINY, "--recipe", "mixed-bf16"], "check measures --recipe fp32 | pure-bf16 | amp-bf16"),
+    (["check", TINY, "--dp", "2", "--zero", "3", "--recipe", "pure-bf16"],
+     "check under ZeRO-3 measures FSDP2's mixed precision only: --recipe fsdp-mixed-bf16"),
+    (["check", TINY, "--dp", "2", "--zero", "1", "--recipe", "amp-bf16"],
+     "check under ZeRO-1 measures --recipe fp32 | pure-bf16"),
+    (["check", TINY, "--launch", "2", "--fake"], "--launch measures real tensors"),
+    (["check", TINY, "--launch", "2", "--dp", "4"], "--dp 4 must equal --launch 2"),
+    (["check", TINY, "--device", "cuda"], "--device cuda needs real ranks"),
+    (["check", TINY, "--device", "tpu"], "--device must be cpu or cuda"),
+    (["check", TINY, "--dp", "2"], "--dp N with --zero 0 is DDP, measured on real ranks only"),
     (["check", TINY, "--real", "--fake"], "choose one of --real and --fake"),
     (["check", "llama2-70b", "--real", "--seq", "4096"], "--real refused"),
 ])
@@ -70,3 +79,43 @@ def test_check_without_torch_names_the_extra(monkeypatch: pytest.MonkeyPatch, ca
     monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` raise ImportError
     code, out, err = run_cli(["check", TINY, "--fake"], capsys)
     assert code == 2 and "stepbill[measure]" in err and err.count("\n") == 1 and out == ""
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("dropout", [None, 0])
+def test_check_measures_the_configured_dropout(dropout: float | None, tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A GPT-2 config with the family's default dropout (0.1) is measured with it, and the bill says in one line
+    that it does not model it; `--dropout 0` switches it off in both, and the activations then agree again."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from stepbill.measure.tiny import TINY_CONFIGS
+
+    config = {k: v for k, v in TINY_CONFIGS["gpt2"].items() if not k.endswith("_pdrop")}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    argv = ["check", str(path), "--real", "--seq", "32", "--json"]
+    code, out, _ = run_cli(argv + ([] if dropout is None else ["--dropout", "0"]), capsys)
+    assert code == 0
+    data = json.loads(out)
+    rows = {r["line"]: r for r in data["rows"]}
+    if dropout is None:
+        assert len(data["unmodelled"]) == 1 and data["unmodelled"][0].startswith("attn_pdrop 0.1")
+        assert rows["memory.activations"]["measured"] > rows["memory.activations"]["predicted"]  # masks kept
+    else:
+        assert data["unmodelled"] == [] and data["dropout_option"] == 0
+        assert abs(rows["memory.activations"]["error"]) <= 0.03
+
+
+@pytest.mark.torch
+def test_sharded_check_names_the_fsdp_recipe(capsys: pytest.CaptureFixture[str]) -> None:
+    """Under --zero 2/3 the measured recipe is FSDP2's mixed precision, named in the JSON (and the header)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    code, out, _ = run_cli(["check", TINY, "--dp", "2", "--zero", "2", "--rank", "0", "--seq", "16", "--real",
+                            "--json"], capsys)
+    assert code == 0
+    data = json.loads(out)
+    assert data["recipe"] == "fsdp-mixed-bf16"
+    assert data["mixed_precision"]["sharded_params"] == "fp32"
+    assert data["mixed_precision"]["reduce_dtype"].startswith("fp32")
+    assert data["mixed_precision"]["compute_params"].startswith("bf16")

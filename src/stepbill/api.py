@@ -172,6 +172,7 @@ def make_step_bill(
     gpu: str | None = None,
     gpus: int | None = None,
     efficiency: float = 0.5,
+    dropout: float | None = None,
     name: Callable[[str], str] = python_name,
 ) -> BillRun:
     """The engine's Bill for `model` under these options, with its fit verdict (shared by `stepbill.bill` and
@@ -196,6 +197,9 @@ def make_step_bill(
         spec = load_model(model)
     else:
         raise StepbillError(f"{name('model')} must be a preset name, a path, a Hub id or a ModelSpec, got {model!r}")
+    from stepbill.engine.unmodelled import apply_dropout_option
+
+    spec = apply_dropout_option(spec, dropout, name("dropout"))  # 0: no dropout; None: the config's
     dp, layout_note = _data_parallel(dp, gpus, tp, pp, cp, name)
     layout = Parallel(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, sp=sp, zero=zero, shard_group=shard_group,
                       micro_batches=micro_batches, pp_schedule=pp_schedule, vpp=vpp,  # type: ignore[arg-type]
@@ -210,7 +214,8 @@ def make_step_bill(
     result = make_bill(spec, the_recipe, card, convention, attention, gpu=the_gpu, efficiency=efficiency)
     notes = _seed_notes(model, seq, micro_batch, recompute, (recipe, optimizer, convention, attention, lora_rank),
                         layout) if isinstance(model, str) else []
-    return BillRun(result, fit_from_options(result, gpu_mem_gib, reserve_gib, name), layout_note, tuple(notes))
+    return BillRun(result, fit_from_options(result, gpu_mem_gib, reserve_gib, name), layout_note, tuple(notes),
+                   None if dropout is None else float(dropout))
 
 
 def _seed_notes(model: str, seq: int, micro_batch: int, recompute: str, options: tuple, layout: object) -> list[str]:
@@ -293,6 +298,7 @@ def bill(
     gpu: str | None = None,
     gpus: int | None = None,
     efficiency: float = 0.5,
+    dropout: float | None = None,
 ) -> StepBill:
     """The bill of one training step of `model` (preset, ModelSpec/config.json path, Hub id or ModelSpec).
 

@@ -118,6 +118,42 @@ def choose_mode(requested: str, predicted_peak: float, free_bytes: int | None = 
     raise StepbillError(f"unknown mode {requested!r}; choose real, fake or auto")
 
 
+def model_and_config(model: str, dropout: float | None = None) -> tuple[Any, dict[str, Any]]:
+    """The ModelSpec the bill reads and the config dict `check` builds, for a MODEL argument.
+
+    An HF config.json (a file, a folder holding one, a Hub id) is measured as given: every field, dropout and
+    sliding windows included; a preset or ModelSpec JSON goes through `to_hf_config`, which emits the spec's
+    dropout and window. `dropout=0` (``--dropout 0``) sets every dropout probability to 0 in both.
+    """
+    from pathlib import Path
+
+    from stepbill.engine.unmodelled import apply_dropout_option
+    from stepbill.spec.hf import dropout_config_keys, from_hf_config, to_hf_config
+    from stepbill.spec.presets import load_model, preset_names, read_json_file
+
+    path = Path(model)
+    if path.is_dir() and (path / "config.json").is_file():
+        path = path / "config.json"
+    data = None
+    if model.endswith(".json") or path.exists():
+        data = read_json_file(path)
+    elif model not in preset_names():
+        from stepbill.spec.hub import download_config, looks_like_hub_id
+
+        if looks_like_hub_id(model):
+            data = read_json_file(download_config(model))
+    if data is not None and "model_type" in data:
+        spec = from_hf_config(data, name=path.parent.name or path.stem)
+        config = dict(data)
+    else:
+        spec = load_model(model)
+        config = to_hf_config(spec)
+    spec = apply_dropout_option(spec, dropout)
+    if dropout is not None:
+        config |= dict.fromkeys(dropout_config_keys(str(config["model_type"])), 0.0)
+    return spec, config
+
+
 def verdict(rows: list[CheckRow]) -> str:
     """One line: how many predicted categories are within tolerance."""
     judged = [r for r in rows if r.error is not None]
@@ -177,27 +213,33 @@ def measure_and_compare(
     *,
     seq: int = 128,
     micro_batch: int = 1,
-    recipe: str = "fp32",
+    recipe: str | None = None,
     optimizer_impl: str = "single",
     recompute: str = "none",
     mode: str = "auto",
     dp: int = 1,
     zero: int = 0,
     rank: int | None = None,
+    dropout: float | None = None,
 ) -> CheckResult:
     """Measure a training step of `model` in PyTorch and compare it with the bill (needs the `measure` extra).
 
     `mode` is "auto" (real tensors when the predicted peak fits in RAM), "real" or "fake" (any size). With
     `dp` > 1 and `zero` 1-3 it measures one rank of `dp` (`rank`, or one per distinct predicted class) on a fake
     process group, like `stepbill check --dp N --zero Z`. Slow: it builds the model and runs two training steps.
+    `recipe` None is the stage's default (fp32; FSDP2's fsdp-mixed-bf16 under zero 2/3); one the stage cannot
+    measure is refused. A config file is measured as given (`dropout=0`: without dropout, in bill and model).
     """
     from stepbill.report.check_json import sharded_check_json, single_check_json
 
     for key, value in (("seq", seq), ("micro_batch", micro_batch), ("dp", dp)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise StepbillError(f"{key} must be a positive integer, got {value!r}")
-    if recipe not in MEASURABLE_RECIPES:
-        raise StepbillError(f"recipe must be one of {', '.join(MEASURABLE_RECIPES)} to be measured, got {recipe!r}")
+    from stepbill.measure.sharded import measured_recipe
+
+    if isinstance(zero, bool) or zero not in (0, 1, 2, 3):
+        raise StepbillError(f"zero must be 0, 1, 2 or 3, got {zero!r}")
+    recipe = measured_recipe(zero, recipe, flag="recipe")
     if mode not in ("auto", "real", "fake"):
         raise StepbillError(f"mode must be 'auto', 'real' or 'fake', got {mode!r}")
     sharded = dp > 1 or zero != 0
@@ -214,37 +256,47 @@ def measure_and_compare(
     except ImportError as exc:
         raise StepbillError(f"stepbill.check needs PyTorch and transformers ({exc.name} is missing): "
                             "pip install 'stepbill[measure]'") from None
+    from stepbill.engine.unmodelled import apply_dropout_option
     from stepbill.spec.hf import to_hf_config
     from stepbill.spec.model import ModelSpec
-    from stepbill.spec.presets import load_model as _load
     from stepbill.spec.recipe import make_recipe
 
-    spec = model if isinstance(model, ModelSpec) else _load(model)
+    if isinstance(model, ModelSpec):
+        spec = apply_dropout_option(model, dropout)
+        config = to_hf_config(spec)
+    else:
+        spec, config = model_and_config(model, dropout)
     if sharded:
-        results = measure_sharded(spec, seq, micro_batch, recipe, dp, zero, rank, mode)
+        results = measure_sharded(spec, seq, micro_batch, recipe, dp, zero, rank, mode, config)
         by_rank = {r: rows for r, _, _, _, rows in results}
         summary = "; ".join(f"rank {r}: {verdict(rows)}" for r, rows in by_rank.items())
         modes = ",".join(sorted({m for _, m, _, _, _ in results}))
         json_out = sharded_check_json(spec.name, dp, zero, results, [verdict(rows) for rows in by_rank.values()])
+        json_out |= notes_json(spec, recipe, dropout)
         return CheckResult([row for rows in by_rank.values() for row in rows], summary, modes, json_out,
                            by_rank=by_rank)
     engine_bill, note = predict(spec, make_recipe(recipe, "adamw", micro_batch, seq, recompute,
                                                   optimizer_impl=optimizer_impl))
     chosen = choose_mode(mode, engine_bill.lines["memory.peak"].value)
-    measured = measure_step(to_hf_config(spec), mode=chosen, recipe=recipe, optimizer_impl=optimizer_impl,
+    measured = measure_step(config, mode=chosen, recipe=recipe, optimizer_impl=optimizer_impl,
                             micro_batch=micro_batch, seq_len=seq, recompute=recompute)
     rows = compare(predictions(engine_bill), measured)
     summary = verdict(rows)
-    json_out = single_check_json(spec, chosen, engine_bill, measured, rows, summary)
+    json_out = single_check_json(spec, chosen, engine_bill, measured, rows, summary) | notes_json(spec, recipe, dropout)
     return CheckResult(rows, summary, chosen, json_out, note or None)
 
 
-def measure_sharded(spec: Any, seq: int, micro_batch: int, recipe: str, dp: int, zero: int, rank: int | None,
-                    requested: str) -> list[tuple[int, str, Any, Any, list]]:
-    """(rank, mode, prediction, measurement, rows) for `rank`, or one rank per distinct predicted class."""
+def measure_sharded(spec: Any, seq: int, micro_batch: int, recipe: str | None, dp: int, zero: int, rank: int | None,
+                    requested: str, config: dict[str, Any] | None = None) -> list[tuple[int, str, Any, Any, list]]:
+    """(rank, mode, prediction, measurement, rows) for `rank`, or one rank per distinct predicted class.
+    `config`: the config dict to build (default: to_hf_config(spec)); `recipe` None: the stage's default."""
     from stepbill.engine.check_rank import predict_rank
     from stepbill.engine.parallel.fsdp2 import rank_classes
+    from stepbill.measure.sharded import measured_recipe
     from stepbill.spec.hf import to_hf_config
+
+    recipe = measured_recipe(zero, recipe)
+    config = to_hf_config(spec) if config is None else config
 
     def predict(r: int):
         return predict_rank(spec, dp, zero, r, micro_batch, seq, recipe)
@@ -261,10 +313,77 @@ def measure_sharded(spec: Any, seq: int, micro_batch: int, recipe: str, dp: int,
     for r in ranks:
         pred = predict(r)
         mode = choose_mode(requested, pred.peak)
-        measured = measure_rank(to_hf_config(spec), world=dp, zero=zero, rank=r, micro_batch=micro_batch,
+        measured = measure_rank(config, world=dp, zero=zero, rank=r, micro_batch=micro_batch,
                                 seq_len=seq, mode=mode, recipe=recipe)
         results.append((r, mode, pred, measured, compare_sharded(pred, measured)))
     return results
+
+
+def notes_json(spec: Any, recipe: str, dropout: float | None) -> dict[str, Any]:
+    """What every `check --json` adds: the recipe measured (FSDP's mixed precision spelled out), `--dropout`,
+    and the configured fields the bill does not model yet."""
+    from stepbill.engine.unmodelled import unmodelled
+    from stepbill.measure.sharded import FSDP_RECIPE, FSDP_SETUP
+
+    return {"recipe": recipe, "mixed_precision": dict(FSDP_SETUP) if recipe == FSDP_RECIPE else None,
+            "dropout_option": None if dropout is None else float(dropout), "unmodelled": unmodelled(spec)}
+
+
+def ddp_prediction(bill: Bill, world: int, rank: int) -> tuple[Any, float]:
+    """One DDP rank: the single-rank bill plus DDP's gradient buckets; returns (RankPrediction, bucket bytes).
+
+    DDP (``gradient_as_bucket_view=False``, its default) allocates flat buckets holding a copy of every gradient
+    (25 MiB each, the first 1 MiB; rebuilt once in iteration 2 in the order gradients arrived) and keeps them
+    for the whole run: their bytes equal the gradients' (same dtype, no padding on CPU), resident at every
+    moment of the step. Measured: DDP's buckets hold the parameter bytes (tiny llama fp32, 2 ranks: 1,264,128 B
+    in 2 rebuilt buckets).
+    """
+    from stepbill.engine.parallel.fsdp2 import RankPrediction
+
+    buckets = bill.lines["memory.grads"].value
+    assert bill.timeline is not None
+    moments = bill.timeline.moments
+
+    def phase_peak(phase: str) -> float:
+        totals = [m.total for m in moments if m.phase == phase]
+        return (max(totals) if totals else bill.lines["memory.resident"].value) + buckets
+
+    lines = bill.lines
+    pred = RankPrediction(
+        rank=rank, world=world, zero=0, params=lines["memory.weights"].value, grads=lines["memory.grads"].value,
+        optimizer_states=lines["memory.optimizer"].value, buffers=0.0, inputs=0.0,
+        activations=lines["memory.activations"].value, peak_forward=phase_peak("forward"),
+        peak_backward=phase_peak("backward"), peak_optimizer=phase_peak("optimizer"), convention=bill.convention)
+    return pred, buckets
+
+
+def compare_launched(spec: Any, measured: list[Any], *, zero: int, micro_batch: int, seq: int,
+                     recipe: str) -> list[tuple[Any, Any, list[CheckRow]]]:
+    """(prediction, measurement, rows) for every rank of a launched run; ZeRO-1/2/3 from engine/check_rank.py's
+    predict_rank, DDP from the single-rank eager bill plus its gradient buckets (``ddp_prediction``)."""
+    from stepbill.engine.check_rank import predict_rank
+
+    world = len(measured)
+    out = []
+    bill = None
+    for m in measured:
+        if zero == 0:
+            if bill is None:
+                from stepbill.spec.recipe import make_recipe
+
+                bill, _ = predict(spec, make_recipe(recipe, "adamw", micro_batch, seq))
+            pred, buckets = ddp_prediction(bill, world, m.rank)
+            rows = compare_sharded(pred, m)
+            rows.append(CheckRow("DDP gradient buckets (resident)", "bytes", buckets,
+                                 float(m.extra.get("ddp_buckets", 0)), "ddp.buckets"))
+        else:
+            pred = predict_rank(spec, world, zero, m.rank, micro_batch, seq, recipe)
+            rows = compare_sharded(pred, m)
+        if "reserved_peak" in m.extra:  # CUDA: the caching allocator's reserve, beside the bill
+            rows.append(CheckRow("reserved at peak (allocator; not billed)", "bytes", None,
+                                 float(m.extra["reserved_peak"]), "cuda.reserved"))
+        out.append((pred, m, rows))
+    return out
 
 
 class _CallableModule(types.ModuleType):

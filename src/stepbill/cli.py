@@ -60,7 +60,7 @@ def bill(
     optimizer_impl: Annotated[str, typer.Option(
         "--optimizer-impl", help="AdamW in PyTorch: single | foreach | fused (their temporaries; eager convention)")]
     = "single",
-    convention: Annotated[str, typer.Option("--convention", help="ideal (the seed's) | eager (what PyTorch keeps)")]
+    convention: Annotated[str, typer.Option("--convention", help="ideal (the seed's) | eager (what PyTorch keeps) | megatron (Korthikanti et al. Table 2)")]
     = "ideal",
     attention: Annotated[str, typer.Option("--attention", help="sdpa (fused, no S² scores) | eager (stores them)")]
     = "sdpa",
@@ -99,9 +99,12 @@ def bill(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object (bytes as integers)")] = False,
     explain: Annotated[bool, typer.Option("--explain", help="show every number's formula, inputs and provenance")]
     = False,
+    dropout: Annotated[float | None, typer.Option(
+        "--dropout", help="0: train without dropout (every dropout probability of the config set to 0)")] = None,
 ) -> None:
     """The bill of one training step for MODEL under a recipe."""
     from stepbill.api import cli_flag, make_step_bill
+    from stepbill.engine.unmodelled import DROPOUT_OFF_HEADER, unmodelled
 
     run = make_step_bill(
         model, seq=seq, micro_batch=micro_batch, recipe=recipe, optimizer=optimizer, recompute=recompute,
@@ -109,14 +112,18 @@ def bill(
         lora_targets=lora_targets, gpu_mem_gib=gpu_mem, reserve_gib=reserve, dp=dp, tp=tp, pp=pp,
         pp_layers=pp_layers, cp=cp, ep=ep, etp=etp, zero=zero, shard_group=shard_group, sp=sp,
         pp_schedule=pp_schedule, vpp=vpp, micro_batches=micro_batches, offload_optimizer=offload_optimizer,
-        offload_activations=offload_activations, gpu=gpu, gpus=gpus, efficiency=mfu, name=cli_flag)
+        offload_activations=offload_activations, gpu=gpu, gpus=gpus, efficiency=mfu, dropout=dropout, name=cli_flag)
     result, fit, dp_note = run.bill, run.fit, run.layout_note
     if as_json:
         _emit_json(run.to_json())
     else:
         from stepbill.report.terminal import print_bill
 
+        if dropout is not None:
+            print(DROPOUT_OFF_HEADER)
         print_bill(result, explain=explain, fit=fit, layout_note=dp_note)
+        for note in unmodelled(result.model):
+            print(f"note: {note}")
         if run.seed_notes:
             print("This is one of seed 000's worked examples; where the seed prints another number "
                   "(`stepbill lab seed-checks` has them all):")

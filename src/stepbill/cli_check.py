@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from stepbill.check import MEASURABLE_RECIPES, measure_sharded
+from stepbill.check import measure_sharded, notes_json
 from stepbill.errors import StepbillError
 from stepbill.report.check_json import sharded_check_json, single_check_json
 
@@ -38,7 +38,9 @@ def check(
     model: Annotated[str, typer.Argument(help="preset name, ModelSpec JSON or HF config.json")],
     seq: Annotated[int, typer.Option("--seq", help="sequence length (tokens)")] = 128,
     micro_batch: Annotated[int, typer.Option("--micro-batch", help="sequences per micro-batch")] = 1,
-    recipe: Annotated[str, typer.Option("--recipe", help="fp32 | pure-bf16 | amp-bf16")] = "fp32",
+    recipe: Annotated[str | None, typer.Option(
+        "--recipe", help="fp32 (default) | pure-bf16 | amp-bf16; ZeRO-1: fp32 | pure-bf16; ZeRO-2/3: fsdp-mixed-bf16 "
+        "(the only one, FSDP2's mixed precision)")] = None,
     optimizer_impl: Annotated[str, typer.Option("--optimizer-impl", help="AdamW: single | foreach | fused")]
     = "single",
     recompute: Annotated[str, typer.Option("--recompute", help="none | full")] = "none",
@@ -51,8 +53,20 @@ def check(
     zero: Annotated[int, typer.Option("--zero", help="with --dp: 1 (ZeroRedundancyOptimizer), 2 or 3 (FSDP2)")] = 0,
     rank: Annotated[int | None, typer.Option("--rank", help="with --dp: this rank only (default: one rank per "
                                                             "distinct predicted class)")] = None,
+    dropout: Annotated[float | None, typer.Option(
+        "--dropout", help="0: train without dropout (every dropout probability set to 0, bill and model)")] = None,
+    launch: Annotated[int | None, typer.Option(
+        "--launch", help="start N local ranks with torchrun (python -m torch.distributed.run) and relay rank 0's "
+        "output; under torchrun itself, check measures every rank of the launched run")] = None,
+    device: Annotated[str, typer.Option("--device", help="launched runs: cpu (gloo, MemTracker) | cuda (nccl, "
+                                                         "torch.cuda max_memory_allocated/reserved)")] = "cpu",
 ) -> None:
-    """Measure a real training step in PyTorch and compare it with the bill, category by category."""
+    """Measure a real training step in PyTorch and compare it with the bill, category by category.
+
+    The model is built from its config as given (dropout, sliding windows); what the bill does not model yet
+    is said in one line each (JSON: `unmodelled`)."""
+    from stepbill.check import model_and_config
+    from stepbill.measure.sharded import measured_recipe
     from stepbill.spec.schema import Int, check_value
 
     check_value(Int(1, MAX_CHECK_DP), "--dp", dp)
@@ -60,48 +74,89 @@ def check(
         check_value(Int(0, dp - 1), "--rank", rank)
     if recompute not in MEASURABLE_RECOMPUTE:
         raise StepbillError(f"check measures --recompute {' or '.join(MEASURABLE_RECOMPUTE)}; got {recompute!r}")
-    if dp > 1 or zero:
-        _check_sharded(model, seq, micro_batch, recipe, dp, zero, rank, "real" if real else "fake" if fake else
-                       "auto", as_json)
-        return
-    from stepbill.check import choose_mode, compare, predict, predictions, verdict
-    from stepbill.spec.hf import to_hf_config
-    from stepbill.spec.presets import load_model
-    from stepbill.spec.recipe import make_recipe
 
-    if recipe not in MEASURABLE_RECIPES:
-        raise StepbillError(f"check measures recipes {', '.join(MEASURABLE_RECIPES)}; got {recipe!r}")
     if real and fake:
         raise StepbillError("choose one of --real and --fake")
-    spec = load_model(model)
+    recipe = measured_recipe(zero, recipe)  # refuses, in one line, what cannot be measured
+    spec, config = model_and_config(model, dropout)
+    if device not in ("cpu", "cuda"):
+        raise StepbillError(f"--device must be cpu or cuda, got {device!r}")
+    if launch is not None:
+        if fake:
+            raise StepbillError("--launch measures real tensors on real ranks; drop --fake")
+        if dp not in (1, launch):
+            raise StepbillError(f"--dp {dp} must equal --launch {launch} (one data-parallel rank per process)")
+        args = [model, "--seq", str(seq), "--micro-batch", str(micro_batch), "--dp", str(launch), "--zero", str(zero),
+                "--recipe", recipe, "--device", device] + (["--json"] if as_json else []) + (
+                    [] if dropout is None else ["--dropout", f"{dropout:g}"])
+        _launch(launch, args)
+        return
+    from stepbill.measure.distributed import launched_world
+
+    here = launched_world()
+    if here is not None:
+        if fake:
+            raise StepbillError("a launched check measures real tensors; drop --fake")
+        _check_launched(spec, config, seq, micro_batch, recipe, here[1] if dp == 1 else dp, zero, device, as_json,
+                        dropout)
+        return
+    if device != "cpu":
+        raise StepbillError("--device cuda needs real ranks: run under torchrun or with --launch N")
+    if dp > 1 or zero:
+        _check_sharded(spec, config, seq, micro_batch, recipe, dp, zero, rank,
+                       "real" if real else "fake" if fake else "auto", as_json, dropout)
+        return
+    from stepbill.check import choose_mode, compare, predict, predictions, verdict
+    from stepbill.spec.recipe import make_recipe
+
     bill, note = predict(spec, make_recipe(recipe, "adamw", micro_batch, seq, recompute,
                                            optimizer_impl=optimizer_impl))
     if note:
         typer.echo(note, err=True)
     mode = choose_mode("real" if real else "fake" if fake else "auto", bill.lines["memory.peak"].value)
     measured = _measure_with_progress(
-        to_hf_config(spec), mode, recipe=recipe, optimizer_impl=optimizer_impl, micro_batch=micro_batch,
+        config, mode, recipe=recipe, optimizer_impl=optimizer_impl, micro_batch=micro_batch,
         seq_len=seq, recompute=recompute,
     )
     rows = compare(predictions(bill), measured)
     if as_json:
-        print(json.dumps(single_check_json(spec, mode, bill, measured, rows, verdict(rows)), indent=2))
+        print(json.dumps(single_check_json(spec, mode, bill, measured, rows, verdict(rows))
+                         | notes_json(spec, recipe, dropout), indent=2))
         return
+    _print_header(dropout, recipe)
     _print_rows(spec.name, mode, bill.convention, rows, verdict(rows))
+    _print_notes(spec)
     from stepbill.report.units import fmt_flops
 
     typer.echo(f"causal-halved step FLOPs (the seed's convention; FlopCounterMode counts the full square): "
                f"{fmt_flops(bill.lines['flops.step'].value)}")
 
 
-def _print_rows(name: str, mode: str, convention: str, rows: list, summary: str) -> None:
+def _print_header(dropout: float | None, recipe: str) -> None:
+    from stepbill.engine.unmodelled import DROPOUT_OFF_HEADER
+    from stepbill.measure.sharded import recipe_header
+
+    typer.echo(recipe_header(recipe))
+    if dropout is not None:
+        typer.echo(DROPOUT_OFF_HEADER)
+
+
+def _print_notes(spec: Any) -> None:
+    from stepbill.engine.unmodelled import unmodelled
+
+    for line in unmodelled(spec):
+        typer.echo(f"note: {line}")
+
+
+def _print_rows(name: str, mode: str, convention: str, rows: list, summary: str,
+                measured_by: str = "MemTracker, FlopCounterMode") -> None:
     from rich.table import Table
 
     from stepbill.report.terminal import make_console
     from stepbill.report.units import fmt_bytes, fmt_flops
 
-    table = Table(title=f"{name}: bill ({convention} convention) vs PyTorch ({mode} tensors, MemTracker, "
-                        "FlopCounterMode); GiB = 2^30 B", title_justify="left")
+    table = Table(title=f"{name}: bill ({convention} convention) vs PyTorch ({mode} tensors, {measured_by}); "
+                        "GiB = 2^30 B", title_justify="left")
     for col in ("category", "predicted", "measured", "error", "verdict"):
         table.add_column(col, justify="left" if col in ("category", "verdict") else "right")
     for r in rows:
@@ -113,19 +168,89 @@ def _print_rows(name: str, mode: str, convention: str, rows: list, summary: str)
     console.print(summary)
 
 
-def _check_sharded(model: str, seq: int, micro_batch: int, recipe: str, dp: int, zero: int, rank: int | None,
-                   requested: str, as_json: bool) -> None:
+def _check_sharded(spec: Any, config: dict[str, Any], seq: int, micro_batch: int, recipe: str, dp: int, zero: int,
+                   rank: int | None, requested: str, as_json: bool, dropout: float | None) -> None:
     """One rank of `dp` under ZeRO-`zero`: predicted (engine/parallel/fsdp2.py) vs measured (measure/sharded.py)."""
     from stepbill.check import verdict
-    from stepbill.spec.presets import load_model
 
+    if zero == 0:
+        raise StepbillError("--dp N with --zero 0 is DDP, measured on real ranks only: add --launch N (or run under "
+                            "torchrun)")
     if dp < 2 or zero not in (1, 2, 3):
         raise StepbillError("a sharded check needs --dp >= 2 and --zero 1, 2 or 3")
-    spec = load_model(model)
-    results = measure_sharded(spec, seq, micro_batch, recipe, dp, zero, rank, requested)
+    results = measure_sharded(spec, seq, micro_batch, recipe, dp, zero, rank, requested, config)
     if as_json:
         summaries = [verdict(rows) for *_, rows in results]
-        print(json.dumps(sharded_check_json(spec.name, dp, zero, results, summaries), indent=2))
+        print(json.dumps(sharded_check_json(spec.name, dp, zero, results, summaries)
+                         | notes_json(spec, recipe, dropout), indent=2))
         return
+    _print_header(dropout, recipe)
     for r, mode, pred, _, rows in results:
-        _print_rows(f"{spec.name} rank {r} of {dp}, ZeRO-{zero}", mode, pred.convention, rows, verdict(rows))
+        _print_rows(f"{spec.name} rank {r} of {dp}, ZeRO-{zero}, {recipe}", mode, pred.convention, rows,
+                    verdict(rows))
+    _print_notes(spec)
+
+
+GLOO_FSDP_NOTE = ("gloo's reduce_scatter_single copies its whole input (a temporary of the input's size per call; "
+                  "NCCL does not) and its async all-gathers hold buffers a little longer: not in the bill, the "
+                  "backward peak measures a few % above it on gloo")
+
+
+def _launch(nproc: int, args: list[str]) -> None:
+    """`--launch N`: run this check under torchrun with N local ranks; relay rank 0's output, or its error line."""
+    import os
+    import subprocess
+
+    from stepbill.measure.distributed import launch_command
+
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    done = subprocess.run(launch_command(nproc, args), capture_output=True, text=True, env=env, check=False)
+    if done.returncode == 0:
+        typer.echo(done.stdout, nl=False)
+        return
+    errors = [line for line in done.stderr.splitlines() if line.startswith("stepbill: error: ")]
+    if errors:
+        raise StepbillError(errors[0].removeprefix("stepbill: error: "))
+    last = next((line for line in reversed(done.stderr.splitlines()) if line.strip()), "no output")
+    raise StepbillError(f"torchrun exited with code {done.returncode}: {last.strip()}")
+
+
+def _check_launched(spec: Any, config: dict[str, Any], seq: int, micro_batch: int, recipe: str, dp: int, zero: int,
+                    device: str, as_json: bool, dropout: float | None) -> None:
+    """Every rank of a torchrun-launched run measured; rank 0 prints predicted vs measured per rank."""
+    from stepbill.check import compare_launched, verdict
+    from stepbill.measure.distributed import launched_world, measure_launched
+    from stepbill.report.check_json import _finite_or_none
+
+    here = launched_world()
+    assert here is not None
+    if dp != here[1]:
+        raise StepbillError(f"--dp {dp} must equal torchrun's WORLD_SIZE {here[1]}")
+    rank, measured = measure_launched(config, zero=zero, micro_batch=micro_batch, seq_len=seq, recipe=recipe,
+                                      device=device)
+    if rank != 0 or measured is None:
+        return
+    results = compare_launched(spec, measured, zero=zero, micro_batch=micro_batch, seq=seq, recipe=recipe)
+    stage = {0: "DDP", 1: "ZeRO-1 (ZeroRedundancyOptimizer)", 2: "ZeRO-2 (FSDP2)", 3: "ZeRO-3 (FSDP2)"}[zero]
+    backend = "nccl" if device == "cuda" else "gloo"
+    tracker = ("torch.cuda max_memory_allocated" if device == "cuda"
+               else "FSDPMemTracker" if zero in (2, 3) else "MemTracker")
+    notes = [GLOO_FSDP_NOTE] if zero in (2, 3) and backend == "gloo" else []
+    if as_json:
+        print(json.dumps({
+            "model": spec.name, "launched": True, "backend": backend, "device": device, "dp": dp, "zero": zero,
+            "stage": stage, **notes_json(spec, recipe, dropout), "measured_by": tracker, "notes": notes,
+            "ranks": [{"rank": m.rank, "convention": pred.convention,
+                       "rows": [{"category": x.category, "line": x.line, "predicted": x.predicted,
+                                 "measured": x.measured, "error": _finite_or_none(x.error), "verdict": x.verdict}
+                                for x in rows],
+                       "measured_breakdown_at_peak": m.breakdown, "measured_extra": m.extra,
+                       "verdict": verdict(rows)} for pred, m, rows in results]}, indent=2))
+        return
+    _print_header(dropout, recipe)
+    for pred, m, rows in results:
+        _print_rows(f"{spec.name} rank {m.rank} of {dp} (torchrun, {backend}), {stage}, {recipe}", "real",
+                    pred.convention, rows, verdict(rows), measured_by=tracker)
+    _print_notes(spec)
+    for note in notes:
+        typer.echo(f"note: {note}")

@@ -27,6 +27,7 @@ class BillRun:
     fit: Fit | None
     layout_note: str
     seed_notes: tuple[str, ...] = ()  # on seed 000's worked examples: the seed's other numbers and why
+    dropout_option: float | None = None  # `--dropout 0`: every dropout probability set to 0
 
     def to_json(self) -> dict[str, Any]:
         """The `stepbill bill --json` object of this run (the CLI and the API print the same)."""
@@ -35,6 +36,8 @@ class BillRun:
         out = bill_to_json(self.bill, fit=self.fit, layout_note=self.layout_note)
         if self.seed_notes:
             out["seed_notes"] = list(self.seed_notes)
+        if self.dropout_option is not None:
+            out["dropout_option"] = self.dropout_option
         return out
 
 

@@ -31,6 +31,8 @@ CONVENTION_NOTE = {
     "ideal": "ideal convention (the seed's): each kept tensor once, fused attention (no S×S scores), no logits, "
     "no dropout masks",
     "eager": "eager convention: what eager PyTorch + transformers keeps (fp32 upcasts, SDPA outputs, logits)",
+    "megatron": "megatron convention: Korthikanti et al. 2022 Table 2, sbh(34 + 5as/h) per layer (1-byte dropout "
+    "masks; un-fused attention, its a·s² tensors stored whatever --attention says)",
 }
 
 

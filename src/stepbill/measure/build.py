@@ -21,19 +21,6 @@ Mode = Literal["real", "fake"]
 Attention = Literal["sdpa", "eager"]
 DType = Literal["fp32", "bf16"]
 
-# Config keys that carry a dropout probability in the families we build; all are forced to 0 so that the
-# measured step is deterministic and keeps no dropout masks (the `eager` convention has no dropout).
-_DROPOUT_KEYS = (
-    "attention_dropout",
-    "hidden_dropout",
-    "resid_pdrop",
-    "embd_pdrop",
-    "attn_pdrop",
-    "summary_first_dropout",
-    "classifier_dropout",
-)
-
-
 def require_torch() -> None:
     """Raise a one-line StepbillError when the optional ``measure`` extra is missing."""
     try:
@@ -84,8 +71,14 @@ def hf_patches(*, force_grouped_mm_fallback: bool) -> Iterator[None]:
             setattr(module, name, value)
 
 
-def make_config(config_dict: dict[str, Any], *, attention: Attention = "sdpa") -> Any:
-    """A transformers PretrainedConfig from a config dict, with dropout off and no KV cache."""
+def make_config(config_dict: dict[str, Any]) -> Any:
+    """The transformers PretrainedConfig of a config dict, as given: no field is changed.
+
+    Dropout, sliding windows and every other key keep the values the user trains with (``--dropout 0`` is
+    applied to the dict before, by ``stepbill.check.model_and_config``). The KV cache is switched off per call
+    (``use_cache=False`` in the forward) and the attention kernel chosen at build time, not by editing the
+    config.
+    """
     require_torch()
     from transformers import AutoConfig
 
@@ -93,19 +86,10 @@ def make_config(config_dict: dict[str, Any], *, attention: Attention = "sdpa") -
     model_type = kwargs.pop("model_type", None)
     if not model_type:
         raise StepbillError("config dict needs a 'model_type' (e.g. 'llama')")
-    for key in _DROPOUT_KEYS:
-        if key in kwargs:
-            kwargs[key] = 0.0
     try:
-        config = AutoConfig.for_model(model_type, **kwargs)
+        return AutoConfig.for_model(model_type, **kwargs)
     except ValueError as exc:
         raise StepbillError(f"transformers cannot build model_type {model_type!r}: {exc}") from exc
-    for key in _DROPOUT_KEYS:
-        if hasattr(config, key) and isinstance(getattr(config, key), float):
-            setattr(config, key, 0.0)
-    config.use_cache = False
-    config._attn_implementation = attention
-    return config
 
 
 def build_model(
@@ -115,25 +99,26 @@ def build_model(
     attention: Attention = "sdpa",
     fake_mode: FakeTensorMode | None = None,
     seed: int = 0,
+    meta: bool = False,
+    device: str = "cpu",
 ) -> torch.nn.Module:
-    """Build ``AutoModelForCausalLM.from_config`` in training mode.
+    """Build ``AutoModelForCausalLM.from_config`` of the config as given, in training mode (dropout on).
 
     With ``fake_mode`` the parameters are fake tensors (no memory, any size); call inside ``hf_patches``
-    only for the step, building needs no patch. Every ``nn.Dropout`` gets p=0 as well, for configs whose
-    dropout is not a config key.
+    only for the step, building needs no patch. ``meta=True`` builds on the meta device, in milliseconds at any
+    size: for reading the built model back (its config, its parameter shapes), never for measuring (SDPA takes
+    another path on meta). ``device`` (e.g. ``"cuda:0"``) builds real tensors there.
     """
     require_torch()
     import torch
     from transformers import AutoModelForCausalLM
 
-    config = make_config(config_dict, attention=attention)
+    config = make_config(config_dict)
     torch.manual_seed(seed)
-    ctx = fake_mode if fake_mode is not None else contextlib.nullcontext()
+    ctx: Any = (torch.device("meta") if meta else fake_mode if fake_mode is not None
+                else torch.device(device) if device != "cpu" else contextlib.nullcontext())
     with ctx:
         model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype(dtype), attn_implementation=attention)
-    for module in model.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
     model.train()
     return model
 

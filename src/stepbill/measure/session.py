@@ -118,8 +118,12 @@ class StepSession:
         return loss
 
     def iteration(self, on_phase: Callable[[Phase], None] = _noop) -> None:
-        """One training step; ``on_phase(p)`` is called at the start of each phase and ``on_phase`` never
-        after the last (callers close the optimizer phase themselves)."""
+        """One training step, the HF Trainer's: ``model.train()`` (dropout active, as configured), the forward
+        keeping only the loss (``compute_loss``), ``loss.backward()``, then ``optimizer.step()`` and
+        ``zero_grad(set_to_none=True)``; the Trainer's gradient clipping (``max_grad_norm``) and LR scheduler are
+        not run. ``on_phase(p)`` is called at the start of each phase and never after the last (callers close
+        the optimizer phase themselves)."""
+        self.model.train()
         on_phase("forward")
         loss = self.forward_loss()
         on_phase("backward")

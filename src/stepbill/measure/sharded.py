@@ -33,6 +33,51 @@ from stepbill.measure.step import PhasePeaks
 
 PHASES = ("forward", "backward", "optimizer")
 
+#: The one recipe measured under FSDP2 (ZeRO-2/3): FSDP2's ``MixedPrecisionPolicy(param_dtype=bf16,
+#: reduce_dtype=fp32)`` on fp32 parameters.
+FSDP_RECIPE = "fsdp-mixed-bf16"
+#: What FSDP_RECIPE holds, for the header and JSON of `check`.
+FSDP_SETUP: dict[str, str] = {
+    "sharded_params": "fp32",
+    "grads": "fp32, sharded",
+    "optimizer_states": "fp32 AdamW, sharded",
+    "compute_params": "bf16 (all-gathered per layer: MixedPrecisionPolicy.param_dtype)",
+    "reduce_dtype": "fp32 (reduce-scatter: MixedPrecisionPolicy.reduce_dtype)",
+}
+#: Recipes each ZeRO stage can measure (0: the single-rank step, DDP under --dp).
+MEASURABLE: dict[int, tuple[str, ...]] = {
+    0: ("fp32", "pure-bf16", "amp-bf16"),
+    1: ("fp32", "pure-bf16"),
+    2: (FSDP_RECIPE,),
+    3: (FSDP_RECIPE,),
+}
+
+
+def recipe_header(recipe: str) -> str:
+    """One line naming the measured recipe (FSDP's mixed-precision setup spelled out)."""
+    if recipe != FSDP_RECIPE:
+        return f"recipe {recipe} (measured as named)"
+    return (f"recipe {FSDP_RECIPE}: FSDP2 MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) on fp32 sharded "
+            "params; grads and AdamW states fp32, sharded; each layer all-gathered in bf16 for compute, its "
+            "gradients reduce-scattered in fp32")
+
+
+def measured_recipe(zero: int, recipe: str | None, flag: str = "--recipe") -> str:
+    """The recipe measured under ZeRO-`zero`: `recipe` when it can be measured there, the stage's default when
+    None (fp32; FSDP_RECIPE under ZeRO-2/3); anything else is refused in one line naming what can be measured.
+    `flag` spells the option in the message (``recipe`` for the Python API)."""
+    choices = MEASURABLE.get(zero)
+    if choices is None:
+        raise StepbillError(f"--zero must be 0, 1, 2 or 3, got {zero}")
+    if recipe is None:
+        return choices[0]
+    if recipe not in choices:
+        what = (f"FSDP2's mixed precision only: {flag} {FSDP_RECIPE} (fp32 sharded params, grads and AdamW "
+                "states; bf16 compute; fp32 reduce-scatter)" if zero in (2, 3) else f"{flag} " + " | ".join(choices))
+        where = f" under ZeRO-{zero}" if zero else ""
+        raise StepbillError(f"check{where} measures {what}; got {flag} {recipe!r}")
+    return recipe
+
 # FSDPMemTracker's / MemTracker's category names -> ours.
 CATEGORY_NAMES: dict[str, str] = {
     "Sharded Param": "params",
@@ -82,6 +127,9 @@ class RankMeasurement:
     breakdown: dict[str, int] = field(default_factory=dict)
     phase_breakdown: dict[str, dict[str, int]] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
+    #: bytes outside the categories: ``ddp_buckets`` (DDP's gradient buckets, in every total), ``reserved_peak``
+    #: (CUDA: the caching allocator's reserved bytes at their peak).
+    extra: dict[str, int] = field(default_factory=dict)
 
 
 def _flatten(snapshot: dict[Any, dict[Any, int]]) -> dict[str, int]:
@@ -141,29 +189,126 @@ def measure_rank(
     micro_batch: int = 1,
     seq_len: int = 128,
     mode: Mode = "real",
-    recipe: str = "fp32",
+    recipe: str | None = None,
     lr: float = 1e-4,
 ) -> RankMeasurement:
-    """Measure rank `rank` of `world` (see the module docstring). `recipe` applies to ZeRO-1 only (fp32 or
-    pure-bf16); FSDP (zero 2/3) always runs fp32 sharded parameters with bf16 compute."""
+    """Measure rank `rank` of `world` on a fake process group (see the module docstring). `recipe`: ZeRO-1 fp32
+    or pure-bf16 (default fp32); ZeRO-2/3 FSDP_RECIPE only (the default); any other is refused, never replaced."""
+    require_torch()
+    _validate(world, zero, rank)
+    with fake_process_group(rank, world) as mesh:
+        return measure_on_mesh(config_dict, mesh, world=world, zero=zero, rank=rank, micro_batch=micro_batch,
+                               seq_len=seq_len, mode=mode, recipe=recipe, lr=lr)
+
+
+def _local_bytes(tensors: Any) -> int:
+    """Bytes of the distinct storages of `tensors` (a DTensor counts its local shard)."""
+    seen: dict[int, int] = {}
+    for t in tensors:
+        local = t.to_local() if hasattr(t, "to_local") else t
+        storage = local.untyped_storage()
+        seen[storage._cdata] = storage.nbytes()
+    return sum(seen.values())
+
+
+class CudaPhasePeaks:
+    """PhasePeaks' interface on the CUDA caching allocator: per phase, ``max_memory_allocated`` (``total``) and
+    ``max_memory_reserved`` (``reserved``), the peak statistics reset at each phase boundary."""
+
+    def __init__(self, device: Any, grads_bytes: Any = lambda: 0) -> None:
+        self.device = device
+        self.grads_bytes = grads_bytes  # called when a phase starts: the gradients alive then
+        self.current: str | None = None
+        self.peaks: dict[str, dict[str, int]] = {}
+        self.marks: dict[str, dict[str, int]] = {}
+
+    def _now(self) -> dict[str, int]:
+        import torch
+
+        torch.cuda.synchronize(self.device)
+        return {"total": torch.cuda.memory_allocated(self.device), "reserved": torch.cuda.memory_reserved(self.device)}
+
+    def close(self) -> None:
+        import torch
+
+        if self.current is not None:
+            torch.cuda.synchronize(self.device)
+            self.peaks[self.current] = {"total": torch.cuda.max_memory_allocated(self.device),
+                                        "reserved": torch.cuda.max_memory_reserved(self.device)}
+            self.marks[f"end:{self.current}"] = self._now()
+        self.current = None
+
+    def __call__(self, phase: str) -> None:
+        import torch
+
+        self.close()
+        self.marks[f"start:{phase}"] = {**self._now(), "grads": self.grads_bytes()}
+        torch.cuda.reset_peak_memory_stats(self.device)
+        self.current = phase
+
+
+def _bucket_capturing_hook(seen: dict[int, Any]) -> Any:
+    """A DDP comm hook that records each bucket's flat buffer, then runs torch's default all-reduce hook."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    def hook(state, bucket):  # type: ignore[no-untyped-def]  # DDP rejects any annotation but dist.GradBucket
+        seen[bucket.index()] = bucket.buffer()
+        return allreduce_hook(state, bucket)
+
+    return hook
+
+
+def measure_on_mesh(
+    config_dict: dict[str, Any],
+    mesh: Any,
+    *,
+    world: int,
+    zero: int,
+    rank: int,
+    micro_batch: int = 1,
+    seq_len: int = 128,
+    mode: Mode = "real",
+    recipe: str | None = None,
+    lr: float = 1e-4,
+    device: str = "cpu",
+) -> RankMeasurement:
+    """Measure this process's rank on `mesh` (a fake group's or a launched one's; see the module docstring).
+
+    ``zero=0`` is DDP (launched runs only): ``DistributedDataParallel`` with its defaults (25 MiB buckets, the
+    first 1 MiB, ``gradient_as_bucket_view=False``). Its flat gradient buckets are allocated outside the
+    tracked iteration (at construction, and once more when DDP rebuilds them in the order gradients arrived,
+    in iteration 2) and kept for the run; the allocator sees no bucket allocation in a steady-state step.
+    MemTracker would count them only from their first touch in the backward, as new Temp: so they are captured
+    by a comm hook running torch's own ``default_hooks.allreduce_hook`` (the Python twin of DDP's built-in
+    all-reduce: divide and all-reduce the bucket in place) and registered with the tracker before the measured
+    iteration; ``extra["ddp_buckets"]`` holds their bytes. DDP warms up two iterations and the third is
+    measured. ``device="cuda"`` measures with the
+    caching allocator's statistics instead of the trackers (``extra["reserved_peak"]`` beside the peak).
+    """
     require_torch()
     import torch
+    import torch.distributed as dist
 
-    _validate(world, zero, rank)
     fsdp = zero in (2, 3)
-    if not fsdp and recipe not in ("fp32", "pure-bf16"):
-        raise StepbillError(f"ZeRO-1 measures recipes fp32 and pure-bf16, got {recipe!r}")
-    param_dtype = "bf16" if (not fsdp and recipe == "pure-bf16") else "fp32"
-    settings = {"world": world, "zero": zero, "rank": rank, "micro_batch": micro_batch, "seq_len": seq_len,
-                "mode": mode, "recipe": "fsdp-mixed-bf16" if fsdp else recipe}
+    recipe = measured_recipe(zero, recipe)
+    cuda = device.startswith("cuda")
+    if cuda and mode != "real":
+        raise StepbillError("--device cuda measures real tensors only")
+    param_dtype = "bf16" if recipe == "pure-bf16" else "fp32"
+    settings: dict[str, Any] = {"world": world, "zero": zero, "rank": rank, "micro_batch": micro_batch,
+                                "seq_len": seq_len, "mode": mode, "recipe": recipe, "device": device}
+    if fsdp:
+        settings["mixed_precision"] = dict(FSDP_SETUP)
+    extra: dict[str, int] = {}
     with contextlib.ExitStack() as stack:
-        mesh = stack.enter_context(fake_process_group(rank, world))
         fake_mode = new_fake_mode() if mode == "fake" else None
-        model = build_model(config_dict, dtype=param_dtype, fake_mode=fake_mode)
+        model = build_model(config_dict, dtype=param_dtype, fake_mode=fake_mode, device=device)
         # FSDP computes in bf16 (grouped_mm's bf16 kernel is fine); fp32 compute needs the fallback.
         stack.enter_context(hf_patches(force_grouped_mm_fallback=not fsdp and param_dtype == "fp32"))
         if fake_mode is not None:
             stack.enter_context(fake_mode)
+        ddp = None
+        ddp_buckets: dict[int, Any] = {}
         if fsdp:
             from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -172,24 +317,40 @@ def measure_rank(
                 fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=zero == 3)
             fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=zero == 3)
             optimizer = torch.optim.AdamW(model.parameters(), lr=lr, foreach=False, fused=False)
-        else:
+            states_of = optimizer
+        elif zero == 1:
             from torch.distributed.optim import ZeroRedundancyOptimizer
 
             optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=lr,
                                                 foreach=False, fused=False)
+            # ZeroRedundancyOptimizer keeps the states in its local optimizer (`optim`), not in its own `state`
+            states_of = optimizer.optim
+        else:
+            from torch.nn.parallel import DistributedDataParallel
+
+            ddp = DistributedDataParallel(model, device_ids=[torch.device(device).index or 0] if cuda else None)
+            ddp.register_comm_hook(None, _bucket_capturing_hook(ddp_buckets))
+            optimizer = torch.optim.AdamW(model.parameters(), lr=lr, foreach=False, fused=False)
+            states_of = optimizer
+        runner = ddp if ddp is not None else model
         vocab = int(model.config.vocab_size)
         gen = torch.Generator().manual_seed(0) if fake_mode is None else None
-        input_ids = torch.randint(0, vocab, (micro_batch, seq_len), generator=gen)
+        input_ids = torch.randint(0, vocab, (micro_batch, seq_len), generator=gen).to(device)
+
+        def autocast() -> Any:
+            if recipe == "amp-bf16":
+                return torch.autocast("cuda" if cuda else "cpu", dtype=torch.bfloat16)
+            return contextlib.nullcontext()
 
         def iteration(on_phase: Any = lambda p: None) -> None:
-            import torch.distributed as dist
-
+            runner.train()  # the HF Trainer's step, as session.StepSession.iteration
             on_phase("forward")
-            loss = model(input_ids=input_ids, labels=input_ids, use_cache=False).loss
+            with autocast():  # amp-bf16 (DDP): bf16 compute on fp32 parameters, as session.StepSession
+                loss = runner(input_ids=input_ids, labels=input_ids, use_cache=False).loss
             on_phase("backward")
             loss.backward()
             del loss
-            if not fsdp:
+            if zero == 1:
                 for p in model.parameters():
                     if p.grad is not None:
                         dist.all_reduce(p.grad)
@@ -197,22 +358,50 @@ def measure_rank(
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
 
-        iteration()
-        if fsdp:
-            from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
-
-            tracker = FSDPMemTracker(model, optimizer)
-            tracker.track_inputs((input_ids,))
-        else:
-            from torch.distributed._tools.mem_tracker import MemTracker
-
-            tracker = MemTracker()
-            # ZeroRedundancyOptimizer keeps the states in its local optimizer (`optim`), not in its own `state`
-            tracker.track_external(model, optimizer.optim, input_ids)
-        phases = PhasePeaks(tracker, flatten=_flatten)
-        with tracker:
+        for _ in range(2 if ddp is not None else 1):
+            iteration()
+        buckets = list(ddp_buckets.values())  # the rebuilt ones: iteration 2 ran on them
+        if ddp is not None:
+            extra["ddp_buckets"] = _local_bytes(buckets)
+        phases: Any
+        if cuda:
+            phases = CudaPhasePeaks(torch.device(device), lambda: _local_bytes(
+                p.grad for p in model.parameters() if p.grad is not None))
             iteration(phases)
             phases.close()
+        else:
+            if fsdp:
+                from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+
+                tracker: Any = FSDPMemTracker(model, optimizer)
+                tracker.track_inputs((input_ids,))
+            else:
+                from torch.distributed._tools.mem_tracker import MemTracker
+
+                tracker = MemTracker()
+                # DDP's buckets exist before the tracked iteration: registered here (as Other), MemTracker
+                # counts them from the start instead of as new Temp when backward first touches them.
+                tracker.track_external(model, states_of, input_ids, *buckets)
+            phases = PhasePeaks(tracker, flatten=_flatten)
+            with tracker:
+                iteration(phases)
+                phases.close()
+        if cuda:  # the allocator has no categories: count the resident tensors themselves
+            states = [v for st in states_of.state.values() for v in st.values() if torch.is_tensor(v)]
+            resident = {"params": _local_bytes(model.parameters()), "buffers": _local_bytes(model.buffers()),
+                        "inputs": _local_bytes([input_ids]), "optimizer": _local_bytes(states)}
+            for key in ("start:forward", "end:backward", "end:optimizer"):
+                phases.marks[key] = {**resident, **phases.marks[key]}
+            phases.marks["end:backward"]["grads"] = phases.marks["start:optimizer"]["grads"]
+            activations = phases.marks["end:forward"]["total"] - phases.marks["start:forward"]["total"]
+            extra["reserved_peak"] = max(p["reserved"] for p in phases.peaks.values())
+            for p in PHASES:
+                phases.peaks[p]["activations"] = activations
+    if ddp is not None:  # resident all step: tracked as Other (inputs) on CPU, counted by the allocator on CUDA
+        for snap in [*phases.peaks.values(), *phases.marks.values()]:
+            if not cuda:
+                snap["inputs"] = snap.get("inputs", 0) - extra["ddp_buckets"]
+            snap["ddp_buckets"] = extra["ddp_buckets"]
     peaks = phases.peaks
     totals = {p: peaks[p]["total"] for p in PHASES}
     peak_phase = max(PHASES, key=lambda p: (totals[p], -PHASES.index(p)))
@@ -220,12 +409,13 @@ def measure_rank(
     return RankMeasurement(
         rank=rank, world=world, zero=zero,
         params=start["params"], buffers=start["buffers"], inputs=start["inputs"],
-        grads=phases.marks["end:backward"]["grads"],
-        optimizer_states=phases.marks["end:optimizer"]["optimizer"],
+        grads=phases.marks["end:backward"].get("grads", 0),
+        optimizer_states=phases.marks["end:optimizer"].get("optimizer", 0),
         peak=totals[peak_phase], peak_phase=peak_phase,
         peak_forward=totals["forward"], peak_backward=totals["backward"], peak_optimizer=totals["optimizer"],
         activations=peaks["forward"]["activations"],
         breakdown=dict(peaks[peak_phase]),
         phase_breakdown={p: dict(peaks[p]) for p in PHASES},
         settings=settings,
+        extra=extra,
     )

@@ -323,9 +323,10 @@ class BillJson(Strict):
 
     schema_: Literal["stepbill.bill/1"] = Field(alias="schema", description="this schema's name and version")
     units: Units = Field(description="the units of the numbers")
-    convention: Literal["ideal", "eager"] = Field(
+    convention: Literal["ideal", "eager", "megatron"] = Field(
         description="activation accounting: `ideal` (the seed's: every kept tensor once, fused attention, no "
-        "logits) or `eager` (what eager PyTorch keeps; what `check` measures)")
+        "logits), `eager` (what eager PyTorch keeps; what `check` measures) or `megatron` (Korthikanti et al. "
+        "2022 Table 2: sbh(34 + 5as/h) per layer)")
     attention: Literal["sdpa", "eager"] = Field(
         description="`sdpa` (fused, no S² scores) or `eager` (S² probabilities stored)")
     model: ModelPart = Field(description="the model and its parameters")
@@ -348,6 +349,9 @@ class BillJson(Strict):
                                 "the eager peak per rank class; null without")
     seed_notes: list[str] = Absent("on seed 000's worked examples only (`stepbill lab seed-checks`): where the seed "
                                    "prints another number, both numbers and the reason")
+    dropout_option: float = Absent("with `--dropout 0` only: every dropout probability set to 0")
+    unmodelled: list[str] = Field(description="configured fields the bill does not model yet, one line each "
+                                  "(the field, its value, what the bill assumes)")
 
 
 # ---------------------------------------------------------------------------------------------- recompute
@@ -459,6 +463,12 @@ class CheckJson(Strict):
     measured: Measured = Field(description="the measured peak")
     predicted_flops_causal: Number = Field(description="the bill's causal-halved step FLOPs")
     verdict: str = Field(description="how many categories are within 3 %")
+    recipe: str = Field(description="the recipe measured (under ZeRO-2/3: fsdp-mixed-bf16, FSDP2's mixed precision)")
+    mixed_precision: dict[str, str] | None = Field(description="under ZeRO-2/3: FSDP2's mixed-precision setup "
+                                                   "(sharded params, grads, states, compute, reduce dtypes); null "
+                                                   "otherwise")
+    dropout_option: float | None = Field(description="`--dropout` (0: no dropout in bill and model), or null")
+    unmodelled: list[str] = Field(description="configured fields the bill does not model yet, one line each")
 
 
 class ShardedRow(Strict):
@@ -486,10 +496,55 @@ class CheckShardedJson(Strict):
     dp: int = Field(description="data-parallel ranks")
     zero: int = Field(description="ZeRO stage")
     ranks: list[ShardedRank] = Field(description="one entry per rank measured")
+    recipe: str = Field(description="the recipe measured (under ZeRO-2/3: fsdp-mixed-bf16, FSDP2's mixed precision)")
+    mixed_precision: dict[str, str] | None = Field(description="under ZeRO-2/3: FSDP2's mixed-precision setup "
+                                                   "(sharded params, grads, states, compute, reduce dtypes); null "
+                                                   "otherwise")
+    dropout_option: float | None = Field(description="`--dropout` (0: no dropout in bill and model), or null")
+    unmodelled: list[str] = Field(description="configured fields the bill does not model yet, one line each")
 
 
-class CheckAnyJson(RootModel[CheckJson | CheckShardedJson]):
-    """`stepbill check --json`: one process, or one rank of N with `--dp`."""
+class LaunchedRow(Strict):
+    category: str = Field(description="what is compared on this rank")
+    line: str = Field(description="what predicts it (rank.*, ddp.buckets, cuda.reserved)")
+    predicted: Number | None = Field(description="the bill's bytes; null when not predicted (the CUDA reserve)")
+    measured: Number = Field(description="PyTorch's bytes")
+    error: float | None = Field(description="(predicted − measured) / measured")
+    verdict: str = Field(description="ok, off or not predicted")
+
+
+class LaunchedRank(Strict):
+    rank: int = Field(description="the rank")
+    convention: str = Field(description="the prediction's convention")
+    rows: list[LaunchedRow] = Field(description="one row per category")
+    measured_breakdown_at_peak: dict[str, int] = Field(description="the tracker's categories at the peak (bytes)")
+    measured_extra: dict[str, int] = Field(description="ddp_buckets (DDP's gradient buckets), reserved_peak (CUDA)")
+    verdict: str = Field(description="how many categories are within 3 %")
+
+
+class CheckLaunchedJson(Strict):
+    """`stepbill check --json` under torchrun (or `--launch N`): every rank of a real run."""
+
+    model: str = Field(description="the model's name")
+    launched: Literal[True] = Field(description="measured on real ranks")
+    backend: Literal["gloo", "nccl"] = Field(description="the process group's backend")
+    device: Literal["cpu", "cuda"] = Field(description="where the ranks ran")
+    dp: int = Field(description="data-parallel ranks (torchrun's WORLD_SIZE)")
+    zero: int = Field(description="ZeRO stage (0: DDP)")
+    stage: str = Field(description="DDP, ZeRO-1 (ZeroRedundancyOptimizer), ZeRO-2/3 (FSDP2)")
+    recipe: str = Field(description="the recipe measured (under ZeRO-2/3: fsdp-mixed-bf16, FSDP2's mixed precision)")
+    mixed_precision: dict[str, str] | None = Field(description="under ZeRO-2/3: FSDP2's mixed-precision setup "
+                                                   "(sharded params, grads, states, compute, reduce dtypes); null "
+                                                   "otherwise")
+    dropout_option: float | None = Field(description="`--dropout` (0: no dropout in bill and model), or null")
+    unmodelled: list[str] = Field(description="configured fields the bill does not model yet, one line each")
+    measured_by: str = Field(description="MemTracker, FSDPMemTracker or torch.cuda max_memory_allocated")
+    notes: list[str] = Field(description="what the comparison knows it misses (e.g. gloo's reduce-scatter copy)")
+    ranks: list[LaunchedRank] = Field(description="every rank, rank 0 first")
+
+
+class CheckAnyJson(RootModel[CheckJson | CheckShardedJson | CheckLaunchedJson]):
+    """`stepbill check --json`: one process, one rank of N with `--dp`, or every rank of a launched run."""
 
 
 # ---------------------------------------------------------------------------------------------------- lab

@@ -21,6 +21,7 @@ from stepbill.spec.hf_families import (
     EMIT,
     MLA,
     MOE_MHA,
+    QWEN_FAMILIES,
     REQUIRED,
     SUPPORTED_MODEL_TYPES,
 )
@@ -39,7 +40,7 @@ from stepbill.spec.schema import (
     Rule,
 )
 
-__all__ = ["SUPPORTED_MODEL_TYPES", "from_hf_config", "to_hf_config"]
+__all__ = ["SUPPORTED_MODEL_TYPES", "dropout_config_keys", "from_hf_config", "to_hf_config"]
 
 _MISSING = object()
 
@@ -144,7 +145,59 @@ def _base(c: _Config, name: str) -> dict[str, Any]:
         "n_layers": c.integer("num_hidden_layers" if c.family != "gpt2" else "n_layer"),
         "max_position_embeddings": c.integer("max_position_embeddings" if c.family != "gpt2" else "n_positions"),
         "tied_embeddings": c.flag("tie_word_embeddings"),
+        **_dropouts(c),
     }
+
+
+# ModelSpec dropout field -> the family's config key (see hf_families: "Fields that change what the step keeps").
+_DROPOUT_KEYS: dict[str, dict[str, str]] = {
+    "gpt2": {"attention_dropout": "attn_pdrop", "hidden_dropout": "resid_pdrop", "embedding_dropout": "embd_pdrop"},
+    "gpt_neox": {"attention_dropout": "attention_dropout", "hidden_dropout": "hidden_dropout",
+                 "embedding_dropout": "hidden_dropout"},
+}
+
+
+def dropout_config_key(family: str, field: str) -> str:
+    """The config key of `family` that sets ModelSpec's dropout `field` (e.g. gpt2 attention_dropout: attn_pdrop)."""
+    return _DROPOUT_KEYS.get(family, {}).get(field, field)
+
+
+def dropout_config_keys(family: str) -> tuple[str, ...]:
+    """The config keys holding a dropout probability that `family`'s causal LM applies."""
+    if family not in SUPPORTED_MODEL_TYPES:
+        raise StepbillError(f"unsupported model_type {family!r}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
+    return tuple(dict.fromkeys(_DROPOUT_KEYS.get(family, {"attention_dropout": "attention_dropout"}).values()))
+
+
+def _dropouts(c: _Config) -> dict[str, float]:
+    """The dropout probabilities the family reads (null counts as 0, as transformers' modules treat it)."""
+    keys = _DROPOUT_KEYS.get(c.family, {"attention_dropout": "attention_dropout"})
+    return {name: c.fraction(0.0 if c.raw(key) is None else c.raw(key), key) for name, key in keys.items()}
+
+
+def _sliding(c: _Config, n_layers: int) -> dict[str, Any]:
+    """sliding_window / sliding_layers as transformers builds them (rules in hf_families' docstring)."""
+    f = c.family
+    if f in ("mistral", "mixtral"):
+        return {"sliding_window": c.integer("sliding_window", nullable=True)}  # every layer
+    if f not in QWEN_FAMILIES or not c.flag("use_sliding_window"):
+        return {}
+    window = c.integer("sliding_window", nullable=True)
+    types = c.data.get("layer_types")
+    if window is None:
+        return {}
+    if types is not None and f != "qwen3_moe":
+        if not isinstance(types, list) or len(types) != n_layers:
+            raise c._bad("layer_types", f"a list of {n_layers} layer types", types)
+        layers = tuple(i for i, t in enumerate(types) if t == "sliding_attention")
+    elif f in ("qwen2", "qwen3"):
+        layers = tuple(range(c.integer("max_window_layers", zero_ok=True), n_layers))
+    elif f == "qwen2_moe":
+        first_full = c.integer("max_window_layers", zero_ok=True)
+        layers = tuple(i for i in range(min(first_full, n_layers)) if (i + 1) % 2)
+    else:  # qwen3_moe
+        layers = tuple(range(n_layers))
+    return {"sliding_window": window, "sliding_layers": layers} if layers else {}
 
 
 def _heads_divide(c: _Config, hidden: int, heads: int) -> int:
@@ -223,6 +276,7 @@ def _llama_like(c: _Config, name: str) -> ModelSpec:
         ffn=FFNSpec(c.integer("intermediate_size"), "swiglu", bias=mlp_bias),
         moe=_mha_moe(c, base["n_layers"]),
         rotary_fraction=_rotary_fraction(c, "partial_rotary_factor", 1.0),
+        **_sliding(c, base["n_layers"]),
     )
 
 

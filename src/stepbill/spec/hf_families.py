@@ -25,6 +25,18 @@ change parameter counts, family by family (each one a place where a plain readin
   ``n_shared_experts × moe_intermediate_size`` with the dense MLP's bias (``mlp_bias``, V2 only). The
   router of V3 has ``e_score_correction_bias``, a *buffer*, not a parameter; the multi-token-prediction
   module (``num_nextn_predict_layers``) is not built by transformers and is not counted.
+
+Fields that change what the step keeps, not the parameter count (read so that `check` can build the model as
+configured and the bill can say what it does not model):
+
+- dropout: gpt2 ``attn_pdrop`` (attention probabilities), ``resid_pdrop`` (attention and MLP outputs),
+  ``embd_pdrop`` (embeddings), all 0.1 by default; gpt_neox ``attention_dropout`` and ``hidden_dropout`` (the
+  latter on the attention / MLP outputs *and* the embeddings), 0.0; every other family ``attention_dropout``,
+  0.0. ``summary_*_dropout`` and ``classifier_dropout`` belong to heads a causal LM does not build.
+- sliding window: mistral ``sliding_window`` (default 4096, every layer; null: full attention), mixtral the
+  same with default null; qwen2 / qwen3 / qwen2_moe / qwen3_moe only with ``use_sliding_window`` true, on the
+  layers of ``layer_types`` when given, else qwen2 / qwen3 layers ≥ ``max_window_layers``, qwen2_moe even
+  layers below ``max_window_layers``, qwen3_moe every layer.
 """
 
 from __future__ import annotations
@@ -46,7 +58,9 @@ _LLAMA_LIKE = {
     "max_position_embeddings": 2048,
     "tie_word_embeddings": False,
     "head_dim": None,
+    "attention_dropout": 0.0,
 }
+_QWEN_SLIDING = {"use_sliding_window": False, "sliding_window": 4096, "max_window_layers": 28}
 DEFAULTS: dict[str, dict[str, Any]] = {
     "gpt2": {
         "vocab_size": 50257,
@@ -57,6 +71,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "n_inner": None,
         "tie_word_embeddings": True,
         "add_cross_attention": False,
+        "attn_pdrop": 0.1,
+        "resid_pdrop": 0.1,
+        "embd_pdrop": 0.1,
     },
     "gpt_neox": {
         "vocab_size": 50432,
@@ -69,22 +86,25 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "use_parallel_residual": True,
         "attention_bias": True,
         "rotary_pct": 0.25,
+        "attention_dropout": 0.0,
+        "hidden_dropout": 0.0,
     },
     "llama": {**_LLAMA_LIKE, "attention_bias": False, "mlp_bias": False},
     "mistral": {**_LLAMA_LIKE, "intermediate_size": 14336, "num_key_value_heads": 8,
-                "max_position_embeddings": 4096 * 32},
-    "qwen2": {**_LLAMA_LIKE, "vocab_size": 151936, "intermediate_size": 22016, "num_key_value_heads": 32,
-              "max_position_embeddings": 32768},
-    "qwen3": {**_LLAMA_LIKE, "vocab_size": 151936, "intermediate_size": 22016, "num_key_value_heads": 32,
-              "max_position_embeddings": 32768, "head_dim": 128, "attention_bias": False},
+                "max_position_embeddings": 4096 * 32, "sliding_window": 4096},
+    "qwen2": {**_LLAMA_LIKE, **_QWEN_SLIDING, "vocab_size": 151936, "intermediate_size": 22016,
+              "num_key_value_heads": 32, "max_position_embeddings": 32768},
+    "qwen3": {**_LLAMA_LIKE, **_QWEN_SLIDING, "vocab_size": 151936, "intermediate_size": 22016,
+              "num_key_value_heads": 32, "max_position_embeddings": 32768, "head_dim": 128, "attention_bias": False},
     "mixtral": {**_LLAMA_LIKE, "intermediate_size": 14336, "num_key_value_heads": 8,
-                "max_position_embeddings": 4096 * 32, "num_local_experts": 8, "num_experts_per_tok": 2},
-    "qwen2_moe": {**_LLAMA_LIKE, "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5632,
+                "max_position_embeddings": 4096 * 32, "num_local_experts": 8, "num_experts_per_tok": 2,
+                "sliding_window": None},
+    "qwen2_moe": {**_LLAMA_LIKE, **_QWEN_SLIDING, "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5632,
                   "num_hidden_layers": 24, "num_attention_heads": 16, "num_key_value_heads": 16,
                   "max_position_embeddings": 32768, "decoder_sparse_step": 1, "moe_intermediate_size": 1408,
                   "shared_expert_intermediate_size": 5632, "num_experts_per_tok": 4, "num_experts": 60,
                   "mlp_only_layers": None, "qkv_bias": True},
-    "qwen3_moe": {**_LLAMA_LIKE, "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 6144,
+    "qwen3_moe": {**_LLAMA_LIKE, **_QWEN_SLIDING, "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 6144,
                   "num_hidden_layers": 24, "num_attention_heads": 32, "num_key_value_heads": 4,
                   "max_position_embeddings": 32768, "attention_bias": False, "decoder_sparse_step": 1,
                   "moe_intermediate_size": 768, "num_experts_per_tok": 8, "num_experts": 128,
@@ -92,14 +112,14 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "deepseek_v2": {"vocab_size": 102400, "hidden_size": 4096, "intermediate_size": 11008,
                     "num_hidden_layers": 32, "num_attention_heads": 32, "max_position_embeddings": 2048,
                     "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False,
-                    "first_k_dense_replace": 0, "kv_lora_rank": 512, "q_lora_rank": 1536,
+                    "attention_dropout": 0.0, "first_k_dense_replace": 0, "kv_lora_rank": 512, "q_lora_rank": 1536,
                     "n_routed_experts": 64, "n_shared_experts": 2, "qk_nope_head_dim": 128,
                     "qk_rope_head_dim": 64, "v_head_dim": 128, "num_experts_per_tok": None,
                     "moe_intermediate_size": 1407},
     "deepseek_v3": {"vocab_size": 129280, "hidden_size": 7168, "intermediate_size": 18432,
                     "num_hidden_layers": 61, "num_attention_heads": 128, "max_position_embeddings": 4096,
                     "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False,
-                    "first_k_dense_replace": 3, "kv_lora_rank": 512, "q_lora_rank": 1536,
+                    "attention_dropout": 0.0, "first_k_dense_replace": 3, "kv_lora_rank": 512, "q_lora_rank": 1536,
                     "n_routed_experts": 256, "n_shared_experts": 1, "qk_nope_head_dim": 128,
                     "qk_rope_head_dim": 64, "v_head_dim": 128, "num_experts_per_tok": 8,
                     "moe_intermediate_size": 2048},
@@ -152,6 +172,25 @@ def _common(spec: ModelSpec, family: str) -> dict[str, Any]:
         out["head_dim"] = a.head_dim
     if spec.rotary_fraction != 1.0 and family in (*DENSE_ROTARY, *MOE_MHA):
         out["partial_rotary_factor"] = spec.rotary_fraction
+    out["attention_dropout"] = spec.attention_dropout
+    return out
+
+
+QWEN_FAMILIES = ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe")
+
+
+def _emit_sliding(spec: ModelSpec, family: str) -> dict[str, Any]:
+    """The sliding-window keys of `family` for `spec` (read back by hf._sliding)."""
+    if family in ("mistral", "mixtral"):
+        return {"sliding_window": spec.sliding_window}
+    if family not in QWEN_FAMILIES:
+        return {}
+    if spec.sliding_window is None:
+        return {"use_sliding_window": False}
+    out: dict[str, Any] = {"use_sliding_window": True, "sliding_window": spec.sliding_window}
+    if family != "qwen3_moe":  # qwen3_moe has no layer_types: every layer slides
+        out["layer_types"] = ["sliding_attention" if i in spec.sliding_layers else "full_attention"
+                              for i in range(spec.n_layers)]
     return out
 
 
@@ -165,6 +204,9 @@ def _emit_gpt2(spec: ModelSpec) -> dict[str, Any]:
         "n_inner": spec.ffn.intermediate_size,
         "n_positions": spec.max_position_embeddings,
         "tie_word_embeddings": spec.tied_embeddings,
+        "attn_pdrop": spec.attention_dropout,
+        "resid_pdrop": spec.hidden_dropout,
+        "embd_pdrop": spec.embedding_dropout,
     }
 
 
@@ -177,6 +219,7 @@ def _emit_gpt_neox(spec: ModelSpec) -> dict[str, Any]:
         "rotary_pct": spec.rotary_fraction,
         "use_parallel_residual": spec.parallel_residual,
         "hidden_act": "gelu",
+        "hidden_dropout": spec.hidden_dropout,  # also the embedding dropout (GPTNeoXModel.emb_dropout)
     }
 
 
@@ -190,8 +233,7 @@ def _emit_llama_like(family: str) -> Emitter:
             out["mlp_bias"] = spec.ffn.bias
         if family == "qwen2_moe":
             out["qkv_bias"] = a.qkv_bias
-        if family in ("mistral", "mixtral"):
-            out["sliding_window"] = None  # stepbill bills full causal attention
+        out |= _emit_sliding(spec, family)
         if moe is None:
             return out
         if family == "mixtral":

@@ -130,6 +130,10 @@ class MoESpec:
         object.__setattr__(self, "dense_layers", tuple(sorted(set(self.dense_layers))))
 
 
+#: ModelSpec fields holding a dropout probability.
+DROPOUT_FIELDS: tuple[str, ...] = ("attention_dropout", "hidden_dropout", "embedding_dropout")
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """Architecture of a decoder-only LM: sizes, block kinds, and the details that change parameter counts."""
@@ -147,12 +151,27 @@ class ModelSpec:
     rotary_fraction: Annotated[float, FRACTION] = 1.0  # share of each head's dims that get rotary (GPT-NeoX rotary_pct)
     tied_embeddings: bool = False
     parallel_residual: bool = False  # GPT-NeoX: attention and MLP read the same input
+    # Dropout probabilities the model trains with (the family's config keys, read by the HF loader):
+    attention_dropout: Annotated[float, FRACTION] = 0.0  # on the attention probabilities (attn_pdrop, ...)
+    hidden_dropout: Annotated[float, FRACTION] = 0.0  # on the attention and MLP outputs (resid_pdrop, ...)
+    embedding_dropout: Annotated[float, FRACTION] = 0.0  # on the embedding output (embd_pdrop; NeoX: hidden_dropout)
+    # Sliding-window attention: window in tokens and the layers that use it (the others attend fully);
+    # a window with no layers listed slides in every layer.
+    sliding_window: Annotated[int | None, TOKENS] = None
+    sliding_layers: Annotated[tuple[int, ...], IntTuple(LAYERS.high - 1, LAYERS.high)] = ()
     family: str = "custom"  # HF model_type this spec came from, or "custom"
     notes: Annotated[str, NOTE] = ""
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         check_fields(self, "model")
+        if self.sliding_layers and self.sliding_window is None:
+            raise StepbillError("model.sliding_layers needs model.sliding_window")
+        # A window with no layer list slides in every layer (Mistral).
+        layers = self.sliding_layers or (range(self.n_layers) if self.sliding_window is not None else ())
+        object.__setattr__(self, "sliding_layers", tuple(sorted(set(layers))))
+        if any(not 0 <= i < self.n_layers for i in self.sliding_layers):
+            raise StepbillError(f"model.sliding_layers must lie in [0, {self.n_layers})")
         attn = self.attention
         if attn.kind == "mha" and attn.head_dim is None:
             if self.hidden_size % attn.n_heads:
@@ -199,5 +218,6 @@ class ModelSpec:
         out.pop("extra")
         if self.moe is not None:
             out["moe"]["dense_layers"] = list(self.moe.dense_layers)
+        out["sliding_layers"] = list(self.sliding_layers)
         return out
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from stepbill.engine.activations import eager as _eager
 from stepbill.engine.activations.eager.blocks import BLOCKS
+from stepbill.engine.activations.megatron import BLOCKS as MEGATRON_BLOCKS
 from stepbill.engine.activations.rows import (
     ATTENTIONS,
     BLOCK_ROWS,
@@ -47,6 +48,8 @@ __all__ = [
 
 for _block, _builder in BLOCKS.items():
     BLOCK_ROWS[("eager", _block)] = _builder
+for _block, _builder in MEGATRON_BLOCKS.items():  # Korthikanti et al. 2022 Table 2 (activations/megatron.py)
+    BLOCK_ROWS[("megatron", _block)] = _builder
 
 
 def outside_bytes(spec: ModelSpec, activation_bytes: int, seq_len: Any, micro_batch: Any,

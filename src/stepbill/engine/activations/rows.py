@@ -210,7 +210,7 @@ BLOCK_ROWS: dict[tuple[str, str], Callable[[ModelSpec, int], list[ActTensor]]] =
     ("ideal", "moe"): _moe_ideal,
 }
 
-CONVENTIONS = ("ideal", "eager")
+CONVENTIONS = ("ideal", "eager", "megatron")
 ATTENTIONS = ("sdpa", "eager")
 
 
