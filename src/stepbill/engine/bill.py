@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from stepbill.engine import activations as act
-from stepbill.engine.flops import flops_lines
+from stepbill.engine.flops import flops_lines, matmul_params
 from stepbill.engine.line import Line
 from stepbill.engine.memory.eager import EagerTerms, eager_terms
 from stepbill.engine.memory.timeline import Timeline
@@ -165,7 +165,8 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
                                        convention=f"{CONVENTION_NOTE[convention]}; at the forward peak")
     lines["checkpoint.bytes"] = _sum_line("checkpoint.bytes", ckpt)
     lines.update(flops_lines(spec, recipe.seq_len, recipe.micro_batch, inv.active, plan.recompute_flops(True),
-                             plan.recompute_flops(False), attention))
+                             plan.recompute_flops(False), attention, plan.recompute_flops_square(),
+                             matmul_params(spec, inv)))
     if gpu_mem_bytes:
         for key in ("memory.resident", "memory.peak"):
             total = lines[key].value
@@ -187,7 +188,7 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
     timing = None
     if gpu is not None:
         worst = max(ranks, key=lambda c: c.memory["peak"])
-        timing = step_time(spec, inv, recipe, worst, collectives, gpu, efficiency)
+        timing = step_time(spec, inv, recipe, worst, collectives, gpu, lines, efficiency)
     return Bill(spec, recipe, inv, lines, resident, activ, ckpt, rows, convention, timeline, plan, attention,
                 ranks, collectives, timing, gpu, eager)
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stepbill.engine.line import Line
+from stepbill.engine.params import ParamInventory
 from stepbill.spec.model import ModelSpec
 
 BACKWARD_FACTOR = 2  # backward = grad w.r.t. inputs + grad w.r.t. weights, each as costly as the forward
@@ -222,6 +223,27 @@ def six_nd(n_active: Any, tokens: Any) -> Any:
     return 6 * n_active * tokens
 
 
+PALM = "cited: PaLM, arXiv 2204.02311 appendix B (model FLOPs 6N + 12·L·H·Q·T per token)"
+
+
+def matmul_params(spec: ModelSpec, inv: ParamInventory) -> int:
+    """N of PaLM appendix B and nanoGPT's `estimate_mfu`: the active parameters a token multiplies — active minus
+    the embedding lookups (gathers: 0 FLOPs; GPT's position table too), plus the LM head when it is tied to the
+    token embedding (nanoGPT's `get_num_params()` for a tied GPT-2: all but `wpe`)."""
+    embedding = inv.by_component().get("embedding", (0, 0))[1]
+    tied_head = spec.vocab_size * spec.hidden_size if spec.tied_embeddings else 0
+    return inv.active - embedding + tied_head
+
+
+def palm_flops_per_token(spec: ModelSpec, n_matmul: Any, seq_len: Any, causal: bool = False) -> Any:
+    """Model FLOPs of one token of one step (forward + backward), PaLM appendix B: 6·N + 12·L·H·Q·T, with the
+    attention term written 6·L·H·(d_qk + d_v)·T so that MLA's unequal head widths fit (= 12·L·H·Q·T when
+    d_qk = d_v = Q). PaLM counts the full S×S square (`causal` False); causal halves the attention term."""
+    a = spec.attention
+    attn = 6 * spec.n_layers * a.n_heads * (a.qk_head_dim + a.v_dim) * seq_len
+    return 6 * n_matmul + (attn // 2 if causal else attn)
+
+
 def attention_slope(spec: ModelSpec, causal: bool = True) -> float:
     """Recompute FLOPs per byte of the attention output, divided by S (bf16): S²·H·(d_qk+d_v) / (S·H·d_v·2)
     = S·(d_qk+d_v)/(2·d_v) causal; doubled full-square. 1.25 for V3 (192/128), 1.00 for GPT-3."""
@@ -243,11 +265,16 @@ def _kernel(spec: ModelSpec, attention: str) -> str:
 
 
 def flops_lines(spec: ModelSpec, seq_len: int, micro_batch: int, n_active: int,
-                recompute_causal: float = 0, recompute_full: float = 0, attention: str = "sdpa") -> dict[str, Line]:
-    """The FLOPs lines of the bill (decimal units on output; TFLOP = 1e12). `recompute_causal` is in the
-    seed's convention (whole layer forwards, causal-halved attention); `recompute_full` in FlopCounterMode's
-    (full square; full recompute's early stop), as `RecomputePlan.recompute_flops(causal)` gives them."""
+                recompute_causal: float = 0, recompute_full: float = 0, attention: str = "sdpa",
+                recompute_square: float | None = None, n_matmul: int | None = None) -> dict[str, Line]:
+    """The FLOPs lines of the bill, one micro-batch (decimal units on output; TFLOP = 1e12). `recompute_causal`
+    is in the seed's convention (whole layer forwards, causal-halved attention); `recompute_full` in
+    FlopCounterMode's (full square; full recompute's early stop); `recompute_square` the causal figure's rebuild
+    with the attention as a full square (defaults to `recompute_full`), as `RecomputePlan` gives them. With
+    `n_matmul` (matmul_params) the PaLM model FLOPs lines `flops.model` / `flops.model_causal` are added."""
     tokens = seq_len * micro_batch
+    if recompute_square is None:
+        recompute_square = recompute_full
     fwd = forward_flops(spec, seq_len, micro_batch, True)
     fwd_full = forward_flops(spec, seq_len, micro_batch, False)
     attn = attention_flops(spec, seq_len, micro_batch, True)
@@ -261,7 +288,30 @@ def flops_lines(spec: ModelSpec, seq_len: int, micro_batch: int, n_active: int,
     square_note = "full-square attention (what FlopCounterMode counts)"
     counted_note = ("FlopCounterMode's: full-square attention, fused SDPA backward rebuilds QKᵀ, full recompute "
                     "stops before each layer's trailing down projection (non-reentrant checkpoint's early stop)")
-    return {
+    step_square = step_flops(spec, seq_len, micro_batch, False, recompute_square)
+    extra: dict[str, Line] = {
+        "flops.step_full_square": Line("flops.step_full_square", step_square, "FLOPs",
+                                       "3 × {forward} + recompute {recompute}",
+                                       {"forward": fwd_full, "recompute": recompute_square},
+                                       convention="full-square attention, every rebuilt op rerun: flops.step's "
+                                       "count with the whole S×S attention square (never below flops.step)"),
+        "flops.recompute_full_square": Line("flops.recompute_full_square", recompute_square, "FLOPs",
+                                            "flops.recompute with the attention core as a full square", {},
+                                            convention=square_note),
+    }
+    if n_matmul is not None:
+        a = spec.attention
+        for name, causal in (("flops.model", False), ("flops.model_causal", True)):
+            per_token = palm_flops_per_token(spec, n_matmul, seq_len, causal)
+            extra[name] = Line(name, per_token * tokens, "FLOPs",
+                               "(6 × {n} matmul params + {attn} × 6 × {layers} × {heads} × ({d_qk} + {d_v}) × {seq})"
+                               " × {tokens} tokens",
+                               {"n": n_matmul, "attn": 0.5 if causal else 1, "layers": spec.n_layers,
+                                "heads": a.n_heads, "d_qk": a.qk_head_dim, "d_v": a.v_dim, "seq": seq_len,
+                                "tokens": tokens}, PALM,
+                               convention="causal: attention term halved" if causal else
+                               "PaLM's: full S×S attention square (what MFU divides)")
+    return extra | {
         "flops.forward": Line("flops.forward", fwd, "FLOPs", "Σ layers (B·S·Σ 2kn + attention core) + LM head {head}",
                               {"head": head}, convention=causal_note),
         "flops.forward_noncausal": Line("flops.forward_noncausal", fwd_full, "FLOPs", "as flops.forward, attention "

@@ -97,10 +97,17 @@ def time_lines(bill: Bill) -> list[Text]:
         return [Text("step time: give --gpu NAME for link bandwidths, peak FLOP/s and HBM bandwidth", style="dim")]
     t = bill.time
     out = [Text.assemble(("Step time ", "bold"), f"{t['time.step'].value:.3f} s  ·  MFU {100 * t['time.mfu'].value:.1f} %"
+                         f" (causal {100 * t['time.mfu_causal'].value:.1f} %)"
                          f"  ·  HFU {100 * t['time.hfu'].value:.1f} %  ·  bubble {100 * t['time.bubble'].value:.1f} %"
-                         f"  ·  {t['time.tokens_per_s'].value:,.0f} tokens/s")]
-    for key in ("time.model_flops", "time.compute", "time.memory", "time.bubble", "time.step", "time.mfu"):
-        out.append(Text(escape(f"  {key}: {t[key].explain()}"), style="dim"))
+                         f"  ·  {t['time.tokens_per_s'].value:,.0f} tokens/s"
+                         f" ({t['time.tokens_per_s_per_gpu'].value:,.0f} per GPU)")]
+    keys = ["time.model_flops", "time.rank_flops", "time.peak", "time.compute", "time.memory", "time.bubble"]
+    keys += [k for k in t.lines if k.startswith("time.offload_") and not k.endswith(("_exposed", "_hideable")) and t[k].value]
+    keys += ["time.step", "time.mfu", "time.hfu"]
+    for key in keys:
+        line = t[key]
+        note = f" — {line.convention}" if key in ("time.peak", "time.mfu", "time.hfu") and line.convention else ""
+        out.append(Text(escape(f"  {key}: {line.explain()}{note}"), style="dim"))
     return out
 
 

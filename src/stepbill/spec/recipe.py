@@ -21,6 +21,7 @@ class Precision:
     activation: int  # bytes per element of the tensors kept for backward
     description: str
     provenance: str = "derived"
+    compute: str = "bf16"  # the GEMMs' dtype, whose peak times them (spec/hardware.py COMPUTE_DTYPES)
 
 
 PRECISIONS: dict[str, Precision] = {
@@ -29,7 +30,7 @@ PRECISIONS: dict[str, Precision] = {
         Precision("mixed-bf16", 2, 2, 4, 4, 2,
                   "bf16 weights and grads, fp32 master and optimizer states (ZeRO's 2Ψ+2Ψ+12Ψ)",
                   "cited: ZeRO, arXiv 1910.02054"),
-        Precision("fp32", 4, 4, 0, 4, 4, "everything fp32; the weights are the master copy"),
+        Precision("fp32", 4, 4, 0, 4, 4, "everything fp32; the weights are the master copy", compute="fp32"),
         Precision("amp-bf16", 4, 4, 0, 4, 2,
                   "fp32 weights, grads and states; bf16 autocast for compute (casts are transient)"),
         Precision("fp32-grad-accum", 2, 4, 4, 4, 2, "mixed-bf16 with an fp32 gradient accumulator (18 B with AdamW)"),

@@ -29,6 +29,10 @@ from stepbill.spec.model import ModelSpec
 from stepbill.spec.recipe import Recipe
 
 DEFAULT_GPUS_PER_NODE = 8
+#: A GPU with no InfiniBand in the catalog (rtx-4090) still talks across nodes: over Ethernet, assumed one
+#: 100 Gb/s NIC (12.5 GB/s per direction) carrying the ring's inter-node hop. An assumption, not a catalog figure.
+ETHERNET_BYTES_PER_S = 12.5e9
+ETHERNET_NOTE = "no InfiniBand: assumed 100 Gb/s Ethernet (12.5 GB/s per direction) across nodes"
 HIDE = {
     "yes": "overlaps compute by construction (bucketed / prefetched / pipelined behind the next block)",
     "partly": "overlaps only with a schedule built for it; counted as exposed",
@@ -158,11 +162,24 @@ def step_collectives(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, gpu: 
                      {"send_bytes": send}))
     out = []
     for name, axis, op, group, scope, calls, per_call, overlap, formula, inputs in rows:
-        link = None if gpu is None else (gpu.intra_node_link if scope == "intra-node" else "infiniband")
-        bw = gpu.link_bytes_per_s(link) if gpu is not None and link is not None else 0.0
+        link, bw = _link(gpu, scope)
         total = calls * float(per_call)
         line = Line(f"comm.{name}", total, "bytes", "{calls} calls × " + formula,
-                    {"calls": calls, **inputs, "per_call_bytes": float(per_call)})
+                    {"calls": calls, **inputs, "per_call_bytes": float(per_call)},
+                    convention=ETHERNET_NOTE if link == "ethernet" else "")
         out.append(Collective(name, axis, op, group, scope, link, calls, total, total / bw if bw else None, overlap,
                               line))
     return out
+
+
+def _link(gpu: GPU | None, scope: str) -> tuple[str | None, float]:
+    """The link class a collective of `scope` runs on and its per-direction bandwidth (B/s): NVLink (or PCIe
+    without it) inside a node; InfiniBand across nodes, or the assumed Ethernet NIC on parts without one. A ring
+    that spans nodes runs at its slowest hop, the inter-node one."""
+    if gpu is None:
+        return None, 0.0
+    if scope == "intra-node":
+        return gpu.intra_node_link, gpu.link_bytes_per_s(gpu.intra_node_link)
+    if gpu.infiniband_bytes_per_s > 0:
+        return "infiniband", gpu.infiniband_bytes_per_s
+    return "ethernet", ETHERNET_BYTES_PER_S

@@ -61,6 +61,9 @@ class LayerPlan:
     recompute_flops: float  # per token, causal-halved attention
     recompute_flops_noncausal: float
     checkpoint_bytes: float = 0.0  # per token: the layer input a checkpoint holds (full / every-K)
+    # per token, full-square attention, every rebuilt op rerun (no early stop): the causal figure's twin, so
+    # that full square ≥ causal always holds (recompute_flops_noncausal is FlopCounterMode's, with early stop)
+    recompute_flops_square: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,12 @@ class RecomputePlan:
                         for k, p in self.layers.items())
         return per_token * self.tokens
 
+    def recompute_flops_square(self) -> float:
+        """FLOPs the policy adds to one step (whole micro-batch), attention as a full square and every rebuilt op
+        rerun: the same rebuild as `recompute_flops(True)`, so never below it (PaLM's HFU convention)."""
+        per_token = sum(p.recompute_flops_square * self.order.count(k) for k, p in self.layers.items())
+        return per_token * self.tokens
+
     def for_rank(self, row_divisor: Callable[[ActTensor], float], input_divisor: float, work_divisor: float,
                  order: tuple[str, ...] | None = None) -> RecomputePlan:
         """The same policy on one rank of a layout: the same tensors kept and dropped (the choice is the
@@ -126,6 +135,7 @@ class RecomputePlan:
             layers[kind] = replace(lp, kept_bytes=kept, dropped_bytes=dropped,
                                    recompute_flops=lp.recompute_flops / work_divisor,
                                    recompute_flops_noncausal=lp.recompute_flops_noncausal / work_divisor,
+                                   recompute_flops_square=lp.recompute_flops_square / work_divisor,
                                    checkpoint_bytes=lp.checkpoint_bytes / input_divisor)
         order = self.order if order is None else order
         return replace(self, layers={k: v for k, v in layers.items() if k in order or not order}, order=order)
@@ -140,12 +150,15 @@ def op_flops(rows: tuple[ActTensor, ...] | list[ActTensor], seq_len: Any, causal
 
 
 def _plan(kind: str, rows: list[ActTensor], dropped: list[ActTensor], seq_len: int,
-          checkpoint: float = 0.0, rebuild: tuple[float, float] | None = None) -> LayerPlan:
+          checkpoint: float = 0.0, rebuild: tuple[float, float, float] | None = None) -> LayerPlan:
+    """`rebuild`: (causal, FlopCounterMode's, full-square) recompute FLOPs per token; from the dropped ops if None."""
     names = {t.name for t in dropped}
     kept = tuple(t for t in rows if t.name not in names)
-    flops = rebuild if rebuild is not None else (op_flops(dropped, seq_len), op_flops(dropped, seq_len, False))
+    if rebuild is None:
+        square = op_flops(dropped, seq_len, False)
+        rebuild = (op_flops(dropped, seq_len), square, square)
     return LayerPlan(kind, kept, tuple(dropped), sum(t.bytes_at(seq_len) for t in kept),
-                     sum(t.bytes_at(seq_len) for t in dropped), flops[0], flops[1], checkpoint)
+                     sum(t.bytes_at(seq_len) for t in dropped), rebuild[0], rebuild[1], checkpoint, rebuild[2])
 
 
 def make_plan(spec: ModelSpec, policy: RecomputePolicy, seq_len: int, micro_batch: int, activation_bytes: int,
@@ -164,7 +177,8 @@ def make_plan(spec: ModelSpec, policy: RecomputePolicy, seq_len: int, micro_batc
             # seed's convention). The non-causal figure is FlopCounterMode's: under full recompute
             # (transformers' non-reentrant per-layer checkpoint) the trailing down projection is not rerun.
             per_tok = (fl.layer_forward_flops(spec, k, seq_len, 1, True) / seq_len,
-                       fl.layer_recompute_flops(spec, k, seq_len, 1, False, policy.kind == "full") / seq_len)
+                       fl.layer_recompute_flops(spec, k, seq_len, 1, False, policy.kind == "full") / seq_len,
+                       fl.layer_forward_flops(spec, k, seq_len, 1, False) / seq_len)
             layers[k] = _plan(k, r, r, seq_len, input_bytes, per_tok)
         if policy.kind == "every":
             segment = policy.every or best_segment(spec, seq_len, micro_batch, activation_bytes, convention)
