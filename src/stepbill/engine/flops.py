@@ -32,6 +32,7 @@ from typing import Any
 from stepbill.engine.line import Line
 from stepbill.engine.params import ParamInventory
 from stepbill.spec.model import ModelSpec
+from stepbill.spec.recipe import LoRA
 
 BACKWARD_FACTOR = 2  # backward = grad w.r.t. inputs + grad w.r.t. weights, each as costly as the forward
 
@@ -223,6 +224,25 @@ def six_nd(n_active: Any, tokens: Any) -> Any:
     return 6 * n_active * tokens
 
 
+def lora_adapter_flops_per_token(inv: ParamInventory, lora: LoRA) -> int:
+    """Forward FLOPs of the LoRA adapters one token goes through: A [k → r] then B [r → n] on every targeted
+    (n, k) matrix, 2·r·(k + n) per pass, times the copies a token passes (layers; top_k routed experts). Their
+    backward is 2× that (both A and B train)."""
+    return sum(2 * lora.rank * (t.shape[0] + t.shape[1]) * t.active_copies
+               for t in inv.tensors if len(t.shape) == 2 and lora.targets_matrix(t.name, t.component))
+
+
+def lora_step_terms(spec: ModelSpec, inv: ParamInventory, lora: LoRA, seq_len: int, micro_batch: int) -> dict[str, int]:
+    """What LoRA changes in one micro-batch's step FLOPs: the frozen base skips every weight-gradient GEMM (each
+    costs what its forward costs: `frozen_wgrad` = the forward's matmuls with weights, LM head included —
+    everything but the attention core), and the adapters add 3 × their forward (`adapters`). Step ≈ 2/3 of full
+    fine-tuning when the attention core is small."""
+    tokens = seq_len * micro_batch
+    linear = forward_flops(spec, seq_len, micro_batch, True) - attention_flops(spec, seq_len, micro_batch, True)
+    return {"frozen_wgrad": int(linear), "adapters": 3 * tokens * lora_adapter_flops_per_token(inv, lora),
+            "adapter_params_active": lora_adapter_flops_per_token(inv, lora) // 2}
+
+
 PALM = "cited: PaLM, arXiv 2204.02311 appendix B (model FLOPs 6N + 12·L·H·Q·T per token)"
 
 
@@ -235,13 +255,17 @@ def matmul_params(spec: ModelSpec, inv: ParamInventory) -> int:
     return inv.active - embedding + tied_head
 
 
-def palm_flops_per_token(spec: ModelSpec, n_matmul: Any, seq_len: Any, causal: bool = False) -> Any:
+def palm_flops_per_token(spec: ModelSpec, n_matmul: Any, seq_len: Any, causal: bool = False,
+                         n_adapters: int | None = None) -> Any:
     """Model FLOPs of one token of one step (forward + backward), PaLM appendix B: 6·N + 12·L·H·Q·T, with the
     attention term written 6·L·H·(d_qk + d_v)·T so that MLA's unequal head widths fit (= 12·L·H·Q·T when
-    d_qk = d_v = Q). PaLM counts the full S×S square (`causal` False); causal halves the attention term."""
+    d_qk = d_v = Q). PaLM counts the full S×S square (`causal` False); causal halves the attention term.
+    With LoRA (`n_adapters`: adapter parameters a token passes) the frozen N needs no weight gradient:
+    4·N + 6·N_adapters (our extension of PaLM's count: the FLOPs the step needs, nothing more)."""
     a = spec.attention
     attn = 6 * spec.n_layers * a.n_heads * (a.qk_head_dim + a.v_dim) * seq_len
-    return 6 * n_matmul + (attn // 2 if causal else attn)
+    weights = 6 * n_matmul if n_adapters is None else 4 * n_matmul + 6 * n_adapters
+    return weights + (attn // 2 if causal else attn)
 
 
 def attention_slope(spec: ModelSpec, causal: bool = True) -> float:
@@ -266,12 +290,14 @@ def _kernel(spec: ModelSpec, attention: str) -> str:
 
 def flops_lines(spec: ModelSpec, seq_len: int, micro_batch: int, n_active: int,
                 recompute_causal: float = 0, recompute_full: float = 0, attention: str = "sdpa",
-                recompute_square: float | None = None, n_matmul: int | None = None) -> dict[str, Line]:
+                recompute_square: float | None = None, n_matmul: int | None = None,
+                lora: dict[str, int] | None = None) -> dict[str, Line]:
     """The FLOPs lines of the bill, one micro-batch (decimal units on output; TFLOP = 1e12). `recompute_causal`
     is in the seed's convention (whole layer forwards, causal-halved attention); `recompute_full` in
     FlopCounterMode's (full square; full recompute's early stop); `recompute_square` the causal figure's rebuild
     with the attention as a full square (defaults to `recompute_full`), as `RecomputePlan` gives them. With
-    `n_matmul` (matmul_params) the PaLM model FLOPs lines `flops.model` / `flops.model_causal` are added."""
+    `n_matmul` (matmul_params) the PaLM model FLOPs lines `flops.model` / `flops.model_causal` are added. With
+    `lora` (lora_step_terms) every step figure drops the frozen weight-gradient GEMMs and adds the adapters."""
     tokens = seq_len * micro_batch
     if recompute_square is None:
         recompute_square = recompute_full
@@ -289,10 +315,24 @@ def flops_lines(spec: ModelSpec, seq_len: int, micro_batch: int, n_active: int,
     counted_note = ("FlopCounterMode's: full-square attention, fused SDPA backward rebuilds QKᵀ, full recompute "
                     "stops before each layer's trailing down projection (non-reentrant checkpoint's early stop)")
     step_square = step_flops(spec, seq_len, micro_batch, False, recompute_square)
-    extra: dict[str, Line] = {
+    delta = 0 if lora is None else lora["adapters"] - lora["frozen_wgrad"]
+    step, step_square, bwd_full, step_full = step + delta, step_square + delta, bwd_full + delta, step_full + delta
+    extra: dict[str, Line] = {}
+    lora_terms, lora_inputs = "", {}
+    if lora is not None:
+        lora_terms = " − frozen weight grads {wgrad} + LoRA adapters {adapters}"
+        lora_inputs = {"wgrad": lora["frozen_wgrad"], "adapters": lora["adapters"]}
+        extra["flops.lora_frozen_wgrad"] = Line(
+            "flops.lora_frozen_wgrad", lora["frozen_wgrad"], "FLOPs",
+            "weight-gradient GEMMs the frozen base skips: = the forward's matmuls with weights", {},
+            convention="subtracted from every step figure")
+        extra["flops.lora_adapters"] = Line(
+            "flops.lora_adapters", lora["adapters"], "FLOPs", "3 × 2·r·(k + n) per targeted matrix per token × tokens",
+            {}, convention="added to every step figure (forward + backward of A and B)")
+    extra |= {
         "flops.step_full_square": Line("flops.step_full_square", step_square, "FLOPs",
-                                       "3 × {forward} + recompute {recompute}",
-                                       {"forward": fwd_full, "recompute": recompute_square},
+                                       "3 × {forward} + recompute {recompute}" + lora_terms,
+                                       {"forward": fwd_full, "recompute": recompute_square, **lora_inputs},
                                        convention="full-square attention, every rebuilt op rerun: flops.step's "
                                        "count with the whole S×S attention square (never below flops.step)"),
         "flops.recompute_full_square": Line("flops.recompute_full_square", recompute_square, "FLOPs",
@@ -301,12 +341,14 @@ def flops_lines(spec: ModelSpec, seq_len: int, micro_batch: int, n_active: int,
     }
     if n_matmul is not None:
         a = spec.attention
+        n_ad = None if lora is None else lora["adapter_params_active"]
         for name, causal in (("flops.model", False), ("flops.model_causal", True)):
-            per_token = palm_flops_per_token(spec, n_matmul, seq_len, causal)
+            per_token = palm_flops_per_token(spec, n_matmul, seq_len, causal, n_ad)
             extra[name] = Line(name, per_token * tokens, "FLOPs",
-                               "(6 × {n} matmul params + {attn} × 6 × {layers} × {heads} × ({d_qk} + {d_v}) × {seq})"
-                               " × {tokens} tokens",
-                               {"n": n_matmul, "attn": 0.5 if causal else 1, "layers": spec.n_layers,
+                               ("(6 × {n} matmul params" if n_ad is None else
+                                "(4 × {n} frozen matmul params + 6 × {adapters} adapter params") +
+                               " + {attn} × 6 × {layers} × {heads} × ({d_qk} + {d_v}) × {seq}) × {tokens} tokens",
+                               {"n": n_matmul, "adapters": n_ad or 0, "attn": 0.5 if causal else 1, "layers": spec.n_layers,
                                 "heads": a.n_heads, "d_qk": a.qk_head_dim, "d_v": a.v_dim, "seq": seq_len,
                                 "tokens": tokens}, PALM,
                                convention="causal: attention term halved" if causal else
@@ -322,8 +364,8 @@ def flops_lines(spec: ModelSpec, seq_len: int, micro_batch: int, n_active: int,
                               {"tokens": tokens, "d": spec.hidden_size, "vocab": spec.vocab_size}),
         "flops.recompute": Line("flops.recompute", recompute_causal, "FLOPs",
                                 "FLOPs of the tensors the recompute policy rebuilds", {}, convention=causal_note),
-        "flops.step": Line("flops.step", step, "FLOPs", "3 × {forward} + recompute {recompute}",
-                           {"forward": fwd, "recompute": recompute_causal}, convention=causal_note),
+        "flops.step": Line("flops.step", step, "FLOPs", "3 × {forward} + recompute {recompute}" + lora_terms,
+                           {"forward": fwd, "recompute": recompute_causal, **lora_inputs}, convention=causal_note),
         "flops.backward_noncausal": Line("flops.backward_noncausal", bwd_full, "FLOPs",
                                          "2 × flops.forward_noncausal + {rescore} QKᵀ rebuilt by a fused SDPA "
                                          "backward ({kernel})",

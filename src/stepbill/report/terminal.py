@@ -84,7 +84,7 @@ def render_bill(bill: Bill, explain: bool = False, fit: Fit | None = None, layou
         f"FLOPs (decimal, one micro-batch): step {fmt_flops(lines['flops.step'].value)} causal-halved attention, "
         f"{fmt_flops(lines['flops.step_full_square'].value)} full square, "
         f"{fmt_flops(lines['flops.step_noncausal'].value)} as FlopCounterMode counts it; recompute "
-        f"{fmt_flops(lines['flops.recompute'].value)}; model (PaLM 6N + 12·L·H·Q·T) "
+        f"{fmt_flops(lines['flops.recompute'].value)}; model (PaLM appendix B) "
         f"{fmt_flops(lines['flops.model'].value)} full square, {fmt_flops(lines['flops.model_causal'].value)} causal; "
         f"6ND {fmt_flops(lines['flops.6nd'].value)} "
         f"(misses attention: {100 * lines['flops.attention_share'].value:.1f} % of the forward)",

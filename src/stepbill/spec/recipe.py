@@ -55,6 +55,8 @@ OPTIMIZERS: dict[str, str] = {
 
 
 DEFAULT_LORA_TARGETS = ("q_proj", "v_proj")
+#: PEFT's alias (peft.utils.constants.INCLUDE_LINEAR_LAYERS_SHORTHAND): every linear layer but the output layer.
+ALL_LINEAR = "all-linear"
 
 #: How PyTorch's AdamW runs its update (torch.optim.AdamW foreach=False / foreach=True / fused=True). Only the
 #: eager convention's timeline tells them apart (their temporaries during optimizer.step()).
@@ -71,6 +73,16 @@ class LoRA:
 
     rank: int
     targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
+
+    def targets_matrix(self, name: str, component: str = "") -> bool:
+        """Whether the adapter wraps the weight matrix `name` (e.g. "attn.q_proj.weight"): its last name part is
+        a target, or the targets are PEFT's "all-linear" (every linear of the layers: not the embedding lookups,
+        not the LM head, which PEFT leaves out as the output layer)."""
+        if not name.endswith(".weight"):
+            return False
+        if ALL_LINEAR in self.targets:
+            return component not in ("embedding", "lm_head", "norms")
+        return name.removesuffix(".weight").split(".")[-1] in self.targets
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from stepbill.engine.activations import ActTensor, layer_order
 from stepbill.engine.recompute.budget import solve_for_spec
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
+from stepbill.spec.recipe import LoRA
 from stepbill.spec.recompute_policy import RecomputePolicy
 
 # Megatron module name → predicate on (layer kind, tensor). Megatron recomputes a module's internals and
@@ -163,10 +164,12 @@ def _plan(kind: str, rows: list[ActTensor], dropped: list[ActTensor], seq_len: i
 
 def make_plan(spec: ModelSpec, policy: RecomputePolicy, seq_len: int, micro_batch: int, activation_bytes: int,
               convention: str = "ideal", drop: dict[str, tuple[str, ...]] | None = None,
-              attention: str = "sdpa") -> RecomputePlan:
-    """Apply `policy` to `spec`. `drop` ({layer kind: tensor names}) overrides the choice (budget solver)."""
+              attention: str = "sdpa", lora: LoRA | None = None) -> RecomputePlan:
+    """Apply `policy` to `spec`. `drop` ({layer kind: tensor names}) overrides the choice (budget solver). With
+    `lora` the layers' rows are LoRA's (frozen Linears keep no input unless an adapter needs it); the budget
+    solver still ranks the full fine-tuning rows (not modelled yet under LoRA)."""
     order = layer_order(spec)
-    rows = {k: act.layer_rows(spec, k, activation_bytes, convention, attention) for k in act.layer_kinds(spec)}
+    rows = {k: act.layer_rows(spec, k, activation_bytes, convention, attention, lora) for k in act.layer_kinds(spec)}
     tokens = seq_len * micro_batch
     segment, layers = 1, {}
     # A checkpoint keeps the layer input: the residual stream, in the parameter dtype (fp32 under amp).
@@ -181,7 +184,7 @@ def make_plan(spec: ModelSpec, policy: RecomputePolicy, seq_len: int, micro_batc
                        fl.layer_forward_flops(spec, k, seq_len, 1, False) / seq_len)
             layers[k] = _plan(k, r, r, seq_len, input_bytes, per_tok)
         if policy.kind == "every":
-            segment = policy.every or best_segment(spec, seq_len, micro_batch, activation_bytes, convention)
+            segment = policy.every or best_segment(spec, seq_len, micro_batch, activation_bytes, convention, lora)
             segment = min(segment, spec.n_layers)
     elif policy.kind == "none" and drop is None:
         layers = {k: _plan(k, r, [], seq_len) for k, r in rows.items()}
@@ -197,19 +200,20 @@ def make_plan(spec: ModelSpec, policy: RecomputePolicy, seq_len: int, micro_batc
     else:  # budget: solved elsewhere, then planned with `drop`
         solution = solve_for_spec(spec, policy.budget_bytes, seq_len, micro_batch, activation_bytes, convention,
                                   attention)
-        return make_plan(spec, policy, seq_len, micro_batch, activation_bytes, convention, solution.drop, attention)
+        return make_plan(spec, policy, seq_len, micro_batch, activation_bytes, convention, solution.drop, attention,
+                         lora)
     return RecomputePlan(policy, layers, order, segment, tokens, seq_len)
 
 
 def best_segment(spec: ModelSpec, seq_len: int, micro_batch: int, activation_bytes: int,
-                 convention: str = "ideal") -> int:
+                 convention: str = "ideal", lora: LoRA | None = None) -> int:
     """The K of every-K with the lowest activation peak (scan 1…L); near √L when a layer's rows dwarf its
     input, as the seed's L/k + k picture says (rc-sqrt-L-segments)."""
     from stepbill.spec.recompute_policy import RecomputePolicy as P
 
     best, best_peak = 1, math.inf
     for k in range(1, spec.n_layers + 1):
-        peak = make_plan(spec, P("every", every=k), seq_len, micro_batch, activation_bytes, convention)
+        peak = make_plan(spec, P("every", every=k), seq_len, micro_batch, activation_bytes, convention, lora=lora)
         value = peak.peak_activations()
         if value < best_peak:
             best, best_peak = k, value

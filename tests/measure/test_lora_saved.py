@@ -1,0 +1,71 @@
+"""LoRA's activation rule measured with torch.autograd.graph.saved_tensors_hooks (engine/activations/lora.py): a
+frozen nn.Linear saves no input for backward; a PEFT-style adapter on it (base(x) + B(A(x))·scale, lora_dropout 0)
+saves x for A's weight gradient and A's r-wide output for B's."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+D, F, R, T = 64, 256, 8, 32
+
+
+class LoRALinear(nn.Module):
+    """PEFT's LoRA layer, reduced: a frozen base Linear plus A [in → r] and B [r → out], dropout = Identity."""
+
+    def __init__(self, base: nn.Linear, rank: int) -> None:
+        super().__init__()
+        self.base = base
+        self.lora_A = nn.Linear(base.in_features, rank, bias=False)
+        self.lora_B = nn.Linear(rank, base.out_features, bias=False)
+        self.scaling = 2.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.base(x) + self.lora_B(self.lora_A(x)) * self.scaling
+
+
+def saved_activation_bytes(model: nn.Module, x: torch.Tensor) -> int:
+    """Bytes of the distinct non-parameter storages autograd saves during the forward."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in params:
+            seen[ptr] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(x).sum().backward()
+    return sum(seen.values())
+
+
+def block(frozen: bool, adapter_on_first: bool = False) -> nn.Module:
+    torch.manual_seed(0)
+    up, down = nn.Linear(D, F, bias=False), nn.Linear(F, D, bias=False)
+    for p in (*up.parameters(), *down.parameters()):
+        p.requires_grad_(not frozen)
+    first: nn.Module = LoRALinear(up, R) if adapter_on_first else up
+    return nn.Sequential(first, nn.SiLU(), down)
+
+
+def test_frozen_linears_keep_no_input() -> None:
+    """Linear–SiLU–Linear, the input requiring grad (an upstream layer trains): trainable weights keep x, the
+    SiLU input and the SiLU output; frozen ones keep only the SiLU input. The difference is exactly the two
+    Linears' inputs (the user trial's W7 demo)."""
+    x = torch.randn(T, D, requires_grad=True)
+    trainable = saved_activation_bytes(block(False), x)
+    frozen = saved_activation_bytes(block(True), x)
+    four = 4  # fp32
+    assert trainable == T * (D + F + F) * four
+    assert frozen == T * F * four
+    assert trainable - frozen == T * (D + F) * four
+
+
+def test_adapter_keeps_its_input_and_a_rank_wide_output() -> None:
+    """A LoRA pair on the frozen first Linear brings back its input x (A's weight gradient reads it) and adds A's
+    output, r wide (B's weight gradient); the second Linear, frozen without adapter, still keeps nothing."""
+    x = torch.randn(T, D, requires_grad=True)
+    frozen = saved_activation_bytes(block(True), x)
+    lora = saved_activation_bytes(block(True, adapter_on_first=True), x)
+    assert lora - frozen == T * (D + R) * 4
