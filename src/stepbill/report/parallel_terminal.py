@@ -111,6 +111,32 @@ def time_lines(bill: Bill) -> list[Text]:
     return out
 
 
+def run_text(bill: Bill) -> list[Text]:
+    """The run totals (engine/run.py): global batch, steps, days, GPU-hours, cost, each with its derivation; nothing
+    unless --global-batch-tokens or --train-tokens was given."""
+    r = bill.run
+    if not r or ("run.train_tokens" not in r and "derived" not in r["run.global_batch_tokens"].convention):
+        return []
+    head = [f"global batch {r['run.global_batch_tokens'].value:,.0f} tokens"]
+    if "run.steps" in r:
+        head.append(f"{r['run.steps'].value:,.0f} steps")
+    if "run.days" in r:
+        head.append(f"{r['run.days'].value:,.2f} days")
+        head.append(f"{r['run.gpu_hours'].value:,.0f} GPU-hours")
+    if "run.cost" in r:
+        head.append(f"cost {r['run.cost'].value:,.0f} (price's currency)")
+    if "run.tokens_per_s_per_gpu" in r:
+        head.append(f"{r['run.tokens_per_s_per_gpu'].value:,.0f} tokens/s per GPU")
+    out = [Text.assemble(("Run ", "bold"), "  ·  ".join(head))]
+    for line in r.values():
+        out.append(Text(escape(f"  {line.name}: {line.explain()}"), style="dim"))
+    if "run.steps" in r and "run.seconds" not in r:
+        out.append(Text("  run time: give --gpu NAME for the step time", style="dim"))
+    elif "run.seconds" in r:
+        out.append(Text(escape(f"  {r['run.seconds'].convention}"), style="dim"))
+    return out
+
+
 def model_notes(bill: Bill) -> list[Text]:
     """Which model produced the per-GPU numbers, once per distinct note."""
     seen: list[str] = []

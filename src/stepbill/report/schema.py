@@ -299,6 +299,25 @@ TimePart = type("TimePart", (Strict,), {
 })
 
 
+_RUN_OPTIONAL = {
+    "tokens_per_s_per_gpu": "with a GPU: tokens per second per GPU",
+    "train_tokens": "with `--train-tokens`: tokens of the run",
+    "steps": "with `--train-tokens`: ceil(train tokens / global batch)",
+    "seconds": "with `--train-tokens` and a GPU: steps × step time (no evaluation, checkpoints or failures)",
+    "days": "the same in days",
+    "gpu_hours": "seconds × GPUs / 3,600",
+    "cost": "with `--price-per-gpu-hour`: GPU-hours × price (the price's currency)",
+}
+RunPart = type("RunPart", (Strict,), {
+    "__annotations__": {"global_batch_tokens": TimeLineJson,
+                        **dict.fromkeys(_RUN_OPTIONAL, TimeLineJson | None)},
+    "global_batch_tokens": Field(description="tokens per optimizer step: dp × micro-batches × micro-batch × seq"),
+    **{key: Field(default=None, description=text) for key, text in _RUN_OPTIONAL.items()},
+    "__doc__": "Run totals: the global batch always; steps, time, GPU-hours and cost with their options.",
+    "__module__": __name__,
+})
+
+
 class GpuPart(Strict):
     name: str = Field(description="the catalog name, e.g. h100-sxm")
     display: str = Field(description="the product name")
@@ -359,6 +378,8 @@ class BillJson(Strict):
     time: TimePart | None = Field(description="with `--gpu`: the step time, each line with value, unit, explain "  # type: ignore[valid-type]
                                   "and provenance; null without")
     gpu: GpuPart | None = Field(description="the catalog GPU, or null")
+    run: RunPart = Field(description="run totals (`--global-batch-tokens`, `--train-tokens`, "  # type: ignore[valid-type]
+                         "`--price-per-gpu-hour`): each a line with value, unit, explain, provenance, convention")
     fit: FitPart | None = Field(description="with a card (`--gpu` or `--gpu-mem`): the fit verdict, usable − reserve − "
                                 "the eager peak per rank class; null without")
 

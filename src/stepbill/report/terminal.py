@@ -108,6 +108,9 @@ def render_bill(bill: Bill, explain: bool = False, fit: Fit | None = None, layou
         from stepbill.report.parallel_terminal import fit_explain, fit_lines, fit_table
 
         parts += [fit_table(fit), *fit_lines(fit), *(fit_explain(fit) if explain else [])]
+    from stepbill.report.parallel_terminal import run_text
+
+    parts += run_text(bill)
     return Group(*parts)
 
 
