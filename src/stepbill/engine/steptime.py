@@ -35,11 +35,11 @@ from stepbill.spec.recipe import Recipe
 
 DEFAULT_EFFICIENCY = 0.5  # achieved share of dense peak on the GEMMs; 40–60 % is typical of large-model training
 
-#: CPU Adam throughput of one host (parameters updated per second, all cores). Assumed: ZeRO-Offload's CPU-Adam
-#: updates about 1e9 parameters in roughly 0.25 s on a two-socket Xeon host (arXiv 2101.06840 §6, CPU-Adam
-#: latency table, figures read as "about 4e9 parameters/s"); the ranks of one node share it.
+#: CPU Adam throughput of one host (parameters updated per second, all cores), shared by the ranks of a node.
+#: An assumption of the right order: ZeRO-Offload's CPU-Adam (arXiv 2101.06840 §6) takes about a quarter of a
+#: second per billion parameters on a two-socket Xeon host — a figure recalled from the paper, not re-measured.
 CPU_ADAM_PARAMS_PER_S = 4e9
-CPU_ADAM_SOURCE = "assumed 4e9 params/s per host: ZeRO-Offload's CPU-Adam, arXiv 2101.06840 §6"
+CPU_ADAM_SOURCE = "assumed 4e9 params/s per host (order of ZeRO-Offload's CPU-Adam, arXiv 2101.06840 §6)"
 
 #: Why fp32 recipes are timed at the FP32 (CUDA-core) peak: PyTorch keeps TF32 off for matmuls by default since
 #: 1.12 (torch.backends.cuda.matmul.allow_tf32 = False), so an fp32 model runs its GEMMs in true fp32.
