@@ -4,6 +4,7 @@ saves x for A's weight gradient and A's r-wide output for B's."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -69,3 +70,42 @@ def test_adapter_keeps_its_input_and_a_rank_wide_output() -> None:
     frozen = saved_activation_bytes(block(True), x)
     lora = saved_activation_bytes(block(True, adapter_on_first=True), x)
     assert lora - frozen == T * (D + R) * 4
+
+
+def _tiny_llama_layer_bytes_per_token(recipe: str, lora: bool, layer: int = 1) -> int:
+    """Activation bytes per token autograd saves in one decoder layer of the tiny Llama, with q,v adapters (r 8)
+    on a frozen base when `lora`."""
+    from stepbill.measure.saved import collect
+    from stepbill.measure.session import StepSession
+    from stepbill.measure.tiny import TINY_CONFIGS
+
+    b, t = 2, 64
+    with StepSession(TINY_CONFIGS["llama"], recipe=recipe, micro_batch=b, seq_len=t, mode="real") as s:
+        if lora:
+            for p in s.model.parameters():
+                p.requires_grad_(False)
+            for block in s.model.model.layers:
+                for name in ("q_proj", "v_proj"):
+                    base = getattr(block.self_attn, name)
+                    setattr(block.self_attn, name, LoRALinear(base, R).to(base.weight.dtype))
+        rows = collect(s)
+    prefix = f"model.layers.{layer}."
+    return sum(r.bytes for r in rows if r.kind == "activation" and r.module.startswith(prefix)) // (b * t)
+
+
+@pytest.mark.parametrize("recipe", ["fp32", "pure-bf16"])
+def test_tiny_llama_lora_layer_matches_the_eager_rows(recipe: str) -> None:
+    """A transformers Llama with PEFT-style q,v adapters on a frozen base: a middle layer keeps exactly the eager
+    rows under the LoRA rule (gate/up's and down's inputs and both RMSNorm x̂ gone, two r-wide A outputs added).
+    (amp-bf16 is left out: its saved bf16 weight casts are the autocast cache, billed outside the layer rows.)"""
+    from stepbill.engine.activations import layer_rows
+    from stepbill.engine.activations.eager.dtypes import from_precision
+    from stepbill.measure.tiny import TINY_CONFIGS
+    from stepbill.spec.hf import from_hf_config
+    from stepbill.spec.recipe import LoRA, precision
+
+    spec = from_hf_config(TINY_CONFIGS["llama"])
+    width = from_precision(precision(recipe))
+    for lora in (None, LoRA(R, ("q_proj", "v_proj"))):
+        predicted = sum(r.bytes_per_token for r in layer_rows(spec, "dense", width, "eager", lora=lora))
+        assert _tiny_llama_layer_bytes_per_token(recipe, lora is not None) == predicted

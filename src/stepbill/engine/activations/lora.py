@@ -11,8 +11,11 @@ So under LoRA a row kept *only* as the input of frozen Linears is dropped unless
 adapter, and every adapter adds one r-wide row. Rows other ops also read (the attention output, which SDPA's
 backward needs; the SwiGLU gate and up, which the product needs) stay. Mapped rows: every row of the ideal
 convention; under the eager convention the dense blocks' Linear inputs of families with separate q/k/v
-projections (Llama-like), autocast's per-Linear casts included. Not modelled yet: eager MoE rows and fused-QKV
-families keep their inputs (an over-count), and frozen norm weights would also stop saving their x̂ (eager).
+projections (Llama-like), autocast's per-Linear casts included; and, eager, RMSNorm's x̂ (saved by weight · x̂
+for the weight's gradient only: the norm weights are frozen too). Measured on a tiny Llama with q,v adapters:
+layer 1 keeps exactly these rows (tests/measure/test_lora_saved.py). Not modelled yet: eager MoE rows and
+fused-QKV families keep their inputs (an over-count); layer 0, whose input (the frozen embedding's output) needs
+no gradient, keeps even less (its input norm saves nothing) — not subtracted.
 """
 
 from __future__ import annotations
@@ -85,6 +88,8 @@ def apply_lora(spec: ModelSpec, layer_kind: str, rows: list[ActTensor], lora: Lo
     """`rows` of one layer under LoRA: frozen-only Linear inputs dropped, adapter rows added."""
     out = []
     for row in rows:
+        if convention == "eager" and row.name.endswith("norm_xhat"):
+            continue  # RMSNorm's x̂ feeds only its (frozen) weight's gradient: weight · x̂ saves x̂ for dW
         readers = _readers(spec, row.block, row, convention)
         if readers is not None and not any(lora.targets_matrix(name) for name in readers):
             continue
