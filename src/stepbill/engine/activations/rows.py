@@ -20,7 +20,6 @@ from typing import Any
 from stepbill.engine.kinds import Split
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
-from stepbill.spec.recipe import LoRA
 
 FP32 = 4
 
@@ -229,10 +228,10 @@ def eager_attention_rows(spec: ModelSpec, act: int, block: str) -> list[ActTenso
 
 
 def layer_rows(spec: ModelSpec, layer_kind: str, activation_bytes: int, convention: str = "ideal",
-               attention: str = "sdpa", lora: LoRA | None = None) -> list[ActTensor]:
+               attention: str = "sdpa") -> list[ActTensor]:
     """Every tensor one layer of `layer_kind` keeps, in forward order. `attention` "eager" adds the S²
-    softmax output a non-fused attention keeps (the seed's note: then S² is back on the memory bill). With
-    `lora` the frozen Linears keep no input unless an adapter needs it (activations/lora.py)."""
+    softmax output a non-fused attention keeps (the seed's note: then S² is back on the memory bill). Under
+    LoRA use the package's `layer_rows(..., lora=)` (activations/__init__.py), which applies activations/lora.py."""
     rows: list[ActTensor] = []
     for block in layer_blocks(spec, layer_kind):
         builder = BLOCK_ROWS.get((convention, block))
@@ -242,11 +241,6 @@ def layer_rows(spec: ModelSpec, layer_kind: str, activation_bytes: int, conventi
         if attention == "eager" and block == spec.attention.kind and convention == "ideal":
             block_rows += eager_attention_rows(spec, activation_bytes, block)
         rows += block_rows
-    if lora is not None:
-        from stepbill.engine.activations.lora import apply_lora
-
-        compute = getattr(activation_bytes, "compute", activation_bytes)
-        rows = apply_lora(spec, layer_kind, rows, lora, compute, convention)
     return rows
 
 
