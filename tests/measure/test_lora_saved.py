@@ -109,3 +109,33 @@ def test_tiny_llama_lora_layer_matches_the_eager_rows(recipe: str) -> None:
     for lora in (None, LoRA(R, ("q_proj", "v_proj"))):
         predicted = sum(r.bytes_per_token for r in layer_rows(spec, "dense", width, "eager", lora=lora))
         assert _tiny_llama_layer_bytes_per_token(recipe, lora is not None) == predicted
+
+
+@pytest.mark.parametrize("targets", [("q_proj", "v_proj"), ("all-linear",)])
+def test_tiny_llama_lora_flops_exactly(targets: tuple[str, ...]) -> None:
+    """FlopCounterMode on the tiny Llama with adapters on a frozen base equals the bill's flops.step_noncausal
+    exactly: no weight gradient for frozen weights, no input gradient for layer 0's q/k/v (and their A), the
+    adapters' forward and backward added."""
+    from stepbill.engine.bill import make_bill
+    from stepbill.measure.flops import count_flops
+    from stepbill.measure.session import StepSession
+    from stepbill.measure.tiny import TINY_CONFIGS
+    from stepbill.spec.hf import from_hf_config
+    from stepbill.spec.recipe import make_recipe
+
+    names = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj") \
+        if targets == ("all-linear",) else targets
+    b, t = 2, 64
+    with StepSession(TINY_CONFIGS["llama"], recipe="fp32", micro_batch=b, seq_len=t, mode="real") as s:
+        for p in s.model.parameters():
+            p.requires_grad_(False)
+        for block in s.model.model.layers:
+            for parent in (block.self_attn, block.mlp):
+                for name in names:
+                    if hasattr(parent, name):
+                        setattr(parent, name, LoRALinear(getattr(parent, name), R))
+        measured, _ = count_flops(s.forward_backward)
+    spec = from_hf_config(TINY_CONFIGS["llama"])
+    bill = make_bill(spec, make_recipe("fp32", seq_len=t, micro_batch=b, lora_rank=R, lora_targets=targets),
+                     convention="eager")
+    assert bill["flops.step_noncausal"].value == measured

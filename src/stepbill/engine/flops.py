@@ -232,15 +232,38 @@ def lora_adapter_flops_per_token(inv: ParamInventory, lora: LoRA) -> int:
                for t in inv.tensors if len(t.shape) == 2 and lora.targets_matrix(t.name, t.component))
 
 
+_INVENTORY_NAME = {"attn.kv_a_proj": "attn.kv_a_proj_with_mqa"}  # LinearOp name → the inventory's weight name
+_READS_LAYER_INPUT = ("attn.q_proj", "attn.k_proj", "attn.v_proj", "attn.q_a_proj", "attn.kv_a_proj")
+
+
+def lora_first_layer_dgrad_per_token(spec: ModelSpec, lora: LoRA) -> int:
+    """Input-gradient FLOPs per token that autograd never runs under LoRA: with the embedding frozen, the first
+    layer's input needs no gradient, so the projections that read it (q / k / v; MLA's q_a or q and kv_a) skip
+    their dX GEMM (2·k·n), and so do the A matrices of adapters on them (2·k·r). Measured exactly with
+    FlopCounterMode on a tiny Llama (tests/measure/test_lora_saved.py). Not modelled: GPT-NeoX's parallel
+    residual, whose first MLP reads the layer input too."""
+    skipped = 0
+    for op in attention_linear_ops(spec):
+        if op.name not in _READS_LAYER_INPUT:
+            continue
+        skipped += op.flops_per_token
+        if lora.targets_matrix(_INVENTORY_NAME.get(op.name, op.name) + ".weight"):
+            skipped += 2 * op.k * lora.rank
+    return skipped
+
+
 def lora_step_terms(spec: ModelSpec, inv: ParamInventory, lora: LoRA, seq_len: int, micro_batch: int) -> dict[str, int]:
     """What LoRA changes in one micro-batch's step FLOPs: the frozen base skips every weight-gradient GEMM (each
     costs what its forward costs: `frozen_wgrad` = the forward's matmuls with weights, LM head included —
-    everything but the attention core), and the adapters add 3 × their forward (`adapters`). Step ≈ 2/3 of full
-    fine-tuning when the attention core is small."""
+    everything but the attention core), the first layer skips the input gradients nothing needs
+    (`first_layer_dgrad`), and the adapters add 3 × their forward (`adapters`). Step ≈ 2/3 of full fine-tuning
+    when the attention core is small."""
     tokens = seq_len * micro_batch
     linear = forward_flops(spec, seq_len, micro_batch, True) - attention_flops(spec, seq_len, micro_batch, True)
-    return {"frozen_wgrad": int(linear), "adapters": 3 * tokens * lora_adapter_flops_per_token(inv, lora),
-            "adapter_params_active": lora_adapter_flops_per_token(inv, lora) // 2}
+    adapter_fwd = lora_adapter_flops_per_token(inv, lora)
+    return {"frozen_wgrad": int(linear), "adapters": 3 * tokens * adapter_fwd,
+            "first_layer_dgrad": tokens * lora_first_layer_dgrad_per_token(spec, lora),
+            "adapter_params_active": adapter_fwd // 2}
 
 
 PALM = "cited: PaLM, arXiv 2204.02311 appendix B (model FLOPs 6N + 12·L·H·Q·T per token)"
@@ -315,17 +338,21 @@ def flops_lines(spec: ModelSpec, seq_len: int, micro_batch: int, n_active: int,
     counted_note = ("FlopCounterMode's: full-square attention, fused SDPA backward rebuilds QKᵀ, full recompute "
                     "stops before each layer's trailing down projection (non-reentrant checkpoint's early stop)")
     step_square = step_flops(spec, seq_len, micro_batch, False, recompute_square)
-    delta = 0 if lora is None else lora["adapters"] - lora["frozen_wgrad"]
+    delta = 0 if lora is None else lora["adapters"] - lora["frozen_wgrad"] - lora["first_layer_dgrad"]
     step, step_square, bwd_full, step_full = step + delta, step_square + delta, bwd_full + delta, step_full + delta
     extra: dict[str, Line] = {}
     lora_terms, lora_inputs = "", {}
     if lora is not None:
-        lora_terms = " − frozen weight grads {wgrad} + LoRA adapters {adapters}"
-        lora_inputs = {"wgrad": lora["frozen_wgrad"], "adapters": lora["adapters"]}
+        lora_terms = " − frozen weight grads {wgrad} − first layer's input grads {dgrad} + LoRA adapters {adapters}"
+        lora_inputs = {"wgrad": lora["frozen_wgrad"], "dgrad": lora["first_layer_dgrad"], "adapters": lora["adapters"]}
         extra["flops.lora_frozen_wgrad"] = Line(
             "flops.lora_frozen_wgrad", lora["frozen_wgrad"], "FLOPs",
             "weight-gradient GEMMs the frozen base skips: = the forward's matmuls with weights", {},
             convention="subtracted from every step figure")
+        extra["flops.lora_first_layer_dgrad"] = Line(
+            "flops.lora_first_layer_dgrad", lora["first_layer_dgrad"], "FLOPs",
+            "input-gradient GEMMs of the first layer's q/k/v (and their adapters' A) that nothing needs: the frozen "
+            "embedding's output needs no gradient", {}, convention="subtracted from every step figure")
         extra["flops.lora_adapters"] = Line(
             "flops.lora_adapters", lora["adapters"], "FLOPs", "3 × 2·r·(k + n) per targeted matrix per token × tokens",
             {}, convention="added to every step figure (forward + backward of A and B)")
