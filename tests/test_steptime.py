@@ -133,3 +133,36 @@ def test_cross_node_without_infiniband_is_not_free() -> None:
     assert cross and all(c.link == "ethernet" for c in cross)
     assert cross[0].seconds == pytest.approx(cross[0].bytes / 12.5e9)
     assert two.time["time.mfu"].value < 0.3 < one.time["time.mfu"].value
+
+
+@pytest.mark.parametrize(("model", "lora", "policy"), [("llama2-7b", None, "none"), ("llama2-7b", 16, "selective:core_attn"),
+                                                       ("deepseek-v3", None, "full"), ("mixtral-8x7b", 8, "every:2")])
+def test_stage_flops_sum_to_the_step(model: str, lora: int | None, policy: str) -> None:
+    """The per-stage FLOPs the step time reads add up to flops.step over all the layers, head and LoRA terms."""
+    from stepbill.engine.flops import layer_counts, stage_step_flops
+
+    spec = load_preset(model)
+    recipe = make_recipe(seq_len=1024, lora_rank=lora, recompute=policy)
+    bill = make_bill(spec, recipe)
+    assert bill.plan is not None
+    per_token = {k: lp.recompute_flops for k, lp in bill.plan.layers.items()}
+    whole = stage_step_flops(spec, bill.inventory, 1024, 1, layer_counts(spec), True, True, per_token, recipe.lora)
+    assert whole == pytest.approx(bill["flops.step"].value, rel=1e-12)
+
+
+def test_uneven_stages_time_the_busiest_stage() -> None:
+    """pp 2 with 24 + 8 layers: the compute time is the 24-layer stage's, not the average (16 + head)."""
+    spec = load_preset("llama2-7b")
+
+    def bill(layers: str | None):  # type: ignore[no-untyped-def]
+        par = Parallel(pp=2, micro_batches=8, pp_layers=None if layers is None else tuple(map(int, layers.split(","))))
+        return make_bill(spec, make_recipe(seq_len=2048, parallel=par), gpu=H100)
+
+    even, uneven = bill(None), bill("24,8")
+    assert even.time is not None and uneven.time is not None
+    assert uneven.time["time.rank_flops"].inputs["stage"] == 0
+    assert even.time["time.rank_flops"].inputs["stage"] == 1  # 16 layers + the LM head
+    layer = 3 * 2048 * (2 * (4 * 4096 * 4096 + 3 * 4096 * 11008)) + 3 * 2048 * 2048 * 32 * 256  # fwd×3, causal attn
+    assert uneven.time["time.rank_flops"].value == pytest.approx(8 * 24 * layer, rel=1e-9)
+    assert uneven.time["time.step"].value > even.time["time.step"].value
+    assert uneven.time["time.mfu"].value < even.time["time.mfu"].value

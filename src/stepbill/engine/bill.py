@@ -192,7 +192,7 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
     timing = None
     if gpu is not None:
         worst = max(ranks, key=lambda c: c.memory["peak"])
-        timing = step_time(spec, inv, recipe, worst, collectives, gpu, lines, efficiency)
+        timing = step_time(spec, inv, recipe, worst, collectives, gpu, lines, efficiency, plan=plan)
     return Bill(spec, recipe, inv, lines, resident, activ, ckpt, rows, convention, timeline, plan, attention,
                 ranks, collectives, timing, gpu, eager)
 

@@ -266,6 +266,37 @@ def lora_step_terms(spec: ModelSpec, inv: ParamInventory, lora: LoRA, seq_len: i
             "adapter_params_active": adapter_fwd // 2}
 
 
+def lora_adapter_flops_per_layer_token(inv: ParamInventory, lora: LoRA, layer_kind: str, n_layers: int) -> float:
+    """Forward FLOPs of the adapters of one layer of `layer_kind`, per token (lora_adapter_flops_per_token's share)."""
+    total = sum(2 * lora.rank * (t.shape[0] + t.shape[1]) * t.active_copies for t in inv.tensors
+                if t.layer_kind == layer_kind and len(t.shape) == 2 and lora.targets_matrix(t.name, t.component))
+    return total / max(n_layers, 1)
+
+
+def stage_step_flops(spec: ModelSpec, inv: ParamInventory, seq_len: int, micro_batch: int, kinds: dict[str, int],
+                     first: bool, last: bool, recompute_per_token: dict[str, float],
+                     lora: LoRA | None = None) -> float:
+    """Executed FLOPs of one pipeline stage for one micro-batch (causal attention, as flops.step counts them):
+    its layers' forward + backward + recompute (`recompute_per_token`: per layer per token, by kind), the LM head
+    on the last stage; under LoRA no weight gradients, no input gradient for the first layer's q/k/v, adapters
+    added. Summed over the stages it is flops.step."""
+    tokens = seq_len * micro_batch
+    total = 0.0
+    for kind, n in kinds.items():
+        layer = layer_forward_flops(spec, kind, seq_len, micro_batch, True)
+        total += n * ((1 + BACKWARD_FACTOR) * layer + recompute_per_token.get(kind, 0.0) * tokens)
+        if lora is not None:
+            n_kind = layer_counts(spec).get(kind, 0)
+            total += n * tokens * (3 * lora_adapter_flops_per_layer_token(inv, lora, kind, n_kind)
+                                   - layer_linear_flops_per_token(spec, kind))
+    if last:
+        head = tokens * lm_head_op(spec).flops_per_token
+        total += (1 + BACKWARD_FACTOR) * head - (head if lora is not None else 0)
+    if first and lora is not None:
+        total -= tokens * lora_first_layer_dgrad_per_token(spec, lora)
+    return total
+
+
 PALM = "cited: PaLM, arXiv 2204.02311 appendix B (model FLOPs 6N + 12·L·H·Q·T per token)"
 
 

@@ -2,8 +2,9 @@
 traffic, and the MFU / HFU that result. Every result is a Line with its derivation; seconds and FLOP/s are SI.
 
 Model:  t_compute = executed FLOPs_rank / (peak(compute dtype) × efficiency)
-        executed  = flops.step (forward + backward + the recompute policy's rebuild, causal attention as fused
-                    kernels run it; LoRA: no weight-gradient GEMM for frozen weights) × micro-batches × dp / world
+        executed  = the busiest pipeline stage's FLOPs (forward + backward + the recompute policy's rebuild, causal
+                    attention as fused kernels run it, the LM head on the last stage; LoRA: no weight-gradient
+                    GEMM for frozen weights) × micro-batches / (tp · cp)
         t_rank    = max(t_compute, HBM bytes_rank / HBM bandwidth)                           (roofline)
         t_pipe    = t_rank / (1 − bubble),  bubble = (p − 1)/(v·m + p − 1)                   (GPipe / 1F1B / interleaved)
         t_step    = t_pipe + exposed (collectives that cannot hide, CPU optimizer, weights back up)
@@ -25,10 +26,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stepbill.engine import comm
+from stepbill.engine import flops as fl
 from stepbill.engine.line import Line
 from stepbill.engine.parallel import RankClass
 from stepbill.engine.parallel.collectives import Collective, rank_param_elements
+from stepbill.engine.parallel.layout import stage_layer_kinds
 from stepbill.engine.params import ParamInventory
+from stepbill.engine.recompute import RecomputePlan
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.recipe import Recipe
@@ -123,22 +127,41 @@ def offload_lines(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, worst: R
     return lines, exposed, hideable
 
 
+def slowest_stage(spec: ModelSpec, inv: ParamInventory, recipe: Recipe,
+                  plan: RecomputePlan | None) -> tuple[int, float, float]:
+    """(stage, executed FLOPs of one micro-batch, recompute FLOPs of one micro-batch) of the pipeline stage with
+    the most work: its layers (uneven stages included), the LM head on the last stage (flops.stage_step_flops)."""
+    par = recipe.parallel
+    kinds = stage_layer_kinds(spec, par)
+    per_token = {k: lp.recompute_flops for k, lp in plan.layers.items()} if plan is not None else {}
+    best = (0, -1.0, 0.0)
+    for stage, stage_kinds in enumerate(kinds):
+        work = fl.stage_step_flops(spec, inv, recipe.seq_len, recipe.micro_batch, stage_kinds, stage == 0,
+                                   stage == par.pp - 1, per_token, recipe.lora)
+        if work > best[1]:
+            rc = sum(n * per_token.get(k, 0.0) for k, n in stage_kinds.items()) * recipe.tokens
+            best = (stage, work, rc)
+    return best
+
+
 def step_time(spec: ModelSpec, inv: ParamInventory, recipe: Recipe, worst: RankClass, collectives: list[Collective],
               gpu: GPU, flops: dict[str, Line], efficiency: float = DEFAULT_EFFICIENCY,
-              dtype: str | None = None) -> StepTime:
-    """Step time, bubble, MFU and HFU for the worst rank on `gpu` at `efficiency` of dense peak. `flops` holds the
-    bill's one-micro-batch FLOPs lines (engine/flops.py: flops.step, flops.model, ...); `dtype` defaults to the
-    recipe's compute dtype."""
+              dtype: str | None = None, plan: RecomputePlan | None = None) -> StepTime:
+    """Step time, bubble, MFU and HFU on `gpu` at `efficiency` of dense peak: compute is the slowest pipeline
+    stage's (its FLOPs over tp·cp ranks), HBM traffic the worst-memory rank's. `flops` holds the bill's
+    one-micro-batch FLOPs lines (engine/flops.py: flops.step, flops.model, ...); `plan` the recompute plan (its
+    per-layer rebuild); `dtype` defaults to the recipe's compute dtype."""
     par = recipe.parallel
     dtype = dtype or recipe.precision.compute
     peak = gpu.peak_flops(dtype)
     per_rank = par.micro_batches * par.dp / par.world  # one micro-batch's FLOPs → one rank's share of the step
-    step_mb = flops["flops.step"].value
     model = flops["flops.model"].value * par.micro_batches * par.dp
     model_causal = flops["flops.model_causal"].value * par.micro_batches * par.dp
-    recompute = flops["flops.recompute"].value * per_rank
     recompute_square = flops["flops.recompute_full_square"].value * per_rank
-    executed = step_mb * per_rank
+    stage, stage_mb, stage_rc = slowest_stage(spec, inv, recipe, plan)
+    split = par.tp * par.cp  # a stage's ranks of one replica share its micro-batch's work
+    executed = stage_mb * par.micro_batches / split
+    recompute = stage_rc * par.micro_batches / split
     rank_model = model / par.world
     t_compute = executed / (peak * efficiency)
     held = rank_param_elements(spec, recipe, inv)
@@ -162,11 +185,13 @@ def step_time(spec: ModelSpec, inv: ParamInventory, recipe: Recipe, worst: RankC
           flops["flops.model"].provenance, "PaLM appendix B: full attention square"),
         L("time.model_flops_causal", model_causal, "FLOPs", "flops.model_causal × {m} micro-batches × {dp} dp",
           {"m": par.micro_batches, "dp": par.dp}, convention="attention term halved (causal)"),
-        L("time.rank_flops", executed, "FLOPs", "flops.step {step} FLOPs × {m} micro-batches × {dp} dp / {world} GPUs",
-          {"step": step_mb, "m": par.micro_batches, "dp": par.dp, "world": par.world},
-          convention="executed: causal attention, the recompute policy's rebuild included"),
-        L("time.recompute_flops", recompute, "FLOPs", "flops.recompute × {m} × {dp} / {world}",
-          {"m": par.micro_batches, "dp": par.dp, "world": par.world}, convention="causal; per rank"),
+        L("time.rank_flops", executed, "FLOPs",
+          "stage {stage} (the busiest): {stage_mb} FLOPs per micro-batch × {m} micro-batches / (tp {tp} × cp {cp})",
+          {"stage": stage, "stage_mb": stage_mb, "m": par.micro_batches, "tp": par.tp, "cp": par.cp},
+          convention="executed: causal attention, the recompute policy's rebuild included; its layers and, on the "
+          "last stage, the LM head"),
+        L("time.recompute_flops", recompute, "FLOPs", "stage {stage}'s recompute × {m} micro-batches / {split}",
+          {"stage": stage, "m": par.micro_batches, "split": split}, convention="causal; per rank"),
         L("time.peak", peak, "FLOP/s", "{dtype} peak of {gpu}", {"dtype": dtype, "gpu": gpu.display},
           f"catalog: {gpu.peaks_source}", COMPUTE_DTYPE_NOTE.get(dtype, dtype)),
         L("time.compute", t_compute, "s", "{flops} FLOPs / ({peak} FLOP/s × {eff})",
