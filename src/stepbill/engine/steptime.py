@@ -69,11 +69,11 @@ class StepTime:
 def _hbm_traffic(recipe: Recipe, worst: RankClass, unsharded_weight_bytes: float,
                  recompute_share: float) -> tuple[float, dict[str, float]]:
     """HBM bytes one rank moves per step: its (ZeRO-unsharded) weights read in forward, backward (twice: input
-    and weight gradients) and by the recompute (its share of a forward), activations written once and read once
-    per micro-batch, optimizer shard read and written once."""
+    and weight gradients; once under LoRA, whose frozen weights get no gradient) and by the recompute (its share
+    of a forward), activations written once and read once per micro-batch, optimizer shard read and written once."""
     m = recipe.parallel.micro_batches
     mem = worst.memory
-    reads = 3 + recompute_share
+    reads = (2 if recipe.lora is not None else 3) + recompute_share
     parts = {
         "weights": reads * m * unsharded_weight_bytes,
         "activations": 2 * m * mem["activations"] / max(worst.in_flight, 1.0),
