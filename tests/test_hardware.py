@@ -12,7 +12,8 @@ from stepbill.spec.hardware import GIB, MIB, gpu_aliases, gpu_catalog, gpu_from_
 GOOD = {
     "display": "test gpu", "memory": {"value": 80, "unit": "GiB", "note": "n"},
     "usable": {"mib": 81559, "source": "nvidia-smi"},
-    "bf16_dense_tflops": 100, "fp8_dense_tflops": None, "hbm_tb_s": 1, "nvlink_gb_s": 0,
+    "bf16_dense_tflops": 100, "fp8_dense_tflops": None, "tf32_dense_tflops": 50, "fp32_tflops": 10,
+    "peaks_source": "datasheet", "hbm_tb_s": 1, "nvlink_gb_s": 0,
     "pcie_gb_s": 32, "infiniband_gb_s": 25, "gpus_per_node": 8, "source": "s",
 }
 
@@ -30,6 +31,24 @@ def test_h100_bf16_peak() -> None:
     assert h100.memory_bytes == 80 * 2**30
     assert h100.intra_node_link == "nvlink"
     assert load_gpu("l40s").intra_node_link == "pcie"
+
+
+def test_per_dtype_peaks() -> None:
+    """h100-989-495-67: the seed's H100 SXM figures, dense: bf16 989, tf32 495, fp32 (CUDA cores) 67 TFLOPS;
+    fp8 is twice bf16 and tf32 half of it on every NVIDIA tensor-core part of the catalog, with a source."""
+    h100 = load_gpu("h100-sxm")
+    assert [round(h100.peak_flops(d) / 1e12) for d in ("bf16", "fp16", "tf32", "fp32", "fp8")] == [989, 989, 495, 67, 1979]
+    for gpu in gpu_catalog().values():
+        assert gpu.fp32_flops <= gpu.tf32_flops < gpu.bf16_flops, gpu.name
+        assert gpu.peaks_source.strip()
+        if gpu.name != "rtx-4090" and gpu.fp8_flops is not None:
+            assert gpu.fp8_flops == pytest.approx(2 * gpu.bf16_flops, rel=0.02), gpu.name
+        if not gpu.display.startswith("AMD"):
+            assert gpu.tf32_flops == pytest.approx(gpu.bf16_flops / 2, rel=0.02), gpu.name
+    with pytest.raises(StepbillError, match="no fp8 tensor cores"):
+        load_gpu("a100-80gb").peak_flops("fp8")
+    with pytest.raises(StepbillError, match="compute dtype"):
+        h100.peak_flops("int4")
 
 
 def test_unknown_gpu_suggests() -> None:

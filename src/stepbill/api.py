@@ -94,6 +94,52 @@ def _lora_targets(targets: str | Sequence[str] | None, name: Callable[[str], str
     return tuple(t.strip() for t in targets if t.strip())
 
 
+TOKEN_SUFFIXES = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12,
+                  "KI": 2**10, "MI": 2**20, "GI": 2**30, "TI": 2**40}
+
+
+def parse_tokens(value: int | str | None, param: str, name: Callable[[str], str] = python_name) -> int | None:
+    """A token count from an int or a string with a suffix: decimal K / M / B (or G) / T (4M = 4,000,000;
+    2T = 2e12; 1.5T allowed when whole), binary Ki / Mi / Gi / Ti (4Mi = 4,194,304). None stays None."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        count = value
+    elif isinstance(value, str):
+        text = value.strip().replace(",", "").replace("_", "")
+        digits = text.rstrip("KkMmBbGgTtIi")
+        suffix = text[len(digits):].upper()
+        try:
+            number = float(digits)
+        except ValueError:
+            number = math.nan
+        if suffix not in TOKEN_SUFFIXES or not math.isfinite(number) or number * TOKEN_SUFFIXES[suffix] % 1:
+            raise StepbillError(f"{name(param)} takes a whole token count such as 4M, 2T or 4Mi (binary), "
+                                f"got {value!r}")
+        count = int(number * TOKEN_SUFFIXES[suffix])
+    else:
+        raise StepbillError(f"{name(param)} must be a token count such as 4M or 2T, got {value!r}")
+    if count < 1:
+        raise StepbillError(f"{name(param)} must be at least 1 token, got {value!r}")
+    return count
+
+
+def _micro_batches(global_batch: int | None, micro_batches: int, dp: int, micro_batch: int, seq: int,
+                   name: Callable[[str], str]) -> int:
+    """Micro-batches per step from the global batch: global batch ÷ (dp·micro-batch·seq), which must be whole."""
+    if global_batch is None:
+        return micro_batches
+    if micro_batches != 1:
+        raise StepbillError(f"give {name('global_batch_tokens')} or {name('micro_batches')}, not both")
+    unit = dp * micro_batch * seq
+    if global_batch % unit:
+        low, high = global_batch // unit * unit, (global_batch // unit + 1) * unit
+        near = f"{low:,} or {high:,}" if low else f"{high:,}"
+        raise StepbillError(f"{name('global_batch_tokens')} {global_batch:,} is not a multiple of "
+                            f"dp·micro-batch·seq = {dp}·{micro_batch}·{seq} = {unit:,} tokens; nearest: {near}")
+    return global_batch // unit
+
+
 def _stage_layers(value: str | Sequence[int] | None, name: Callable[[str], str]) -> tuple[int, ...] | None:
     """Layers per pipeline stage from "7,8,8,7" or (7, 8, 8, 7); None stays None."""
     if value is None:
@@ -173,6 +219,9 @@ def make_step_bill(
     gpus: int | None = None,
     efficiency: float = 0.5,
     dropout: float | None = None,
+    global_batch_tokens: int | str | None = None,
+    train_tokens: int | str | None = None,
+    price_per_gpu_hour: float | None = None,
     name: Callable[[str], str] = python_name,
 ) -> BillRun:
     """The engine's Bill for `model` under these options, with its fit verdict (shared by `stepbill.bill` and
@@ -181,7 +230,10 @@ def make_step_bill(
     `name` spells a parameter in error messages: `python_name` for the API, `cli_flag` for the CLI.
     """
     _check_options(dict(locals()), name)
+    from dataclasses import replace
+
     from stepbill.engine.bill import make_bill
+    from stepbill.engine.run import run_lines
     from stepbill.inputs import check_bill_inputs
     from stepbill.spec.hardware import load_gpu
     from stepbill.spec.model import ModelSpec
@@ -201,6 +253,14 @@ def make_step_bill(
 
     spec = apply_dropout_option(spec, dropout, name("dropout"))  # 0: no dropout; None: the config's
     dp, layout_note = _data_parallel(dp, gpus, tp, pp, cp, name)
+    global_batch = parse_tokens(global_batch_tokens, "global_batch_tokens", name)
+    train = parse_tokens(train_tokens, "train_tokens", name)
+    if price_per_gpu_hour is not None and (not _is_number(price_per_gpu_hour) or not math.isfinite(price_per_gpu_hour)
+                                           or price_per_gpu_hour < 0):
+        raise StepbillError(f"{name('price_per_gpu_hour')} must be >= 0 and finite, got {price_per_gpu_hour!r}")
+    if price_per_gpu_hour is not None and (train is None or gpu is None):
+        raise StepbillError(f"{name('price_per_gpu_hour')} needs {name('train_tokens')} and {name('gpu')}")
+    micro_batches = _micro_batches(global_batch, micro_batches, dp, micro_batch, seq, name)
     layout = Parallel(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, sp=sp, zero=zero, shard_group=shard_group,
                       micro_batches=micro_batches, pp_schedule=pp_schedule, vpp=vpp,  # type: ignore[arg-type]
                       offload_optimizer=offload_optimizer, offload_activations=offload_activations,
@@ -214,6 +274,7 @@ def make_step_bill(
     result = make_bill(spec, the_recipe, card, convention, attention, gpu=the_gpu, efficiency=efficiency)
     notes = _seed_notes(model, seq, micro_batch, recompute, (recipe, optimizer, convention, attention, lora_rank),
                         layout) if isinstance(model, str) else []
+    result = replace(result, run=run_lines(the_recipe, result.time, train, price_per_gpu_hour, global_batch))
     return BillRun(result, fit_from_options(result, gpu_mem_gib, reserve_gib, name), layout_note, tuple(notes),
                    None if dropout is None else float(dropout))
 
@@ -299,11 +360,16 @@ def bill(
     gpus: int | None = None,
     efficiency: float = 0.5,
     dropout: float | None = None,
+    global_batch_tokens: int | str | None = None,
+    train_tokens: int | str | None = None,
+    price_per_gpu_hour: float | None = None,
 ) -> StepBill:
     """The bill of one training step of `model` (preset, ModelSpec/config.json path, Hub id or ModelSpec).
 
     The keywords are `stepbill bill`'s options with Python names (`--micro-batch` → `micro_batch`,
     `--gpu-mem` → `gpu_mem_gib`); defaults are the CLI's. Bad input raises StepbillError naming the parameter.
+    Token counts (`global_batch_tokens`, `train_tokens`) take ints or "4M" / "2T" (decimal), "4Mi" (binary); the
+    run totals (steps, seconds, GPU-hours, cost) are in `.run`.
     """
     options = {k: v for k, v in locals().items() if k != "model"}
     return StepBill(make_step_bill(model, **options))
@@ -365,4 +431,4 @@ def gpus() -> list[GPU]:
 
 
 __all__ = ["BillRun", "ModelInfo", "RankView", "Section", "StepBill", "bill", "cli_flag", "fit_from_options", "gpus",
-           "load_model", "make_step_bill", "models", "python_name", "ranking_from_options"]
+           "load_model", "make_step_bill", "models", "parse_tokens", "python_name", "ranking_from_options"]

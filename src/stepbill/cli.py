@@ -96,6 +96,13 @@ def bill(
     gpus: Annotated[int | None, typer.Option("--gpus", help="GPU count; must equal dp·tp·pp·cp (alone: sets dp)")]
     = None,
     mfu: Annotated[float, typer.Option("--efficiency", help="achieved share of dense peak on matmuls")] = 0.5,
+    global_batch_tokens: Annotated[str | None, typer.Option(
+        "--global-batch-tokens", help="tokens per optimizer step, e.g. 4Mi (binary) or 4M (decimal): sets "
+        "--micro-batches = tokens ÷ (dp·micro-batch·seq)")] = None,
+    train_tokens: Annotated[str | None, typer.Option(
+        "--train-tokens", help="tokens of the whole run, e.g. 2T: steps, days, GPU-hours (with --gpu)")] = None,
+    price_per_gpu_hour: Annotated[float | None, typer.Option(
+        "--price-per-gpu-hour", help="price of one GPU-hour (any currency): the run's cost")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object (bytes as integers)")] = False,
     explain: Annotated[bool, typer.Option("--explain", help="show every number's formula, inputs and provenance")]
     = False,
@@ -112,7 +119,9 @@ def bill(
         lora_targets=lora_targets, gpu_mem_gib=gpu_mem, reserve_gib=reserve, dp=dp, tp=tp, pp=pp,
         pp_layers=pp_layers, cp=cp, ep=ep, etp=etp, zero=zero, shard_group=shard_group, sp=sp,
         pp_schedule=pp_schedule, vpp=vpp, micro_batches=micro_batches, offload_optimizer=offload_optimizer,
-        offload_activations=offload_activations, gpu=gpu, gpus=gpus, efficiency=mfu, dropout=dropout, name=cli_flag)
+        offload_activations=offload_activations, gpu=gpu, gpus=gpus, efficiency=mfu, dropout=dropout,
+        global_batch_tokens=global_batch_tokens, train_tokens=train_tokens, price_per_gpu_hour=price_per_gpu_hour,
+        name=cli_flag)
     result, fit, dp_note = run.bill, run.fit, run.layout_note
     if as_json:
         _emit_json(run.to_json())

@@ -138,7 +138,7 @@ class StepBill:
     def lines(self) -> dict[str, Line]:
         """Every named line of the bill (time.* included with a GPU), by name."""
         extra = self.engine.time.lines if self.engine.time is not None else {}
-        return {**self.engine.lines, **extra}
+        return {**self.engine.lines, **extra, **self.engine.run}
 
     @cached_property
     def memory(self) -> Section:
@@ -169,6 +169,12 @@ class StepBill:
     def time(self) -> Section | None:
         """time.* lines (seconds, ratios, tokens/s) when a `gpu` was given; else None."""
         return self._section_or_none("time")
+
+    @cached_property
+    def run(self) -> Section:
+        """run.* lines: global_batch_tokens always; steps, seconds, days, gpu_hours, cost, tokens_per_s_per_gpu with
+        `train_tokens`, `gpu` and `price_per_gpu_hour`."""
+        return _section("run", {k: _number(v) for k, v in self._lines_of("run").items()})
 
     @cached_property
     def _json(self) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from stepbill.engine import activations as act
-from stepbill.engine.flops import flops_lines
+from stepbill.engine.flops import flops_lines, lora_step_terms, matmul_params
 from stepbill.engine.line import Line
 from stepbill.engine.memory.eager import EagerTerms, eager_terms
 from stepbill.engine.memory.timeline import Timeline
@@ -57,6 +57,7 @@ class Bill:
     time: StepTime | None = None  # only with a GPU
     gpu: GPU | None = None
     eager: EagerTerms | None = None  # the eager convention's transients (None under ideal)
+    run: dict[str, Line] = field(default_factory=dict)  # run totals (engine/run.py), set by the API's options
 
     @property
     def worst_rank(self) -> RankClass:
@@ -132,7 +133,7 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
 
         a_bytes = from_precision(recipe.precision)
     plan = make_plan(spec, recipe.recompute_policy, recipe.seq_len, recipe.micro_batch, a_bytes, convention,
-                     attention=attention)
+                     attention=attention, lora=recipe.lora)
     outside = act.outside_bytes(spec, a_bytes, recipe.seq_len, recipe.micro_batch, convention)
     eager = eager_terms(spec, recipe, inv, plan) if convention == "eager" else None
     timeline = one_gpu_timeline(spec, recipe, inv, plan, outside, eager)
@@ -172,14 +173,18 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
                                        convention=f"{CONVENTION_NOTE[convention]}; at the forward peak")
     lines["checkpoint.bytes"] = _sum_line("checkpoint.bytes", ckpt)
     lines.update(flops_lines(spec, recipe.seq_len, recipe.micro_batch, inv.active, plan.recompute_flops(True),
-                             plan.recompute_flops(False), attention))
+                             plan.recompute_flops(False), attention, plan.recompute_flops_square(),
+                             matmul_params(spec, inv),
+                             None if recipe.lora is None else lora_step_terms(spec, inv, recipe.lora, recipe.seq_len,
+                                                                              recipe.micro_batch)))
     if gpu_mem_bytes:
         for key in ("memory.resident", "memory.peak"):
             total = lines[key].value
             lines[f"cards.{key.split('.')[1]}"] = Line(
                 f"cards.{key.split('.')[1]}", cards_needed(total, gpu_mem_bytes), "cards",
                 "ceil({bytes} B / {card} B per card)", {"bytes": int(total), "card": int(gpu_mem_bytes)})
-    rows = {kind: act.layer_rows(spec, kind, a_bytes, convention, attention) for kind in act.layer_kinds(spec)}
+    rows = {kind: act.layer_rows(spec, kind, a_bytes, convention, attention, recipe.lora)
+            for kind in act.layer_kinds(spec)}
     outside_rows = None
     if convention == "eager":
         from stepbill.engine.activations.eager import outside_bytes_on_rank
@@ -194,7 +199,7 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
     timing = None
     if gpu is not None:
         worst = max(ranks, key=lambda c: c.memory["peak"])
-        timing = step_time(spec, inv, recipe, worst, collectives, gpu, efficiency)
+        timing = step_time(spec, inv, recipe, worst, collectives, gpu, lines, efficiency, plan=plan)
     return Bill(spec, recipe, inv, lines, resident, activ, ckpt, rows, convention, timeline, plan, attention,
                 ranks, collectives, timing, gpu, eager)
 

@@ -30,7 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from stepbill.engine.line import Line
+from stepbill.engine.params import ParamInventory
 from stepbill.spec.model import ModelSpec
+from stepbill.spec.recipe import LoRA
 
 BACKWARD_FACTOR = 2  # backward = grad w.r.t. inputs + grad w.r.t. weights, each as costly as the forward
 
@@ -222,6 +224,104 @@ def six_nd(n_active: Any, tokens: Any) -> Any:
     return 6 * n_active * tokens
 
 
+def lora_adapter_flops_per_token(inv: ParamInventory, lora: LoRA) -> int:
+    """Forward FLOPs of the LoRA adapters one token goes through: A [k → r] then B [r → n] on every targeted
+    (n, k) matrix, 2·r·(k + n) per pass, times the copies a token passes (layers; top_k routed experts). Their
+    backward is 2× that (both A and B train)."""
+    return sum(2 * lora.rank * (t.shape[0] + t.shape[1]) * t.active_copies
+               for t in inv.tensors if len(t.shape) == 2 and lora.targets_matrix(t.name, t.component))
+
+
+_INVENTORY_NAME = {"attn.kv_a_proj": "attn.kv_a_proj_with_mqa"}  # LinearOp name → the inventory's weight name
+_READS_LAYER_INPUT = ("attn.q_proj", "attn.k_proj", "attn.v_proj", "attn.q_a_proj", "attn.kv_a_proj")
+
+
+def lora_first_layer_dgrad_per_token(spec: ModelSpec, lora: LoRA) -> int:
+    """Input-gradient FLOPs per token that autograd never runs under LoRA: with the embedding frozen, the first
+    layer's input needs no gradient, so the projections that read it (q / k / v; MLA's q_a or q and kv_a) skip
+    their dX GEMM (2·k·n), and so do the A matrices of adapters on them (2·k·r). Measured exactly with
+    FlopCounterMode on a tiny Llama (tests/measure/test_lora_saved.py). Not modelled: GPT-NeoX's parallel
+    residual, whose first MLP reads the layer input too."""
+    skipped = 0
+    for op in attention_linear_ops(spec):
+        if op.name not in _READS_LAYER_INPUT:
+            continue
+        skipped += op.flops_per_token
+        if lora.targets_matrix(_INVENTORY_NAME.get(op.name, op.name) + ".weight"):
+            skipped += 2 * op.k * lora.rank
+    return skipped
+
+
+def lora_step_terms(spec: ModelSpec, inv: ParamInventory, lora: LoRA, seq_len: int, micro_batch: int) -> dict[str, int]:
+    """What LoRA changes in one micro-batch's step FLOPs: the frozen base skips every weight-gradient GEMM (each
+    costs what its forward costs: `frozen_wgrad` = the forward's matmuls with weights, LM head included —
+    everything but the attention core), the first layer skips the input gradients nothing needs
+    (`first_layer_dgrad`), and the adapters add 3 × their forward (`adapters`). Step ≈ 2/3 of full fine-tuning
+    when the attention core is small."""
+    tokens = seq_len * micro_batch
+    linear = forward_flops(spec, seq_len, micro_batch, True) - attention_flops(spec, seq_len, micro_batch, True)
+    adapter_fwd = lora_adapter_flops_per_token(inv, lora)
+    return {"frozen_wgrad": int(linear), "adapters": 3 * tokens * adapter_fwd,
+            "first_layer_dgrad": tokens * lora_first_layer_dgrad_per_token(spec, lora),
+            "adapter_params_active": adapter_fwd // 2}
+
+
+def lora_adapter_flops_per_layer_token(inv: ParamInventory, lora: LoRA, layer_kind: str, n_layers: int) -> float:
+    """Forward FLOPs of the adapters of one layer of `layer_kind`, per token (lora_adapter_flops_per_token's share)."""
+    total = sum(2 * lora.rank * (t.shape[0] + t.shape[1]) * t.active_copies for t in inv.tensors
+                if t.layer_kind == layer_kind and len(t.shape) == 2 and lora.targets_matrix(t.name, t.component))
+    return total / max(n_layers, 1)
+
+
+def stage_step_flops(spec: ModelSpec, inv: ParamInventory, seq_len: int, micro_batch: int, kinds: dict[str, int],
+                     first: bool, last: bool, recompute_per_token: dict[str, float],
+                     lora: LoRA | None = None) -> float:
+    """Executed FLOPs of one pipeline stage for one micro-batch (causal attention, as flops.step counts them):
+    its layers' forward + backward + recompute (`recompute_per_token`: per layer per token, by kind), the LM head
+    on the last stage; under LoRA no weight gradients, no input gradient for the first layer's q/k/v, adapters
+    added. Summed over the stages it is flops.step."""
+    tokens = seq_len * micro_batch
+    total = 0.0
+    for kind, n in kinds.items():
+        layer = layer_forward_flops(spec, kind, seq_len, micro_batch, True)
+        total += n * ((1 + BACKWARD_FACTOR) * layer + recompute_per_token.get(kind, 0.0) * tokens)
+        if lora is not None:
+            n_kind = layer_counts(spec).get(kind, 0)
+            total += n * tokens * (3 * lora_adapter_flops_per_layer_token(inv, lora, kind, n_kind)
+                                   - layer_linear_flops_per_token(spec, kind))
+    if last:
+        head = tokens * lm_head_op(spec).flops_per_token
+        total += (1 + BACKWARD_FACTOR) * head - (head if lora is not None else 0)
+    if first and lora is not None:
+        total -= tokens * lora_first_layer_dgrad_per_token(spec, lora)
+    return total
+
+
+PALM = "cited: PaLM, arXiv 2204.02311 appendix B (model FLOPs 6N + 12·L·H·Q·T per token)"
+
+
+def matmul_params(spec: ModelSpec, inv: ParamInventory) -> int:
+    """N of PaLM appendix B and nanoGPT's `estimate_mfu`: the active parameters a token multiplies — active minus
+    the embedding lookups (gathers: 0 FLOPs; GPT's position table too), plus the LM head when it is tied to the
+    token embedding (nanoGPT's `get_num_params()` for a tied GPT-2: all but `wpe`)."""
+    embedding = inv.by_component().get("embedding", (0, 0))[1]
+    tied_head = spec.vocab_size * spec.hidden_size if spec.tied_embeddings else 0
+    return inv.active - embedding + tied_head
+
+
+def palm_flops_per_token(spec: ModelSpec, n_matmul: Any, seq_len: Any, causal: bool = False,
+                         n_adapters: int | None = None) -> Any:
+    """Model FLOPs of one token of one step (forward + backward), PaLM appendix B: 6·N + 12·L·H·Q·T, with the
+    attention term written 6·L·H·(d_qk + d_v)·T so that MLA's unequal head widths fit (= 12·L·H·Q·T when
+    d_qk = d_v = Q). PaLM counts the full S×S square (`causal` False); causal halves the attention term.
+    With LoRA (`n_adapters`: adapter parameters a token passes) the frozen N needs no weight gradient:
+    4·N + 6·N_adapters (our extension of PaLM's count: the FLOPs the step needs, nothing more)."""
+    a = spec.attention
+    attn = 6 * spec.n_layers * a.n_heads * (a.qk_head_dim + a.v_dim) * seq_len
+    weights = 6 * n_matmul if n_adapters is None else 4 * n_matmul + 6 * n_adapters
+    return weights + (attn // 2 if causal else attn)
+
+
 def attention_slope(spec: ModelSpec, causal: bool = True) -> float:
     """Recompute FLOPs per byte of the attention output, divided by S (bf16): S²·H·(d_qk+d_v) / (S·H·d_v·2)
     = S·(d_qk+d_v)/(2·d_v) causal; doubled full-square. 1.25 for V3 (192/128), 1.00 for GPT-3."""
@@ -243,11 +343,18 @@ def _kernel(spec: ModelSpec, attention: str) -> str:
 
 
 def flops_lines(spec: ModelSpec, seq_len: int, micro_batch: int, n_active: int,
-                recompute_causal: float = 0, recompute_full: float = 0, attention: str = "sdpa") -> dict[str, Line]:
-    """The FLOPs lines of the bill (decimal units on output; TFLOP = 1e12). `recompute_causal` is in the
-    seed's convention (whole layer forwards, causal-halved attention); `recompute_full` in FlopCounterMode's
-    (full square; full recompute's early stop), as `RecomputePlan.recompute_flops(causal)` gives them."""
+                recompute_causal: float = 0, recompute_full: float = 0, attention: str = "sdpa",
+                recompute_square: float | None = None, n_matmul: int | None = None,
+                lora: dict[str, int] | None = None) -> dict[str, Line]:
+    """The FLOPs lines of the bill, one micro-batch (decimal units on output; TFLOP = 1e12). `recompute_causal`
+    is in the seed's convention (whole layer forwards, causal-halved attention); `recompute_full` in
+    FlopCounterMode's (full square; full recompute's early stop); `recompute_square` the causal figure's rebuild
+    with the attention as a full square (defaults to `recompute_full`), as `RecomputePlan` gives them. With
+    `n_matmul` (matmul_params) the PaLM model FLOPs lines `flops.model` / `flops.model_causal` are added. With
+    `lora` (lora_step_terms) every step figure drops the frozen weight-gradient GEMMs and adds the adapters."""
     tokens = seq_len * micro_batch
+    if recompute_square is None:
+        recompute_square = recompute_full
     fwd = forward_flops(spec, seq_len, micro_batch, True)
     fwd_full = forward_flops(spec, seq_len, micro_batch, False)
     attn = attention_flops(spec, seq_len, micro_batch, True)
@@ -261,7 +368,50 @@ def flops_lines(spec: ModelSpec, seq_len: int, micro_batch: int, n_active: int,
     square_note = "full-square attention (what FlopCounterMode counts)"
     counted_note = ("FlopCounterMode's: full-square attention, fused SDPA backward rebuilds QKᵀ, full recompute "
                     "stops before each layer's trailing down projection (non-reentrant checkpoint's early stop)")
-    return {
+    step_square = step_flops(spec, seq_len, micro_batch, False, recompute_square)
+    delta = 0 if lora is None else lora["adapters"] - lora["frozen_wgrad"] - lora["first_layer_dgrad"]
+    step, step_square, bwd_full, step_full = step + delta, step_square + delta, bwd_full + delta, step_full + delta
+    extra: dict[str, Line] = {}
+    lora_terms, lora_inputs = "", {}
+    if lora is not None:
+        lora_terms = " − frozen weight grads {wgrad} − first layer's input grads {dgrad} + LoRA adapters {adapters}"
+        lora_inputs = {"wgrad": lora["frozen_wgrad"], "dgrad": lora["first_layer_dgrad"], "adapters": lora["adapters"]}
+        extra["flops.lora_frozen_wgrad"] = Line(
+            "flops.lora_frozen_wgrad", lora["frozen_wgrad"], "FLOPs",
+            "weight-gradient GEMMs the frozen base skips: = the forward's matmuls with weights", {},
+            convention="subtracted from every step figure")
+        extra["flops.lora_first_layer_dgrad"] = Line(
+            "flops.lora_first_layer_dgrad", lora["first_layer_dgrad"], "FLOPs",
+            "input-gradient GEMMs of the first layer's q/k/v (and their adapters' A) that nothing needs: the frozen "
+            "embedding's output needs no gradient", {}, convention="subtracted from every step figure")
+        extra["flops.lora_adapters"] = Line(
+            "flops.lora_adapters", lora["adapters"], "FLOPs", "3 × 2·r·(k + n) per targeted matrix per token × tokens",
+            {}, convention="added to every step figure (forward + backward of A and B)")
+    extra |= {
+        "flops.step_full_square": Line("flops.step_full_square", step_square, "FLOPs",
+                                       "3 × {forward} + recompute {recompute}" + lora_terms,
+                                       {"forward": fwd_full, "recompute": recompute_square, **lora_inputs},
+                                       convention="full-square attention, every rebuilt op rerun: flops.step's "
+                                       "count with the whole S×S attention square (never below flops.step)"),
+        "flops.recompute_full_square": Line("flops.recompute_full_square", recompute_square, "FLOPs",
+                                            "flops.recompute with the attention core as a full square", {},
+                                            convention=square_note),
+    }
+    if n_matmul is not None:
+        a = spec.attention
+        n_ad = None if lora is None else lora["adapter_params_active"]
+        for name, causal in (("flops.model", False), ("flops.model_causal", True)):
+            per_token = palm_flops_per_token(spec, n_matmul, seq_len, causal, n_ad)
+            extra[name] = Line(name, per_token * tokens, "FLOPs",
+                               ("(6 × {n} matmul params" if n_ad is None else
+                                "(4 × {n} frozen matmul params + 6 × {adapters} adapter params") +
+                               " + {attn} × 6 × {layers} × {heads} × ({d_qk} + {d_v}) × {seq}) × {tokens} tokens",
+                               {"n": n_matmul, "adapters": n_ad or 0, "attn": 0.5 if causal else 1, "layers": spec.n_layers,
+                                "heads": a.n_heads, "d_qk": a.qk_head_dim, "d_v": a.v_dim, "seq": seq_len,
+                                "tokens": tokens}, PALM,
+                               convention="causal: attention term halved" if causal else
+                               "PaLM's: full S×S attention square (what MFU divides)")
+    return extra | {
         "flops.forward": Line("flops.forward", fwd, "FLOPs", "Σ layers (B·S·Σ 2kn + attention core) + LM head {head}",
                               {"head": head}, convention=causal_note),
         "flops.forward_noncausal": Line("flops.forward_noncausal", fwd_full, "FLOPs", "as flops.forward, attention "
@@ -272,8 +422,8 @@ def flops_lines(spec: ModelSpec, seq_len: int, micro_batch: int, n_active: int,
                               {"tokens": tokens, "d": spec.hidden_size, "vocab": spec.vocab_size}),
         "flops.recompute": Line("flops.recompute", recompute_causal, "FLOPs",
                                 "FLOPs of the tensors the recompute policy rebuilds", {}, convention=causal_note),
-        "flops.step": Line("flops.step", step, "FLOPs", "3 × {forward} + recompute {recompute}",
-                           {"forward": fwd, "recompute": recompute_causal}, convention=causal_note),
+        "flops.step": Line("flops.step", step, "FLOPs", "3 × {forward} + recompute {recompute}" + lora_terms,
+                           {"forward": fwd, "recompute": recompute_causal, **lora_inputs}, convention=causal_note),
         "flops.backward_noncausal": Line("flops.backward_noncausal", bwd_full, "FLOPs",
                                          "2 × flops.forward_noncausal + {rescore} QKᵀ rebuilt by a fused SDPA "
                                          "backward ({kernel})",

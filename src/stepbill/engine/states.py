@@ -91,8 +91,7 @@ def lora_adapter_groups(inventory: ParamInventory, lora: LoRA) -> tuple[Group, .
     """Adapter tensors: for each targeted (out, in) matrix, A of (r, in) and B of (out, r) per copy."""
     groups: list[Group] = []
     for t in inventory.tensors:
-        base = t.name.removesuffix(".weight")
-        if len(t.shape) == 2 and t.name.endswith(".weight") and base.split(".")[-1] in lora.targets:
+        if len(t.shape) == 2 and lora.targets_matrix(t.name, t.component):
             out_dim, in_dim = t.shape
             groups += [((lora.rank, in_dim), t.copies, True), ((out_dim, lora.rank), t.copies, True)]
     return tuple(groups)

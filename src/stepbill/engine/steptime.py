@@ -1,10 +1,24 @@
-"""Step time on one rank: a roofline of compute and HBM traffic, the pipeline bubble, exposed communication,
-and the MFU / HFU that result. Every result is a Line with its derivation; seconds and FLOP/s are SI.
+"""Step time on one rank: a roofline of compute and HBM traffic, the pipeline bubble, communication and offload
+traffic, and the MFU / HFU that result. Every result is a Line with its derivation; seconds and FLOP/s are SI.
 
-Model:  t_rank   = max(FLOPs_rank / (peak × efficiency), HBM bytes_rank / HBM bandwidth)   (roofline)
-        t_pipe   = t_rank / (1 − bubble),  bubble = (p − 1)/(v·m + p − 1)                   (GPipe / 1F1B / interleaved)
-        t_step   = t_pipe + exposed comm + max(0, hideable comm − t_rank)
-        MFU      = model FLOPs_rank / (t_step × peak);  HFU counts recomputed forwards too (PaLM appendix B).
+Model:  t_compute = executed FLOPs_rank / (peak(compute dtype) × efficiency)
+        executed  = the busiest pipeline stage's FLOPs (forward + backward + the recompute policy's rebuild, causal
+                    attention as fused kernels run it, the LM head on the last stage; LoRA: no weight-gradient
+                    GEMM for frozen weights) × micro-batches / (tp · cp)
+        t_rank    = max(t_compute, HBM bytes_rank / HBM bandwidth)                           (roofline)
+        t_pipe    = t_rank / (1 − bubble),  bubble = (p − 1)/(v·m + p − 1)                   (GPipe / 1F1B / interleaved)
+        t_step    = t_pipe + exposed (collectives that cannot hide, CPU optimizer, weights back up)
+                    + max(0, max(hideable network, hideable PCIe) − t_rank)
+        MFU       = model FLOPs_rank / (t_step × peak), model FLOPs = PaLM appendix B (6N + 12·L·H·Q·T per token,
+                    full attention square; `time.mfu_causal` with the attention term halved)
+        HFU       = (model FLOPs + recompute FLOPs, both full square)_rank / (t_step × peak)   (PaLM appendix B)
+
+Overlap rule: the links (NVLink / InfiniBand / Ethernet for collectives, PCIe for offload) run beside compute and
+beside each other; a link's traffic marked hideable costs only what exceeds the rank's compute time. Offload
+(ZeRO-Offload, arXiv 2101.06840 §4): gradients stream down to the host during the backward (hideable); the CPU
+optimizer step and the updated weights' copy back up sit between this step's backward and the next forward
+(exposed: DeepSpeed's one-step delayed update, which would hide them, is off by default). Activation offload
+copies each kept tensor down in the forward and back up in the backward (hideable).
 """
 
 from __future__ import annotations
@@ -12,36 +26,34 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stepbill.engine import comm
+from stepbill.engine import flops as fl
 from stepbill.engine.line import Line
 from stepbill.engine.parallel import RankClass
 from stepbill.engine.parallel.collectives import Collective, rank_param_elements
+from stepbill.engine.parallel.layout import stage_layer_kinds
 from stepbill.engine.params import ParamInventory
+from stepbill.engine.recompute import RecomputePlan
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.recipe import Recipe
 
 DEFAULT_EFFICIENCY = 0.5  # achieved share of dense peak on the GEMMs; 40–60 % is typical of large-model training
 
+#: CPU Adam throughput of one host (parameters updated per second, all cores), shared by the ranks of a node.
+#: An assumption of the right order: ZeRO-Offload's CPU-Adam (arXiv 2101.06840 §6) takes about a quarter of a
+#: second per billion parameters on a two-socket Xeon host — a figure recalled from the paper, not re-measured.
+CPU_ADAM_PARAMS_PER_S = 4e9
+CPU_ADAM_SOURCE = "assumed 4e9 params/s per host (order of ZeRO-Offload's CPU-Adam, arXiv 2101.06840 §6)"
 
-def model_flops_per_step(spec: ModelSpec, inv: ParamInventory, recipe: Recipe) -> Line:
-    """Model FLOPs of one optimizer step: 6 · N_matmul_active · D + causal attention (fwd + bwd = 3 × fwd).
-
-    Stand-in until engine/flops.py lands: swap this one function. N_matmul_active = active params minus the
-    embedding lookup (not a matmul), plus the tied LM head; attention forward per token per layer is
-    2 · (S/2) · heads · (d_qk + d_v) (causal: each query sees S/2 keys on average). 2 FLOPs per multiply-add.
-    """
-    comps = inv.by_component()
-    embedding = comps.get("embedding", (0, 0))[1]
-    tied_head = spec.vocab_size * spec.hidden_size if spec.tied_embeddings else 0
-    n_matmul = inv.active - embedding + tied_head
-    tokens = recipe.tokens_per_step
-    a = spec.attention
-    attn_fwd_per_token = 2 * (recipe.seq_len / 2) * a.n_heads * (a.qk_head_dim + a.v_dim) * spec.n_layers
-    value = 6 * n_matmul * tokens + 3 * attn_fwd_per_token * tokens
-    return Line("time.model_flops", value, "FLOPs",
-                "6 × {n_matmul} params × {tokens} tokens + 3 × {attn_fwd} attention FLOPs/token × {tokens} tokens",
-                {"n_matmul": n_matmul, "tokens": tokens, "attn_fwd": attn_fwd_per_token},
-                convention="causal-halved attention; 6ND with embedding lookups excluded")
+#: Why fp32 recipes are timed at the FP32 (CUDA-core) peak: PyTorch keeps TF32 off for matmuls by default since
+#: 1.12 (torch.backends.cuda.matmul.allow_tf32 = False), so an fp32 model runs its GEMMs in true fp32.
+COMPUTE_DTYPE_NOTE = {
+    "fp32": "fp32 recipe: FP32 CUDA-core peak (PyTorch's default keeps TF32 off for matmuls since 1.12)",
+    "tf32": "TF32 tensor-core peak",
+    "bf16": "dense bf16 tensor-core peak",
+    "fp16": "dense fp16 tensor-core peak",
+    "fp8": "dense fp8 tensor-core peak",
+}
 
 
 @dataclass(frozen=True)
@@ -54,12 +66,14 @@ class StepTime:
         return self.lines[name]
 
 
-def _hbm_traffic(recipe: Recipe, worst: RankClass, unsharded_weight_bytes: float) -> tuple[float, dict[str, float]]:
-    """HBM bytes one rank moves per step: its (ZeRO-unsharded) weights read in forward, backward and any
-    recompute, activations written once and read once per micro-batch, optimizer shard read and written once."""
+def _hbm_traffic(recipe: Recipe, worst: RankClass, unsharded_weight_bytes: float,
+                 recompute_share: float) -> tuple[float, dict[str, float]]:
+    """HBM bytes one rank moves per step: its (ZeRO-unsharded) weights read in forward, backward (twice: input
+    and weight gradients; once under LoRA, whose frozen weights get no gradient) and by the recompute (its share
+    of a forward), activations written once and read once per micro-batch, optimizer shard read and written once."""
     m = recipe.parallel.micro_batches
     mem = worst.memory
-    reads = 4 if recipe.recompute == "full" else 3
+    reads = (2 if recipe.lora is not None else 3) + recompute_share
     parts = {
         "weights": reads * m * unsharded_weight_bytes,
         "activations": 2 * m * mem["activations"] / max(worst.in_flight, 1.0),
@@ -68,18 +82,92 @@ def _hbm_traffic(recipe: Recipe, worst: RankClass, unsharded_weight_bytes: float
     return sum(parts.values()), parts
 
 
-def step_time(spec: ModelSpec, inv: ParamInventory, recipe: Recipe, worst: RankClass, collectives: list[Collective],
-              gpu: GPU, efficiency: float = DEFAULT_EFFICIENCY, dtype: str = "bf16") -> StepTime:
-    """Step time, bubble, MFU and HFU for the worst rank on `gpu` at `efficiency` of dense peak."""
+def _owned_trainable(spec: ModelSpec, recipe: Recipe, inv: ParamInventory) -> float:
+    """Trainable elements whose optimizer step this rank runs (its ZeRO shard; all it holds without ZeRO)."""
     par = recipe.parallel
+    held = rank_param_elements(spec, recipe, inv)
+    dense_div = par.zero_group if par.zero >= 1 else 1
+    expert_div = par.expert_zero_group if par.zero >= 1 else 1
+    return held["dense_grads"] / dense_div + held["expert_grads"] / max(expert_div, 1)
+
+
+def offload_lines(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, worst: RankClass,
+                  gpu: GPU) -> tuple[list[Line], float, float]:
+    """PCIe traffic and CPU time of offload, per rank per step: (lines, exposed s, hideable s)."""
+    par, p = recipe.parallel, recipe.precision
+    pcie = gpu.pcie_bytes_per_s
+    lines: list[Line] = []
+    exposed = hideable = 0.0
+    if par.offload_optimizer:
+        owned = _owned_trainable(spec, recipe, inv)
+        down, up = owned * p.grads, owned * p.weights
+        per_node = min(par.world, gpu.gpus_per_node)
+        cpu_s = owned * per_node / CPU_ADAM_PARAMS_PER_S
+        lines += [
+            Line("time.offload_grads_down", down / pcie, "s", "{params} params × {bytes} B grads / {bw} B/s PCIe",
+                 {"params": owned, "bytes": p.grads, "bw": pcie}, convention="hideable: streamed during the backward"),
+            Line("time.offload_cpu_optimizer", cpu_s, "s",
+                 "{params} params × {ranks} ranks sharing the host / {rate} params/s",
+                 {"params": owned, "ranks": per_node, "rate": CPU_ADAM_PARAMS_PER_S}, CPU_ADAM_SOURCE,
+                 "exposed: between the backward and the next forward"),
+            Line("time.offload_weights_up", up / pcie, "s", "{params} params × {bytes} B weights / {bw} B/s PCIe",
+                 {"params": owned, "bytes": p.weights, "bw": pcie},
+                 convention="exposed: the next forward needs them"),
+        ]
+        hideable += down / pcie
+        exposed += cpu_s + up / pcie
+    if par.offload_activations:
+        kept = worst.cpu.get("activations", 0.0) / max(worst.in_flight, 1.0)
+        moved = 2 * kept * par.micro_batches
+        lines.append(Line("time.offload_activations", moved / pcie, "s",
+                          "2 × {kept} B kept per micro-batch × {m} micro-batches / {bw} B/s PCIe",
+                          {"kept": kept, "m": par.micro_batches, "bw": pcie},
+                          convention="hideable: down in the forward, back up in the backward"))
+        hideable += moved / pcie
+    return lines, exposed, hideable
+
+
+def slowest_stage(spec: ModelSpec, inv: ParamInventory, recipe: Recipe,
+                  plan: RecomputePlan | None) -> tuple[int, float, float]:
+    """(stage, executed FLOPs of one micro-batch, recompute FLOPs of one micro-batch) of the pipeline stage with
+    the most work: its layers (uneven stages included), the LM head on the last stage (flops.stage_step_flops)."""
+    par = recipe.parallel
+    kinds = stage_layer_kinds(spec, par)
+    per_token = {k: lp.recompute_flops for k, lp in plan.layers.items()} if plan is not None else {}
+    best = (0, -1.0, 0.0)
+    for stage, stage_kinds in enumerate(kinds):
+        work = fl.stage_step_flops(spec, inv, recipe.seq_len, recipe.micro_batch, stage_kinds, stage == 0,
+                                   stage == par.pp - 1, per_token, recipe.lora)
+        if work > best[1]:
+            rc = sum(n * per_token.get(k, 0.0) for k, n in stage_kinds.items()) * recipe.tokens
+            best = (stage, work, rc)
+    return best
+
+
+def step_time(spec: ModelSpec, inv: ParamInventory, recipe: Recipe, worst: RankClass, collectives: list[Collective],
+              gpu: GPU, flops: dict[str, Line], efficiency: float = DEFAULT_EFFICIENCY,
+              dtype: str | None = None, plan: RecomputePlan | None = None) -> StepTime:
+    """Step time, bubble, MFU and HFU on `gpu` at `efficiency` of dense peak: compute is the slowest pipeline
+    stage's (its FLOPs over tp·cp ranks), HBM traffic the worst-memory rank's. `flops` holds the bill's
+    one-micro-batch FLOPs lines (engine/flops.py: flops.step, flops.model, ...); `plan` the recompute plan (its
+    per-layer rebuild); `dtype` defaults to the recipe's compute dtype."""
+    par = recipe.parallel
+    dtype = dtype or recipe.precision.compute
     peak = gpu.peak_flops(dtype)
-    flops = model_flops_per_step(spec, inv, recipe)
-    rank_flops = flops.value / par.world
-    hw_factor = 4 / 3 if recipe.recompute == "full" else 1.0  # full recompute re-runs the forward: (1+2+1)/(1+2)
-    t_compute = rank_flops * hw_factor / (peak * efficiency)
+    per_rank = par.micro_batches * par.dp / par.world  # one micro-batch's FLOPs → one rank's share of the step
+    model = flops["flops.model"].value * par.micro_batches * par.dp
+    model_causal = flops["flops.model_causal"].value * par.micro_batches * par.dp
+    recompute_square = flops["flops.recompute_full_square"].value * per_rank
+    stage, stage_mb, stage_rc = slowest_stage(spec, inv, recipe, plan)
+    split = par.tp * par.cp  # a stage's ranks of one replica share its micro-batch's work
+    executed = stage_mb * par.micro_batches / split
+    recompute = stage_rc * par.micro_batches / split
+    rank_model = model / par.world
+    t_compute = executed / (peak * efficiency)
     held = rank_param_elements(spec, recipe, inv)
     unsharded = (held["dense_weights"] + held["expert_weights"]) * recipe.precision.weights
-    traffic, parts = _hbm_traffic(recipe, worst, unsharded)
+    forward = flops["flops.forward"].value
+    traffic, parts = _hbm_traffic(recipe, worst, unsharded, flops["flops.recompute"].value / forward)
     t_memory = traffic / gpu.hbm_bytes_per_s
     t_rank = max(t_compute, t_memory)
     bubble = float(comm.pipeline_bubble(par.pp, par.micro_batches * par.vpp))
@@ -87,15 +175,28 @@ def step_time(spec: ModelSpec, inv: ParamInventory, recipe: Recipe, worst: RankC
     timed = [c for c in collectives if c.seconds is not None]
     exposed = sum(c.seconds for c in timed if c.overlap != "yes")  # type: ignore[misc]
     hideable = sum(c.seconds for c in timed if c.overlap == "yes")  # type: ignore[misc]
-    spill = max(0.0, hideable - t_rank)
-    t_step = t_pipe + exposed + spill
+    off_lines, off_exposed, off_hideable = offload_lines(spec, recipe, inv, worst, gpu)
+    spill = max(0.0, max(hideable, off_hideable) - t_rank)
+    t_step = t_pipe + exposed + off_exposed + spill
     L = Line
     lines = [
-        flops,
-        L("time.rank_flops", rank_flops, "FLOPs", "{flops} / {world} GPUs", {"flops": flops.value, "world": par.world}),
-        L("time.compute", t_compute, "s", "{flops} FLOPs × {hw} / ({peak} FLOP/s × {eff})",
-          {"flops": rank_flops, "hw": hw_factor, "peak": peak, "eff": efficiency},
-          convention=f"dense {dtype} peak of {gpu.display}"),
+        L("time.model_flops", model, "FLOPs", "flops.model {mb} FLOPs × {m} micro-batches × {dp} dp",
+          {"mb": flops["flops.model"].value, "m": par.micro_batches, "dp": par.dp},
+          flops["flops.model"].provenance, "PaLM appendix B: full attention square"),
+        L("time.model_flops_causal", model_causal, "FLOPs", "flops.model_causal × {m} micro-batches × {dp} dp",
+          {"m": par.micro_batches, "dp": par.dp}, convention="attention term halved (causal)"),
+        L("time.rank_flops", executed, "FLOPs",
+          "stage {stage} (the busiest): {stage_mb} FLOPs per micro-batch × {m} micro-batches / (tp {tp} × cp {cp})",
+          {"stage": stage, "stage_mb": stage_mb, "m": par.micro_batches, "tp": par.tp, "cp": par.cp},
+          convention="executed: causal attention, the recompute policy's rebuild included; its layers and, on the "
+          "last stage, the LM head"),
+        L("time.recompute_flops", recompute, "FLOPs", "stage {stage}'s recompute × {m} micro-batches / {split}",
+          {"stage": stage, "m": par.micro_batches, "split": split}, convention="causal; per rank"),
+        L("time.peak", peak, "FLOP/s", "{dtype} peak of {gpu}", {"dtype": dtype, "gpu": gpu.display},
+          f"catalog: {gpu.peaks_source}", COMPUTE_DTYPE_NOTE.get(dtype, dtype)),
+        L("time.compute", t_compute, "s", "{flops} FLOPs / ({peak} FLOP/s × {eff})",
+          {"flops": executed, "peak": peak, "eff": efficiency},
+          convention=f"{COMPUTE_DTYPE_NOTE.get(dtype, dtype)} of {gpu.display}"),
         L("time.hbm_traffic", traffic, "bytes", "weights {weights} + activations {activations} + optimizer {optimizer}",
           parts),
         L("time.memory", t_memory, "s", "{bytes} B / {bw} B/s", {"bytes": traffic, "bw": gpu.hbm_bytes_per_s}),
@@ -105,14 +206,26 @@ def step_time(spec: ModelSpec, inv: ParamInventory, recipe: Recipe, worst: RankC
         L("time.pipeline", t_pipe, "s", "{t} s / (1 − {b})", {"t": t_rank, "b": bubble}),
         L("time.comm_exposed", exposed, "s", "sum of collectives that cannot hide (overlap no / partly)", {}),
         L("time.comm_hideable", hideable, "s", "sum of collectives that overlap compute", {}),
-        L("time.comm_spill", spill, "s", "max(0, hideable {h} s − compute {t} s)", {"h": hideable, "t": t_rank}),
-        L("time.step", t_step, "s", "pipeline {p} s + exposed {e} s + spill {s} s",
-          {"p": t_pipe, "e": exposed, "s": spill}),
-        L("time.mfu", rank_flops / (t_step * peak), "1", "{flops} / ({t} s × {peak} FLOP/s)",
-          {"flops": rank_flops, "t": t_step, "peak": peak}, "cited: PaLM, arXiv 2204.02311 appendix B"),
-        L("time.hfu", rank_flops * hw_factor / (t_step * peak), "1", "MFU × {hw} (recomputed forwards)",
-          {"hw": hw_factor}),
+        *off_lines,
+        L("time.offload_exposed", off_exposed, "s", "CPU optimizer + weights up (offload)", {}),
+        L("time.offload_hideable", off_hideable, "s", "grads down + activations down and up (offload)", {}),
+        L("time.comm_spill", spill, "s", "max(0, max(network {h} s, PCIe {o} s) − compute {t} s)",
+          {"h": hideable, "o": off_hideable, "t": t_rank}),
+        L("time.step", t_step, "s", "pipeline {p} s + exposed comm {e} s + exposed offload {o} s + spill {s} s",
+          {"p": t_pipe, "e": exposed, "o": off_exposed, "s": spill}),
+        L("time.mfu", rank_model / (t_step * peak), "1", "{flops} model FLOPs per GPU / ({t} s × {peak} FLOP/s)",
+          {"flops": rank_model, "t": t_step, "peak": peak}, flops["flops.model"].provenance,
+          "PaLM appendix B: model FLOPs with the full attention square"),
+        L("time.mfu_causal", model_causal / par.world / (t_step * peak), "1",
+          "time.model_flops_causal / {world} / ({t} s × {peak} FLOP/s)", {"world": par.world, "t": t_step, "peak": peak},
+          convention="attention term halved (causal)"),
+        L("time.hfu", (rank_model + recompute_square) / (t_step * peak), "1",
+          "({flops} + recompute {r}) FLOPs per GPU / ({t} s × {peak} FLOP/s)",
+          {"flops": rank_model, "r": recompute_square, "t": t_step, "peak": peak}, flops["flops.model"].provenance,
+          "PaLM appendix B: hardware FLOPs = model FLOPs + rematerialisation, full attention square"),
         L("time.tokens_per_s", recipe.tokens_per_step / t_step, "tokens/s", "{tokens} tokens / {t} s",
           {"tokens": recipe.tokens_per_step, "t": t_step}),
+        L("time.tokens_per_s_per_gpu", recipe.tokens_per_step / t_step / par.world, "tokens/s",
+          "{tokens} tokens / {t} s / {world} GPUs", {"tokens": recipe.tokens_per_step, "t": t_step, "world": par.world}),
     ]
     return StepTime({x.name: x for x in lines})

@@ -110,4 +110,7 @@ def bill_to_json(bill: Bill, fit: Fit | None = None, layout_note: str = "") -> d
     if cards:
         out["cards"] = cards
     out.update(parallel_to_json(bill, fit, layout_note))
+    out["run"] = {name.removeprefix("run."): {"value": line.value, "unit": line.unit, "explain": line.explain(),
+                                              "provenance": line.provenance, "convention": line.convention}
+                  for name, line in bill.run.items()}
     return out

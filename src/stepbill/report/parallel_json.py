@@ -83,7 +83,7 @@ def parallel_to_json(bill: Bill, fit: Fit | None = None, layout_note: str = "") 
         },
         "time": None if bill.time is None else {
             name.removeprefix("time."): {"value": line.value, "unit": line.unit, "explain": line.explain(),
-                                         "provenance": line.provenance}
+                                         "provenance": line.provenance, "convention": line.convention}
             for name, line in bill.time.lines.items()
         },
         "gpu": None if gpu is None else {"name": gpu.name, "display": gpu.display, "memory_bytes": _bytes(gpu.memory_bytes),

@@ -97,10 +97,43 @@ def time_lines(bill: Bill) -> list[Text]:
         return [Text("step time: give --gpu NAME for link bandwidths, peak FLOP/s and HBM bandwidth", style="dim")]
     t = bill.time
     out = [Text.assemble(("Step time ", "bold"), f"{t['time.step'].value:.3f} s  ·  MFU {100 * t['time.mfu'].value:.1f} %"
+                         f" (causal {100 * t['time.mfu_causal'].value:.1f} %)"
                          f"  ·  HFU {100 * t['time.hfu'].value:.1f} %  ·  bubble {100 * t['time.bubble'].value:.1f} %"
-                         f"  ·  {t['time.tokens_per_s'].value:,.0f} tokens/s")]
-    for key in ("time.model_flops", "time.compute", "time.memory", "time.bubble", "time.step", "time.mfu"):
-        out.append(Text(escape(f"  {key}: {t[key].explain()}"), style="dim"))
+                         f"  ·  {t['time.tokens_per_s'].value:,.0f} tokens/s"
+                         f" ({t['time.tokens_per_s_per_gpu'].value:,.0f} per GPU)")]
+    keys = ["time.model_flops", "time.rank_flops", "time.peak", "time.compute", "time.memory", "time.bubble"]
+    keys += [k for k in t.lines if k.startswith("time.offload_") and not k.endswith(("_exposed", "_hideable")) and t[k].value]
+    keys += ["time.step", "time.mfu", "time.hfu"]
+    for key in keys:
+        line = t[key]
+        note = f" — {line.convention}" if key in ("time.peak", "time.mfu", "time.hfu") and line.convention else ""
+        out.append(Text(escape(f"  {key}: {line.explain()}{note}"), style="dim"))
+    return out
+
+
+def run_text(bill: Bill) -> list[Text]:
+    """The run totals (engine/run.py): global batch, steps, days, GPU-hours, cost, each with its derivation; nothing
+    unless --global-batch-tokens or --train-tokens was given."""
+    r = bill.run
+    if not r or ("run.train_tokens" not in r and "derived" not in r["run.global_batch_tokens"].convention):
+        return []
+    head = [f"global batch {r['run.global_batch_tokens'].value:,.0f} tokens"]
+    if "run.steps" in r:
+        head.append(f"{r['run.steps'].value:,.0f} steps")
+    if "run.days" in r:
+        head.append(f"{r['run.days'].value:,.2f} days")
+        head.append(f"{r['run.gpu_hours'].value:,.0f} GPU-hours")
+    if "run.cost" in r:
+        head.append(f"cost {r['run.cost'].value:,.0f} (price's currency)")
+    if "run.tokens_per_s_per_gpu" in r:
+        head.append(f"{r['run.tokens_per_s_per_gpu'].value:,.0f} tokens/s per GPU")
+    out = [Text.assemble(("Run ", "bold"), "  ·  ".join(head))]
+    for line in r.values():
+        out.append(Text(escape(f"  {line.name}: {line.explain()}"), style="dim"))
+    if "run.steps" in r and "run.seconds" not in r:
+        out.append(Text("  run time: give --gpu NAME for the step time", style="dim"))
+    elif "run.seconds" in r:
+        out.append(Text(escape(f"  {r['run.seconds'].convention}"), style="dim"))
     return out
 
 

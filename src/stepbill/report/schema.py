@@ -237,7 +237,8 @@ class CollectiveJson(Strict):
     op: str = Field(description="all-reduce, all-gather, reduce-scatter, all-to-all, send/recv")
     group: int = Field(description="ranks in its group")
     scope: str = Field(description="intra-node or inter-node")
-    link: str = Field(description="the link it uses: nvlink, pcie, infiniband")
+    link: str = Field(description="the link it uses: nvlink, pcie, infiniband, or ethernet (assumed 100 Gb/s where the GPU has no InfiniBand); "
+                      "intra+inter (nvlink+infiniband) for a hierarchical DP / ZeRO collective")
     calls: int = Field(description="calls per step")
     bytes: int = Field(description="bytes per rank per step over that link")
     seconds: float | None = Field(description="seconds per step; null without a GPU or when the link is absent")
@@ -257,11 +258,15 @@ class TimeLineJson(Strict):
     unit: str = Field(description="s, FLOPs, bytes, 1 (a ratio) or tokens/s")
     explain: str = Field(description="the formula with its inputs filled in")
     provenance: str = Field(description="`derived` or `cited: <source>`")
+    convention: str = Field(description="how the number is counted (causal or full square, peak dtype, overlap)")
 
 
 _TIME = {
-    "model_flops": "FLOPs of the step over all GPUs (6ND + attention)",
-    "rank_flops": "FLOPs one GPU computes",
+    "model_flops": "model FLOPs of the step over all GPUs: PaLM appendix B, 6N + 12·L·H·Q·T per token, full square",
+    "model_flops_causal": "the same with the attention term halved (causal)",
+    "rank_flops": "FLOPs one GPU executes (causal attention, recompute included)",
+    "recompute_flops": "recompute FLOPs one GPU executes (causal)",
+    "peak": "the compute dtype's dense peak of the GPU (FLOP/s), with its catalog source",
     "compute": "seconds of matmul at the assumed efficiency",
     "hbm_traffic": "bytes one GPU moves through HBM",
     "memory": "seconds of that traffic at HBM bandwidth",
@@ -270,16 +275,46 @@ _TIME = {
     "pipeline": "roofline / (1 − bubble)",
     "comm_exposed": "seconds of collectives that cannot hide behind compute",
     "comm_hideable": "seconds of collectives that overlap compute",
-    "comm_spill": "hideable seconds compute cannot cover",
-    "step": "seconds per step: pipeline + exposed + spill",
-    "mfu": "model FLOPs utilisation",
-    "hfu": "hardware FLOPs utilisation (recomputed forwards counted)",
+    "offload_exposed": "seconds of offload on the critical path (CPU optimizer, weights back up)",
+    "offload_hideable": "seconds of PCIe offload traffic that overlaps compute",
+    "comm_spill": "hideable seconds compute cannot cover (the busier of network and PCIe)",
+    "step": "seconds per step: pipeline + exposed comm + exposed offload + spill",
+    "mfu": "model FLOPs utilisation (PaLM appendix B, full attention square)",
+    "mfu_causal": "model FLOPs utilisation with the attention term halved",
+    "hfu": "hardware FLOPs utilisation (model + recompute FLOPs, full square)",
     "tokens_per_s": "tokens per second over the whole job",
+    "tokens_per_s_per_gpu": "tokens per second per GPU",
+}
+_TIME_OPTIONAL = {
+    "offload_grads_down": "--offload-optimizer: seconds of gradients down over PCIe (hideable)",
+    "offload_cpu_optimizer": "--offload-optimizer: seconds of the CPU optimizer step (exposed)",
+    "offload_weights_up": "--offload-optimizer: seconds of updated weights up over PCIe (exposed)",
+    "offload_activations": "--offload-activations: seconds of kept activations down and back up (hideable)",
 }
 TimePart = type("TimePart", (Strict,), {
-    "__annotations__": dict.fromkeys(_TIME, TimeLineJson),
+    "__annotations__": {**dict.fromkeys(_TIME, TimeLineJson), **dict.fromkeys(_TIME_OPTIONAL, TimeLineJson | None)},
     **{key: Field(description=text) for key, text in _TIME.items()},
+    **{key: Field(default=None, description=text) for key, text in _TIME_OPTIONAL.items()},
     "__doc__": "The step time with a GPU: every time line by name.",
+    "__module__": __name__,
+})
+
+
+_RUN_OPTIONAL = {
+    "tokens_per_s_per_gpu": "with a GPU: tokens per second per GPU",
+    "train_tokens": "with `--train-tokens`: tokens of the run",
+    "steps": "with `--train-tokens`: ceil(train tokens / global batch)",
+    "seconds": "with `--train-tokens` and a GPU: steps × step time (no evaluation, checkpoints or failures)",
+    "days": "the same in days",
+    "gpu_hours": "seconds × GPUs / 3,600",
+    "cost": "with `--price-per-gpu-hour`: GPU-hours × price (the price's currency)",
+}
+RunPart = type("RunPart", (Strict,), {
+    "__annotations__": {"global_batch_tokens": TimeLineJson,
+                        **dict.fromkeys(_RUN_OPTIONAL, TimeLineJson | None)},
+    "global_batch_tokens": Field(description="tokens per optimizer step: dp × micro-batches × micro-batch × seq"),
+    **{key: Field(default=None, description=text) for key, text in _RUN_OPTIONAL.items()},
+    "__doc__": "Run totals: the global batch always; steps, time, GPU-hours and cost with their options.",
     "__module__": __name__,
 })
 
@@ -345,6 +380,8 @@ class BillJson(Strict):
     time: TimePart | None = Field(description="with `--gpu`: the step time, each line with value, unit, explain "  # type: ignore[valid-type]
                                   "and provenance; null without")
     gpu: GpuPart | None = Field(description="the catalog GPU, or null")
+    run: RunPart = Field(description="run totals (`--global-batch-tokens`, `--train-tokens`, "  # type: ignore[valid-type]
+                         "`--price-per-gpu-hour`): each a line with value, unit, explain, provenance, convention")
     fit: FitPart | None = Field(description="with a card (`--gpu` or `--gpu-mem`): the fit verdict, usable − reserve − "
                                 "the eager peak per rank class; null without")
     seed_notes: list[str] = Absent("on seed 000's worked examples only (`stepbill lab seed-checks`): where the seed "

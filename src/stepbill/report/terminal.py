@@ -81,9 +81,12 @@ def render_bill(bill: Bill, explain: bool = False, fit: Fit | None = None, layou
         f"forward peak {fmt_bytes(tl.peak_forward.total)} ({tl.peak_forward.label}) · backward peak "
         f"{fmt_bytes(tl.peak_backward.total)} ({tl.peak_backward.label})",
         f"activations: {lines['memory.activations'].convention}",
-        f"FLOPs (decimal): step {fmt_flops(lines['flops.step'].value)} causal-halved attention, "
-        f"{fmt_flops(lines['flops.step_noncausal'].value)} full square; recompute "
-        f"{fmt_flops(lines['flops.recompute'].value)}; 6ND {fmt_flops(lines['flops.6nd'].value)} "
+        f"FLOPs (decimal, one micro-batch): step {fmt_flops(lines['flops.step'].value)} causal-halved attention, "
+        f"{fmt_flops(lines['flops.step_full_square'].value)} full square, "
+        f"{fmt_flops(lines['flops.step_noncausal'].value)} as FlopCounterMode counts it; recompute "
+        f"{fmt_flops(lines['flops.recompute'].value)}; model (PaLM appendix B) "
+        f"{fmt_flops(lines['flops.model'].value)} full square, {fmt_flops(lines['flops.model_causal'].value)} causal; "
+        f"6ND {fmt_flops(lines['flops.6nd'].value)} "
         f"(misses attention: {100 * lines['flops.attention_share'].value:.1f} % of the forward)",
         f"checkpoint to resume: {fmt_bytes(lines['checkpoint.bytes'].value)} "
         f"({', '.join(x.name.removeprefix('checkpoint.') for x in bill.checkpoint_items)})",
@@ -105,6 +108,9 @@ def render_bill(bill: Bill, explain: bool = False, fit: Fit | None = None, layou
         from stepbill.report.parallel_terminal import fit_explain, fit_lines, fit_table
 
         parts += [fit_table(fit), *fit_lines(fit), *(fit_explain(fit) if explain else [])]
+    from stepbill.report.parallel_terminal import run_text
+
+    parts += run_text(bill)
     return Group(*parts)
 
 

@@ -20,9 +20,11 @@ MEMORY_UNITS = {"GiB": GIB, "GB": 10**9}
 LINK_CLASSES = ("nvlink", "pcie", "infiniband")
 
 _ENTRY_KEYS = {
-    "display", "memory", "usable", "bf16_dense_tflops", "fp8_dense_tflops", "hbm_tb_s",
-    "nvlink_gb_s", "pcie_gb_s", "infiniband_gb_s", "gpus_per_node", "source",
+    "display", "memory", "usable", "bf16_dense_tflops", "fp8_dense_tflops", "tf32_dense_tflops", "fp32_tflops",
+    "peaks_source", "hbm_tb_s", "nvlink_gb_s", "pcie_gb_s", "infiniband_gb_s", "gpus_per_node", "source",
 }
+#: Compute dtypes with a peak in the catalog. "fp16" shares bf16's tensor-core rate on every catalog part.
+COMPUTE_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 _MEMORY_KEYS = {"value", "unit", "note"}
 _USABLE_KEYS = {"mib", "source"}
 
@@ -37,6 +39,8 @@ class GPU:
 
     `nvlink_bytes_per_s` is the scale-up fabric (NVLink, or Infinity Fabric on AMD); 0 where there is none, in
     which case intra-node collectives go over PCIe. `fp8_flops` is None on parts without fp8 tensor cores.
+    Peaks are dense (the vendors' 2:4-sparse figures, 2× these, are left out); `fp32_flops` is the non-tensor-core
+    FP32 rate, `tf32_flops` the TF32 tensor-core rate; their source is `peaks_source`.
     """
 
     name: str
@@ -47,6 +51,9 @@ class GPU:
     usable_source: str
     bf16_flops: float
     fp8_flops: float | None
+    tf32_flops: float
+    fp32_flops: float
+    peaks_source: str
     hbm_bytes_per_s: float
     nvlink_bytes_per_s: float
     pcie_bytes_per_s: float
@@ -67,14 +74,19 @@ class GPU:
         return "nvlink" if self.nvlink_bytes_per_s > 0 else "pcie"
 
     def peak_flops(self, dtype: str = "bf16") -> float:
-        """Dense tensor-core peak in FLOP/s for compute dtype "bf16" or "fp8"."""
-        if dtype == "bf16":
+        """Dense peak in FLOP/s for a compute dtype (COMPUTE_DTYPES): "fp32" (CUDA cores), "tf32", "bf16" / "fp16",
+        "fp8" (tensor cores)."""
+        if dtype in ("bf16", "fp16"):
             return self.bf16_flops
+        if dtype == "tf32":
+            return self.tf32_flops
+        if dtype == "fp32":
+            return self.fp32_flops
         if dtype == "fp8":
             if self.fp8_flops is None:
                 raise StepbillError(f"{self.display} has no fp8 tensor cores")
             return self.fp8_flops
-        raise unknown_name("compute dtype", dtype, ("bf16", "fp8"))
+        raise unknown_name("compute dtype", dtype, COMPUTE_DTYPES)
 
 
 #: Catalog rates: TFLOP/s, TB/s and GB/s up to 10^6 (a thousand times any part made), memory up to 2^20 GiB.
@@ -118,6 +130,9 @@ def gpu_from_dict(name: str, data: Any) -> GPU:
         memory_note=str(mem["note"]),
         bf16_flops=_number(owner, "bf16_dense_tflops", data["bf16_dense_tflops"]) * 1e12,
         fp8_flops=None if fp8 is None else fp8 * 1e12,
+        tf32_flops=_number(owner, "tf32_dense_tflops", data["tf32_dense_tflops"]) * 1e12,
+        fp32_flops=_number(owner, "fp32_tflops", data["fp32_tflops"]) * 1e12,
+        peaks_source=_source(owner, "peaks_source", data["peaks_source"]),
         hbm_bytes_per_s=_number(owner, "hbm_tb_s", data["hbm_tb_s"]) * 1e12,
         nvlink_bytes_per_s=_number(owner, "nvlink_gb_s", data["nvlink_gb_s"], RATE_OR_ZERO) * 1e9,
         pcie_bytes_per_s=_number(owner, "pcie_gb_s", data["pcie_gb_s"]) * 1e9,
@@ -126,6 +141,12 @@ def gpu_from_dict(name: str, data: Any) -> GPU:
         source=str(data["source"]),
         **_usable(owner, data["usable"], mem),  # after memory_bytes: the memory figure is checked first
     )
+
+
+def _source(owner: str, key: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise StepbillError(f"{owner}.{key} must say where the figures come from")
+    return value
 
 
 MIB = 2**20

@@ -23,6 +23,7 @@ class Precision:
     activation: int  # bytes per element of the tensors kept for backward
     description: str
     provenance: str = "derived"
+    compute: str = "bf16"  # the GEMMs' dtype, whose peak times them (spec/hardware.py COMPUTE_DTYPES)
 
 
 PRECISIONS: dict[str, Precision] = {
@@ -31,7 +32,7 @@ PRECISIONS: dict[str, Precision] = {
         Precision("mixed-bf16", 2, 2, 4, 4, 2,
                   "bf16 weights and grads, fp32 master and optimizer states (ZeRO's 2Ψ+2Ψ+12Ψ)",
                   "cited: ZeRO, arXiv 1910.02054"),
-        Precision("fp32", 4, 4, 0, 4, 4, "everything fp32; the weights are the master copy"),
+        Precision("fp32", 4, 4, 0, 4, 4, "everything fp32; the weights are the master copy", compute="fp32"),
         Precision("amp-bf16", 4, 4, 0, 4, 2,
                   "fp32 weights, grads and states; bf16 autocast for compute (casts are transient)"),
         Precision("fp32-grad-accum", 2, 4, 4, 4, 2, "mixed-bf16 with an fp32 gradient accumulator (18 B with AdamW)"),
@@ -56,6 +57,8 @@ OPTIMIZERS: dict[str, str] = {
 
 
 DEFAULT_LORA_TARGETS = ("q_proj", "v_proj")
+#: PEFT's alias (peft.utils.constants.INCLUDE_LINEAR_LAYERS_SHORTHAND): every linear layer but the output layer.
+ALL_LINEAR = "all-linear"
 
 #: How PyTorch's AdamW runs its update (torch.optim.AdamW foreach=False / foreach=True / fused=True). Only the
 #: eager convention's timeline tells them apart (their temporaries during optimizer.step()).
@@ -77,6 +80,16 @@ class LoRA:
         if isinstance(self.targets, list):  # a list from Python: kept as a tuple (the bill hashes its recipe)
             object.__setattr__(self, "targets", tuple(self.targets))
         check_fields(self, "lora", {"rank": "--lora-rank", "targets": "--lora-targets"})
+
+    def targets_matrix(self, name: str, component: str = "") -> bool:
+        """Whether the adapter wraps the weight matrix `name` (e.g. "attn.q_proj.weight"): its last name part is
+        a target, or the targets are PEFT's "all-linear" (every linear of the layers: not the embedding lookups,
+        not the LM head, which PEFT leaves out as the output layer)."""
+        if not name.endswith(".weight"):
+            return False
+        if ALL_LINEAR in self.targets:
+            return component not in ("embedding", "lm_head", "norms")
+        return name.removesuffix(".weight").split(".")[-1] in self.targets
 
 
 @dataclass(frozen=True)

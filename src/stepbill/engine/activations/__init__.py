@@ -8,6 +8,7 @@ from typing import Any
 
 from stepbill.engine.activations import eager as _eager
 from stepbill.engine.activations.eager.blocks import BLOCKS
+from stepbill.engine.activations.lora import apply_lora
 from stepbill.engine.activations.megatron import BLOCKS as MEGATRON_BLOCKS
 from stepbill.engine.activations.rows import (
     ATTENTIONS,
@@ -23,9 +24,10 @@ from stepbill.engine.activations.rows import (
     layer_bytes_per_token,
     layer_kinds,
     layer_order,
-    layer_rows,
 )
+from stepbill.engine.activations.rows import layer_rows as _layer_rows
 from stepbill.spec.model import ModelSpec
+from stepbill.spec.recipe import LoRA
 
 __all__ = [
     "ATTENTIONS",
@@ -50,6 +52,16 @@ for _block, _builder in BLOCKS.items():
     BLOCK_ROWS[("eager", _block)] = _builder
 for _block, _builder in MEGATRON_BLOCKS.items():  # Korthikanti et al. 2022 Table 2 (activations/megatron.py)
     BLOCK_ROWS[("megatron", _block)] = _builder
+
+
+def layer_rows(spec: ModelSpec, layer_kind: str, activation_bytes: Any, convention: str = "ideal",
+               attention: str = "sdpa", lora: LoRA | None = None) -> list[ActTensor]:
+    """Every tensor one layer of `layer_kind` keeps, in forward order (rows.layer_rows); with `lora` the frozen
+    Linears keep no input unless an adapter needs it and each adapter keeps its r-wide A output (lora.py)."""
+    rows = _layer_rows(spec, layer_kind, activation_bytes, convention, attention)
+    if lora is None:
+        return rows
+    return apply_lora(spec, layer_kind, rows, lora, getattr(activation_bytes, "compute", activation_bytes), convention)
 
 
 def outside_bytes(spec: ModelSpec, activation_bytes: int, seq_len: Any, micro_batch: Any,

@@ -230,7 +230,8 @@ def eager_attention_rows(spec: ModelSpec, act: int, block: str) -> list[ActTenso
 def layer_rows(spec: ModelSpec, layer_kind: str, activation_bytes: int, convention: str = "ideal",
                attention: str = "sdpa") -> list[ActTensor]:
     """Every tensor one layer of `layer_kind` keeps, in forward order. `attention` "eager" adds the S²
-    softmax output a non-fused attention keeps (the seed's note: then S² is back on the memory bill)."""
+    softmax output a non-fused attention keeps (the seed's note: then S² is back on the memory bill). Under
+    LoRA use the package's `layer_rows(..., lora=)` (activations/__init__.py), which applies activations/lora.py."""
     rows: list[ActTensor] = []
     for block in layer_blocks(spec, layer_kind):
         builder = BLOCK_ROWS.get((convention, block))

@@ -29,6 +29,10 @@ from stepbill.spec.model import ModelSpec
 from stepbill.spec.recipe import Recipe
 
 DEFAULT_GPUS_PER_NODE = 8
+#: A GPU with no InfiniBand in the catalog (rtx-4090) still talks across nodes: over Ethernet, assumed one
+#: 100 Gb/s NIC (12.5 GB/s per direction) carrying the ring's inter-node hop. An assumption, not a catalog figure.
+ETHERNET_BYTES_PER_S = 12.5e9
+ETHERNET_NOTE = "no InfiniBand: assumed 100 Gb/s Ethernet (12.5 GB/s per direction) across nodes"
 HIDE = {
     "yes": "overlaps compute by construction (bucketed / prefetched / pipelined behind the next block)",
     "partly": "overlaps only with a schedule built for it; counted as exposed",
@@ -86,23 +90,26 @@ def _data_parallel(recipe: Recipe, side: str, group: int, stride: int, grads: fl
     if group == 1:
         return rows
     sc = _scope(shard, stride, per_node)
+    local = max(1, per_node // stride)  # ranks of a DP / ZeRO group inside one node (hierarchical collectives)
     if par.zero == 0:
         rows.append((f"{side}.grad_allreduce", "dp", "all-reduce", group, _scope(group, stride, per_node), 1,
-                     comm.ring_allreduce_link_bytes(group, g_bytes), "yes", "2(N−1)/N × {grad_bytes} B", io))
+                     comm.ring_allreduce_link_bytes(group, g_bytes), "yes", "2(N−1)/N × {grad_bytes} B", io, local))
         return rows
     if shard > 1:
         rs_calls = 1 if par.zero == 1 else m
         rows.append((f"{side}.zero_reduce_scatter", "zero", "reduce-scatter", shard, sc, rs_calls,
-                     comm.ring_half_link_bytes(shard, g_bytes), "yes", "(N−1)/N × {grad_bytes} B", io))
+                     comm.ring_half_link_bytes(shard, g_bytes), "yes", "(N−1)/N × {grad_bytes} B", io, local))
         if par.zero == 3:
             rows.append((f"{side}.zero3_allgather_fwd", "zero", "all-gather", shard, sc, m,
-                         comm.ring_half_link_bytes(shard, w_bytes), "yes", "(N−1)/N × {weight_bytes} B, prefetched", io))
+                         comm.ring_half_link_bytes(shard, w_bytes), "yes", "(N−1)/N × {weight_bytes} B, prefetched", io,
+                         local))
             rows.append((f"{side}.zero3_allgather_bwd", "zero", "all-gather", shard, sc, m,
-                         comm.ring_half_link_bytes(shard, w_bytes), "yes", "(N−1)/N × {weight_bytes} B, prefetched", io))
+                         comm.ring_half_link_bytes(shard, w_bytes), "yes", "(N−1)/N × {weight_bytes} B, prefetched", io,
+                         local))
         else:
             rows.append((f"{side}.zero_allgather_weights", "zero", "all-gather", shard, sc, 1,
                          comm.ring_half_link_bytes(shard, w_bytes), "partly",
-                         "(N−1)/N × {weight_bytes} B after the optimizer step", io))
+                         "(N−1)/N × {weight_bytes} B after the optimizer step", io, local))
     replicas = group // shard
     if replicas > 1:  # hybrid sharding: each shard all-reduced across the replica groups
         rows.append((f"{side}.hybrid_replica_allreduce", "dp", "all-reduce", replicas,
@@ -157,12 +164,55 @@ def step_collectives(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, gpu: 
                      "(ep−1)/ep × {send_bytes} B (top-k × tokens × h), dispatch + combine, forward + backward",
                      {"send_bytes": send}))
     out = []
-    for name, axis, op, group, scope, calls, per_call, overlap, formula, inputs in rows:
-        link = None if gpu is None else (gpu.intra_node_link if scope == "intra-node" else "infiniband")
-        bw = gpu.link_bytes_per_s(link) if gpu is not None and link is not None else 0.0
+    for name, axis, op, group, scope, calls, per_call, overlap, formula, inputs, *extra in rows:
+        link, bw = _link(gpu, scope)
         total = calls * float(per_call)
+        seconds = total / bw if bw else None
+        note = ETHERNET_NOTE if link == "ethernet" else ""
+        local = min(extra[0], group) if extra else 1
+        if gpu is not None and scope == "inter-node" and local >= 2 and group % local == 0 and op in _LEVELS:
+            # InfiniBand: one NIC per GPU; the assumed Ethernet NIC is one per node, shared by its `local` ranks
+            inter_bw = bw / local if link == "ethernet" else bw
+            per_call_s = hierarchical_seconds(op, float(per_call), group, local, gpu.link_bytes_per_s(
+                gpu.intra_node_link), inter_bw)
+            seconds, link = calls * per_call_s, f"{gpu.intra_node_link}+{link}"
+            note = (f"hierarchical: {local} ranks per node over {gpu.intra_node_link}, {group // local} nodes over "
+                    f"{link.split('+')[1]}; " + note).rstrip("; ")
         line = Line(f"comm.{name}", total, "bytes", "{calls} calls × " + formula,
-                    {"calls": calls, **inputs, "per_call_bytes": float(per_call)})
-        out.append(Collective(name, axis, op, group, scope, link, calls, total, total / bw if bw else None, overlap,
-                              line))
+                    {"calls": calls, **inputs, "per_call_bytes": float(per_call)}, convention=note)
+        out.append(Collective(name, axis, op, group, scope, link, calls, total, seconds, overlap, line))
     return out
+
+
+#: ring volume per rank as a multiple of the message M, for a group of n: all-reduce 2(n−1)/n, the others (n−1)/n
+_LEVELS = {"all-reduce": 2.0, "reduce-scatter": 1.0, "all-gather": 1.0}
+
+
+def hierarchical_seconds(op: str, ring_bytes: float, group: int, local: int, intra_bw: float, inter_bw: float) -> float:
+    """Seconds of one all-reduce / reduce-scatter / all-gather over `group` ranks, `local` of them in each node, run
+    hierarchically (Jia et al. 2018, arXiv 1807.11205 §4.2; NCCL's multi-node rings do the same in effect): the
+    node's `local` ranks work over the intra-node link on the whole message M, and each rank carries 1/local of
+    it across nodes on its own NIC. `ring_bytes` is the flat ring's per-rank volume, k(N−1)/N · M (k = 2 for
+    all-reduce, 1 otherwise).
+
+        t = k(l−1)/l · M / intra_bw + k(n−1)/n · (M / l) / inter_bw,   n = group / local nodes
+    """
+    k = _LEVELS[op]
+    message = ring_bytes / (k * (group - 1) / group)
+    nodes = group // local
+    intra = k * (local - 1) / local * message / intra_bw
+    inter = k * (nodes - 1) / nodes * (message / local) / inter_bw if nodes > 1 else 0.0
+    return intra + inter
+
+
+def _link(gpu: GPU | None, scope: str) -> tuple[str | None, float]:
+    """The link class a collective of `scope` runs on and its per-direction bandwidth (B/s): NVLink (or PCIe
+    without it) inside a node; InfiniBand across nodes, or the assumed Ethernet NIC on parts without one. A ring
+    that spans nodes runs at its slowest hop, the inter-node one."""
+    if gpu is None:
+        return None, 0.0
+    if scope == "intra-node":
+        return gpu.intra_node_link, gpu.link_bytes_per_s(gpu.intra_node_link)
+    if gpu.infiniband_bytes_per_s > 0:
+        return "infiniband", gpu.infiniband_bytes_per_s
+    return "ethernet", ETHERNET_BYTES_PER_S

@@ -27,6 +27,7 @@ from stepbill.engine.activations import ActTensor, layer_order
 from stepbill.engine.recompute.budget import solve_for_spec
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
+from stepbill.spec.recipe import LoRA
 from stepbill.spec.recompute_policy import RecomputePolicy
 
 # Megatron module name → predicate on (layer kind, tensor). Megatron recomputes a module's internals and
@@ -61,6 +62,9 @@ class LayerPlan:
     recompute_flops: float  # per token, causal-halved attention
     recompute_flops_noncausal: float
     checkpoint_bytes: float = 0.0  # per token: the layer input a checkpoint holds (full / every-K)
+    # per token, full-square attention, every rebuilt op rerun (no early stop): the causal figure's twin, so
+    # that full square ≥ causal always holds (recompute_flops_noncausal is FlopCounterMode's, with early stop)
+    recompute_flops_square: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,12 @@ class RecomputePlan:
                         for k, p in self.layers.items())
         return per_token * self.tokens
 
+    def recompute_flops_square(self) -> float:
+        """FLOPs the policy adds to one step (whole micro-batch), attention as a full square and every rebuilt op
+        rerun: the same rebuild as `recompute_flops(True)`, so never below it (PaLM's HFU convention)."""
+        per_token = sum(p.recompute_flops_square * self.order.count(k) for k, p in self.layers.items())
+        return per_token * self.tokens
+
     def for_rank(self, row_divisor: Callable[[ActTensor], float], input_divisor: float, work_divisor: float,
                  order: tuple[str, ...] | None = None) -> RecomputePlan:
         """The same policy on one rank of a layout: the same tensors kept and dropped (the choice is the
@@ -126,6 +136,7 @@ class RecomputePlan:
             layers[kind] = replace(lp, kept_bytes=kept, dropped_bytes=dropped,
                                    recompute_flops=lp.recompute_flops / work_divisor,
                                    recompute_flops_noncausal=lp.recompute_flops_noncausal / work_divisor,
+                                   recompute_flops_square=lp.recompute_flops_square / work_divisor,
                                    checkpoint_bytes=lp.checkpoint_bytes / input_divisor)
         order = self.order if order is None else order
         return replace(self, layers={k: v for k, v in layers.items() if k in order or not order}, order=order)
@@ -140,20 +151,25 @@ def op_flops(rows: tuple[ActTensor, ...] | list[ActTensor], seq_len: Any, causal
 
 
 def _plan(kind: str, rows: list[ActTensor], dropped: list[ActTensor], seq_len: int,
-          checkpoint: float = 0.0, rebuild: tuple[float, float] | None = None) -> LayerPlan:
+          checkpoint: float = 0.0, rebuild: tuple[float, float, float] | None = None) -> LayerPlan:
+    """`rebuild`: (causal, FlopCounterMode's, full-square) recompute FLOPs per token; from the dropped ops if None."""
     names = {t.name for t in dropped}
     kept = tuple(t for t in rows if t.name not in names)
-    flops = rebuild if rebuild is not None else (op_flops(dropped, seq_len), op_flops(dropped, seq_len, False))
+    if rebuild is None:
+        square = op_flops(dropped, seq_len, False)
+        rebuild = (op_flops(dropped, seq_len), square, square)
     return LayerPlan(kind, kept, tuple(dropped), sum(t.bytes_at(seq_len) for t in kept),
-                     sum(t.bytes_at(seq_len) for t in dropped), flops[0], flops[1], checkpoint)
+                     sum(t.bytes_at(seq_len) for t in dropped), rebuild[0], rebuild[1], checkpoint, rebuild[2])
 
 
 def make_plan(spec: ModelSpec, policy: RecomputePolicy, seq_len: int, micro_batch: int, activation_bytes: int,
               convention: str = "ideal", drop: dict[str, tuple[str, ...]] | None = None,
-              attention: str = "sdpa") -> RecomputePlan:
-    """Apply `policy` to `spec`. `drop` ({layer kind: tensor names}) overrides the choice (budget solver)."""
+              attention: str = "sdpa", lora: LoRA | None = None) -> RecomputePlan:
+    """Apply `policy` to `spec`. `drop` ({layer kind: tensor names}) overrides the choice (budget solver). With
+    `lora` the layers' rows are LoRA's (frozen Linears keep no input unless an adapter needs it); the budget
+    solver still ranks the full fine-tuning rows (not modelled yet under LoRA)."""
     order = layer_order(spec)
-    rows = {k: act.layer_rows(spec, k, activation_bytes, convention, attention) for k in act.layer_kinds(spec)}
+    rows = {k: act.layer_rows(spec, k, activation_bytes, convention, attention, lora) for k in act.layer_kinds(spec)}
     tokens = seq_len * micro_batch
     segment, layers = 1, {}
     # A checkpoint keeps the layer input: the residual stream, in the parameter dtype (fp32 under amp).
@@ -164,10 +180,11 @@ def make_plan(spec: ModelSpec, policy: RecomputePolicy, seq_len: int, micro_batc
             # seed's convention). The non-causal figure is FlopCounterMode's: under full recompute
             # (transformers' non-reentrant per-layer checkpoint) the trailing down projection is not rerun.
             per_tok = (fl.layer_forward_flops(spec, k, seq_len, 1, True) / seq_len,
-                       fl.layer_recompute_flops(spec, k, seq_len, 1, False, policy.kind == "full") / seq_len)
+                       fl.layer_recompute_flops(spec, k, seq_len, 1, False, policy.kind == "full") / seq_len,
+                       fl.layer_forward_flops(spec, k, seq_len, 1, False) / seq_len)
             layers[k] = _plan(k, r, r, seq_len, input_bytes, per_tok)
         if policy.kind == "every":
-            segment = policy.every or best_segment(spec, seq_len, micro_batch, activation_bytes, convention)
+            segment = policy.every or best_segment(spec, seq_len, micro_batch, activation_bytes, convention, lora)
             segment = min(segment, spec.n_layers)
     elif policy.kind == "none" and drop is None:
         layers = {k: _plan(k, r, [], seq_len) for k, r in rows.items()}
@@ -183,12 +200,13 @@ def make_plan(spec: ModelSpec, policy: RecomputePolicy, seq_len: int, micro_batc
     else:  # budget: solved elsewhere, then planned with `drop`
         solution = solve_for_spec(spec, policy.budget_bytes, seq_len, micro_batch, activation_bytes, convention,
                                   attention)
-        return make_plan(spec, policy, seq_len, micro_batch, activation_bytes, convention, solution.drop, attention)
+        return make_plan(spec, policy, seq_len, micro_batch, activation_bytes, convention, solution.drop, attention,
+                         lora)
     return RecomputePlan(policy, layers, order, segment, tokens, seq_len)
 
 
 def best_segment(spec: ModelSpec, seq_len: int, micro_batch: int, activation_bytes: int,
-                 convention: str = "ideal") -> int:
+                 convention: str = "ideal", lora: LoRA | None = None) -> int:
     """The K of every-K with the lowest activation peak (scan 1…L); near √L when a layer's rows dwarf its
     input, as the seed's L/k + k picture says (rc-sqrt-L-segments).
 
@@ -199,7 +217,7 @@ def best_segment(spec: ModelSpec, seq_len: int, micro_batch: int, activation_byt
     """
     from stepbill.spec.recompute_policy import RecomputePolicy as P
 
-    plan = make_plan(spec, P("every", every=1), seq_len, micro_batch, activation_bytes, convention)
+    plan = make_plan(spec, P("every", every=1), seq_len, micro_batch, activation_bytes, convention, lora=lora)
     n = len(plan.order)
     dropped_prefix = [0.0]
     for i in range(n):
