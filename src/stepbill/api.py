@@ -304,20 +304,33 @@ def ranking_from_options(
     from stepbill.engine import flops as fl
     from stepbill.engine.recompute import budget as rb
     from stepbill.engine.recompute.ranking import attention_crossovers, rank_layer
+    from stepbill.errors import require_extra, unknown_name
+    from stepbill.inputs import check_seq
     from stepbill.spec.recipe import make_recipe
     from stepbill.spec.recompute_policy import parse_size
+    from stepbill.spec.schema import THRESHOLD, check_value
 
+    check_value(THRESHOLD, "--threshold (TFLOP/GiB)", threshold)
     the_recipe = make_recipe(recipe, micro_batch=micro_batch, seq_len=seq)
+    check_seq(spec, seq)
     if convention not in act.CONVENTIONS:
-        raise StepbillError(f"unknown convention {convention!r} (known: {', '.join(act.CONVENTIONS)})")
+        raise unknown_name("convention", convention, act.CONVENTIONS)
+    if attention not in act.ATTENTIONS:
+        raise unknown_name("attention implementation", attention, act.ATTENTIONS)
+    if row7 not in ("seed", "label"):  # checked even under --group op: a typo is never silently ignored
+        raise unknown_name("--row7 reading", row7, ("seed", "label"))
+    budget_bytes = None
+    if budget is not None:
+        budget_bytes = parse_size(budget)
+        require_extra("scipy", "--budget (exact MILP)")
     kind = layer_kind or ("moe" if spec.n_moe_layers else "dense")
     a_bytes = the_recipe.precision.activation
     ranking = rank_layer(spec, kind, seq, micro_batch, a_bytes, convention, attention, group, row7, threshold)
     slope = fl.attention_slope(spec)
     crossings = attention_crossovers(spec, ranking)
     solved = None
-    if budget is not None:
-        problem = rb.problem_for_spec(spec, parse_size(budget), seq, micro_batch, a_bytes, convention, attention)
+    if budget_bytes is not None:
+        problem = rb.problem_for_spec(spec, budget_bytes, seq, micro_batch, a_bytes, convention, attention)
         solved = (rb.solve_milp(problem), rb.solve_greedy(problem))
     return kind, ranking, crossings, slope, solved
 
