@@ -161,10 +161,12 @@ def round_stochastic(
     rng = rng or np.random.default_rng(0)
     xa = np.asarray(x, dtype=np.float64)
     a = np.abs(xa)
-    q = _quantum(np.where(np.isfinite(a), a, 1.0), f)
-    lo = np.floor(a / q)
-    up = rng.random(np.shape(a)) < (a / q - lo)
-    r = np.where(np.isfinite(a), (lo + up) * q, np.inf)
+    finite = np.isfinite(a)
+    q = _quantum(np.where(finite, a, 1.0), f)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf/inf past the format's range: masked by `finite`
+        lo = np.floor(a / q)
+        up = rng.random(np.shape(a)) < np.where(finite, a / q - lo, 0.0)
+        r = np.where(finite & np.isfinite(lo), (lo + up) * q, np.inf)
     return _finish(np.sign(xa), r, xa, f, saturate=False)
 
 
