@@ -35,9 +35,13 @@ def clip_by_value(g: npt.ArrayLike, clip_value: float) -> np.ndarray:
 
 
 def angle_deg(a: npt.ArrayLike, b: npt.ArrayLike) -> float:
-    """Angle between two vectors in degrees (0 = same direction)."""
+    """Angle between two vectors in degrees (0 = same direction; 0 too when either is the zero vector, which has
+    no direction to turn)."""
     va, vb = np.asarray(a, dtype=float).ravel(), np.asarray(b, dtype=float).ravel()
-    cos = float(np.dot(va, vb) / (np.linalg.norm(va) * np.linalg.norm(vb)))
+    norms = float(np.linalg.norm(va) * np.linalg.norm(vb))
+    if norms == 0.0 or not np.isfinite(norms):
+        return 0.0
+    cos = float(np.dot(va, vb) / norms)
     return float(np.degrees(np.arccos(np.clip(cos, -1.0, 1.0))))
 
 
