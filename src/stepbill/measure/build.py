@@ -104,8 +104,20 @@ def make_config(config_dict: dict[str, Any], *, attention: Attention = "sdpa") -
         if hasattr(config, key) and isinstance(getattr(config, key), float):
             setattr(config, key, 0.0)
     config.use_cache = False
-    config._attn_implementation = attention
+    config._attn_implementation = effective_attention(config, attention)
     return config
+
+
+def effective_attention(config: Any, attention: Attention) -> Attention:
+    """The attention transformers runs: "sdpa" falls back to "eager" for the classes that have no SDPA path
+    (gemma2, gpt_oss in 5.24: soft-capping / sinks), as transformers' own default selection does."""
+    if attention != "sdpa":
+        return attention
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    cls = getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(config.model_type, ""), None)
+    return "eager" if cls is not None and not getattr(cls, "_supports_sdpa", True) else "sdpa"
 
 
 def build_model(
@@ -130,7 +142,8 @@ def build_model(
     torch.manual_seed(seed)
     ctx = fake_mode if fake_mode is not None else contextlib.nullcontext()
     with ctx:
-        model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype(dtype), attn_implementation=attention)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype(dtype),
+                                                 attn_implementation=config._attn_implementation)
     for module in model.modules():
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0

@@ -16,6 +16,9 @@ AttentionKind = Literal["mha", "mla"]
 FFNKind = Literal["gelu_mlp", "swiglu"]
 NormKind = Literal["layernorm", "rmsnorm"]
 PositionKind = Literal["learned", "rotary"]
+NormPlacement = Literal["pre", "sandwich", "post"]
+GluAct = Literal["silu", "gelu_tanh"]
+QKNormScope = Literal["head", "projection"]
 
 
 def _positive(owner: str, **values: int | None) -> None:
@@ -34,6 +37,14 @@ def _one_of(owner: str, name: str, value: str, kind: Any) -> None:
         raise StepbillError(f"{owner}.{name} must be one of {', '.join(allowed)}; got {value!r}")
 
 
+def _cap(name: str, value: float | None) -> None:
+    """A soft-capping constant: None (no capping) or a finite positive number."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise StepbillError(f"{name} must be a positive number or null, got {value!r}")
+
+
 @dataclass(frozen=True)
 class AttentionSpec:
     """Self-attention. `mha` covers MHA, GQA and MQA (n_kv_heads < n_heads); `mla` is DeepSeek's latent
@@ -46,7 +57,13 @@ class AttentionSpec:
     head_dim: int | None = None  # None: hidden_size // n_heads
     qkv_bias: bool = False  # bias on the input projections (MLA: on q_a / kv_a)
     out_bias: bool = False  # bias on the output projection
-    qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3)
+    qk_norm: bool = False  # RMSNorm on q and k (Qwen3, Gemma3: per head; OLMo2: over the whole projection)
+    qk_norm_scope: QKNormScope = "head"  # "head": weight of head_dim; "projection": of heads·head_dim (OLMo2)
+    fused_qkv: bool = False  # one qkv_proj matrix instead of q/k/v (Phi-3): same parameters, one output
+    sinks: bool = False  # a learned logit per head added to the softmax (gpt-oss attention sinks)
+    logit_softcap: float | None = None  # scores become cap·tanh(scores / cap) (Gemma2); None: no capping
+    sliding_window: int | None = None  # window of the sliding-window layers, in tokens
+    sliding_layers: tuple[int, ...] = ()  # layer indices that attend within sliding_window (the rest: full)
     # MLA only
     q_lora_rank: int | None = None  # None: q is projected directly from the hidden state
     kv_lora_rank: int = 0
@@ -56,7 +73,15 @@ class AttentionSpec:
 
     def __post_init__(self) -> None:
         _one_of("attention", "kind", self.kind, AttentionKind)
-        _positive("attention", n_heads=self.n_heads, n_kv_heads=self.n_kv_heads, head_dim=self.head_dim)
+        _positive("attention", n_heads=self.n_heads, n_kv_heads=self.n_kv_heads, head_dim=self.head_dim,
+                  sliding_window=self.sliding_window)
+        _one_of("attention", "qk_norm_scope", self.qk_norm_scope, QKNormScope)
+        _cap("attention.logit_softcap", self.logit_softcap)
+        if any(isinstance(i, bool) or not isinstance(i, int) for i in self.sliding_layers):
+            raise StepbillError(f"attention.sliding_layers must be layer indices, got {self.sliding_layers!r}")
+        object.__setattr__(self, "sliding_layers", tuple(sorted(set(self.sliding_layers))))
+        if self.sliding_layers and self.sliding_window is None:
+            raise StepbillError("attention.sliding_layers needs attention.sliding_window")
         if self.n_kv_heads is not None and self.n_heads % self.n_kv_heads:
             raise StepbillError(
                 f"attention.n_kv_heads ({self.n_kv_heads}) must divide n_heads ({self.n_heads})"
@@ -95,14 +120,19 @@ class AttentionSpec:
 
 @dataclass(frozen=True)
 class FFNSpec:
-    """The dense feed-forward block: GELU-MLP (up, act, down) or SwiGLU (gate, up, silu·, down)."""
+    """The dense feed-forward block: GELU-MLP (up, act, down) or a gated MLP, kind "swiglu" (gate, up,
+    act(gate)·up, down) whose gate activation `glu_act` is SiLU (SwiGLU) or tanh-GELU (GeGLU, Gemma): the
+    same matrices either way. `fused_gate_up`: gate and up are one matrix of 2 × width (Phi-3)."""
 
     intermediate_size: int
     kind: FFNKind = "gelu_mlp"
     bias: bool = False
+    glu_act: GluAct = "silu"
+    fused_gate_up: bool = False
 
     def __post_init__(self) -> None:
         _one_of("ffn", "kind", self.kind, FFNKind)
+        _one_of("ffn", "glu_act", self.glu_act, GluAct)
         _positive("ffn", intermediate_size=self.intermediate_size)
 
 
@@ -125,6 +155,10 @@ class MoESpec:
     # e_score_correction_bias is a buffer in transformers, not a parameter.
     router_bias: bool = False
     dense_layers: tuple[int, ...] = ()  # layer indices that keep the dense FFN (first-k-dense, frequency)
+    expert_bias: bool = False  # gpt-oss: every expert's gate/up and down projections carry a bias
+    # gpt-oss's SwiGLU variant: gate clamped to ≤ limit, up to [-limit, limit], out = gate·σ(1.702·gate)·(up + 1);
+    # None: the plain SwiGLU. Changes no parameter.
+    swiglu_limit: float | None = None
 
     def __post_init__(self) -> None:
         _positive(
@@ -142,6 +176,7 @@ class MoESpec:
         if (self.n_shared_experts > 0) != (self.shared_intermediate_size > 0):
             raise StepbillError("moe.n_shared_experts and moe.shared_intermediate_size must be set together")
         object.__setattr__(self, "dense_layers", tuple(sorted(set(self.dense_layers))))
+        _cap("moe.swiglu_limit", self.swiglu_limit)
 
 
 @dataclass(frozen=True)
@@ -161,6 +196,13 @@ class ModelSpec:
     rotary_fraction: float = 1.0  # share of each head's dims that get rotary (GPT-NeoX rotary_pct)
     tied_embeddings: bool = False
     parallel_residual: bool = False  # GPT-NeoX: attention and MLP read the same input
+    # Where the norms sit in a layer: "pre" (input and post-attention norm before each block), "sandwich"
+    # (Gemma2/3: also a norm on each block's output, four per layer), "post" (OLMo2: only on each block's
+    # output, two per layer).
+    norm_placement: NormPlacement = "pre"
+    norm_weight_offset: bool = False  # Gemma: RMSNorm scales by (1 + weight), computed in fp32
+    scaled_embeddings: bool = False  # Gemma: token embeddings multiplied by √hidden_size
+    final_logit_softcap: float | None = None  # Gemma2: logits become cap·tanh(logits / cap)
     family: str = "custom"  # HF model_type this spec came from, or "custom"
     notes: str = ""
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -175,6 +217,8 @@ class ModelSpec:
         )
         _one_of("model", "norm", self.norm, NormKind)
         _one_of("model", "positions", self.positions, PositionKind)
+        _one_of("model", "norm_placement", self.norm_placement, NormPlacement)
+        _cap("model.final_logit_softcap", self.final_logit_softcap)
         if not 0.0 <= self.rotary_fraction <= 1.0:
             raise StepbillError(f"model.rotary_fraction must lie in [0, 1], got {self.rotary_fraction}")
         attn = self.attention
@@ -187,6 +231,8 @@ class ModelSpec:
             object.__setattr__(self, "attention", dataclasses.replace(attn, head_dim=self.hidden_size // attn.n_heads))
         if self.moe is not None and any(not 0 <= i < self.n_layers for i in self.moe.dense_layers):
             raise StepbillError(f"moe.dense_layers must lie in [0, {self.n_layers})")
+        if any(not 0 <= i < self.n_layers for i in self.attention.sliding_layers):
+            raise StepbillError(f"attention.sliding_layers must lie in [0, {self.n_layers})")
 
     # --- layer kinds -------------------------------------------------------------------------------
     def is_moe_layer(self, layer: int) -> bool:
@@ -223,6 +269,7 @@ class ModelSpec:
         out.pop("extra")
         if self.moe is not None:
             out["moe"]["dense_layers"] = list(self.moe.dense_layers)
+        out["attention"]["sliding_layers"] = list(self.attention.sliding_layers)
         return out
 
 
@@ -242,8 +289,9 @@ def _strict(cls: type, data: Any, owner: str, **already: Any) -> Any:
     if missing:
         raise StepbillError(f"{owner} is missing {', '.join(missing)}")
     values = dict(data)
-    if "dense_layers" in values:
-        values["dense_layers"] = tuple(values["dense_layers"])
+    for key in ("dense_layers", "sliding_layers"):
+        if key in values:
+            values[key] = tuple(values[key])
     try:
         return cls(**values, **already)
     except TypeError as exc:  # wrong value types that slipped past validation

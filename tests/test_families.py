@@ -1,0 +1,49 @@
+"""The five families added for issue 14 (gemma2, gemma3_text, phi3, olmo2, gpt_oss) through the bill: the
+ideal convention works, the eager convention refuses in one line where its rows are not modelled yet."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from stepbill.engine.activations.eager.families import MISSING
+from stepbill.engine.bill import make_bill
+from stepbill.errors import StepbillError
+from stepbill.spec.hf import from_hf_config
+from stepbill.spec.recipe import make_recipe
+
+CONFIGS = Path(__file__).parent / "data" / "hf_configs"
+NEW = {"gemma2": "gemma-2-9b", "gemma3_text": "gemma-3-1b", "phi3": "phi-3-mini-4k", "olmo2": "olmo-2-1124-7b",
+       "gpt_oss": "gpt-oss-20b"}
+
+
+def spec_of(family: str):
+    return from_hf_config(json.loads((CONFIGS / f"{NEW[family]}.json").read_text()), NEW[family])
+
+
+@pytest.mark.parametrize("family", sorted(NEW))
+def test_ideal_bill_of_each_new_family(family: str) -> None:
+    bill = make_bill(spec_of(family), make_recipe("mixed-bf16", "adamw", 1, 512, "none"))
+    assert bill.lines["memory.peak"].value >= bill.lines["memory.resident"].value > 0
+    assert bill.lines["memory.activations"].value > 0
+
+
+@pytest.mark.parametrize("family", sorted(MISSING))
+def test_eager_without_rows_is_one_line_naming_the_family(family: str) -> None:
+    with pytest.raises(StepbillError) as err:
+        make_bill(spec_of(family), make_recipe("mixed-bf16", "adamw", 1, 512, "none"), convention="eager")
+    message = str(err.value)
+    assert "\n" not in message and family in message and MISSING[family] in message
+
+
+def test_cli_eager_refusal_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    from stepbill.cli import main
+
+    family = sorted(MISSING)[0]
+    with pytest.raises(SystemExit) as exc:
+        main(["bill", str(CONFIGS / f"{NEW[family]}.json"), "--convention", "eager"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and family in err
