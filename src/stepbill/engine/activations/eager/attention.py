@@ -18,7 +18,7 @@ Which storages exist depends on transformers' modeling code of the family (Model
 from __future__ import annotations
 
 from stepbill.engine.activations.eager.dtypes import dt_of
-from stepbill.engine.activations.eager.norms import layernorm, linear_inputs, rmsnorm
+from stepbill.engine.activations.eager.norms import FP32_XHAT_FAMILIES, layernorm, linear_inputs, rmsnorm
 from stepbill.engine.activations.rows import FP32, ActTensor, Recompute, _attn_core
 from stepbill.engine.kinds import Split
 from stepbill.spec.model import ModelSpec
@@ -31,7 +31,12 @@ def pre_norm(prefix: str, spec: ModelSpec, param: int, block: str, source: Recom
     """The norm in front of a sub-block, reading the residual stream (parameter dtype)."""
     if spec.norm == "layernorm":
         return layernorm(prefix, spec.hidden_size, param, block, source, input_saved)
-    return rmsnorm(prefix, spec.hidden_size, 1, param, block, source)
+    return rmsnorm(prefix, spec.hidden_size, 1, param, block, source, xhat_bytes=xhat_bytes(spec))
+
+
+def xhat_bytes(spec: ModelSpec) -> int | None:
+    """fp32 for the families whose RMSNorm multiplies its weight in fp32, else None (the input's dtype)."""
+    return FP32 if spec.family in FP32_XHAT_FAMILIES else None
 
 
 def mha_rows(spec: ModelSpec, act: int) -> list[ActTensor]:
@@ -66,9 +71,13 @@ def mha_rows(spec: ModelSpec, act: int) -> list[ActTensor]:
             return rows
         return [*rows, lse, out]
     rows += linear_inputs("attn", ("q_proj", "k_proj", "v_proj"), d, dt.param, dt, b, Recompute("elementwise", n=d))
-    if a.qk_norm:
-        rows += rmsnorm("attn.q", h * dh, h, c, b, Recompute("linear", d, h * dh), split=Split.TP)
-        rows += rmsnorm("attn.k", kv * dh, kv, c, b, Recompute("linear", d, kv * dh), split=Split.TP)
+    if a.qk_norm:  # per head (Qwen3, Gemma3: one 1/rms per head) or over the whole projection (OLMo2: one)
+        whole = a.qk_norm_scope == "projection"
+        xb = xhat_bytes(spec)
+        rows += rmsnorm("attn.q", h * dh, 1 if whole else h, c, b, Recompute("linear", d, h * dh), split=Split.TP,
+                        xhat_bytes=xb)
+        rows += rmsnorm("attn.k", kv * dh, 1 if whole else kv, c, b, Recompute("linear", d, kv * dh),
+                        split=Split.TP, xhat_bytes=xb)
     return [
         *rows,
         ActTensor("attn.q", h * dh, c, "SDPA q (after RoPE: a new tensor)", Recompute("linear", d, h * dh), b, split=Split.TP),

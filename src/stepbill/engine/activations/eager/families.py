@@ -17,7 +17,6 @@ MISSING: dict[str, str] = {
               "tanh saves and the sliding-window mask",
     "gemma3_text": "sandwich norms, Gemma's fp32 (1 + w) RMSNorm, GeGLU, qk-norm and the sliding-window mask",
     "phi3": "the fused qkv_proj / gate_up_proj saves and the sliding-window mask",
-    "olmo2": "post-norms and the whole-projection qk-norm",
     "gpt_oss": "attention sinks, biased experts with the clamped SwiGLU, the router bias and the sliding-window "
                "mask",
 }
