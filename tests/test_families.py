@@ -47,3 +47,13 @@ def test_cli_eager_refusal_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and family in err
+
+
+def test_eager_sliding_window_mask_is_refused_in_one_line() -> None:
+    """phi3 with a window: below it the mask is skipped (rows of full causal attention), from it on SDPA keeps
+    a B·S² mask that the eager rows do not model yet."""
+    spec = spec_of("phi3")  # sliding_window 2047
+    make_bill(spec, make_recipe("pure-bf16", "adamw", 1, 2046, "none"), convention="eager")
+    with pytest.raises(StepbillError) as err:
+        make_bill(spec, make_recipe("pure-bf16", "adamw", 1, 2047, "none"), convention="eager")
+    assert "\n" not in str(err.value) and "sliding_window 2047" in str(err.value)

@@ -28,7 +28,7 @@ KNOWN_GAPS = {
     ("mixtral", "pure-bf16", "full"), ("qwen2_moe", "fp32", "full"),
     ("qwen2_moe", "pure-bf16", "full"), ("qwen2_moe", "amp-bf16", "full"),
     ("deepseek_v3", "pure-bf16", "full"), ("deepseek_v3", "amp-bf16", "full"), ("llama", "amp-bf16", "full"),
-    ("qwen3", "amp-bf16", "full"),
+    ("qwen3", "amp-bf16", "full"), ("phi3", "amp-bf16", "full"),
 }
 
 

@@ -16,7 +16,6 @@ MISSING: dict[str, str] = {
     "gemma2": "sandwich norms, Gemma's fp32 (1 + w) RMSNorm, GeGLU, the attention and final-logit soft-capping "
               "tanh saves and the sliding-window mask",
     "gemma3_text": "sandwich norms, Gemma's fp32 (1 + w) RMSNorm, GeGLU, qk-norm and the sliding-window mask",
-    "phi3": "the fused qkv_proj / gate_up_proj saves and the sliding-window mask",
     "gpt_oss": "attention sinks, biased experts with the clamped SwiGLU, the router bias and the sliding-window "
                "mask",
 }
@@ -28,3 +27,19 @@ def require_eager_rows(spec: ModelSpec) -> None:
     if missing:
         raise StepbillError(f"the eager convention does not model {spec.family} yet ({missing}); "
                             "use --convention ideal")
+
+
+def require_no_window_mask(spec: ModelSpec, seq_len: int) -> None:
+    """Raise a one-line StepbillError where a sliding window is shorter than the sequence.
+
+    Measured on CPU (transformers 5.24, phi3, window 16 < seq 64): the window then becomes an explicit mask,
+    and SDPA keeps it (B × 1 × S × S in the compute dtype, shared by the layers of one attention type) and
+    GQA-expanded copies of k and v instead of the kv-head views — not modelled yet. Below the window the mask
+    is skipped (masking_utils._ignore_causal_mask_sdpa: kv_length < local_attention_size) and the rows are
+    those of full causal attention."""
+    a = spec.attention
+    if a.sliding_layers and a.sliding_window is not None and seq_len >= a.sliding_window:
+        raise StepbillError(
+            f"the eager convention does not model {spec.family}'s sliding-window mask yet (seq {seq_len} ≥ "
+            f"sliding_window {a.sliding_window}: SDPA keeps a B·S² mask and GQA-expanded k/v); use --convention "
+            f"ideal or seq < {a.sliding_window}")
