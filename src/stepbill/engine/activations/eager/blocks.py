@@ -8,6 +8,7 @@ from collections.abc import Callable
 from stepbill.engine.activations.eager.attention import mha_rows, mla_rows
 from stepbill.engine.activations.eager.families import require_eager_rows
 from stepbill.engine.activations.eager.ffn import gelu_rows, swiglu_rows
+from stepbill.engine.activations.eager.gemma import post_attention_norm, post_ffn_norm
 from stepbill.engine.activations.eager.moe import moe_rows
 from stepbill.engine.activations.rows import ActTensor
 from stepbill.spec.model import ModelSpec
@@ -26,5 +27,16 @@ def _modelled(builder: Builder) -> Builder:
     return rows
 
 
+def mha_with_post_norm(spec: ModelSpec, act: int) -> list[ActTensor]:
+    """mha_rows, and Gemma's sandwich norm on the attention output (eager/gemma.py)."""
+    return mha_rows(spec, act) + post_attention_norm(spec, act)
+
+
+def swiglu_with_post_norm(spec: ModelSpec, act: int) -> list[ActTensor]:
+    """swiglu_rows (GeGLU alike), and Gemma's sandwich norm on the MLP output (eager/gemma.py)."""
+    return swiglu_rows(spec, act) + post_ffn_norm(spec, act, "swiglu")
+
+
 BLOCKS = {name: _modelled(builder) for name, builder in
-          {"mha": mha_rows, "mla": mla_rows, "swiglu": swiglu_rows, "gelu_mlp": gelu_rows, "moe": moe_rows}.items()}
+          {"mha": mha_with_post_norm, "mla": mla_rows, "swiglu": swiglu_with_post_norm, "gelu_mlp": gelu_rows,
+           "moe": moe_rows}.items()}

@@ -15,7 +15,6 @@ from stepbill.spec.model import ModelSpec
 MISSING: dict[str, str] = {
     "gemma2": "sandwich norms, Gemma's fp32 (1 + w) RMSNorm, GeGLU, the attention and final-logit soft-capping "
               "tanh saves and the sliding-window mask",
-    "gemma3_text": "sandwich norms, Gemma's fp32 (1 + w) RMSNorm, GeGLU, qk-norm and the sliding-window mask",
     "gpt_oss": "attention sinks, biased experts with the clamped SwiGLU, the router bias and the sliding-window "
                "mask",
 }

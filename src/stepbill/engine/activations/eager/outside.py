@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from stepbill.engine.activations.eager.attention import pre_norm
 from stepbill.engine.activations.eager.dtypes import INT64, dt_of
+from stepbill.engine.activations.eager.gemma import norm_weight_constants, rope_tables
 from stepbill.engine.activations.eager.norms import linear_inputs
 from stepbill.engine.activations.rows import FP32, ActTensor, Recompute
 from stepbill.engine.kinds import Split
@@ -62,8 +63,9 @@ def outside_fixed_rows(spec: ModelSpec, act: int, micro_batch: int, recompute: s
         rows.append(ActTensor("rope.freqs_cis", rope // 2, 8, "RoPE as a complex product (view_as_complex): one "
                               "complex64 table per position, in every recipe", copy, b, per="position"))
     elif rope and recompute == "none":
-        rows.append(ActTensor("rope.cos_sin", 2 * rope, dt.param, "RoPE backward (q·cos, rotate_half(q)·sin): "
-                              "the tables, per position, shared by the batch and every layer", copy, b, per="position"))
+        rows.append(ActTensor("rope.cos_sin", 2 * rope * rope_tables(spec), dt.param, "RoPE backward (q·cos, "
+                              "rotate_half(q)·sin): the tables, per position, shared by the batch and every layer "
+                              "(Gemma3: one pair per attention type)", copy, b, per="position"))
     if spec.positions == "learned":
         rows.append(ActTensor("embed.position_ids", 1, INT64, "position embedding backward (int64 ids)", copy, b,
                               per="position"))
@@ -72,6 +74,7 @@ def outside_fixed_rows(spec: ModelSpec, act: int, micro_batch: int, recompute: s
                               copy, b, per="constant"))
     rows.append(ActTensor("loss.total_weight", 1, FP32, "NLL: count of non-ignored tokens (scalar)", copy, b,
                           per="constant"))
+    rows += norm_weight_constants(spec, "outside", dt.param)
     if dt.amp and with_casts:
         rows.append(ActTensor("lm_head.weight_cast", spec.vocab_size * spec.hidden_size, dt.compute,
                               "LM head input grad: autocast's bf16 copy of the weight", copy, b, per="constant",
