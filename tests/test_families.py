@@ -57,3 +57,17 @@ def test_eager_sliding_window_mask_is_refused_in_one_line() -> None:
     with pytest.raises(StepbillError) as err:
         make_bill(spec, make_recipe("pure-bf16", "adamw", 1, 2047, "none"), convention="eager")
     assert "\n" not in str(err.value) and "sliding_window 2047" in str(err.value)
+
+
+def test_gemma2_eager_attention_rows_and_recompute_refusal() -> None:
+    """gemma2 runs eager attention on CPU (no SDPA in transformers): S² rows (soft-cap tanh, fp32 softmax, its
+    bf16 cast); with recompute the checkpointed masks are refused in one line."""
+    from stepbill.engine.activations.rows import layer_rows
+
+    spec = spec_of("gemma2")
+    names = {r.name for r in layer_rows(spec, "dense", 2, "eager") if r.per_token2}
+    assert names == {"attn.softcap_tanh", "attn.probs", "attn.probs_cast"}
+    make_bill(spec, make_recipe("pure-bf16", "adamw", 1, 8192, "none"), convention="eager")  # window: no refusal
+    with pytest.raises(StepbillError) as err:
+        make_bill(spec, make_recipe("pure-bf16", "adamw", 1, 512, "full"), convention="eager")
+    assert "\n" not in str(err.value) and "gemma2" in str(err.value)

@@ -8,7 +8,12 @@ from collections.abc import Callable
 from stepbill.engine.activations.eager.attention import mha_rows, mla_rows
 from stepbill.engine.activations.eager.families import require_eager_rows
 from stepbill.engine.activations.eager.ffn import gelu_rows, swiglu_rows
-from stepbill.engine.activations.eager.gemma import post_attention_norm, post_ffn_norm
+from stepbill.engine.activations.eager.gemma import (
+    EAGER_ATTENTION_FAMILIES,
+    eager_attention_rows,
+    post_attention_norm,
+    post_ffn_norm,
+)
 from stepbill.engine.activations.eager.moe import moe_rows
 from stepbill.engine.activations.rows import ActTensor
 from stepbill.spec.model import ModelSpec
@@ -28,8 +33,9 @@ def _modelled(builder: Builder) -> Builder:
 
 
 def mha_with_post_norm(spec: ModelSpec, act: int) -> list[ActTensor]:
-    """mha_rows, and Gemma's sandwich norm on the attention output (eager/gemma.py)."""
-    return mha_rows(spec, act) + post_attention_norm(spec, act)
+    """mha_rows (Gemma2: its eager attention), and Gemma's sandwich norm on the attention output (eager/gemma.py)."""
+    core = eager_attention_rows if spec.family in EAGER_ATTENTION_FAMILIES else mha_rows
+    return core(spec, act) + post_attention_norm(spec, act)
 
 
 def swiglu_with_post_norm(spec: ModelSpec, act: int) -> list[ActTensor]:

@@ -8,13 +8,12 @@ while the ideal convention and the parameter counts keep working.
 
 from __future__ import annotations
 
+from stepbill.engine.activations.eager.gemma import EAGER_ATTENTION_FAMILIES
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
 
 # What each not-yet-modelled family's eager forward keeps that the measured families' rows do not describe.
 MISSING: dict[str, str] = {
-    "gemma2": "sandwich norms, Gemma's fp32 (1 + w) RMSNorm, GeGLU, the attention and final-logit soft-capping "
-              "tanh saves and the sliding-window mask",
     "gpt_oss": "attention sinks, biased experts with the clamped SwiGLU, the router bias and the sliding-window "
                "mask",
 }
@@ -37,8 +36,20 @@ def require_no_window_mask(spec: ModelSpec, seq_len: int) -> None:
     is skipped (masking_utils._ignore_causal_mask_sdpa: kv_length < local_attention_size) and the rows are
     those of full causal attention."""
     a = spec.attention
+    if spec.family in EAGER_ATTENTION_FAMILIES:
+        return  # eager attention always builds the mask and never keeps it (recompute none): nothing changes
     if a.sliding_layers and a.sliding_window is not None and seq_len >= a.sliding_window:
         raise StepbillError(
             f"the eager convention does not model {spec.family}'s sliding-window mask yet (seq {seq_len} ≥ "
             f"sliding_window {a.sliding_window}: SDPA keeps a B·S² mask and GQA-expanded k/v); use --convention "
             f"ideal or seq < {a.sliding_window}")
+
+
+def require_modelled_step(spec: ModelSpec, seq_len: int, recompute: str) -> None:
+    """The step-level checks of the eager convention (engine/memory/eager.eager_terms): the sliding-window mask,
+    and — for the eager-attention families — the attention masks that checkpoints keep under recompute."""
+    require_no_window_mask(spec, seq_len)
+    if spec.family in EAGER_ATTENTION_FAMILIES and recompute != "none":
+        raise StepbillError(
+            f"the eager convention does not model {spec.family} with recompute {recompute!r} yet (its checkpoints "
+            "keep eager attention's B·S² masks); use --convention ideal or recompute none")

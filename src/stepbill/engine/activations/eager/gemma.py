@@ -68,3 +68,55 @@ def rope_tables(spec: ModelSpec) -> int:
     if spec.family == "gemma3_text" and 0 < len(a.sliding_layers) < spec.n_layers:
         return 2
     return 1
+
+
+# Families whose transformers class has no SDPA path (5.24: `_supports_sdpa = False`): CPU runs their
+# `eager_attention_forward` (measure/build.effective_attention).
+EAGER_ATTENTION_FAMILIES = ("gemma2",)
+
+
+def eager_attention_rows(spec: ModelSpec, act: int) -> list[ActTensor]:
+    """Gemma2's attention (modeling_gemma2.eager_attention_forward): the pre-norm and q/k/v inputs as
+    elsewhere; then matmul(q, repeat_kv(k)ᵀ) keeps q (after RoPE) and k expanded to every query head; soft-
+    capping keeps tanh's output (B·H·S², compute dtype); softmax in fp32 keeps its output, and — below fp32 —
+    its cast to the compute dtype, which P·V keeps with v expanded to every head; the head-major output is
+    copied token-major for o_proj. The additive mask is not kept by autograd."""
+    from stepbill.engine.activations.eager.attention import pre_norm
+    from stepbill.engine.activations.eager.norms import linear_inputs
+    from stepbill.engine.activations.rows import _attn_core
+    from stepbill.engine.kinds import Split
+
+    dt = dt_of(act)
+    a, d, c, b = spec.attention, spec.hidden_size, dt.compute, "mha"
+    h, dh, dv = a.n_heads, a.qk_head_dim, a.v_dim
+    core = _attn_core(spec)
+    rows = pre_norm("attn", spec, dt.param, b, Recompute("input"))
+    rows += linear_inputs("attn", ("q_proj", "k_proj", "v_proj"), d, dt.param, dt, b, Recompute("elementwise", n=d))
+    rows += [
+        ActTensor("attn.q", h * dh, c, "q·kᵀ (q after RoPE: a new tensor)", Recompute("linear", d, h * dh), b,
+                  split=Split.TP),
+        ActTensor("attn.k_rep", h * dh, c, "q·kᵀ: k after RoPE expanded to every query head (repeat_kv)",
+                  Recompute("linear", d, a.kv_heads * dh), b, split=Split.TP),
+    ]
+    if a.logit_softcap is not None:
+        rows.append(ActTensor("attn.softcap_tanh", h, c, "soft-capping: tanh's output (B·H·S²)", core, b,
+                              "attn.core", per_token2=True, split=Split.TP))
+    rows.append(ActTensor("attn.probs", h, FP32, "softmax (fp32) backward: its output P (B·H·S²)", core, b,
+                          "attn.core", per_token2=True, split=Split.TP))
+    if c != FP32:
+        rows.append(ActTensor("attn.probs_cast", h, c, "P·V: P cast to the compute dtype (B·H·S²)", core, b,
+                              "attn.core", per_token2=True, split=Split.TP))
+    return rows + [
+        ActTensor("attn.v_rep", h * dv, c, "P·V: v expanded to every query head (repeat_kv)",
+                  Recompute("linear", d, a.kv_heads * dv), b, split=Split.TP),
+        ActTensor("attn.o_in", h * dv, c, "o_proj weight grad: token-major copy of the attention output", core, b,
+                  "attn.core", split=Split.TP),
+    ]
+
+
+def final_softcap_rows(spec: ModelSpec, act: int) -> list[ActTensor]:
+    """Gemma2's final logit soft-capping: tanh keeps its output (vocabulary wide, compute dtype)."""
+    if spec.final_logit_softcap is None:
+        return []
+    return [ActTensor("loss.softcap_tanh", spec.vocab_size, dt_of(act).compute, "final logit soft-capping: tanh's "
+                      "output", Recompute("linear", spec.hidden_size, spec.vocab_size), "outside")]

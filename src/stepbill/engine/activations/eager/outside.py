@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from stepbill.engine.activations.eager.attention import pre_norm
 from stepbill.engine.activations.eager.dtypes import INT64, dt_of
-from stepbill.engine.activations.eager.gemma import norm_weight_constants, rope_tables
+from stepbill.engine.activations.eager.gemma import final_softcap_rows, norm_weight_constants, rope_tables
 from stepbill.engine.activations.eager.norms import linear_inputs
 from stepbill.engine.activations.rows import FP32, ActTensor, Recompute
 from stepbill.engine.kinds import Split
@@ -31,6 +31,7 @@ def outside_rows(spec: ModelSpec, act: int) -> list[ActTensor]:
     return [
         *pre_norm("final", spec, dt.param, b, Recompute("input")),
         *linear_inputs("final", ("lm_head",), d, dt.param, dt, b, Recompute("elementwise", n=d)),
+        *final_softcap_rows(spec, act),
         ActTensor("loss.log_softmax_fp32", spec.vocab_size, FP32, "cross-entropy (logits upcast to fp32)",
                   Recompute("linear", d, spec.vocab_size), b, split=Split.TP),
         ActTensor("loss.labels", 1, INT64, "NLL gradient (shifted labels, int64)", Recompute("copy"), b),
