@@ -106,7 +106,8 @@ def eager_attention_rows(spec: ModelSpec, act: int) -> list[ActTensor]:
     if c != FP32:
         rows.append(ActTensor("attn.probs_cast", h, c, "P·V: P cast to the compute dtype (B·H·S²)", core, b,
                               "attn.core", per_token2=True, split=Split.TP))
-    return rows + [
+    return [
+        *rows,
         ActTensor("attn.v_rep", h * dv, c, "P·V: v expanded to every query head (repeat_kv)",
                   Recompute("linear", d, a.kv_heads * dv), b, split=Split.TP),
         ActTensor("attn.o_in", h * dv, c, "o_proj weight grad: token-major copy of the attention output", core, b,
