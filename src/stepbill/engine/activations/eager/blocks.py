@@ -14,6 +14,7 @@ from stepbill.engine.activations.eager.gemma import (
     post_attention_norm,
     post_ffn_norm,
 )
+from stepbill.engine.activations.eager.gpt_oss import gpt_oss_moe_rows, sink_attention_rows
 from stepbill.engine.activations.eager.moe import moe_rows
 from stepbill.engine.activations.rows import ActTensor
 from stepbill.spec.model import ModelSpec
@@ -34,8 +35,17 @@ def _modelled(builder: Builder) -> Builder:
 
 def mha_with_post_norm(spec: ModelSpec, act: int) -> list[ActTensor]:
     """mha_rows (Gemma2: its eager attention), and Gemma's sandwich norm on the attention output (eager/gemma.py)."""
+    if spec.attention.sinks:
+        return sink_attention_rows(spec, act)
     core = eager_attention_rows if spec.family in EAGER_ATTENTION_FAMILIES else mha_rows
     return core(spec, act) + post_attention_norm(spec, act)
+
+
+def moe_of_family(spec: ModelSpec, act: int) -> list[ActTensor]:
+    """moe_rows, or gpt-oss's biased experts with the clamped SwiGLU (eager/gpt_oss.py)."""
+    m = spec.moe
+    gpt_oss = m is not None and (m.expert_bias or m.swiglu_limit is not None)
+    return gpt_oss_moe_rows(spec, act) if gpt_oss else moe_rows(spec, act)
 
 
 def swiglu_with_post_norm(spec: ModelSpec, act: int) -> list[ActTensor]:
@@ -45,4 +55,4 @@ def swiglu_with_post_norm(spec: ModelSpec, act: int) -> list[ActTensor]:
 
 BLOCKS = {name: _modelled(builder) for name, builder in
           {"mha": mha_with_post_norm, "mla": mla_rows, "swiglu": swiglu_with_post_norm, "gelu_mlp": gelu_rows,
-           "moe": moe_rows}.items()}
+           "moe": moe_of_family}.items()}

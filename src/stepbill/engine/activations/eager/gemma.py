@@ -72,7 +72,7 @@ def rope_tables(spec: ModelSpec) -> int:
 
 # Families whose transformers class has no SDPA path (5.24: `_supports_sdpa = False`): CPU runs their
 # `eager_attention_forward` (measure/build.effective_attention).
-EAGER_ATTENTION_FAMILIES = ("gemma2",)
+EAGER_ATTENTION_FAMILIES = ("gemma2", "gpt_oss")
 
 
 def eager_attention_rows(spec: ModelSpec, act: int) -> list[ActTensor]:

@@ -17,9 +17,10 @@ from stepbill.engine.activations.eager.dtypes import FP32, Dt
 from stepbill.engine.activations.rows import ActTensor, Recompute
 from stepbill.engine.kinds import Split
 
-# Families whose RMSNorm multiplies the weight in fp32 and casts after (OLMo2's `(w · x̂).to(dtype)`, Gemma's
+# Families whose RMSNorm multiplies the weight in fp32 and casts after (OLMo2's and gpt-oss's
+# `(w · x̂).to(dtype)`, Gemma's
 # `(x̂ · (1 + w.float())).type_as(x)`): x̂ is saved in fp32 whatever the input dtype.
-FP32_XHAT_FAMILIES = ("olmo2", "gemma2", "gemma3_text")
+FP32_XHAT_FAMILIES = ("olmo2", "gemma2", "gemma3_text", "gpt_oss")
 
 
 def rmsnorm(prefix: str, width: int, rows: int, in_bytes: int, block: str, source: Recompute,

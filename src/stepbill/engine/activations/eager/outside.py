@@ -24,6 +24,9 @@ from stepbill.engine.activations.rows import FP32, ActTensor, Recompute
 from stepbill.engine.kinds import Split
 from stepbill.spec.model import ModelSpec
 
+# gpt-oss rotates the two halves of each head (`_apply_rotary_emb`): its cos/sin tables are rotary width / 2.
+HALF_ROPE_TABLE_FAMILIES = ("gpt_oss",)
+
 
 def outside_rows(spec: ModelSpec, act: int) -> list[ActTensor]:
     dt = dt_of(act)
@@ -64,7 +67,8 @@ def outside_fixed_rows(spec: ModelSpec, act: int, micro_batch: int, recompute: s
         rows.append(ActTensor("rope.freqs_cis", rope // 2, 8, "RoPE as a complex product (view_as_complex): one "
                               "complex64 table per position, in every recipe", copy, b, per="position"))
     elif rope and recompute == "none":
-        rows.append(ActTensor("rope.cos_sin", 2 * rope * rope_tables(spec), dt.param, "RoPE backward (q·cos, "
+        width = 2 * rope * rope_tables(spec) // (2 if spec.family in HALF_ROPE_TABLE_FAMILIES else 1)
+        rows.append(ActTensor("rope.cos_sin", width, dt.param, "RoPE backward (q·cos, "
                               "rotate_half(q)·sin): the tables, per position, shared by the batch and every layer "
                               "(Gemma3: one pair per attention type)", copy, b, per="position"))
     if spec.positions == "learned":

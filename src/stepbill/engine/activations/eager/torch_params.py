@@ -46,6 +46,12 @@ def _grouped_experts(rows: list[ParamTensor], n_layers: int) -> list[TorchTensor
     if gate is None or down is None:
         return []
     experts = gate.copies // n_layers
+    if any(t.component == "experts" and t.name.endswith(".bias") for t in rows):
+        # gpt-oss: [E, h, 2f] and [E, f, h] (transposed), each followed by its bias
+        return [TorchTensor("experts.gate_up_proj", (experts, gate.shape[1], 2 * gate.shape[0])),
+                TorchTensor("experts.gate_up_proj_bias", (experts, 2 * gate.shape[0])),
+                TorchTensor("experts.down_proj", (experts, down.shape[1], down.shape[0])),
+                TorchTensor("experts.down_proj_bias", (experts, down.shape[0]))]
     return [TorchTensor("experts.gate_up_proj", (experts, 2 * gate.shape[0], gate.shape[1])),
             TorchTensor("experts.down_proj", (experts, *down.shape))]
 
