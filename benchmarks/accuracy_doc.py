@@ -12,6 +12,19 @@ from pathlib import Path
 
 SHARDED_BEGIN = "<!-- sharded:begin -->"
 SHARDED_END = "<!-- sharded:end -->"
+# A hand-written section (the issue-14 families: counts and tests/measure/test_eager_families.py figures) that
+# neither writer owns: kept as it is, at the end of the document.
+KEPT_BEGIN = "<!-- families:begin -->"
+KEPT_END = "<!-- families:end -->"
+
+
+def _take_kept(doc: str) -> tuple[str, str]:
+    """(doc without the kept section, the kept section with its markers or "")."""
+    if KEPT_BEGIN not in doc or KEPT_END not in doc:
+        return doc, ""
+    before, rest = doc.split(KEPT_BEGIN, 1)
+    inner, after = rest.split(KEPT_END, 1)
+    return before.rstrip("\n") + "\n" + after.lstrip("\n"), f"{KEPT_BEGIN}{inner}{KEPT_END}\n"
 
 
 def split(doc: str) -> tuple[str, str, str]:
@@ -31,7 +44,7 @@ def join(main: str, sharded: str, after: str = "") -> str:
 
 def write_section(path: Path, text: str, sharded: bool = False) -> None:
     """Write one side's section of `path`, keeping the other side's."""
-    old = path.read_text() if path.exists() else ""
+    old, kept = _take_kept(path.read_text() if path.exists() else "")
     before, inner, after = split(old)
     new = join(before, text, after) if sharded else join(text, inner, "")
-    path.write_text(new.rstrip("\n") + "\n")
+    path.write_text(new.rstrip("\n") + "\n" + (f"\n{kept}" if kept else ""))

@@ -46,6 +46,18 @@ EXPECTED = {
     "qwen3-30b-a3b": (30_532_122_624, 3_353_032_704),
     "deepseek-v2-lite": (15_706_484_224, 2_661_150_208),
     "deepseek-v3": (671_026_404_352, 37_552_282_624),
+    # Hub repos: google/gemma-2-9b, google/gemma-3-1b-it, google/gemma-3-4b-it (its text_config),
+    # microsoft/Phi-3-mini-4k-instruct, allenai/OLMo-2-1124-7B, openai/gpt-oss-20b. Independent values:
+    # keras-hub's presets give gemma3_1b 999,885,952 and phi3_mini_4k 3,821,079,552 (and gemma3_4b_text
+    # 3,880,099,328 with 262,144 rows, 64 fewer than HF's 262,208: 64 × 2,560 = 163,840); OpenAI's gpt-oss
+    # model card gives 20.9B total and 3.61B active without the input embedding (4,187,440,704 − 201,088 × 2,880
+    # = 3,608,307,264).
+    "gemma-2-9b": (9_241_705_984, 9_241_705_984),
+    "gemma-3-1b": (999_885_952, 999_885_952),
+    "gemma-3-4b-text": (3_880_263_168, 3_880_263_168),
+    "phi-3-mini-4k": (3_821_079_552, 3_821_079_552),
+    "olmo-2-1124-7b": (7_298_617_344, 7_298_617_344),
+    "gpt-oss-20b": (20_914_757_184, 4_187_440_704),
 }
 
 
@@ -222,6 +234,51 @@ def one_line_error(config: Any) -> str:
     return message
 
 
+def test_gemma_rules() -> None:
+    g2 = from_hf_config(real("gemma-2-9b"))
+    a = g2.attention
+    assert (a.head_dim, a.kv_heads, a.logit_softcap, g2.final_logit_softcap) == (256, 8, 50.0, 30.0)
+    assert a.sliding_window == 4096 and a.sliding_layers == tuple(range(0, 42, 2))  # every 2nd layer is full
+    assert (g2.norm_placement, g2.norm_weight_offset, g2.scaled_embeddings, g2.tied_embeddings) == (
+        "sandwich", True, True, True)
+    assert (g2.ffn.kind, g2.ffn.glu_act, a.qk_norm) == ("swiglu", "gelu_tanh", False)
+    g3 = from_hf_config(real("gemma-3-1b"))
+    assert g3.attention.qk_norm and g3.attention.qk_norm_scope == "head" and g3.attention.logit_softcap is None
+    assert g3.attention.sliding_layers == tuple(i for i in range(26) if (i + 1) % 6)  # sliding_window_pattern 6
+    assert g3.final_logit_softcap is None
+    norms = {t.name: t.copies for t in param_inventory(g3).tensors if t.component == "norms"}
+    assert {n.split(".")[0] for n in norms} == {"input_norm", "post_attn_norm", "pre_ffn_norm", "post_ffn_norm",
+                                                "attn", "final_norm"}
+
+
+def test_gemma_layer_types_and_null_window() -> None:
+    config = {**real("gemma-2-9b"), "num_hidden_layers": 3,
+              "layer_types": ["full_attention", "sliding_attention", "sliding_attention"]}
+    assert from_hf_config(config).attention.sliding_layers == (1, 2)
+    assert from_hf_config({**config, "sliding_window": None}).attention.sliding_layers == ()
+
+
+def test_phi3_olmo2_gpt_oss_rules() -> None:
+    phi = from_hf_config(real("phi-3-mini-4k"))
+    assert phi.attention.fused_qkv and phi.ffn.fused_gate_up and not phi.attention.qkv_bias
+    assert phi.attention.sliding_window == 2047 and phi.attention.sliding_layers == tuple(range(32))
+    olmo = from_hf_config(real("olmo-2-1124-7b"))
+    assert olmo.norm_placement == "post" and olmo.attention.qk_norm_scope == "projection"
+    q_norm = next(t for t in param_inventory(olmo).tensors if t.name == "attn.q_norm.weight")
+    assert q_norm.shape == (4096,)  # over all 32 heads × 128, not one head
+    oss = from_hf_config(real("gpt-oss-20b"))
+    assert oss.moe is not None and oss.n_moe_layers == 24 and oss.n_dense_layers == 0
+    assert (oss.moe.router_bias, oss.moe.expert_bias, oss.moe.swiglu_limit) == (True, True, 7.0)
+    assert oss.attention.sinks and oss.attention.qkv_bias and oss.attention.out_bias
+    assert oss.attention.sliding_window == 128 and oss.attention.sliding_layers == tuple(range(0, 24, 2))
+    assert "quantization_config" in oss.notes
+
+
+def test_multimodal_gemma3_points_to_text_config() -> None:
+    message = one_line_error({"model_type": "gemma3", "text_config": real("gemma-3-4b-text")})
+    assert "text_config" in message and "gemma3_text" in message
+
+
 def test_unsupported_model_type_names_the_supported_ones() -> None:
     message = one_line_error({"model_type": "bert", "hidden_size": 768})
     assert "'bert'" in message and all(family in message for family in SUPPORTED_MODEL_TYPES)
@@ -267,6 +324,18 @@ def test_missing_required_field(name: str, key: str) -> None:
         ("deepseek-v3", {"kv_lora_rank": 0}, "kv_lora_rank"),
         ("gpt2", {"n_head": 5}, "num_attention_heads"),
         ("gpt2", {"add_cross_attention": True}, "add_cross_attention"),
+        ("gemma-2-9b", {"num_attention_heads": 15, "num_key_value_heads": 5}, "num_attention_heads"),
+        ("gemma-2-9b", {"head_dim": None}, "head_dim"),
+        ("gemma-2-9b", {"hidden_activation": "relu"}, "hidden_activation"),
+        ("gemma-2-9b", {"attn_logit_softcapping": -1}, "attn_logit_softcapping"),
+        ("gemma-2-9b", {"final_logit_softcapping": "30"}, "final_logit_softcapping"),
+        ("gemma-2-9b", {"layer_types": ["full_attention"]}, "layer_types"),
+        ("gemma-3-1b", {"sliding_window_pattern": 0}, "sliding_window_pattern"),
+        ("gemma-3-1b", {"use_bidirectional_attention": True}, "use_bidirectional_attention"),
+        ("gpt-oss-20b", {"head_dim": None}, "head_dim"),
+        ("gpt-oss-20b", {"swiglu_limit": float("nan")}, "swiglu_limit"),
+        ("gpt-oss-20b", {"num_local_experts": 2}, "top_k"),
+        ("olmo-2-1124-7b", {"attention_bias": "false"}, "attention_bias"),
     ],
 )
 def test_family_specific_bad_values(name: str, change: dict[str, Any], needle: str) -> None:

@@ -124,6 +124,32 @@ SMALL: dict[str, dict[str, Any]] = {
                                         "first_k_dense_replace": 0, "tie_word_embeddings": True,
                                         "attention_bias": True},
     "deepseek_v3-all-dense": {"model_type": "deepseek_v3", **_MLA, "first_k_dense_replace": 9},
+    # gemma2 / gemma3_text: sandwich norms, GeGLU, head_dim ≠ hidden / heads, layer_types and their defaults.
+    "gemma2-defaults": {"model_type": "gemma2", **_LLAMA},
+    "gemma2-bias-untied-layer_types": {"model_type": "gemma2", **_LLAMA, "head_dim": 24, "attention_bias": True,
+                                       "tie_word_embeddings": False, "attn_logit_softcapping": None,
+                                       "layer_types": ["full_attention", "sliding_attention", "full_attention"]},
+    "gemma3_text-defaults": {"model_type": "gemma3_text", **_LLAMA, "num_hidden_layers": 7},
+    "gemma3_text-pattern-window-null": {"model_type": "gemma3_text", **_LLAMA, "head_dim": 12,
+                                        "sliding_window_pattern": 2, "sliding_window": None,
+                                        "attention_bias": True},
+    # phi3: fused qkv_proj / gate_up_proj, head_dim when present.
+    # (pad_token_id: the class default 32000 lies outside a 97-token vocabulary; it changes no count)
+    "phi3-defaults": {"model_type": "phi3", **{k: v for k, v in _LLAMA.items() if k != "num_key_value_heads"},
+                      "pad_token_id": 0},
+    "phi3-gqa-head_dim-window": {"model_type": "phi3", **_LLAMA, "head_dim": 8, "sliding_window": 16,
+                                 "tie_word_embeddings": True, "pad_token_id": 0},
+    # olmo2: post-norms, qk-norm over the whole projections.
+    "olmo2-gqa": {"model_type": "olmo2", **_LLAMA},
+    "olmo2-bias-head_dim-tied": {"model_type": "olmo2", **_LLAMA, "attention_bias": True, "head_dim": 24,
+                                 "tie_word_embeddings": True},
+    # gpt_oss: biased experts and router, sinks, layer_types default.
+    "gpt_oss-small": {"model_type": "gpt_oss", **_LLAMA, "num_local_experts": 4, "num_experts_per_tok": 2,
+                      "head_dim": 12},
+    "gpt_oss-nobias-head_dim-default-tied": {"model_type": "gpt_oss", **_LLAMA, "num_experts": 3,
+                                             "num_experts_per_tok": 1, "attention_bias": False,
+                                             "tie_word_embeddings": True, "sliding_window": 8,
+                                             "layer_types": ["sliding_attention"] * 3},
 }
 
 
@@ -140,13 +166,15 @@ def _hand_active(spec: ModelSpec) -> int:
     moe = spec.moe
     assert moe is not None
     per_expert = 3 * spec.hidden_size * moe.expert_intermediate_size
+    if moe.expert_bias:  # gpt-oss: gate/up biases (2 × width) and the down bias (hidden)
+        per_expert += 2 * moe.expert_intermediate_size + spec.hidden_size
     return param_inventory(spec).total - spec.n_moe_layers * (moe.n_routed_experts - moe.top_k) * per_expert
 
 
 @pytest.mark.parametrize(
     ("name", "moe_layers"),
     [("mixtral-8x7b", 32), ("qwen1.5-moe-a2.7b", 24), ("qwen3-30b-a3b", 48), ("deepseek-v2-lite", 26),
-     ("deepseek-v3", 58)],
+     ("deepseek-v3", 58), ("gpt-oss-20b", 24)],
 )
 def test_moe_active_matches_hand_formula(name: str, moe_layers: int) -> None:
     spec = from_hf_config(real(name), name=name)

@@ -41,7 +41,7 @@ def test_hf_tensors_match_transformers():
 
     from stepbill.measure.build import make_config
 
-    for name in ("llama", "mixtral", "qwen2_moe", "deepseek_v3"):
+    for name in ("llama", "mixtral", "qwen2_moe", "deepseek_v3", "phi3", "olmo2", "gemma2", "gemma3_text", "gpt_oss"):
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(make_config(TINY_CONFIGS[name]))
         want = sorted(tuple(p.shape) for p in model.parameters())

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from stepbill.check import compare, predictions
+from stepbill.engine.activations.eager.families import MISSING
 from stepbill.engine.bill import make_bill
 from stepbill.measure.step import measure_step
 from stepbill.measure.tiny import TINY_CONFIGS
@@ -27,7 +28,12 @@ KNOWN_GAPS = {
     ("mixtral", "pure-bf16", "full"), ("qwen2_moe", "fp32", "full"),
     ("qwen2_moe", "pure-bf16", "full"), ("qwen2_moe", "amp-bf16", "full"),
     ("deepseek_v3", "pure-bf16", "full"), ("deepseek_v3", "amp-bf16", "full"), ("llama", "amp-bf16", "full"),
-    ("qwen3", "amp-bf16", "full"),
+    ("qwen3", "amp-bf16", "full"), ("phi3", "amp-bf16", "full"),
+    # gemma2 and gpt_oss under full recompute: the checkpoints keep the additive B·S² attention masks (one per attention
+    # type) that eager attention builds; not modelled yet (activations at the forward peak -4 to -7 %): the bill
+    # refuses in one line (tests/test_families.py).
+    ("gemma2", "fp32", "full"), ("gemma2", "pure-bf16", "full"), ("gemma2", "amp-bf16", "full"),
+    ("gpt_oss", "fp32", "full"), ("gpt_oss", "pure-bf16", "full"), ("gpt_oss", "amp-bf16", "full"),
 }
 
 
@@ -40,9 +46,20 @@ def errors(family: str, recipe: str, recompute: str, micro_batch: int = 2, seq: 
     return {r.line: r.error for r in compare(predictions(bill), measured) if r.line in MEMORY}
 
 
-CASES = [pytest.param(f, r, c, marks=pytest.mark.xfail(strict=True, reason="known gap (module docstring)")
-                      if (f, r, c) in KNOWN_GAPS else ())
-         for f in TINY_CONFIGS for r in ("fp32", "pure-bf16", "amp-bf16") for c in ("none", "full")]
+# Every family with eager rows (those still in MISSING refuse the eager convention: tests/test_families.py).
+MODELLED = [f for f in TINY_CONFIGS if f not in MISSING]
+NEW_FAMILIES = ("olmo2", "phi3", "gemma3_text", "gemma2", "gpt_oss")  # issue 14: marked slow (seconds each)
+
+
+def _marks(family: str, recipe: str, recompute: str) -> list[pytest.MarkDecorator]:
+    marks = [pytest.mark.slow] if family in NEW_FAMILIES else []
+    if (family, recipe, recompute) in KNOWN_GAPS:
+        marks.append(pytest.mark.xfail(strict=True, reason="known gap (module docstring)"))
+    return marks
+
+
+CASES = [pytest.param(f, r, c, marks=_marks(f, r, c))
+         for f in MODELLED for r in ("fp32", "pure-bf16", "amp-bf16") for c in ("none", "full")]
 
 
 @pytest.mark.parametrize(("family", "recipe", "recompute"), CASES)

@@ -12,6 +12,14 @@ from functools import cache
 
 from stepbill.spec.model import ModelSpec
 
+# Norm layers of one decoder layer by ModelSpec.norm_placement (transformers' DecoderLayer of each family):
+# pre: input_layernorm + post_attention_layernorm (which normalises the MLP's input); sandwich (Gemma2/3):
+# also post_attention / pre_feedforward / post_feedforward; post (OLMo2): post_attention + post_feedforward.
+LAYER_NORMS = {
+    "pre": ("input_norm", "post_attn_norm"),
+    "sandwich": ("input_norm", "post_attn_norm", "pre_ffn_norm", "post_ffn_norm"),
+    "post": ("post_attn_norm", "post_ffn_norm"),
+}
 COMPONENTS = ("embedding", "attention", "ffn", "experts", "shared_experts", "router", "norms", "lm_head")
 
 
@@ -115,10 +123,14 @@ def _attention(spec: ModelSpec, n: int, kind: str) -> list[ParamTensor]:
     rows += _linear("attn.v_proj", "attention", d, a.kv_heads * hd, a.qkv_bias, n, n, kind)
     rows += _linear("attn.o_proj", "attention", a.n_heads * hd, d, a.out_bias, n, n, kind)
     if a.qk_norm:
+        # Qwen3 / Gemma3 normalise each head (weight of head_dim); OLMo2 the whole projection (modeling_olmo2.py).
+        whole = a.qk_norm_scope == "projection"
         rows += [
-            ParamTensor("attn.q_norm.weight", "norms", (hd,), n, n, kind),
-            ParamTensor("attn.k_norm.weight", "norms", (hd,), n, n, kind),
+            ParamTensor("attn.q_norm.weight", "norms", (a.n_heads * hd if whole else hd,), n, n, kind),
+            ParamTensor("attn.k_norm.weight", "norms", (a.kv_heads * hd if whole else hd,), n, n, kind),
         ]
+    if a.sinks:
+        rows.append(ParamTensor("attn.sinks", "attention", (a.n_heads,), n, n, kind))  # gpt-oss: one logit per head
     return rows
 
 
@@ -139,8 +151,8 @@ def _mlp(prefix: str, comp: str, spec: ModelSpec, width: int, swiglu: bool, bias
 def _layer(spec: ModelSpec, n: int, kind: str) -> list[ParamTensor]:
     """Tensors of `n` layers of kind `dense` or `moe`."""
     d = spec.hidden_size
-    rows = [ParamTensor(f"input_norm.{i}", "norms", s, n, n, kind) for i, s in enumerate(_norm(spec, d))]
-    rows += [ParamTensor(f"post_attn_norm.{i}", "norms", s, n, n, kind) for i, s in enumerate(_norm(spec, d))]
+    rows = [ParamTensor(f"{name}.{i}", "norms", s, n, n, kind)
+            for name in LAYER_NORMS[spec.norm_placement] for i, s in enumerate(_norm(spec, d))]
     rows += _attention(spec, n, kind)
     if kind == "dense":
         f = spec.ffn
@@ -151,7 +163,8 @@ def _layer(spec: ModelSpec, n: int, kind: str) -> list[ParamTensor]:
     rows += _linear("moe.router", "router", d, e, False, n, n, kind)
     if moe.router_bias:
         rows.append(ParamTensor("moe.router.bias", "router", (e,), n, n, kind))
-    rows += _mlp("moe.experts", "experts", spec, moe.expert_intermediate_size, True, False, n * e, n * k, kind)
+    rows += _mlp("moe.experts", "experts", spec, moe.expert_intermediate_size, True, moe.expert_bias, n * e, n * k,
+                 kind)
     if moe.shared_intermediate_size:
         # Shared experts are built by the family's dense MLP class, so they share its bias (DeepSeek-V2 mlp_bias).
         rows += _mlp("moe.shared", "shared_experts", spec, moe.shared_intermediate_size, True, spec.ffn.bias, n, n,

@@ -92,6 +92,18 @@ def make_config(config_dict: dict[str, Any]) -> Any:
         raise StepbillError(f"transformers cannot build model_type {model_type!r}: {exc}") from exc
 
 
+def effective_attention(config: Any, attention: Attention) -> Attention:
+    """The attention transformers runs: "sdpa" falls back to "eager" for the classes that have no SDPA path
+    (gemma2, gpt_oss in 5.24: soft-capping / sinks), as transformers' own default selection does."""
+    if attention != "sdpa":
+        return attention
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    cls = getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(config.model_type, ""), None)
+    return "eager" if cls is not None and not getattr(cls, "_supports_sdpa", True) else "sdpa"
+
+
 def build_model(
     config_dict: dict[str, Any],
     *,
@@ -118,7 +130,8 @@ def build_model(
     ctx: Any = (torch.device("meta") if meta else fake_mode if fake_mode is not None
                 else torch.device(device) if device != "cpu" else contextlib.nullcontext())
     with ctx:
-        model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype(dtype), attn_implementation=attention)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype(dtype),
+                                                 attn_implementation=effective_attention(config, attention))
     model.train()
     return model
 

@@ -101,4 +101,61 @@ TINY_CONFIGS: dict[str, dict[str, Any]] = {
         "first_k_dense_replace": 1,
         "tie_word_embeddings": False,
     },
+    "olmo2": {
+        **_COMMON,
+        "model_type": "olmo2",
+        "hidden_size": 128,
+        "intermediate_size": 176,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "tie_word_embeddings": False,
+    },
+    "phi3": {
+        **_COMMON,
+        "model_type": "phi3",
+        "hidden_size": 128,
+        "intermediate_size": 176,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "pad_token_id": 0,  # the class default 32000 lies outside the tiny vocabulary
+        "tie_word_embeddings": False,
+    },
+    "gemma3_text": {
+        **_COMMON,
+        "model_type": "gemma3_text",
+        "hidden_size": 128,
+        "intermediate_size": 176,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 40,  # ≠ hidden / heads, as in every Gemma
+        "sliding_window": 128,  # above the tests' seq 64: no mask (the eager rows refuse seq ≥ window)
+        "layer_types": ["sliding_attention", "full_attention"],
+        "tie_word_embeddings": True,
+    },
+    "gemma2": {
+        **_COMMON,
+        "model_type": "gemma2",
+        "hidden_size": 128,
+        "intermediate_size": 176,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 40,
+        "sliding_window": 128,  # above the tests' seq 64: no mask (the eager rows refuse seq ≥ window)
+        "layer_types": ["sliding_attention", "full_attention"],
+        "tie_word_embeddings": True,
+    },
+    "gpt_oss": {
+        **_COMMON,
+        "model_type": "gpt_oss",
+        "hidden_size": 128,
+        "intermediate_size": 48,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "sliding_window": 128,  # above the tests' seq 64: no mask (the eager rows refuse seq ≥ window)
+        "layer_types": ["sliding_attention", "full_attention"],
+        "tie_word_embeddings": False,
+    },
 }

@@ -19,6 +19,8 @@ from stepbill.spec.hf_families import (
     DEFAULTS,
     DENSE_ROTARY,
     EMIT,
+    FULL_EVERY,
+    GEMMA,
     MLA,
     MOE_MHA,
     QWEN_FAMILIES,
@@ -121,6 +123,9 @@ def from_hf_config(config: dict[str, Any], name: str = "custom") -> ModelSpec:
     if not isinstance(config, dict):
         raise StepbillError("a Hugging Face config must be a JSON object")
     family = config.get("model_type")
+    if family == "gemma3" and isinstance(config.get("text_config"), dict):
+        raise StepbillError("model_type 'gemma3' is the multimodal Gemma 3 (a vision tower too): pass its "
+                            "text_config (model_type gemma3_text) to bill the language model")
     if family not in SUPPORTED_MODEL_TYPES:
         raise StepbillError(
             f"unsupported model_type {family!r}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
@@ -132,6 +137,14 @@ def from_hf_config(config: dict[str, Any], name: str = "custom") -> ModelSpec:
         return _gpt_neox(c, name)
     if family in MLA:
         return _deepseek(c, name)
+    if family in GEMMA:
+        return _gemma(c, name)
+    if family == "phi3":
+        return _phi3(c, name)
+    if family == "olmo2":
+        return _olmo2(c, name)
+    if family == "gpt_oss":
+        return _gpt_oss(c, name)
     return _llama_like(c, name)
 
 
@@ -267,7 +280,7 @@ def _llama_like(c: _Config, name: str) -> ModelSpec:
         qkv_bias = out_bias = False
     attention = AttentionSpec(
         heads, n_kv_heads=kv, head_dim=head_dim, qkv_bias=qkv_bias, out_bias=out_bias,
-        qk_norm=f in ("qwen3", "qwen3_moe"),
+        qk_norm=f in ("qwen3", "qwen3_moe"), **_sliding(c, base["n_layers"]),
     )
     mlp_bias = c.flag("mlp_bias") if f == "llama" else False
     return ModelSpec(
@@ -276,7 +289,6 @@ def _llama_like(c: _Config, name: str) -> ModelSpec:
         ffn=FFNSpec(c.integer("intermediate_size"), "swiglu", bias=mlp_bias),
         moe=_mha_moe(c, base["n_layers"]),
         rotary_fraction=_rotary_fraction(c, "partial_rotary_factor", 1.0),
-        **_sliding(c, base["n_layers"]),
     )
 
 
@@ -339,6 +351,129 @@ def _deepseek(c: _Config, name: str) -> ModelSpec:
         attention=attention,
         ffn=FFNSpec(c.integer("intermediate_size"), "swiglu", bias=mlp_bias),
         moe=moe,
+        notes="; ".join(notes),
+    )
+
+
+def _cap(c: _Config, key: str) -> float | None:
+    """A soft-capping constant: null (none) or a positive number."""
+    value = c.raw(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise c._bad(key, "a positive number or null", value)
+    return float(value)
+
+
+def _sliding_layers(c: _Config, n_layers: int, window: int | None) -> tuple[int, ...]:
+    """Indices of the sliding-window layers: from ``layer_types`` when given, else the family's default pattern
+    (configuration_<family>.py __post_init__). A null window means no layer slides (the attention's
+    sliding_window is config.sliding_window)."""
+    types = c.raw("layer_types")
+    if types is None:
+        every = c.integer("sliding_window_pattern") if c.family == "gemma3_text" else FULL_EVERY[c.family]
+        sliding = tuple(i for i in range(n_layers) if (i + 1) % every)
+    else:
+        allowed = ("sliding_attention", "full_attention")
+        if not isinstance(types, list) or len(types) != n_layers or any(t not in allowed for t in types):
+            raise c._bad("layer_types", f"a list of {n_layers} 'sliding_attention' / 'full_attention'", types)
+        sliding = tuple(i for i, t in enumerate(types) if t == "sliding_attention")
+    return sliding if window is not None else ()
+
+
+def _head_dim_or_derived(c: _Config, d: int, heads: int) -> int:
+    """head_dim when config.json states it (null or absent: hidden // heads), as modeling_<family>.py reads it."""
+    return c.integer("head_dim", nullable=True) or _heads_divide(c, d, heads)
+
+
+def _gemma(c: _Config, name: str) -> ModelSpec:
+    base = _base(c, name)
+    d, heads, n_layers = base["hidden_size"], c.integer("num_attention_heads"), base["n_layers"]
+    _heads_divide(c, d, heads)  # Gemma{2,3}TextConfig.validate_architecture, although head_dim is its own field
+    if c.family == "gemma3_text" and c.raw("use_bidirectional_attention") is True:
+        raise StepbillError("gemma3_text config: use_bidirectional_attention (an encoder) is not supported")
+    act = c.raw("hidden_activation")
+    glu = {"gelu_pytorch_tanh": "gelu_tanh", "silu": "silu"}.get(act) if isinstance(act, str) else None
+    if glu is None:
+        raise c._bad("hidden_activation", "gelu_pytorch_tanh or silu", act)
+    window = c.integer("sliding_window", nullable=True)
+    bias = c.flag("attention_bias")  # q, k, v and o alike
+    attention = AttentionSpec(
+        heads, n_kv_heads=c.integer("num_key_value_heads"), head_dim=c.integer("head_dim"), qkv_bias=bias,
+        out_bias=bias, qk_norm=c.family == "gemma3_text", logit_softcap=_cap(c, "attn_logit_softcapping"),
+        sliding_window=window, sliding_layers=_sliding_layers(c, n_layers, window),
+    )
+    return ModelSpec(
+        **base,
+        attention=attention,
+        ffn=FFNSpec(c.integer("intermediate_size"), "swiglu", glu_act=glu),
+        rotary_fraction=_rotary_fraction(c, "partial_rotary_factor", 1.0),
+        norm_placement="sandwich",
+        norm_weight_offset=True,
+        scaled_embeddings=True,
+        final_logit_softcap=_cap(c, "final_logit_softcapping"),
+    )
+
+
+def _phi3(c: _Config, name: str) -> ModelSpec:
+    base = _base(c, name)
+    d, heads = base["hidden_size"], c.integer("num_attention_heads")
+    window = c.integer("sliding_window", nullable=True)  # Phi3Model: one sliding-window mask for every layer
+    attention = AttentionSpec(
+        heads, n_kv_heads=c.integer("num_key_value_heads", nullable=True) or heads,
+        head_dim=_head_dim_or_derived(c, d, heads), fused_qkv=True, sliding_window=window,
+        sliding_layers=tuple(range(base["n_layers"])) if window is not None else (),
+    )
+    return ModelSpec(
+        **base,
+        attention=attention,
+        ffn=FFNSpec(c.integer("intermediate_size"), "swiglu", fused_gate_up=True),
+        rotary_fraction=_rotary_fraction(c, "partial_rotary_factor", 1.0),
+    )
+
+
+def _olmo2(c: _Config, name: str) -> ModelSpec:
+    base = _base(c, name)
+    d, heads = base["hidden_size"], c.integer("num_attention_heads")
+    bias = c.flag("attention_bias")
+    attention = AttentionSpec(
+        heads, n_kv_heads=c.integer("num_key_value_heads", nullable=True) or heads,
+        head_dim=_head_dim_or_derived(c, d, heads), qkv_bias=bias, out_bias=bias, qk_norm=True,
+        qk_norm_scope="projection",
+    )
+    return ModelSpec(
+        **base,
+        attention=attention,
+        ffn=FFNSpec(c.integer("intermediate_size"), "swiglu"),
+        rotary_fraction=_rotary_fraction(c, "partial_rotary_factor", 1.0),
+        norm_placement="post",
+    )
+
+
+def _gpt_oss(c: _Config, name: str) -> ModelSpec:
+    base = _base(c, name)
+    heads, n_layers = c.integer("num_attention_heads"), base["n_layers"]
+    window = c.integer("sliding_window", nullable=True)
+    bias = c.flag("attention_bias")
+    attention = AttentionSpec(
+        heads, n_kv_heads=c.integer("num_key_value_heads", nullable=True) or heads,
+        head_dim=c.integer("head_dim"),  # GptOssConfig: head_dim: int = 64, never hidden // heads (null rejected)
+        qkv_bias=bias, out_bias=bias, sinks=True, sliding_window=window,
+        sliding_layers=_sliding_layers(c, n_layers, window),
+    )
+    width = c.integer("intermediate_size")
+    limit = _cap(c, "swiglu_limit")
+    moe = MoESpec(c.integer("num_local_experts"), c.integer("num_experts_per_tok"), width, router_bias=True,
+                  expert_bias=True, swiglu_limit=limit)
+    notes = []
+    if isinstance(c.data.get("quantization_config"), dict):
+        notes.append("its quantization_config (e.g. mxfp4 experts) is not billed: the recipe sets the weight dtype")
+    return ModelSpec(
+        **base,
+        attention=attention,
+        ffn=FFNSpec(width, "swiglu"),  # never built: every layer is MoE
+        moe=moe,
+        rotary_fraction=_rotary_fraction(c, "partial_rotary_factor", 1.0),
         notes="; ".join(notes),
     )
 

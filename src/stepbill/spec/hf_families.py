@@ -25,6 +25,23 @@ change parameter counts, family by family (each one a place where a plain readin
   ``n_shared_experts × moe_intermediate_size`` with the dense MLP's bias (``mlp_bias``, V2 only). The
   router of V3 has ``e_score_correction_bias``, a *buffer*, not a parameter; the multi-token-prediction
   module (``num_nextn_predict_layers``) is not built by transformers and is not counted.
+- gemma2 / gemma3_text: four norms per layer (input, post-attention, pre- and post-feedforward: "sandwich");
+  RMSNorm scales by (1 + weight) and embeddings by √hidden (no parameter change); the MLP is GeGLU
+  (``hidden_activation`` gelu_pytorch_tanh: the same three matrices as SwiGLU); ``head_dim`` (default 256) is
+  its own field, yet ``hidden_size`` must still be a multiple of the head count (validate_architecture);
+  ``attention_bias`` on all four projections; layers alternate sliding-window / full attention
+  (``layer_types``, else every 2nd layer full for gemma2, every ``sliding_window_pattern``-th, default 6, for
+  gemma3); gemma2 soft-caps attention scores (``attn_logit_softcapping``, 50) and the logits
+  (``final_logit_softcapping``, 30); gemma3 adds a per-head qk-norm. Embeddings tied by default. The
+  multimodal ``gemma3`` (Gemma3ForConditionalGeneration, a vision tower) is not read: its ``text_config`` is.
+- phi3: ``qkv_proj`` and ``gate_up_proj`` are fused matrices (the same parameters as q/k/v and gate/up); no
+  bias anywhere; ``head_dim`` read when present; a non-null ``sliding_window`` applies to every layer.
+- olmo2: norms only on each block's output (post_attention / post_feedforward: "post"); qk-norm over the whole
+  q and k projections (weights of heads·head_dim and kv_heads·head_dim); ``attention_bias`` on all four.
+- gpt_oss: every layer is MoE: ``num_local_experts`` experts of ``intermediate_size``, each with biases on its
+  gate/up and down projections; the router has a bias; no shared expert; ``attention_bias`` (default True)
+  on all four projections; one learned sink logit per head; layers alternate sliding-window / full
+  (``layer_types``, default every 2nd full); the expert SwiGLU clamps at ``swiglu_limit``.
 
 Fields that change what the step keeps, not the parameter count (read so that `check` can build the model as
 configured and the bill can say what it does not model):
@@ -44,6 +61,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
 
 # Class defaults of each transformers config, for the keys the loader reads. `None` where the class
@@ -123,6 +141,24 @@ DEFAULTS: dict[str, dict[str, Any]] = {
                     "n_routed_experts": 256, "n_shared_experts": 1, "qk_nope_head_dim": 128,
                     "qk_rope_head_dim": 64, "v_head_dim": 128, "num_experts_per_tok": 8,
                     "moe_intermediate_size": 2048},
+    "gemma2": {"vocab_size": 256000, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+               "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+               "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 8192,
+               "tie_word_embeddings": True, "attention_bias": False, "sliding_window": 4096, "layer_types": None,
+               "final_logit_softcapping": 30.0, "attn_logit_softcapping": 50.0},
+    "gemma3_text": {"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+                    "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                    "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 131072,
+                    "tie_word_embeddings": True, "attention_bias": False, "sliding_window": 4096,
+                    "layer_types": None, "sliding_window_pattern": 6, "final_logit_softcapping": None,
+                    "attn_logit_softcapping": None, "use_bidirectional_attention": False},
+    "phi3": {**_LLAMA_LIKE, "vocab_size": 32064, "hidden_size": 3072, "intermediate_size": 8192,
+             "max_position_embeddings": 4096, "sliding_window": None},
+    "olmo2": {**_LLAMA_LIKE, "vocab_size": 50304, "attention_bias": False},
+    "gpt_oss": {"vocab_size": 201088, "hidden_size": 2880, "intermediate_size": 2880, "num_hidden_layers": 36,
+                "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64, "num_local_experts": 128,
+                "num_experts_per_tok": 4, "max_position_embeddings": 131072, "tie_word_embeddings": False,
+                "attention_bias": True, "sliding_window": 128, "layer_types": None, "swiglu_limit": 7.0},
 }
 
 # attribute_map of each config class: other spellings transformers accepts for the same field.
@@ -132,6 +168,7 @@ ALIASES: dict[str, dict[str, str]] = {
     "mixtral": {"num_local_experts": "num_experts"},
     "deepseek_v2": {"n_routed_experts": "num_experts"},
     "deepseek_v3": {"n_routed_experts": "num_local_experts"},
+    "gpt_oss": {"num_local_experts": "num_experts"},
 }
 
 # The keys a config.json must state: without them the file describes no particular model, and filling
@@ -148,6 +185,10 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(DEFAULTS)
 DENSE_ROTARY = ("llama", "mistral", "qwen2", "qwen3")
 MOE_MHA = ("mixtral", "qwen2_moe", "qwen3_moe")
 MLA = ("deepseek_v3", "deepseek_v2")
+GEMMA = ("gemma2", "gemma3_text")
+NEW_FAMILIES = (*GEMMA, "phi3", "olmo2", "gpt_oss")
+# Where a layer's attention is full when config.json has no layer_types: every n-th layer (i + 1) % n == 0.
+FULL_EVERY = {"gemma2": 2, "gpt_oss": 2}  # gemma3_text: sliding_window_pattern (default 6)
 
 
 # --- emitters: ModelSpec -> config dict of one family (hf.to_hf_config checks that it reads back equal) ---
@@ -170,7 +211,7 @@ def _common(spec: ModelSpec, family: str) -> dict[str, Any]:
     if a.kind == "mha":
         out["num_key_value_heads"] = a.kv_heads
         out["head_dim"] = a.head_dim
-    if spec.rotary_fraction != 1.0 and family in (*DENSE_ROTARY, *MOE_MHA):
+    if spec.rotary_fraction != 1.0 and family in (*DENSE_ROTARY, *MOE_MHA, *NEW_FAMILIES):
         out["partial_rotary_factor"] = spec.rotary_fraction
     out["attention_dropout"] = spec.attention_dropout
     return out
@@ -286,9 +327,63 @@ def _emit_deepseek(family: str) -> Emitter:
     return emit
 
 
+def _layer_types(spec: ModelSpec) -> list[str]:
+    sliding = set(spec.attention.sliding_layers)
+    return ["sliding_attention" if i in sliding else "full_attention" for i in range(spec.n_layers)]
+
+
+def _emit_gemma(family: str) -> Emitter:
+    def emit(spec: ModelSpec) -> dict[str, Any]:
+        a = spec.attention
+        return _common(spec, family) | {
+            "num_key_value_heads": a.kv_heads,
+            "head_dim": a.head_dim,
+            "attention_bias": a.qkv_bias,
+            "hidden_activation": "gelu_pytorch_tanh" if spec.ffn.glu_act == "gelu_tanh" else "silu",
+            "sliding_window": a.sliding_window,
+            "layer_types": _layer_types(spec),
+            "attn_logit_softcapping": a.logit_softcap,
+            "final_logit_softcapping": spec.final_logit_softcap,
+        }
+
+    return emit
+
+
+def _emit_phi3(spec: ModelSpec) -> dict[str, Any]:
+    a = spec.attention
+    # pad_token_id: the class default (32000) must lie inside the vocabulary for the model to build.
+    return _common(spec, "phi3") | {"num_key_value_heads": a.kv_heads, "head_dim": a.head_dim,
+                                    "sliding_window": a.sliding_window, "pad_token_id": None}
+
+
+def _emit_olmo2(spec: ModelSpec) -> dict[str, Any]:
+    return _common(spec, "olmo2") | {"attention_bias": spec.attention.qkv_bias}
+
+
+def _emit_gpt_oss(spec: ModelSpec) -> dict[str, Any]:
+    a, moe = spec.attention, spec.moe
+    if moe is None or spec.n_dense_layers:
+        raise StepbillError("gpt_oss has no dense layers: every layer is a mixture of experts")
+    return _common(spec, "gpt_oss") | {
+        "num_key_value_heads": a.kv_heads,
+        "head_dim": a.head_dim,
+        "attention_bias": a.qkv_bias,
+        "intermediate_size": moe.expert_intermediate_size,
+        "num_local_experts": moe.n_routed_experts,
+        "num_experts_per_tok": moe.top_k,
+        "sliding_window": a.sliding_window,
+        "layer_types": _layer_types(spec),
+        "swiglu_limit": moe.swiglu_limit,
+    }
+
+
 EMIT: dict[str, Emitter] = {
     "gpt2": _emit_gpt2,
     "gpt_neox": _emit_gpt_neox,
     **{f: _emit_llama_like(f) for f in (*DENSE_ROTARY, *MOE_MHA)},
     **{f: _emit_deepseek(f) for f in MLA},
+    **{f: _emit_gemma(f) for f in GEMMA},
+    "phi3": _emit_phi3,
+    "olmo2": _emit_olmo2,
+    "gpt_oss": _emit_gpt_oss,
 }

@@ -23,6 +23,7 @@ from stepbill.spec.schema import (
     WIDTH,
     WIDTH_OR_ZERO,
     IntTuple,
+    Real,
     check_fields,
     from_plain,
 )
@@ -31,6 +32,11 @@ AttentionKind = Literal["mha", "mla"]
 FFNKind = Literal["gelu_mlp", "swiglu"]
 NormKind = Literal["layernorm", "rmsnorm"]
 PositionKind = Literal["learned", "rotary"]
+NormPlacement = Literal["pre", "sandwich", "post"]
+GluAct = Literal["silu", "gelu_tanh"]
+QKNormScope = Literal["head", "projection"]
+#: a soft-capping constant (Gemma2: 50 on attention scores, 30 on logits) or a SwiGLU clamp (gpt-oss: 7)
+CAP = Real(0.0, 1e9, low_open=True)
 
 
 @dataclass(frozen=True)
@@ -45,7 +51,15 @@ class AttentionSpec:
     head_dim: Annotated[int | None, WIDTH] = None  # None: hidden_size // n_heads
     qkv_bias: bool = False  # bias on the input projections (MLA: on q_a / kv_a)
     out_bias: bool = False  # bias on the output projection
-    qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3)
+    qk_norm: bool = False  # RMSNorm on q and k (Qwen3, Gemma3: per head; OLMo2: over the whole projection)
+    qk_norm_scope: QKNormScope = "head"  # "head": weight of head_dim; "projection": of heads·head_dim (OLMo2)
+    fused_qkv: bool = False  # one qkv_proj matrix instead of q/k/v (Phi-3): same parameters, one output
+    sinks: bool = False  # a learned logit per head added to the softmax (gpt-oss attention sinks)
+    logit_softcap: Annotated[float | None, CAP] = None  # scores become cap·tanh(scores / cap) (Gemma2)
+    # Sliding-window attention: the window in tokens and the layers that use it (the others attend fully);
+    # ModelSpec fills in every layer when a window comes with no layer list (Mistral).
+    sliding_window: Annotated[int | None, TOKENS] = None
+    sliding_layers: Annotated[tuple[int, ...], IntTuple(LAYERS.high - 1, LAYERS.high)] = ()
     # MLA only
     q_lora_rank: Annotated[int | None, WIDTH] = None  # None: q is projected directly from the hidden state
     kv_lora_rank: Annotated[int, WIDTH_OR_ZERO] = 0
@@ -55,6 +69,9 @@ class AttentionSpec:
 
     def __post_init__(self) -> None:
         check_fields(self, "attention")
+        object.__setattr__(self, "sliding_layers", tuple(sorted(set(self.sliding_layers))))
+        if self.sliding_layers and self.sliding_window is None:
+            raise StepbillError("attention.sliding_layers needs attention.sliding_window")
         if self.n_kv_heads is not None and self.n_heads % self.n_kv_heads:
             raise StepbillError(
                 f"attention.n_kv_heads ({self.n_kv_heads}) must divide n_heads ({self.n_heads})"
@@ -88,11 +105,15 @@ class AttentionSpec:
 
 @dataclass(frozen=True)
 class FFNSpec:
-    """The dense feed-forward block: GELU-MLP (up, act, down) or SwiGLU (gate, up, silu·, down)."""
+    """The dense feed-forward block: GELU-MLP (up, act, down) or a gated MLP, kind "swiglu" (gate, up,
+    act(gate)·up, down) whose gate activation `glu_act` is SiLU (SwiGLU) or tanh-GELU (GeGLU, Gemma): the
+    same matrices either way. `fused_gate_up`: gate and up are one matrix of 2 × width (Phi-3)."""
 
     intermediate_size: Annotated[int, WIDTH]
     kind: FFNKind = "gelu_mlp"
     bias: bool = False
+    glu_act: GluAct = "silu"
+    fused_gate_up: bool = False
 
     def __post_init__(self) -> None:
         check_fields(self, "ffn")
@@ -118,6 +139,10 @@ class MoESpec:
     router_bias: bool = False
     # layer indices that keep the dense FFN (first-k-dense, frequency)
     dense_layers: Annotated[tuple[int, ...], IntTuple(LAYERS.high - 1, LAYERS.high)] = ()
+    expert_bias: bool = False  # gpt-oss: every expert's gate/up and down projections carry a bias
+    # gpt-oss's SwiGLU variant: gate clamped to ≤ limit, up to [-limit, limit], out = gate·σ(1.702·gate)·(up + 1);
+    # None: the plain SwiGLU. Changes no parameter.
+    swiglu_limit: Annotated[float | None, CAP] = None
 
     def __post_init__(self) -> None:
         check_fields(self, "moe")
@@ -155,24 +180,25 @@ class ModelSpec:
     attention_dropout: Annotated[float, FRACTION] = 0.0  # on the attention probabilities (attn_pdrop, ...)
     hidden_dropout: Annotated[float, FRACTION] = 0.0  # on the attention and MLP outputs (resid_pdrop, ...)
     embedding_dropout: Annotated[float, FRACTION] = 0.0  # on the embedding output (embd_pdrop; NeoX: hidden_dropout)
-    # Sliding-window attention: window in tokens and the layers that use it (the others attend fully);
-    # a window with no layers listed slides in every layer.
-    sliding_window: Annotated[int | None, TOKENS] = None
-    sliding_layers: Annotated[tuple[int, ...], IntTuple(LAYERS.high - 1, LAYERS.high)] = ()
+    # Where the norms sit in a layer: "pre" (input and post-attention norm before each block), "sandwich"
+    # (Gemma2/3: also a norm on each block's output, four per layer), "post" (OLMo2: only on each block's
+    # output, two per layer).
+    norm_placement: NormPlacement = "pre"
+    norm_weight_offset: bool = False  # Gemma: RMSNorm scales by (1 + weight), computed in fp32
+    scaled_embeddings: bool = False  # Gemma: token embeddings multiplied by √hidden_size
+    final_logit_softcap: Annotated[float | None, CAP] = None  # Gemma2: logits become cap·tanh(logits / cap)
     family: str = "custom"  # HF model_type this spec came from, or "custom"
     notes: Annotated[str, NOTE] = ""
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         check_fields(self, "model")
-        if self.sliding_layers and self.sliding_window is None:
-            raise StepbillError("model.sliding_layers needs model.sliding_window")
-        # A window with no layer list slides in every layer (Mistral).
-        layers = self.sliding_layers or (range(self.n_layers) if self.sliding_window is not None else ())
-        object.__setattr__(self, "sliding_layers", tuple(sorted(set(layers))))
-        if any(not 0 <= i < self.n_layers for i in self.sliding_layers):
-            raise StepbillError(f"model.sliding_layers must lie in [0, {self.n_layers})")
         attn = self.attention
+        if attn.sliding_window is not None and not attn.sliding_layers:  # a window with no layer list: every layer
+            attn = dataclasses.replace(attn, sliding_layers=tuple(range(self.n_layers)))
+            object.__setattr__(self, "attention", attn)
+        if any(not 0 <= i < self.n_layers for i in attn.sliding_layers):
+            raise StepbillError(f"attention.sliding_layers must lie in [0, {self.n_layers})")
         if attn.kind == "mha" and attn.head_dim is None:
             if self.hidden_size % attn.n_heads:
                 raise StepbillError(
@@ -218,6 +244,17 @@ class ModelSpec:
         out.pop("extra")
         if self.moe is not None:
             out["moe"]["dense_layers"] = list(self.moe.dense_layers)
-        out["sliding_layers"] = list(self.sliding_layers)
+        out["attention"]["sliding_layers"] = list(self.attention.sliding_layers)
         return out
+
+    # --- sliding windows -----------------------------------------------------------------------------
+    @property
+    def sliding_window(self) -> int | None:
+        """The sliding-window width in tokens (None: full attention everywhere); see AttentionSpec."""
+        return self.attention.sliding_window
+
+    @property
+    def sliding_layers(self) -> tuple[int, ...]:
+        """Layer indices that attend within `sliding_window`."""
+        return self.attention.sliding_layers
 

@@ -40,6 +40,7 @@ from stepbill.engine import activations as act
 from stepbill.engine.activations import eager
 from stepbill.engine.activations.eager.attention import mla_uses_math_path
 from stepbill.engine.activations.eager.dtypes import Dt
+from stepbill.engine.activations.eager.families import require_modelled_step
 from stepbill.engine.activations.eager.ffn import GELU_TANH_FAMILIES
 from stepbill.engine.activations.eager.moe import RENORMALISE
 from stepbill.engine.activations.eager.outside import rope_buffer_bytes, rope_width
@@ -245,6 +246,7 @@ def _torch_sizes(spec: ModelSpec) -> list[int]:
 
 def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan: RecomputePlan) -> EagerTerms:
     """The eager convention's extra bytes for one micro-batch of `recipe`."""
+    require_modelled_step(spec, recipe.seq_len, recipe.recompute)
     p = recipe.precision
     width = eager.from_precision(p)  # compute bytes, with the parameter bytes (amp: 2 and 4)
     a = p.activation

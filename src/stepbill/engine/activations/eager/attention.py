@@ -17,8 +17,10 @@ Which storages exist depends on transformers' modeling code of the family (Model
 
 from __future__ import annotations
 
-from stepbill.engine.activations.eager.dtypes import dt_of
-from stepbill.engine.activations.eager.norms import layernorm, linear_inputs, rmsnorm
+import dataclasses
+
+from stepbill.engine.activations.eager.dtypes import Dt, dt_of
+from stepbill.engine.activations.eager.norms import FP32_XHAT_FAMILIES, layernorm, linear_inputs, rmsnorm
 from stepbill.engine.activations.rows import FP32, ActTensor, Recompute, _attn_core
 from stepbill.engine.kinds import Split
 from stepbill.spec.model import ModelSpec
@@ -31,7 +33,12 @@ def pre_norm(prefix: str, spec: ModelSpec, param: int, block: str, source: Recom
     """The norm in front of a sub-block, reading the residual stream (parameter dtype)."""
     if spec.norm == "layernorm":
         return layernorm(prefix, spec.hidden_size, param, block, source, input_saved)
-    return rmsnorm(prefix, spec.hidden_size, 1, param, block, source)
+    return rmsnorm(prefix, spec.hidden_size, 1, param, block, source, xhat_bytes=xhat_bytes(spec))
+
+
+def xhat_bytes(spec: ModelSpec) -> int | None:
+    """fp32 for the families whose RMSNorm multiplies its weight in fp32, else None (the input's dtype)."""
+    return FP32 if spec.family in FP32_XHAT_FAMILIES else None
 
 
 def mha_rows(spec: ModelSpec, act: int) -> list[ActTensor]:
@@ -65,10 +72,16 @@ def mha_rows(spec: ModelSpec, act: int) -> list[ActTensor]:
             ]
             return rows
         return [*rows, lse, out]
+    if a.fused_qkv:  # Phi-3
+        return rows + phi3_attention(spec, dt, lse, out)
     rows += linear_inputs("attn", ("q_proj", "k_proj", "v_proj"), d, dt.param, dt, b, Recompute("elementwise", n=d))
-    if a.qk_norm:
-        rows += rmsnorm("attn.q", h * dh, h, c, b, Recompute("linear", d, h * dh), split=Split.TP)
-        rows += rmsnorm("attn.k", kv * dh, kv, c, b, Recompute("linear", d, kv * dh), split=Split.TP)
+    if a.qk_norm:  # per head (Qwen3, Gemma3: one 1/rms per head) or over the whole projection (OLMo2: one)
+        whole = a.qk_norm_scope == "projection"
+        xb = xhat_bytes(spec)
+        rows += rmsnorm("attn.q", h * dh, 1 if whole else h, c, b, Recompute("linear", d, h * dh), split=Split.TP,
+                        xhat_bytes=xb)
+        rows += rmsnorm("attn.k", kv * dh, 1 if whole else kv, c, b, Recompute("linear", d, kv * dh),
+                        split=Split.TP, xhat_bytes=xb)
     return [
         *rows,
         ActTensor("attn.q", h * dh, c, "SDPA q (after RoPE: a new tensor)", Recompute("linear", d, h * dh), b, split=Split.TP),
@@ -76,6 +89,28 @@ def mha_rows(spec: ModelSpec, act: int) -> list[ActTensor]:
         ActTensor("attn.v", kv * dv, c, "SDPA v (a view of v_proj's output)", Recompute("linear", d, kv * dv), b, split=Split.TP),
         lse,
         out,
+    ]
+
+
+def phi3_attention(spec: ModelSpec, dt: Dt, lse: ActTensor, out: ActTensor) -> list[ActTensor]:
+    """Phi-3 (modeling_phi3.py): one qkv_proj; q, k, v are strided slices of its output. RoPE makes q and k new
+    tensors; v stays a view, so SDPA keeps the whole fused output alive. RoPE of a strided head-major view
+    gives head-major q and k, so SDPA's output is head-major and o_proj saves its own token-major copy."""
+    a, d, c, b = spec.attention, spec.hidden_size, dt.compute, "mha"
+    h, kv, dh = a.n_heads, a.kv_heads, a.qk_head_dim
+    width = (h + 2 * kv) * dh
+    return [
+        *linear_inputs("attn", ("qkv_proj",), d, dt.param, dt, b, Recompute("elementwise", n=d)),
+        ActTensor("attn.q", h * dh, c, "SDPA q (after RoPE: a new tensor)", Recompute("linear", d, h * dh), b,
+                  split=Split.TP),
+        ActTensor("attn.k", kv * dh, c, "SDPA k (after RoPE, kv-head width)", Recompute("linear", d, kv * dh), b,
+                  split=Split.TP),
+        ActTensor("attn.qkv", width, c, "SDPA v (a view of qkv_proj's whole output)", Recompute("linear", d, width),
+                  b, split=Split.TP),
+        lse,
+        dataclasses.replace(out, saved_for="SDPA backward (rowsum dO∘O), head-major layout"),
+        ActTensor("attn.o_in", h * a.v_dim, c, "o_proj weight grad: token-major copy of the output",
+                  Recompute("copy"), b, split=Split.TP),
     ]
 
 

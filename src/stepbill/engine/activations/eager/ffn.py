@@ -48,7 +48,25 @@ def swiglu_core(prefix: str, d: int, f: int, x_bytes: int, act: int, block: str,
 def swiglu_rows(spec: ModelSpec, act: int) -> list[ActTensor]:
     dt = dt_of(act)
     rows = ffn_norm("mlp", spec, dt.param, "swiglu")
+    if spec.ffn.fused_gate_up:
+        return rows + fused_gate_up_core(spec, act)
     return rows + swiglu_core("mlp", spec.hidden_size, spec.ffn.intermediate_size, dt.param, act, "swiglu")
+
+
+def fused_gate_up_core(spec: ModelSpec, act: int) -> list[ActTensor]:
+    """Phi-3's MLP (modeling_phi3.py): `gate, up = gate_up_proj(x).chunk(2)`; `up · act(gate)`. The activation
+    saves gate and the product saves up — two views of the one fused output (2f) —, the product also saves
+    act(gate), down saves the product: 4·f numbers as in the unfused SwiGLU, but one input for one linear."""
+    dt = dt_of(act)
+    d, f, c, b = spec.hidden_size, spec.ffn.intermediate_size, dt.compute, "swiglu"
+    return [
+        *linear_inputs("mlp", ("gate_up_proj",), d, dt.param, dt, b, Recompute("elementwise", n=d)),
+        ActTensor("mlp.gate_up", 2 * f, c, "SiLU backward (gate) and the product (up): views of one output",
+                  Recompute("linear", d, 2 * f), b, split=Split.TP),
+        ActTensor("mlp.silu", f, c, "the product (grad of up)", Recompute("elementwise", n=f), b, split=Split.TP),
+        ActTensor("mlp.product", f, c, "down projection weight grad", Recompute("elementwise", n=f), b,
+                  split=Split.TP),
+    ]
 
 
 def gelu_rows(spec: ModelSpec, act: int) -> list[ActTensor]:

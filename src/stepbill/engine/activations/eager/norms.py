@@ -17,11 +17,17 @@ from stepbill.engine.activations.eager.dtypes import FP32, Dt
 from stepbill.engine.activations.rows import ActTensor, Recompute
 from stepbill.engine.kinds import Split
 
+# Families whose RMSNorm multiplies the weight in fp32 and casts after (OLMo2's and gpt-oss's
+# `(w · x̂).to(dtype)`, Gemma's
+# `(x̂ · (1 + w.float())).type_as(x)`): x̂ is saved in fp32 whatever the input dtype.
+FP32_XHAT_FAMILIES = ("olmo2", "gemma2", "gemma3_text", "gpt_oss")
+
 
 def rmsnorm(prefix: str, width: int, rows: int, in_bytes: int, block: str, source: Recompute,
-            x_width: int | None = None, split: Split = Split.SEQ) -> list[ActTensor]:
+            x_width: int | None = None, split: Split = Split.SEQ, xhat_bytes: int | None = None) -> list[ActTensor]:
     """RMSNorm over `width` numbers, `rows` normalised rows per token, input of `in_bytes`. `x_width`: the
-    fp32 input's storage width when the input is an fp32 view of a wider tensor (MLA's kv_a output)."""
+    fp32 input's storage width when the input is an fp32 view of a wider tensor (MLA's kv_a output).
+    `xhat_bytes`: x̂'s dtype where the weight multiplies in fp32 (FP32_XHAT_FAMILIES), else the input's."""
     stats = f"{prefix}.norm_stats"
     x = x_width if (x_width is not None and in_bytes == FP32) else width
     what = "the input itself (fp32 already)" if in_bytes == FP32 else "a new fp32 copy of the input"
@@ -30,7 +36,8 @@ def rmsnorm(prefix: str, width: int, rows: int, in_bytes: int, block: str, sourc
                   split=split),
         ActTensor(f"{prefix}.norm_rstd", rows, FP32, "RMSNorm 1/rms per row in fp32 (rsqrt backward, x·r)",
                   Recompute("elementwise", n=rows), block, stats, split=split),
-        ActTensor(f"{prefix}.norm_xhat", width, in_bytes, "RMSNorm weight grad (weight · x̂ saves x̂, input dtype)",
+        ActTensor(f"{prefix}.norm_xhat", width, xhat_bytes or in_bytes,
+                  "RMSNorm weight grad (weight · x̂ saves x̂: input dtype, or fp32 where w multiplies in fp32)",
                   Recompute("elementwise", n=width), block, stats, split=split),
     ]
 

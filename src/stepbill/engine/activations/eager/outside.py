@@ -18,10 +18,14 @@ from __future__ import annotations
 
 from stepbill.engine.activations.eager.attention import pre_norm
 from stepbill.engine.activations.eager.dtypes import INT64, dt_of
+from stepbill.engine.activations.eager.gemma import final_softcap_rows, norm_weight_constants, rope_tables
 from stepbill.engine.activations.eager.norms import linear_inputs
 from stepbill.engine.activations.rows import FP32, ActTensor, Recompute
 from stepbill.engine.kinds import Split
 from stepbill.spec.model import ModelSpec
+
+# gpt-oss rotates the two halves of each head (`_apply_rotary_emb`): its cos/sin tables are rotary width / 2.
+HALF_ROPE_TABLE_FAMILIES = ("gpt_oss",)
 
 
 def outside_rows(spec: ModelSpec, act: int) -> list[ActTensor]:
@@ -30,6 +34,7 @@ def outside_rows(spec: ModelSpec, act: int) -> list[ActTensor]:
     return [
         *pre_norm("final", spec, dt.param, b, Recompute("input")),
         *linear_inputs("final", ("lm_head",), d, dt.param, dt, b, Recompute("elementwise", n=d)),
+        *final_softcap_rows(spec, act),
         ActTensor("loss.log_softmax_fp32", spec.vocab_size, FP32, "cross-entropy (logits upcast to fp32)",
                   Recompute("linear", d, spec.vocab_size), b, split=Split.TP),
         ActTensor("loss.labels", 1, INT64, "NLL gradient (shifted labels, int64)", Recompute("copy"), b),
@@ -62,8 +67,10 @@ def outside_fixed_rows(spec: ModelSpec, act: int, micro_batch: int, recompute: s
         rows.append(ActTensor("rope.freqs_cis", rope // 2, 8, "RoPE as a complex product (view_as_complex): one "
                               "complex64 table per position, in every recipe", copy, b, per="position"))
     elif rope and recompute == "none":
-        rows.append(ActTensor("rope.cos_sin", 2 * rope, dt.param, "RoPE backward (q·cos, rotate_half(q)·sin): "
-                              "the tables, per position, shared by the batch and every layer", copy, b, per="position"))
+        width = 2 * rope * rope_tables(spec) // (2 if spec.family in HALF_ROPE_TABLE_FAMILIES else 1)
+        rows.append(ActTensor("rope.cos_sin", width, dt.param, "RoPE backward (q·cos, "
+                              "rotate_half(q)·sin): the tables, per position, shared by the batch and every layer "
+                              "(Gemma3: one pair per attention type)", copy, b, per="position"))
     if spec.positions == "learned":
         rows.append(ActTensor("embed.position_ids", 1, INT64, "position embedding backward (int64 ids)", copy, b,
                               per="position"))
@@ -72,6 +79,7 @@ def outside_fixed_rows(spec: ModelSpec, act: int, micro_batch: int, recompute: s
                               copy, b, per="constant"))
     rows.append(ActTensor("loss.total_weight", 1, FP32, "NLL: count of non-ignored tokens (scalar)", copy, b,
                           per="constant"))
+    rows += norm_weight_constants(spec, "outside", dt.param)
     if dt.amp and with_casts:
         rows.append(ActTensor("lm_head.weight_cast", spec.vocab_size * spec.hidden_size, dt.compute,
                               "LM head input grad: autocast's bf16 copy of the weight", copy, b, per="constant",

@@ -5,7 +5,8 @@ wherever PyTorch works per tensor (AdamW's `step` counters, the `single` impleme
 temporaries, FSDP2's dim-0 chunks, ZeRO-1's partition):
 - grouped experts (every MoE family): `experts.gate_up_proj` [E, 2f, h] and `experts.down_proj` [E, h, f], one
   tensor each per layer; the router comes before them (mixtral, qwen2_moe) or after them (qwen3_moe, deepseek);
-- GPT-2's `c_attn` and GPT-NeoX's `query_key_value`: q, k and v in one weight (and one bias).
+- GPT-2's `c_attn` and GPT-NeoX's `query_key_value`: q, k and v in one weight (and one bias); Phi-3's
+  `qkv_proj` and `gate_up_proj` (ModelSpec fused_qkv / fused_gate_up).
 Norms keep the inventory's place (after the layer's matrices): their tensors are small next to any pair of
 matrices, so their place does not move the per-pair maximum.
 """
@@ -21,6 +22,7 @@ from stepbill.spec.model import ModelSpec
 FUSED_QKV = ("gpt2", "gpt_neox")
 ROUTER_AFTER_EXPERTS = ("qwen3_moe", "deepseek_v2", "deepseek_v3")
 QKV = ("q_proj", "k_proj", "v_proj")
+GATE_UP = ("gate_proj", "up_proj")
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,12 @@ def _grouped_experts(rows: list[ParamTensor], n_layers: int) -> list[TorchTensor
     if gate is None or down is None:
         return []
     experts = gate.copies // n_layers
+    if any(t.component == "experts" and t.name.endswith(".bias") for t in rows):
+        # gpt-oss: [E, h, 2f] and [E, f, h] (transposed), each followed by its bias
+        return [TorchTensor("experts.gate_up_proj", (experts, gate.shape[1], 2 * gate.shape[0])),
+                TorchTensor("experts.gate_up_proj_bias", (experts, 2 * gate.shape[0])),
+                TorchTensor("experts.down_proj", (experts, down.shape[1], down.shape[0])),
+                TorchTensor("experts.down_proj_bias", (experts, down.shape[0]))]
     return [TorchTensor("experts.gate_up_proj", (experts, 2 * gate.shape[0], gate.shape[1])),
             TorchTensor("experts.down_proj", (experts, *down.shape))]
 
@@ -60,11 +68,19 @@ def _layer(spec: ModelSpec, inventory: ParamInventory, kind: str, n_layers: int)
         if t.component in ("experts", "router"):
             out += moe_block
             moe_block = []
-        elif spec.family in FUSED_QKV and t.name.split(".")[1] in QKV:
+        elif (spec.family in FUSED_QKV or spec.attention.fused_qkv) and t.name.split(".")[1] in QKV:
             end = t.name.rsplit(".", 1)[1]
             if end not in qkv:
                 qkv[end] = len(out)
                 out.append(TorchTensor(f"attn.qkv.{end}", (0, *t.shape[1:])))
+            fused = out[qkv[end]]
+            out[qkv[end]] = TorchTensor(fused.name, (fused.shape[0] + t.shape[0], *t.shape[1:]))
+        elif spec.ffn.fused_gate_up and t.component == "ffn" and t.name.split(".")[1] in GATE_UP:
+            # Phi-3's gate_up_proj: gate and up stacked in one weight [2f, h]
+            end = "gate_up." + t.name.rsplit(".", 1)[1]
+            if end not in qkv:
+                qkv[end] = len(out)
+                out.append(TorchTensor(f"mlp.{end}", (0, *t.shape[1:])))
             fused = out[qkv[end]]
             out[qkv[end]] = TorchTensor(fused.name, (fused.shape[0] + t.shape[0], *t.shape[1:]))
         else:

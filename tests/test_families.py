@@ -1,0 +1,89 @@
+"""The five families added for issue 14 (gemma2, gemma3_text, phi3, olmo2, gpt_oss) through the bill: ideal
+and eager conventions; where the eager rows are not modelled (a family marked missing, a sliding-window mask,
+eager attention's checkpointed masks, a family feature on a custom spec) one line and exit 2."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from stepbill.engine.activations.eager.families import MISSING
+from stepbill.engine.bill import make_bill
+from stepbill.errors import StepbillError
+from stepbill.spec.hf import from_hf_config
+from stepbill.spec.recipe import make_recipe
+
+CONFIGS = Path(__file__).parent / "data" / "hf_configs"
+NEW = {"gemma2": "gemma-2-9b", "gemma3_text": "gemma-3-1b", "phi3": "phi-3-mini-4k", "olmo2": "olmo-2-1124-7b",
+       "gpt_oss": "gpt-oss-20b"}
+
+
+def spec_of(family: str):
+    return from_hf_config(json.loads((CONFIGS / f"{NEW[family]}.json").read_text()), NEW[family])
+
+
+@pytest.mark.parametrize("family", sorted(NEW))
+def test_ideal_bill_of_each_new_family(family: str) -> None:
+    bill = make_bill(spec_of(family), make_recipe("mixed-bf16", "adamw", 1, 512, "none"))
+    assert bill.lines["memory.peak"].value >= bill.lines["memory.resident"].value > 0
+    assert bill.lines["memory.activations"].value > 0
+
+
+def test_eager_refuses_a_family_marked_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mechanism a new family starts with: ideal works, eager says in one line what is missing."""
+    monkeypatch.setitem(MISSING, "olmo2", "post-norms")
+    spec, recipe = spec_of("olmo2"), make_recipe("mixed-bf16", "adamw", 1, 512, "none")
+    make_bill(spec, recipe)
+    with pytest.raises(StepbillError) as err:
+        make_bill(spec, recipe, convention="eager")
+    assert "\n" not in str(err.value) and "olmo2" in str(err.value) and "post-norms" in str(err.value)
+
+
+@pytest.mark.parametrize("family", sorted(NEW))
+def test_eager_bill_of_each_new_family(family: str) -> None:
+    bill = make_bill(spec_of(family), make_recipe("pure-bf16", "adamw", 1, 128, "none"), convention="eager")
+    assert bill.lines["memory.activations"].value > 0
+
+
+def test_custom_spec_with_a_family_feature_is_refused_under_eager() -> None:
+    spec = dataclasses.replace(spec_of("gpt_oss"), family="custom")
+    with pytest.raises(StepbillError) as err:
+        make_bill(spec, make_recipe("pure-bf16", "adamw", 1, 128, "none"), convention="eager")
+    assert "\n" not in str(err.value) and "attention sinks" in str(err.value) and "gpt_oss" in str(err.value)
+
+
+def test_cli_eager_refusal_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    from stepbill.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["bill", str(CONFIGS / "gemma-2-9b.json"), "--convention", "eager", "--recompute", "full"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "gemma2" in err
+
+
+def test_eager_sliding_window_mask_is_refused_in_one_line() -> None:
+    """phi3 with a window: below it the mask is skipped (rows of full causal attention), from it on SDPA keeps
+    a B·S² mask that the eager rows do not model yet."""
+    spec = spec_of("phi3")  # sliding_window 2047
+    make_bill(spec, make_recipe("pure-bf16", "adamw", 1, 2046, "none"), convention="eager")
+    with pytest.raises(StepbillError) as err:
+        make_bill(spec, make_recipe("pure-bf16", "adamw", 1, 2047, "none"), convention="eager")
+    assert "\n" not in str(err.value) and "sliding_window 2047" in str(err.value)
+
+
+def test_gemma2_eager_attention_rows_and_recompute_refusal() -> None:
+    """gemma2 runs eager attention on CPU (no SDPA in transformers): S² rows (soft-cap tanh, fp32 softmax, its
+    bf16 cast); with recompute the checkpointed masks are refused in one line."""
+    from stepbill.engine.activations.rows import layer_rows
+
+    spec = spec_of("gemma2")
+    names = {r.name for r in layer_rows(spec, "dense", 2, "eager") if r.per_token2}
+    assert names == {"attn.softcap_tanh", "attn.probs", "attn.probs_cast"}
+    make_bill(spec, make_recipe("pure-bf16", "adamw", 1, 8192, "none"), convention="eager")  # window: no refusal
+    with pytest.raises(StepbillError) as err:
+        make_bill(spec, make_recipe("pure-bf16", "adamw", 1, 512, "full"), convention="eager")
+    assert "\n" not in str(err.value) and "gemma2" in str(err.value)
