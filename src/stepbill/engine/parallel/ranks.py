@@ -11,7 +11,9 @@ Who holds what (engine/parallel/layout.py's slicing rules for parameters; engine
 - pipeline: the stage's layers in execution order; the embedding on the first stage, LM head and loss on the last;
   other micro-batches' kept activations in flight per schedule (`in_flight_microbatches`);
 - gradient accumulation (micro-batches > 1): earlier micro-batches' gradients are alive from the start;
-- buffers (`layout_buffers`): DDP's gradient bucket (25 MiB, the seed §1.8), ZeRO-3's gathered units (current +
+- buffers (`layout_buffers`): DDP's gradient buckets (ZeRO-0: PyTorch DDP's default `gradient_as_bucket_view=False`
+  keeps a flat copy of every gradient, measured by `check --launch`; ZeRO-1: one 25 MiB bucket, the seed §1.8,
+  as a distributed optimizer's contiguous gradient buffer leaves no copy), ZeRO-3's gathered units (current +
   prefetched) and the root, the reduce-scatter input of one unit (ZeRO-2/3), CP's incoming K/V block, the
   sequence-parallel all-gathered layer input, EP's all-to-all receive buffer.
 
@@ -199,11 +201,21 @@ def layout_buffers(spec: ModelSpec, recipe: Recipe, order: tuple[str, ...], held
     gather = max(gather_of.values(), default=0.0)
     scatter = max(scatter_of.values(), default=0.0)
     root = held.unit_weights.get("root", 0.0) * p.weights
-    bucket = DDP_BUCKET_BYTES if par.zero <= 1 and par.zero_group > 1 else 0
+    grads_held = sum(held.grads.values())
+    ddp_copies = par.zero == 0 and par.zero_group > 1  # PyTorch DDP: its buckets copy every gradient
+    bucket = grads_held if ddp_copies else (min(DDP_BUCKET_BYTES, grads_held) if par.zero == 1 and par.zero_group > 1
+                                            else 0)
     seq_tokens = recipe.tokens / par.cp
-    if bucket:
-        lines.append(Line("transient.grad_bucket", bucket, "bytes", "one gradient bucket of 25 MiB (DDP), the whole "
-                          "step", {}, "cited: torch DDP bucket_cap_mb default; seed §1.8"))
+    if ddp_copies:
+        lines.append(Line("transient.ddp_buckets", bucket, "bytes", "DDP's gradient buckets: a flat copy of every "
+                          "gradient ({grads} B), the whole step (gradient_as_bucket_view=False, PyTorch's default; "
+                          "True makes the gradients views of the buckets)", {"grads": grads_held},
+                          "measured: check --launch (DDP, gloo), docs/accuracy.md"))
+    elif bucket:
+        lines.append(Line("transient.grad_bucket", bucket, "bytes", "one gradient bucket: min(25 MiB, the rank's "
+                          "{grads} B of grads), the whole step (a distributed optimizer's contiguous gradient buffer: "
+                          "no copy)", {"grads": grads_held},
+                          "cited: torch DDP bucket_cap_mb default; seed §1.8"))
     gathers = par.zero == 3 and par.zero_group > 1  # one rank holds its whole shard: nothing to gather
     if gathers:
         lines.append(Line("transient.zero3_allgather", 2 * gather, "bytes",
