@@ -113,12 +113,17 @@ def attention_core_flops(spec: ModelSpec, seq_len: Any, causal: bool = True) -> 
     return full // 2 if causal else full  # full is even: exact integer halving, arrays too
 
 
+# Families whose transformers class has no SDPA path (5.24: `_supports_sdpa = False`, soft-capping / sinks): they
+# run their eager attention whatever is asked (measure/build.effective_attention), so no fused backward.
+NO_SDPA_FAMILIES = ("gemma2", "gpt_oss")
+
+
 def attention_backward_rescore(spec: ModelSpec, attention: str = "sdpa") -> bool:
     """Whether the attention backward rebuilds QKᵀ (a fused SDPA kernel) rather than reading saved
     probabilities (the math path: attention "eager", or SDPA on CPU with unequal q/k and v head widths, as
-    DeepSeek's MLA has)."""
+    DeepSeek's MLA has; and the families with no SDPA path at all)."""
     a = spec.attention
-    return attention == "sdpa" and a.qk_head_dim == a.v_dim
+    return attention == "sdpa" and a.qk_head_dim == a.v_dim and spec.family not in NO_SDPA_FAMILIES
 
 
 def attention_rescore_flops(spec: ModelSpec, seq_len: Any, causal: bool = True, attention: str = "sdpa") -> Any:
@@ -138,6 +143,8 @@ def checkpoint_skipped_ops(spec: ModelSpec, layer_kind: str) -> list[LinearOp]:
     transformers runs after the routed ones. Routed experts' outputs are scaled by the routing weights
     (which saves them) and Qwen2-MoE's shared expert is gated by a sigmoid (likewise), so MoE layers without
     shared experts or with a shared-expert gate rerun everything."""
+    if spec.norm_placement != "pre":  # Gemma's sandwich / OLMo2's post norm reads (and saves) the down output
+        return []
     if layer_kind != "moe":
         return [op for op in ffn_linear_ops(spec, layer_kind) if op.name == "mlp.down"]
     moe = spec.moe

@@ -18,6 +18,7 @@ from __future__ import annotations
 from stepbill.engine.activations.eager.dtypes import dt_of
 from stepbill.engine.activations.eager.norms import rmsnorm
 from stepbill.engine.activations.rows import FP32, ActTensor, Recompute
+from stepbill.engine.flops import NO_SDPA_FAMILIES
 from stepbill.spec.model import ModelSpec
 
 GEMMA_FAMILIES = ("gemma2", "gemma3_text")
@@ -71,8 +72,8 @@ def rope_tables(spec: ModelSpec) -> int:
 
 
 # Families whose transformers class has no SDPA path (5.24: `_supports_sdpa = False`): CPU runs their
-# `eager_attention_forward` (measure/build.effective_attention).
-EAGER_ATTENTION_FAMILIES = ("gemma2", "gpt_oss")
+# `eager_attention_forward` (measure/build.effective_attention). One list, engine/flops.py's.
+EAGER_ATTENTION_FAMILIES = NO_SDPA_FAMILIES
 
 
 def eager_attention_rows(spec: ModelSpec, act: int) -> list[ActTensor]:
