@@ -489,7 +489,18 @@ class Measured(Strict):
     breakdown_at_peak: dict[str, int] = Field(description="MemTracker's categories at the peak (bytes)")
 
 
-class CheckJson(Strict):
+class _MeasuredSetup(Strict):
+    """What every `check --json` says about the setup it measured (the keys of stepbill.check.notes_json)."""
+
+    recipe: str = Field(description="the recipe measured (under ZeRO-2/3: fsdp-mixed-bf16, FSDP2's mixed precision)")
+    mixed_precision: dict[str, str] | None = Field(description="under ZeRO-2/3: FSDP2's mixed-precision setup "
+                                                   "(sharded params, grads, states, compute, reduce dtypes); null "
+                                                   "otherwise")
+    dropout_option: float | None = Field(description="`--dropout` (0: no dropout in bill and model), or null")
+    unmodelled: list[str] = Field(description="configured fields the bill does not model yet, one line each")
+
+
+class CheckJson(_MeasuredSetup):
     """`stepbill check --json` (one process)."""
 
     model: str = Field(description="the model's name")
@@ -500,12 +511,6 @@ class CheckJson(Strict):
     measured: Measured = Field(description="the measured peak")
     predicted_flops_causal: Number = Field(description="the bill's causal-halved step FLOPs")
     verdict: str = Field(description="how many categories are within 3 %")
-    recipe: str = Field(description="the recipe measured (under ZeRO-2/3: fsdp-mixed-bf16, FSDP2's mixed precision)")
-    mixed_precision: dict[str, str] | None = Field(description="under ZeRO-2/3: FSDP2's mixed-precision setup "
-                                                   "(sharded params, grads, states, compute, reduce dtypes); null "
-                                                   "otherwise")
-    dropout_option: float | None = Field(description="`--dropout` (0: no dropout in bill and model), or null")
-    unmodelled: list[str] = Field(description="configured fields the bill does not model yet, one line each")
 
 
 class ShardedRow(Strict):
@@ -526,19 +531,13 @@ class ShardedRank(Strict):
     verdict: str = Field(description="how many categories are within 3 %")
 
 
-class CheckShardedJson(Strict):
+class CheckShardedJson(_MeasuredSetup):
     """`stepbill check --dp N --zero Z --json`: one rank of N."""
 
     model: str = Field(description="the model's name")
     dp: int = Field(description="data-parallel ranks")
     zero: int = Field(description="ZeRO stage")
     ranks: list[ShardedRank] = Field(description="one entry per rank measured")
-    recipe: str = Field(description="the recipe measured (under ZeRO-2/3: fsdp-mixed-bf16, FSDP2's mixed precision)")
-    mixed_precision: dict[str, str] | None = Field(description="under ZeRO-2/3: FSDP2's mixed-precision setup "
-                                                   "(sharded params, grads, states, compute, reduce dtypes); null "
-                                                   "otherwise")
-    dropout_option: float | None = Field(description="`--dropout` (0: no dropout in bill and model), or null")
-    unmodelled: list[str] = Field(description="configured fields the bill does not model yet, one line each")
 
 
 class LaunchedRow(Strict):
@@ -559,7 +558,7 @@ class LaunchedRank(Strict):
     verdict: str = Field(description="how many categories are within 3 %")
 
 
-class CheckLaunchedJson(Strict):
+class CheckLaunchedJson(_MeasuredSetup):
     """`stepbill check --json` under torchrun (or `--launch N`): every rank of a real run."""
 
     model: str = Field(description="the model's name")
@@ -569,12 +568,6 @@ class CheckLaunchedJson(Strict):
     dp: int = Field(description="data-parallel ranks (torchrun's WORLD_SIZE)")
     zero: int = Field(description="ZeRO stage (0: DDP)")
     stage: str = Field(description="DDP, ZeRO-1 (ZeroRedundancyOptimizer), ZeRO-2/3 (FSDP2)")
-    recipe: str = Field(description="the recipe measured (under ZeRO-2/3: fsdp-mixed-bf16, FSDP2's mixed precision)")
-    mixed_precision: dict[str, str] | None = Field(description="under ZeRO-2/3: FSDP2's mixed-precision setup "
-                                                   "(sharded params, grads, states, compute, reduce dtypes); null "
-                                                   "otherwise")
-    dropout_option: float | None = Field(description="`--dropout` (0: no dropout in bill and model), or null")
-    unmodelled: list[str] = Field(description="configured fields the bill does not model yet, one line each")
     measured_by: str = Field(description="MemTracker, FSDPMemTracker or torch.cuda max_memory_allocated")
     notes: list[str] = Field(description="what the comparison knows it misses (e.g. gloo's reduce-scatter copy)")
     ranks: list[LaunchedRank] = Field(description="every rank, rank 0 first")
