@@ -27,6 +27,7 @@ evaluate many shapes at once.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from stepbill.engine.line import Line
@@ -154,6 +155,7 @@ def checkpoint_skipped_ops(spec: ModelSpec, layer_kind: str) -> list[LinearOp]:
     return []
 
 
+@lru_cache(maxsize=256)  # a pure function of the frozen spec; every FLOPs line asks for it
 def layer_linear_flops_per_token(spec: ModelSpec, layer_kind: str) -> int:
     return sum(op.flops_per_token for op in layer_linear_ops(spec, layer_kind))
 

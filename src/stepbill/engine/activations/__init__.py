@@ -58,10 +58,23 @@ def layer_rows(spec: ModelSpec, layer_kind: str, activation_bytes: Any, conventi
                attention: str = "sdpa", lora: LoRA | None = None) -> list[ActTensor]:
     """Every tensor one layer of `layer_kind` keeps, in forward order (rows.layer_rows); with `lora` the frozen
     Linears keep no input unless an adapter needs it and each adapter keeps its r-wide A output (lora.py)."""
-    rows = _layer_rows(spec, layer_kind, activation_bytes, convention, attention)
-    if lora is None:
-        return rows
-    return apply_lora(spec, layer_kind, rows, lora, getattr(activation_bytes, "compute", activation_bytes), convention)
+    # Memoised: a bill asks for the same rows several times, a planner thousands. The key spells out both widths
+    # (an EagerBytes equals its compute width as an int, so the int alone would confuse amp with pure bf16).
+    key = (spec, layer_kind, int(activation_bytes), getattr(activation_bytes, "param", None),
+           getattr(activation_bytes, "compute", None), convention, attention, lora)
+    cached = _ROWS_CACHE.get(key)
+    if cached is None:
+        rows = _layer_rows(spec, layer_kind, activation_bytes, convention, attention)
+        if lora is not None:
+            rows = apply_lora(spec, layer_kind, rows, lora, getattr(activation_bytes, "compute", activation_bytes),
+                              convention)
+        if len(_ROWS_CACHE) > 4096:
+            _ROWS_CACHE.clear()
+        cached = _ROWS_CACHE[key] = tuple(rows)
+    return list(cached)
+
+
+_ROWS_CACHE: dict[tuple, tuple[ActTensor, ...]] = {}
 
 
 def outside_bytes(spec: ModelSpec, activation_bytes: int, seq_len: Any, micro_batch: Any,
