@@ -157,6 +157,7 @@ def run_sharded(models: tuple[Model, ...], max_classes: int) -> None:
                          "model": getattr(bill.ranks[index], "model", "measured-exact"),
                          "predicted": {m: memory[p] for m, p, _ in CATEGORIES},
                          "measured": {m: getattr(measured, m) for m, _, _ in CATEGORIES},
+                         "measured_phases": measured.phase_breakdown,
                          "wall_s": round(wall, 1), "predict_s": round(predict_s, 2)})
 
 
@@ -200,6 +201,7 @@ def run_tp() -> None:
                  "classes": len(bill.ranks), "model": getattr(bill.ranks[0], "model", ""),
                  "predicted": {m: memory[p] for m, p, _ in CATEGORIES},
                  "measured": {m: getattr(measured, m) for m, _, _ in CATEGORIES},
+                 "measured_phases": measured.phase_breakdown,
                  "wall_s": round(wall, 1), "predict_s": 0.0})
 
 

@@ -126,3 +126,15 @@ def test_accuracy_doc_sections_keep_each_other(tmp_path):
     assert doc.read_text() == f"# single v2\n\n{SHARDED_BEGIN}\n## sharded v1\n<!-- sharded:end -->\n"
     write_section(doc, "## sharded v2", sharded=True)
     assert "sharded v1" not in doc.read_text() and doc.read_text().startswith("# single v2\n")
+
+
+def test_sharded_benchmark_reads_rank_class_names():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from sharded_accuracy import class_ranks
+
+    assert class_ranks("all ranks", 3) == [0, 1, 2]
+    assert class_ranks("rank 7", 8) == [7]
+    assert class_ranks("ranks 0–2,5,7–8", 9) == [0, 1, 2, 5, 7, 8]
