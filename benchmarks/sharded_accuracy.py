@@ -69,14 +69,14 @@ MODELS = (
     Model("qwen2", "qwen2-7b.json", 2048, ((64, 3), (256, 2), (8, 1))),
     Model("qwen3", "qwen3-8b.json", 8192, ((8, 3), (64, 2), (256, 1))),
     Model("mixtral", "mixtral-8x7b.json", 2048, ((64, 3), (8, 2), (256, 1)), {"num_hidden_layers": 16},
-          "16 of 32 layers (46.7B → 24.2B)"),
+          "16 of 32 layers (46.7B → 23.5B)"),
     Model("qwen2_moe", "qwen1.5-moe-a2.7b.json", 4096, ((256, 3), (64, 2), (8, 1))),
     Model("qwen3_moe", "qwen3-30b-a3b.json", 2048, ((8, 3), (256, 2), (64, 1)), {"num_hidden_layers": 24},
-          "24 of 48 layers (30.5B → 15.5B), for time"),
+          "24 of 48 layers (30.5B → 15.6B), for time"),
     Model("deepseek_v2", "deepseek-v2-lite.json", 4096, ((64, 3), (8, 2), (256, 1))),
     Model("deepseek_v3", "deepseek-v3.json", 2048, ((256, 3), (64, 2), (8, 1)),
           {"num_hidden_layers": 3, "first_k_dense_replace": 1},
-          "3 of 61 layers, 1 dense + 2 MoE (671B → 25.2B)"),
+          "3 of 61 layers, 1 dense + 2 MoE (671B → 25.5B)"),
     # The bill has no sliding window (spec/hf_families: full causal attention); Mistral's config.json has a
     # 4096 window, and at seq >= window transformers builds an explicit mask. The rows above measure the
     # config as published; this one the model the bill describes.
