@@ -172,14 +172,16 @@ def run_sharded(models: tuple[Model, ...], max_classes: int) -> None:
 TINY_TP_LLAMA = {"num_attention_heads": 8, "num_key_value_heads": 4}  # 8 heads of 16, 4 kv heads: tp 2 and 4
 
 
-def tp_cases() -> list[tuple[str, dict[str, Any], int, int, bool, str, str]]:
-    """(family label, config, seq, tp, sp, recipe, mode)."""
+def tp_cases() -> list[tuple[str, dict[str, Any], int, int, bool, str, str, bool]]:
+    """(family label, config, seq, tp, sp, recipe, mode, loss_parallel)."""
     from stepbill.measure.tiny import TINY_CONFIGS
 
     tiny = {**TINY_CONFIGS["llama"], **TINY_TP_LLAMA}
     big = json.loads((CFG / "llama-3-8b.json").read_text())
-    out = [("llama (tiny)", tiny, 128, tp, sp, "fp32", "real") for tp in (2, 4) for sp in (False, True)]
-    out += [("llama (llama-3-8b)", big, 2048, 8, sp, "pure-bf16", "fake") for sp in (False, True)]
+    out = [("llama (tiny)", tiny, 128, tp, sp, "fp32", "real", lp) for lp in (False, True) for tp in (2, 4)
+           for sp in (False, True)]
+    out += [("llama (llama-3-8b)", big, 2048, 8, sp, "pure-bf16", "fake", False) for sp in (False, True)]
+    out.append(("llama (llama-3-8b)", big, 2048, 8, True, "pure-bf16", "fake", True))
     return out
 
 
@@ -191,21 +193,21 @@ def run_tp() -> None:
     from stepbill.spec.recipe import make_recipe
 
     done = _done()
-    for label, cfg, seq, tp, sp, recipe_name, mode in tp_cases():
-        key = f"{label}|tp{tp}|sp{int(sp)}|{seq}"
+    for label, cfg, seq, tp, sp, recipe_name, mode, lp in tp_cases():
+        key = f"{label}|tp{tp}|sp{int(sp)}|{seq}" + ("|loss-parallel" if lp else "")
         if key in done:
             continue
         spec = from_hf_config(cfg)
         bill = make_bill(spec, make_recipe(recipe_name, "adamw", 1, seq, parallel=Parallel(tp=tp, sp=sp)),
                          convention="eager")
         memory = bill.ranks[0].memory
-        print(f"{label} tp={tp} sp={sp} ...", flush=True)
+        print(f"{label} tp={tp} sp={sp} loss_parallel={lp} ...", flush=True)
         start = time.perf_counter()
-        measured = measure_tp_rank(cfg, tp, sp, 1, seq, recipe_name, mode=mode)
+        measured = measure_tp_rank(cfg, tp, sp, 1, seq, recipe_name, mode=mode, loss_parallel=lp)
         wall = time.perf_counter() - start
         _append({"key": key, "family": label, "source": "", "note": f"{recipe_name}, {mode} tensors",
                  "params_total": bill.lines["params.total"].value, "seq": seq, "n": tp,
-                 "layout": "TP+SP" if sp else "TP", "rank_class": bill.ranks[0].name, "rank": 0,
+                 "layout": ("TP+SP" if sp else "TP") + (" loss-parallel" if lp else ""), "rank_class": bill.ranks[0].name, "rank": 0,
                  "classes": len(bill.ranks), "model": getattr(bill.ranks[0], "model", ""),
                  "predicted": {m: memory[p] for m, p, _ in CATEGORIES},
                  "measured": {m: getattr(measured, m) for m, _, _ in CATEGORIES},

@@ -93,3 +93,18 @@ def test_tp_rank_grads_optimizer_peak_equal_bill(tp, sp):
     assert measured.grads == predicted["grads"]
     assert measured.optimizer_states == predicted["optimizer"]
     assert measured.peak == pytest.approx(predicted["peak"], rel=0.03)
+
+
+@pytest.mark.slow
+def test_tp_loss_parallel_keeps_the_vocab_shard_of_the_logits():
+    """torchtitan's default head (Shard(-1) logits, loss_parallel()): same resident state, and the forward
+    holds 1/tp of the logits instead of all of them (at least tp−1 tp-ths of the fp32 logits saved)."""
+    from stepbill.measure.tp import measure_tp_rank
+
+    replicated, _ = _measure(2, True)
+    sharded = measure_tp_rank(CFG, 2, True, 1, SEQ, "fp32", loss_parallel=True)
+    assert (sharded.params, sharded.grads, sharded.optimizer_states) == (
+        replicated.params, replicated.grads, replicated.optimizer_states)
+    logits_fp32 = SEQ * CFG["vocab_size"] * 4
+    assert replicated.peak_forward - sharded.peak_forward >= logits_fp32 // 2
+    assert sharded.settings["lm_head_output"].startswith("Shard(-1)")

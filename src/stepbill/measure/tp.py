@@ -10,9 +10,11 @@ transformers' LlamaForCausalLM module names:
 - every decoder layer: ``self_attn.{q,k,v}_proj`` and ``mlp.{gate,up}_proj`` ColwiseParallel,
   ``self_attn.o_proj`` and ``mlp.down_proj`` RowwiseParallel;
 - ``model.embed_tokens`` RowwiseParallel(input_layouts=Replicate()) (vocabulary rows split);
-- ``lm_head`` ColwiseParallel with a Replicate output: the logits are all-gathered to the full vocabulary on
-  every rank, because transformers' loss (``ForCausalLMLoss``) takes plain tensors; torchtitan's default,
-  ``Shard(-1)`` with ``loss_parallel()``, needs its own loss call and is not measured here;
+- ``lm_head`` ColwiseParallel with a Replicate output by default: the logits are all-gathered to the full
+  vocabulary on every rank and transformers' loss (``ForCausalLMLoss``) runs on plain tensors. With
+  ``loss_parallel=True`` (torchtitan's default) the head's output stays a ``Shard(-1)`` DTensor (this rank's
+  vocabulary slice of the logits) and forward and backward run under torch's ``loss_parallel()``, which makes
+  transformers' cross-entropy vocabulary-parallel;
 - with ``sp`` (sequence parallel), as torchtitan: the embedding's output, every RMSNorm
   (``input_layernorm``, ``post_attention_layernorm``, ``model.norm``) and every residual stream are split along
   the sequence (``Shard(1)``, SequenceParallel on the norms), ``PrepareModuleInput`` all-gathers the
@@ -73,8 +75,9 @@ class TPRankMeasurement:
     settings: dict[str, Any] = field(default_factory=dict)
 
 
-def tp_plan(model: Any, sp: bool) -> tuple[dict[str, Any], dict[str, Any]]:
-    """torchtitan's Llama plan in transformers' names: (root plan, per-decoder-layer plan)."""
+def tp_plan(model: Any, sp: bool, loss_parallel: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+    """torchtitan's Llama plan in transformers' names: (root plan, per-decoder-layer plan). `loss_parallel`:
+    the LM head keeps its vocabulary shard of the logits (Shard(-1) DTensor) for torch's loss_parallel()."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
@@ -86,7 +89,9 @@ def tp_plan(model: Any, sp: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     seq = Shard(1)
     root: dict[str, Any] = {
         "model.embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=seq if sp else Replicate()),
-        "lm_head": ColwiseParallel(input_layouts=seq if sp else Replicate(), output_layouts=Replicate()),
+        "lm_head": ColwiseParallel(input_layouts=seq if sp else Replicate(),
+                                   output_layouts=Shard(-1) if loss_parallel else Replicate(),
+                                   use_local_output=not loss_parallel),
     }
     layer: dict[str, Any] = {
         "self_attn.q_proj": ColwiseParallel(),
@@ -148,6 +153,7 @@ def measure_tp_rank(
     *,
     rank: int = 0,
     mode: Mode = "real",
+    loss_parallel: bool = False,
     lr: float = 1e-4,
 ) -> TPRankMeasurement:
     """Measure rank `rank` of a `tp`-way tensor-parallel step (sequence parallel with `sp`); see the module
@@ -158,7 +164,7 @@ def measure_tp_rank(
     config = _config_dict(config_or_spec)
     _validate(config, tp, rank, seq_len, sp, recipe)
     settings = {"tp": tp, "sp": sp, "rank": rank, "micro_batch": micro_batch, "seq_len": seq_len, "mode": mode,
-                "recipe": recipe, "lm_head_output": "Replicate"}
+                "recipe": recipe, "lm_head_output": "Shard(-1), loss_parallel" if loss_parallel else "Replicate"}
     with contextlib.ExitStack() as stack:
         mesh = stack.enter_context(fake_process_group(rank, tp))
         fake_mode = new_fake_mode() if mode == "fake" else None
@@ -166,9 +172,11 @@ def measure_tp_rank(
         stack.enter_context(hf_patches(force_grouped_mm_fallback=False))
         if fake_mode is not None:
             stack.enter_context(fake_mode)
+        from torch.distributed.tensor.parallel import loss_parallel as vocab_parallel_loss
         from torch.distributed.tensor.parallel import parallelize_module
 
-        root, layer = tp_plan(model, sp)
+        root, layer = tp_plan(model, sp, loss_parallel)
+        loss_context = vocab_parallel_loss if loss_parallel else contextlib.nullcontext
         for block in model.model.layers:
             parallelize_module(block, mesh, layer)
         parallelize_module(model, mesh, root)
@@ -179,11 +187,12 @@ def measure_tp_rank(
         position_ids = torch.arange(seq_len).unsqueeze(0) if sp else None
 
         def iteration(on_phase: Any = lambda p: None) -> None:
-            on_phase("forward")
-            loss = model(input_ids=input_ids, labels=input_ids, position_ids=position_ids, use_cache=False).loss
-            on_phase("backward")
-            loss.backward()
-            del loss
+            with loss_context():
+                on_phase("forward")
+                loss = model(input_ids=input_ids, labels=input_ids, position_ids=position_ids, use_cache=False).loss
+                on_phase("backward")
+                loss.backward()
+                del loss
             on_phase("optimizer")
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
