@@ -66,6 +66,11 @@ MODELS = (
     Model("llama", "llama-3-8b.json", 4096, ((8, 3), (256, 3), (64, 2), (8, 1))),
     Model("mistral", "mistral-7b.json", 4096, ((256, 3), (8, 2), (64, 1)), {},
           "config as published, sliding_window 4096 = seq: transformers adds a T² mask the bill does not have"),
+    # The bill has no sliding window (spec/hf_families: full causal attention); Mistral's config.json has a
+    # 4096 window, and at seq >= window transformers builds an explicit mask. The rows above measure the
+    # config as published; this one the model the bill describes.
+    Model("mistral", "mistral-7b.json", 4096, ((256, 3),), {"sliding_window": None},
+          "sliding_window None (the bill's full causal attention)", tag="no window"),
     Model("qwen2", "qwen2-7b.json", 2048, ((64, 3), (256, 2), (8, 1))),
     Model("qwen3", "qwen3-8b.json", 8192, ((8, 3), (64, 2), (256, 1))),
     Model("mixtral", "mixtral-8x7b.json", 2048, ((64, 3), (8, 2), (256, 1)), {"num_hidden_layers": 16},
@@ -77,11 +82,6 @@ MODELS = (
     Model("deepseek_v3", "deepseek-v3.json", 2048, ((256, 3), (64, 2), (8, 1)),
           {"num_hidden_layers": 3, "first_k_dense_replace": 1},
           "3 of 61 layers, 1 dense + 2 MoE (671B → 25.5B)"),
-    # The bill has no sliding window (spec/hf_families: full causal attention); Mistral's config.json has a
-    # 4096 window, and at seq >= window transformers builds an explicit mask. The rows above measure the
-    # config as published; this one the model the bill describes.
-    Model("mistral", "mistral-7b.json", 4096, ((256, 3),), {"sliding_window": None},
-          "sliding_window None (the bill's full causal attention)", tag="no window"),
 )
 
 
