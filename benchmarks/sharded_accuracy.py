@@ -4,7 +4,7 @@ For every family the loader reads, a 1–30B-parameter model from tests/data/hf_
 the full model is above 30B or too slow to track on a 2-core machine; the `params` column gives the size
 measured), seq 2K–8K, 8–256 ranks. The prediction is the bill's per-rank table: `make_bill(spec, recipe,
 convention="eager")` with `recipe.parallel = Parallel(dp=N, zero=Z)` (FSDP2: recipe mixed-bf16, which
-measure/sharded.py runs as fp32 shards with bf16 compute; ZeRO-1: pure-bf16), one row per rank class of
+measure/sharded.py runs as fp32 shards with bf16 compute; ZeRO-1: pure-bf16, fp32 for DeepSeek), one row per rank class of
 `bill.ranks`. The measurement is one rank of that class (its first rank; at most `--max-classes` classes per
 case: the one holding rank 0, then the one holding the last rank, then the others) on FAKE tensors with
 measure/sharded.py (FSDPMemTracker / MemTracker on a fake process group, iteration 2 of a steady step).
@@ -57,6 +57,7 @@ class Model:
     overrides: dict[str, Any] = field(default_factory=dict)
     note: str = ""
     tag: str = ""  # tells apart two runs of one family (the results' key and the family column)
+    zero1_recipe: str = "pure-bf16"
 
 
 # Worlds rotate over 8, 64 and 256 so that every family meets one small and one large world.
@@ -78,10 +79,12 @@ MODELS = (
     Model("qwen2_moe", "qwen1.5-moe-a2.7b.json", 4096, ((256, 3), (64, 2), (8, 1))),
     Model("qwen3_moe", "qwen3-30b-a3b.json", 2048, ((8, 3), (256, 2), (64, 1)), {"num_hidden_layers": 24},
           "24 of 48 layers (30.5B → 15.6B), for time"),
-    Model("deepseek_v2", "deepseek-v2-lite.json", 4096, ((64, 3), (8, 2), (256, 1))),
+    Model("deepseek_v2", "deepseek-v2-lite.json", 4096, ((64, 3), (8, 2), (256, 1)), {},
+          "ZeRO-1 in fp32: under pure-bf16 transformers keeps some DeepSeek parameters in fp32 and "
+          "ZeroRedundancyOptimizer refuses mixed dtypes", zero1_recipe="fp32"),
     Model("deepseek_v3", "deepseek-v3.json", 2048, ((256, 3), (64, 2), (8, 1)),
           {"num_hidden_layers": 3, "first_k_dense_replace": 1},
-          "3 of 61 layers, 1 dense + 2 MoE (671B → 25.5B)"),
+          "3 of 61 layers, 1 dense + 2 MoE (671B → 25.5B); ZeRO-1 in fp32 (see deepseek_v2)", zero1_recipe="fp32"),
 )
 
 
@@ -141,7 +144,7 @@ def run_sharded(models: tuple[Model, ...], max_classes: int) -> None:
         cfg = load_config(model)
         spec = from_hf_config(cfg, model.source)
         for world, zero in model.layouts:
-            recipe_name = "mixed-bf16" if zero in (2, 3) else "pure-bf16"
+            recipe_name = "mixed-bf16" if zero in (2, 3) else model.zero1_recipe
             recipe = make_recipe(recipe_name, "adamw", 1, model.seq_len, parallel=Parallel(dp=world, zero=zero))
             start = time.perf_counter()
             bill = make_bill(spec, recipe, convention="eager")
@@ -156,7 +159,7 @@ def run_sharded(models: tuple[Model, ...], max_classes: int) -> None:
                 print(f"{model.family} N={world} ZeRO-{zero} rank {rank} ({name}) ...", flush=True)
                 start = time.perf_counter()
                 measured = measure_rank(cfg, world=world, zero=zero, rank=rank, seq_len=model.seq_len, mode="fake",
-                                        recipe="pure-bf16" if zero == 1 else "fp32")
+                                        recipe=model.zero1_recipe if zero == 1 else "fp32")
                 wall = time.perf_counter() - start
                 family = f"{model.family} ({model.tag})" if model.tag else model.family
                 _append({"key": key, "family": family, "source": model.source, "note": model.note,
@@ -227,7 +230,8 @@ def write_table() -> str:
         "",
         "Produced by `python benchmarks/sharded_accuracy.py` (torch 2.13 CPU, transformers 5.24, fake tensors for "
         "every sharded case). Predicted: `make_bill(..., convention=\"eager\").ranks` for `Parallel(dp=N, "
-        "zero=Z)` (FSDP2: mixed-bf16 = fp32 shards, bf16 compute; ZeRO-1: pure-bf16) or `Parallel(tp=T, sp=...)`. "
+        "zero=Z)` (FSDP2: mixed-bf16 = fp32 shards, bf16 compute; ZeRO-1: pure-bf16, fp32 for DeepSeek) or "
+        "`Parallel(tp=T, sp=...)`. "
         "Measured: one rank of the class (measure/sharded.py: FSDPMemTracker for ZeRO-3/2, MemTracker with "
         "ZeroRedundancyOptimizer for ZeRO-1; measure/tp.py: MemTracker on torchtitan's Llama TP plan). "
         "error = (predicted − measured) / measured. `s`: wall time of the measurement (warm-up + tracked "
