@@ -41,17 +41,15 @@ from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
 
 FP32, BF16, STEP = 4, 2, 4
-UNPADDED_FAMILIES_NOTE = "sharded prediction covers llama-like and MoE families (separate q/k/v, SwiGLU)"
 
 
 Tensor = TorchTensor  # the FSDP/ZeRO-1 arithmetic below works on torch's own tensors
 
 
 def hf_tensors(spec: ModelSpec) -> list[Tensor]:
-    """Every parameter tensor transformers builds for `spec`, with its FSDP unit (engine/activations/eager/torch_params).
-    The list is shared (memoised): read it, never change it."""
-    if spec.attention.kind == "mha" and (spec.norm != "rmsnorm" or spec.ffn.kind != "swiglu"):
-        raise StepbillError(f"{spec.name} ({spec.family}): {UNPADDED_FAMILIES_NOTE}")
+    """Every parameter tensor transformers builds for `spec`, with its FSDP unit (engine/activations/eager/torch_params):
+    every family the loader reads (GPT-2's Conv1D weights as stored, (in, out)). The list is shared (memoised): read
+    it, never change it."""
     return _torch_tensors(spec)
 
 

@@ -7,6 +7,8 @@ temporaries, FSDP2's dim-0 chunks, ZeRO-1's partition):
   tensor each per layer; the router comes before them (mixtral, qwen2_moe) or after them (qwen3_moe, deepseek);
 - GPT-2's `c_attn` and GPT-NeoX's `query_key_value`: q, k and v in one weight (and one bias); Phi-3's
   `qkv_proj` and `gate_up_proj` (ModelSpec fused_qkv / fused_gate_up).
+- GPT-2's layer matrices are `Conv1D` weights stored (in, out): dim 0, the one FSDP2 chunks, is the input width
+  (transformers.pytorch_utils.Conv1D: `weight = nn.Parameter(torch.empty(nx, nf))`).
 Norms keep the inventory's place (after the layer's matrices): their tensors are small next to any pair of
 matrices, so their place does not move the per-pair maximum.
 """
@@ -20,6 +22,7 @@ from stepbill.engine.params import ParamInventory, ParamTensor, param_inventory
 from stepbill.spec.model import ModelSpec
 
 FUSED_QKV = ("gpt2", "gpt_neox")
+CONV1D = ("gpt2",)  # layer matrices stored transposed, (in, out)
 ROUTER_AFTER_EXPERTS = ("qwen3_moe", "deepseek_v2", "deepseek_v3")
 QKV = ("q_proj", "k_proj", "v_proj")
 GATE_UP = ("gate_proj", "up_proj")
@@ -85,6 +88,8 @@ def _layer(spec: ModelSpec, inventory: ParamInventory, kind: str, n_layers: int)
             out[qkv[end]] = TorchTensor(fused.name, (fused.shape[0] + t.shape[0], *t.shape[1:]))
         else:
             out += [TorchTensor(t.name, t.shape)] * (t.copies // n_layers)
+    if spec.family in CONV1D:
+        out = [TorchTensor(x.name, x.shape[::-1]) if len(x.shape) == 2 else x for x in out]
     return out
 
 
