@@ -218,6 +218,28 @@ def run_tp() -> None:
                  "wall_s": round(wall, 1), "predict_s": 0.0})
 
 
+def repredict_tp() -> None:
+    """Recompute the TP rows' predictions with today's engine (the measurements do not depend on it)."""
+    from stepbill.engine.bill import make_bill
+    from stepbill.spec.hf import from_hf_config
+    from stepbill.spec.parallel import Parallel
+    from stepbill.spec.recipe import make_recipe
+
+    cases = {}
+    for label, cfg, seq, tp, sp, recipe_name, _mode, lp in tp_cases():
+        cases[f"{label}|tp{tp}|sp{int(sp)}|{seq}" + ("|loss-parallel" if lp else "")] = (cfg, seq, tp, sp, recipe_name)
+    rows = [json.loads(line) for line in JSONL.read_text().splitlines() if line.strip()]
+    for row in rows:
+        if row["key"] in cases:
+            cfg, seq, tp, sp, recipe_name = cases[row["key"]]
+            bill = make_bill(from_hf_config(cfg), make_recipe(recipe_name, "adamw", 1, seq,
+                                                              parallel=Parallel(tp=tp, sp=sp)), convention="eager")
+            memory = bill.ranks[0].memory
+            row["predicted"] = {m: memory[p] for m, p, _ in CATEGORIES}
+            row["model"] = bill.ranks[0].model
+    JSONL.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
 def _bytes(v: float) -> str:
     return f"{v / GIB:.4f} GiB" if v >= 2**24 else f"{v:,.0f} B"
 
@@ -266,10 +288,14 @@ def main() -> None:
     parser.add_argument("--max-classes", type=int, default=2, help="rank classes measured per case")
     parser.add_argument("--fresh", action="store_true", help="forget the results already in the JSONL file")
     parser.add_argument("--table-only", action="store_true", help="rewrite the table from the JSONL file")
+    parser.add_argument("--repredict-tp", action="store_true",
+                        help="recompute the TP rows' predictions with today's engine, then rewrite the table")
     args = parser.parse_args()
     if args.fresh and JSONL.exists():
         JSONL.unlink()
-    if not args.table_only:
+    if args.repredict_tp:
+        repredict_tp()
+    elif not args.table_only:
         only = {s for s in args.only.split(",") if s}
         if args.part in ("tp", "all"):
             run_tp()
