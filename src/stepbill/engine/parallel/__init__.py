@@ -1,7 +1,10 @@
-"""Who holds what: how a parallel layout slices parameters (`layout`), each rank class's timeline and memory
+"""Who holds what: how a parallel layout slices parameters (`layout`), what a rank holds (`holdings`), the layout's
+buffers (`buffers`), each rank class's timeline and memory
 (`ranks`, built on `rank_class`), the measured FSDP2 / ZeRO-1 rules (`fsdp2`, `fsdp2_moments`, `fsdp2_ranks`)
 and the step's collectives (`collectives`)."""
 
+from stepbill.engine.parallel.buffers import DDP_BUCKET_BYTES
+from stepbill.engine.parallel.holdings import item_bytes_per_element, row_item_elements
 from stepbill.engine.parallel.rank_class import (
     APPROXIMATE,
     IDEAL,
@@ -11,13 +14,10 @@ from stepbill.engine.parallel.rank_class import (
     SingleRank,
 )
 from stepbill.engine.parallel.ranks import (
-    DDP_BUCKET_BYTES,
     in_flight_microbatches,
-    item_bytes_per_element,
     one_gpu_timeline,
     rank_classes,
     row_divisor,
-    row_item_elements,
     worst_rank,
 )
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 from stepbill.engine import comm
 from stepbill.engine.line import Line
+from stepbill.engine.parallel.holdings import row_item_elements
 from stepbill.engine.parallel.layout import row_slice, stage_layer_kinds
-from stepbill.engine.parallel.ranks import row_item_elements
 from stepbill.engine.params import ParamInventory
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec

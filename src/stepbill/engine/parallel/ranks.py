@@ -25,17 +25,18 @@ All values are bytes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from dataclasses import replace
 from typing import Any
 
 from stepbill.engine.activations import ActTensor
-from stepbill.engine.kinds import Part, Phase, Split
+from stepbill.engine.kinds import Split
 from stepbill.engine.line import Line
 from stepbill.engine.memory.eager import EagerTerms
 from stepbill.engine.memory.timeline import Buffers, RankView, Timeline, rank_timeline
+from stepbill.engine.parallel.buffers import layout_buffers
 from stepbill.engine.parallel.fsdp2_ranks import exact_classes, exact_reason
-from stepbill.engine.parallel.layout import Slice, row_slice, stage_layer_indices, stage_layer_kinds, zero_divisor
+from stepbill.engine.parallel.holdings import Held, rank_holdings
+from stepbill.engine.parallel.layout import stage_layer_indices, stage_layer_kinds
 from stepbill.engine.parallel.rank_class import (
     APPROXIMATE,
     IDEAL,
@@ -44,48 +45,13 @@ from stepbill.engine.parallel.rank_class import (
     RankClass,
     SingleRank,
 )
-from stepbill.engine.params import ParamInventory, ParamTensor
+from stepbill.engine.params import ParamInventory
 from stepbill.engine.recompute import RecomputePlan
-from stepbill.engine.states import lora_adapter_groups, optimizer_state_elements
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.parallel import validate_layout
-from stepbill.spec.recipe import LoRA, Recipe
+from stepbill.spec.recipe import Recipe
 
-MIB = 2**20
-DDP_BUCKET_BYTES = 25 * MIB  # torch DDP bucket_cap_mb default, cited in the seed §1.8
 OPTIMIZER_SIDE = ("master", "optimizer.")
-LAYER_PARTS = (Part.LAYER, Part.LAYER_INNER, Part.LAYER_NORM)
-HEAD_PARTS = (Part.HEAD, Part.LOSS, Part.HEAD_BACKWARD)
-
-
-def row_item_elements(t: ParamTensor, recipe: Recipe | _ResidentRecipe) -> dict[str, float]:
-    """Elements of each resident item over all copies of row `t` (LoRA: adapters trainable, base frozen).
-    The result is shared (memoised): read it, never change it."""
-    return _row_item_elements(t, recipe.optimizer, recipe.lora, bool(recipe.precision.master))
-
-
-@lru_cache(maxsize=8192)  # pure in its arguments; a bill asks once per tensor row per rank class
-def _row_item_elements(t: ParamTensor, optimizer: str, lora: LoRA | None, has_master: bool) -> dict[str, float]:
-    if lora is None:
-        groups = [(t.shape, t.copies, t.is_matrix)]
-        out: dict[str, float] = {"weights": t.total}
-    else:
-        groups = list(lora_adapter_groups(ParamInventory((t,)), lora))
-        out = {"weights.frozen": t.total, "weights": sum(s[0] * s[1] * c for s, c, _ in groups)}
-    trained = out["weights"]
-    out["grads"] = trained
-    if has_master:
-        out["master"] = trained
-    for name, elements in optimizer_state_elements(optimizer, groups).items():
-        out[f"optimizer.{name}"] = elements
-    return out
-
-
-def item_bytes_per_element(item: str, recipe: Recipe | _ResidentRecipe) -> int:
-    p = recipe.precision
-    if item.startswith("weights"):
-        return p.weights
-    return {"grads": p.grads, "master": p.master}.get(item, p.state)
 
 
 def in_flight_microbatches(recipe: Recipe, stage: int) -> float:
@@ -118,160 +84,7 @@ def row_divisor(recipe: Recipe) -> Callable[[ActTensor], float]:
     return divisor
 
 
-@dataclass(frozen=True)
-class _ResidentRecipe:
-    """The parts of a Recipe resident state depends on (hashable: the memo key of _resident)."""
-
-    precision: Any
-    optimizer: str
-    lora: LoRA | None
-    parallel: Any
-
-
-@dataclass
-class _Held:
-    """Bytes one rank of a stage holds of each resident item, and the shares the timeline needs."""
-
-    held: dict[str, float] = field(default_factory=dict)
-    owned: dict[str, float] = field(default_factory=dict)
-    unsharded: dict[str, float] = field(default_factory=dict)
-    grads: dict[str, float] = field(default_factory=dict)  # held grads per group: head, embed, layer.<kind>
-    unit_weights: dict[str, float] = field(default_factory=dict)  # elements of one FSDP unit (layer of a kind, root)
-    unit_grads: dict[str, float] = field(default_factory=dict)
-    unit_grads_held: dict[str, float] = field(default_factory=dict)  # bytes of one unit's grads the rank keeps
-    params_share: float = 0.0  # of the model's parameters, the share this rank holds (before ZeRO)
-    token_embedding_share: float = 1.0  # of the embedding grads on this rank, the token embedding's
-
-
-def _resident(spec: ModelSpec, recipe: Recipe, stage: int) -> _Held:
-    """What one rank of `stage` holds (shared, memoised: read it, never change it). It does not depend on the
-    sequence, the micro-batch or the recompute policy, which a planner varies most."""
-    return _resident_cached(spec, recipe.precision, recipe.optimizer, recipe.lora, recipe.parallel, stage)
-
-
-@lru_cache(maxsize=1024)
-def _resident_cached(spec: ModelSpec, precision: Any, optimizer: str, lora: LoRA | None, par: Any,
-                     stage: int) -> _Held:
-    from stepbill.engine.params import param_inventory
-
-    recipe = _ResidentRecipe(precision, optimizer, lora, par)
-    inv = param_inventory(spec)
-    kinds = stage_layer_kinds(spec, par)
-    out = _Held()
-    params = embeddings = token_embedding = 0.0
-    for t in inv.tensors:
-        sl: Slice = row_slice(spec, par, t, stage, kinds)
-        if sl.fraction == 0:
-            continue
-        params += t.total * sl.fraction
-        if t.component == "embedding":
-            embeddings += t.total * sl.fraction
-            token_embedding += t.total * sl.fraction if t.name == "embed_tokens.weight" else 0.0
-        elements = row_item_elements(t, recipe)
-        unit = f"layer.{t.layer_kind}" if t.layer_kind else "root"
-        per_unit = kinds[stage][t.layer_kind] if t.layer_kind else 1
-        out.unit_weights[unit] = out.unit_weights.get(unit, 0.0) + sum(
-            v for k, v in elements.items() if k.startswith("weights")) * sl.fraction / per_unit
-        out.unit_grads[unit] = out.unit_grads.get(unit, 0.0) + elements["grads"] * sl.fraction / per_unit
-        group = unit if t.layer_kind else ("embed" if t.component == "embedding" else "head")
-        for item, n in elements.items():
-            b = n * item_bytes_per_element(item, recipe) * sl.fraction
-            mine = b / zero_divisor(item, par.zero, sl.zero_group)
-            out.held[item] = out.held.get(item, 0.0) + mine
-            out.unsharded[item] = out.unsharded.get(item, 0.0) + b
-            out.owned[item] = out.owned.get(item, 0.0) + b / sl.holders
-            if item == "grads":
-                out.grads[group] = out.grads.get(group, 0.0) + mine
-                out.unit_grads_held[unit] = out.unit_grads_held.get(unit, 0.0) + mine / per_unit
-    out.params_share = params / inv.total if inv.total else 0.0
-    out.token_embedding_share = token_embedding / embeddings if embeddings else 1.0
-    return out
-
-
-def layout_buffers(spec: ModelSpec, recipe: Recipe, order: tuple[str, ...], held: _Held) -> tuple[Buffers, list[Line]]:
-    """The layout's own buffers at each moment, and one Line per buffer kind (its largest size)."""
-    par, p = recipe.parallel, recipe.precision
-    lines: list[Line] = []
-    # One FSDP unit per layer: its parameters gathered (weight dtype) and its gradients before the reduce-scatter
-    # (grad dtype), per layer kind; the rank's own shard of them is already counted in its grads.
-    gather_of = {k: held.unit_weights.get(f"layer.{k}", 0.0) * p.weights for k in set(order)}
-    # the unit's unsharded grads beyond the shard the rank keeps (experts shard over edp, the rest over dp·cp)
-    scatter_of = {k: held.unit_grads.get(f"layer.{k}", 0.0) * p.grads - held.unit_grads_held.get(f"layer.{k}", 0.0)
-                  for k in set(order)} if par.zero >= 2 else dict.fromkeys(set(order), 0.0)
-    gather = max(gather_of.values(), default=0.0)
-    scatter = max(scatter_of.values(), default=0.0)
-    root = held.unit_weights.get("root", 0.0) * p.weights
-    grads_held = sum(held.grads.values())
-    ddp_copies = par.zero == 0 and par.zero_group > 1  # PyTorch DDP: its buckets copy every gradient
-    bucket = grads_held if ddp_copies else (min(DDP_BUCKET_BYTES, grads_held) if par.zero == 1 and par.zero_group > 1
-                                            else 0)
-    seq_tokens = recipe.tokens / par.cp
-    if ddp_copies:
-        lines.append(Line("transient.ddp_buckets", bucket, "bytes", "DDP's gradient buckets: a flat copy of every "
-                          "gradient ({grads} B), the whole step (gradient_as_bucket_view=False, PyTorch's default; "
-                          "True makes the gradients views of the buckets)", {"grads": grads_held},
-                          "measured: check --launch (DDP, gloo), docs/accuracy.md"))
-    elif bucket:
-        lines.append(Line("transient.grad_bucket", bucket, "bytes", "one gradient bucket: min(25 MiB, the rank's "
-                          "{grads} B of grads), the whole step (a distributed optimizer's contiguous gradient buffer: "
-                          "no copy)", {"grads": grads_held},
-                          "cited: torch DDP bucket_cap_mb default; seed §1.8"))
-    gathers = par.zero == 3 and par.zero_group > 1  # one rank holds its whole shard: nothing to gather
-    if gathers:
-        lines.append(Line("transient.zero3_allgather", 2 * gather, "bytes",
-                          "2 units (current + prefetched) × {elements} elements × {bytes} B, during a layer",
-                          {"elements": gather / p.weights, "bytes": p.weights}))
-        lines.append(Line("transient.zero3_root", root, "bytes", "the root unit (embedding, final norm, LM head) "
-                          "gathered: {elements} elements × {bytes} B, at the LM head", {"elements": root / p.weights,
-                                                                                          "bytes": p.weights}))
-    if par.zero >= 2:
-        lines.append(Line("transient.zero_reduce_scatter", scatter, "bytes", "one unit's unsharded grads beyond "
-                          "the rank's shard ({shard} B kept of {unsharded} B), during its backward",
-                          {"unsharded": scatter + max(held.unit_grads_held.values(), default=0.0),
-                           "shard": max(held.unit_grads_held.values(), default=0.0)}))
-    kv_block = 0.0
-    if par.cp > 1:
-        a = spec.attention
-        kv_width = a.kv_heads * (a.qk_head_dim + a.v_dim) / par.tp
-        kv_block = seq_tokens * kv_width * p.activation
-        lines.append(Line("transient.cp_kv_block", kv_block, "bytes",
-                          "incoming K/V block: {tokens} tokens × {width} × {bytes} B, during attention",
-                          {"tokens": seq_tokens, "width": kv_width, "bytes": p.activation}))
-    gathered_input = seq_tokens * spec.hidden_size * p.activation if par.sp else 0.0
-    if gathered_input:
-        lines.append(Line("transient.sp_allgather", gathered_input, "bytes",
-                          "sequence-parallel layer input all-gathered for a column-parallel linear: {tokens} tokens "
-                          "× {hidden} × {bytes} B", {"tokens": seq_tokens, "hidden": spec.hidden_size,
-                                                     "bytes": p.activation}))
-    dispatch = 0.0
-    if par.ep > 1 and spec.moe is not None:
-        dispatch = seq_tokens / (par.tp if par.sp else 1) * spec.moe.top_k * spec.hidden_size * p.activation
-        lines.append(Line("transient.ep_all_to_all", dispatch, "bytes",
-                          "all-to-all receive buffer: {tokens} tokens × top-{k} × {hidden} × {bytes} B, in a MoE layer",
-                          {"tokens": seq_tokens / (par.tp if par.sp else 1), "k": spec.moe.top_k,
-                           "hidden": spec.hidden_size, "bytes": p.activation}))
-
-    def buffers(phase: Phase, part: Part, layer: int | None) -> int:
-        total = float(bucket)
-        in_layer = part in LAYER_PARTS and layer is not None
-        kind = order[layer] if in_layer and layer is not None else None
-        if gathers and phase is not Phase.OPTIMIZER:
-            if kind is not None:
-                total += 2 * gather_of[kind]  # current + prefetched unit
-            elif part in HEAD_PARTS:
-                total += root + (gather if phase is Phase.BACKWARD else 0.0)
-        if par.zero >= 2 and phase is Phase.BACKWARD and kind is not None:
-            total += scatter_of[kind]
-        if in_layer:
-            total += kv_block + gathered_input
-            if dispatch and kind == "moe":
-                total += dispatch
-        return round(total)
-
-    return buffers, lines
-
-
-def _rank_view(recipe: Recipe, held: _Held, order: tuple[str, ...], stage: int, eager: EagerTerms | None,
+def _rank_view(recipe: Recipe, held: Held, order: tuple[str, ...], stage: int, eager: EagerTerms | None,
                tied: bool, flight_bytes: float, buffers: Buffers | None) -> tuple[RankView, dict[str, float]]:
     """The RankView of one rank of `stage`, and what it keeps in CPU memory (offload)."""
     par = recipe.parallel
@@ -300,7 +113,7 @@ def _rank_view(recipe: Recipe, held: _Held, order: tuple[str, ...], stage: int, 
     return view, cpu
 
 
-def _rank_eager(eager: EagerTerms, recipe: Recipe, held: _Held, inv: ParamInventory) -> EagerTerms:
+def _rank_eager(eager: EagerTerms, recipe: Recipe, held: Held, inv: ParamInventory) -> EagerTerms:
     par = recipe.parallel
     seq = par.cp * (par.tp if par.sp else 1)
     width = par.cp * par.tp
@@ -363,7 +176,7 @@ def one_gpu_timeline(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, plan:
     from stepbill.spec.parallel import Parallel
 
     single = replace(recipe, parallel=Parallel(micro_batches=recipe.parallel.micro_batches))
-    held = _resident(spec, single, 0)
+    held = rank_holdings(spec, single, 0)
     view, _ = _rank_view(single, held, plan.order, 0, eager, spec.tied_embeddings, 0.0, None)
     return rank_timeline(view, plan, outside, eager)
 
@@ -407,7 +220,7 @@ def rank_classes(one: SingleRank) -> list[RankClass]:
     per_stage = par.dp * par.tp * par.cp
     classes: list[RankClass] = []
     for stage in range(par.pp):
-        held = _resident(spec, recipe, stage)
+        held = rank_holdings(spec, recipe, stage)
         order = tuple(one.plan.order[i] for i in indices[stage])
         plan = one.plan.for_rank(divisor, input_divisor, par.cp * par.tp, order)
         flight = in_flight_microbatches(recipe, stage)
@@ -448,7 +261,7 @@ def rank_classes(one: SingleRank) -> list[RankClass]:
     return classes
 
 
-def _resident_lines(held: _Held, par: Any, cpu: dict[str, float]) -> list[Line]:
+def _resident_lines(held: Held, par: Any, cpu: dict[str, float]) -> list[Line]:
     lines = []
     for item, b in held.held.items():
         on_cpu = item in cpu

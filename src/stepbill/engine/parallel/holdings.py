@@ -1,0 +1,115 @@
+"""Who holds what of the resident state: each resident item's elements per parameter row, and what one rank of a
+pipeline stage holds, owns and keeps per FSDP unit after the tp / ep / etp split and ZeRO sharding (layout.py's
+slicing rules). Memoised per (spec, precision, optimizer, LoRA, layout, stage): a planner varies the rest."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from stepbill.engine.parallel.layout import Slice, row_slice, stage_layer_kinds, zero_divisor
+from stepbill.engine.params import ParamInventory, ParamTensor
+from stepbill.engine.states import lora_adapter_groups, optimizer_state_elements
+from stepbill.spec.model import ModelSpec
+from stepbill.spec.recipe import LoRA, Recipe
+
+
+def row_item_elements(t: ParamTensor, recipe: Recipe | ResidentRecipe) -> dict[str, float]:
+    """Elements of each resident item over all copies of row `t` (LoRA: adapters trainable, base frozen).
+    The result is shared (memoised): read it, never change it."""
+    return _row_item_elements(t, recipe.optimizer, recipe.lora, bool(recipe.precision.master))
+
+
+@lru_cache(maxsize=8192)  # pure in its arguments; a bill asks once per tensor row per rank class
+def _row_item_elements(t: ParamTensor, optimizer: str, lora: LoRA | None, has_master: bool) -> dict[str, float]:
+    if lora is None:
+        groups = [(t.shape, t.copies, t.is_matrix)]
+        out: dict[str, float] = {"weights": t.total}
+    else:
+        groups = list(lora_adapter_groups(ParamInventory((t,)), lora))
+        out = {"weights.frozen": t.total, "weights": sum(s[0] * s[1] * c for s, c, _ in groups)}
+    trained = out["weights"]
+    out["grads"] = trained
+    if has_master:
+        out["master"] = trained
+    for name, elements in optimizer_state_elements(optimizer, groups).items():
+        out[f"optimizer.{name}"] = elements
+    return out
+
+
+def item_bytes_per_element(item: str, recipe: Recipe | ResidentRecipe) -> int:
+    p = recipe.precision
+    if item.startswith("weights"):
+        return p.weights
+    return {"grads": p.grads, "master": p.master}.get(item, p.state)
+
+
+@dataclass(frozen=True)
+class ResidentRecipe:
+    """The parts of a Recipe resident state depends on (hashable: the memo key of rank_holdings)."""
+
+    precision: Any
+    optimizer: str
+    lora: LoRA | None
+    parallel: Any
+
+
+@dataclass
+class Held:
+    """Bytes one rank of a stage holds of each resident item, and the shares the timeline needs."""
+
+    held: dict[str, float] = field(default_factory=dict)
+    owned: dict[str, float] = field(default_factory=dict)
+    unsharded: dict[str, float] = field(default_factory=dict)
+    grads: dict[str, float] = field(default_factory=dict)  # held grads per group: head, embed, layer.<kind>
+    unit_weights: dict[str, float] = field(default_factory=dict)  # elements of one FSDP unit (layer of a kind, root)
+    unit_grads: dict[str, float] = field(default_factory=dict)
+    unit_grads_held: dict[str, float] = field(default_factory=dict)  # bytes of one unit's grads the rank keeps
+    params_share: float = 0.0  # of the model's parameters, the share this rank holds (before ZeRO)
+    token_embedding_share: float = 1.0  # of the embedding grads on this rank, the token embedding's
+
+
+def rank_holdings(spec: ModelSpec, recipe: Recipe, stage: int) -> Held:
+    """What one rank of `stage` holds (shared, memoised: read it, never change it). It does not depend on the
+    sequence, the micro-batch or the recompute policy, which a planner varies most."""
+    return _resident_cached(spec, recipe.precision, recipe.optimizer, recipe.lora, recipe.parallel, stage)
+
+
+@lru_cache(maxsize=1024)
+def _resident_cached(spec: ModelSpec, precision: Any, optimizer: str, lora: LoRA | None, par: Any,
+                     stage: int) -> Held:
+    from stepbill.engine.params import param_inventory
+
+    recipe = ResidentRecipe(precision, optimizer, lora, par)
+    inv = param_inventory(spec)
+    kinds = stage_layer_kinds(spec, par)
+    out = Held()
+    params = embeddings = token_embedding = 0.0
+    for t in inv.tensors:
+        sl: Slice = row_slice(spec, par, t, stage, kinds)
+        if sl.fraction == 0:
+            continue
+        params += t.total * sl.fraction
+        if t.component == "embedding":
+            embeddings += t.total * sl.fraction
+            token_embedding += t.total * sl.fraction if t.name == "embed_tokens.weight" else 0.0
+        elements = row_item_elements(t, recipe)
+        unit = f"layer.{t.layer_kind}" if t.layer_kind else "root"
+        per_unit = kinds[stage][t.layer_kind] if t.layer_kind else 1
+        out.unit_weights[unit] = out.unit_weights.get(unit, 0.0) + sum(
+            v for k, v in elements.items() if k.startswith("weights")) * sl.fraction / per_unit
+        out.unit_grads[unit] = out.unit_grads.get(unit, 0.0) + elements["grads"] * sl.fraction / per_unit
+        group = unit if t.layer_kind else ("embed" if t.component == "embedding" else "head")
+        for item, n in elements.items():
+            b = n * item_bytes_per_element(item, recipe) * sl.fraction
+            mine = b / zero_divisor(item, par.zero, sl.zero_group)
+            out.held[item] = out.held.get(item, 0.0) + mine
+            out.unsharded[item] = out.unsharded.get(item, 0.0) + b
+            out.owned[item] = out.owned.get(item, 0.0) + b / sl.holders
+            if item == "grads":
+                out.grads[group] = out.grads.get(group, 0.0) + mine
+                out.unit_grads_held[unit] = out.unit_grads_held.get(unit, 0.0) + mine / per_unit
+    out.params_share = params / inv.total if inv.total else 0.0
+    out.token_embedding_share = token_embedding / embeddings if embeddings else 1.0
+    return out
