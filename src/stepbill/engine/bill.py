@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from stepbill.engine import activations as act
-from stepbill.engine.flops import flops_lines, lora_step_terms, matmul_params
+from stepbill.engine.flops import lora_step_terms
+from stepbill.engine.flops_lines import flops_lines, matmul_params
 from stepbill.engine.line import Line
 from stepbill.engine.memory.eager import EagerTerms, eager_terms
 from stepbill.engine.memory.timeline import Timeline
