@@ -15,107 +15,26 @@ from typing import Any
 
 from stepbill.errors import StepbillError, shown
 from stepbill.spec.hf_families import (
-    ALIASES,
-    DEFAULTS,
     DENSE_ROTARY,
     EMIT,
-    FULL_EVERY,
     GEMMA,
     MLA,
     MOE_MHA,
-    QWEN_FAMILIES,
-    REQUIRED,
     SUPPORTED_MODEL_TYPES,
 )
-from stepbill.spec.model import AttentionSpec, FFNSpec, ModelSpec, MoESpec
-from stepbill.spec.schema import (
-    EXPERTS,
-    EXPERTS_OR_ZERO,
-    HEADS,
-    LAYERS,
-    TOKENS,
-    VOCAB,
-    WIDTH,
-    WIDTH_OR_ZERO,
-    Int,
-    IntTuple,
-    Rule,
+from stepbill.spec.hf_newer import gemma_spec, gpt_oss_spec, olmo2_spec, phi3_spec
+from stepbill.spec.hf_reader import (
+    HFConfig,
+    dropout_config_key,
+    dropout_config_keys,
+    heads_divide,
+    read_base,
+    read_rotary_fraction,
+    read_sliding,
 )
+from stepbill.spec.model import AttentionSpec, FFNSpec, ModelSpec, MoESpec
 
-__all__ = ["SUPPORTED_MODEL_TYPES", "dropout_config_keys", "from_hf_config", "to_hf_config"]
-
-_MISSING = object()
-
-#: The bound of every integer field read from a config (spec/schema.py); a key not listed is a width (WIDTH).
-FIELD_RULES: dict[str, Rule] = {
-    "vocab_size": VOCAB,
-    "num_hidden_layers": LAYERS, "n_layer": LAYERS, "decoder_sparse_step": LAYERS,
-    "first_k_dense_replace": Int(0, LAYERS.high),
-    "max_position_embeddings": TOKENS, "n_positions": TOKENS,
-    "num_attention_heads": HEADS, "n_head": HEADS, "num_key_value_heads": HEADS,
-    "num_local_experts": EXPERTS, "n_routed_experts": EXPERTS, "num_experts_per_tok": EXPERTS,
-    "num_experts": EXPERTS_OR_ZERO, "n_shared_experts": EXPERTS_OR_ZERO,
-    "shared_expert_intermediate_size": WIDTH_OR_ZERO,
-}
-LAYER_LIST = IntTuple(LAYERS.high - 1, LAYERS.high)
-
-
-class _Config:
-    """Typed, defaulted access to one config dict; every failure is a one-line StepbillError."""
-
-    def __init__(self, data: dict[str, Any], family: str) -> None:
-        self.data = data
-        self.family = family
-        self.defaults = DEFAULTS[family]
-        self.aliases = ALIASES.get(family, {})
-        for key in REQUIRED[family]:
-            if self._lookup(key) is _MISSING:
-                raise StepbillError(f"{family} config is missing {key!r}")
-
-    def _lookup(self, key: str) -> Any:
-        if key in self.data:
-            return self.data[key]
-        alias = self.aliases.get(key)
-        if alias is not None and alias in self.data:
-            return self.data[alias]
-        return _MISSING
-
-    def raw(self, key: str) -> Any:
-        """The value as written, else the config class's default."""
-        value = self._lookup(key)
-        return self.defaults.get(key) if value is _MISSING else value
-
-    def _bad(self, key: str, what: str, value: Any) -> StepbillError:
-        return StepbillError(f"{self.family} config: {key} must be {what}, got {shown(value)}")
-
-    def integer(self, key: str, *, nullable: bool = False) -> Any:
-        """An integer field within its FIELD_RULES bound; None passes through only when nullable."""
-        value = self.raw(key)
-        if value is None and nullable:
-            return None
-        rule = FIELD_RULES.get(key, WIDTH)
-        if not rule.accepts(value):
-            raise self._bad(key, rule.allowed + (" or null" if nullable else ""), value)
-        return value
-
-    def flag(self, key: str) -> bool:
-        value = self.raw(key)
-        if not isinstance(value, bool):
-            raise self._bad(key, "true or false", value)
-        return value
-
-    def fraction(self, value: Any, key: str) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-            raise self._bad(key, "a number in [0, 1]", value)
-        return float(value)
-
-    def int_list(self, key: str) -> tuple[int, ...]:
-        value = self.raw(key)
-        if value is None:
-            return ()
-        if not isinstance(value, list) or not LAYER_LIST.accepts(value):
-            raise self._bad(key, LAYER_LIST.allowed, value)
-        return tuple(value)
+__all__ = ["SUPPORTED_MODEL_TYPES", "dropout_config_key", "dropout_config_keys", "from_hf_config", "to_hf_config"]
 
 
 def from_hf_config(config: dict[str, Any], name: str = "custom") -> ModelSpec:
@@ -130,7 +49,7 @@ def from_hf_config(config: dict[str, Any], name: str = "custom") -> ModelSpec:
         raise StepbillError(
             f"unsupported model_type {family!r}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
         )
-    c = _Config(config, family)
+    c = HFConfig(config, family)
     if family == "gpt2":
         return _gpt2(c, name)
     if family == "gpt_neox":
@@ -138,90 +57,18 @@ def from_hf_config(config: dict[str, Any], name: str = "custom") -> ModelSpec:
     if family in MLA:
         return _deepseek(c, name)
     if family in GEMMA:
-        return _gemma(c, name)
+        return gemma_spec(c, name)
     if family == "phi3":
-        return _phi3(c, name)
+        return phi3_spec(c, name)
     if family == "olmo2":
-        return _olmo2(c, name)
+        return olmo2_spec(c, name)
     if family == "gpt_oss":
-        return _gpt_oss(c, name)
+        return gpt_oss_spec(c, name)
     return _llama_like(c, name)
 
 
-def _base(c: _Config, name: str) -> dict[str, Any]:
-    """Fields every family states the same way."""
-    return {
-        "name": name,
-        "family": c.family,
-        "vocab_size": c.integer("vocab_size"),
-        "hidden_size": c.integer("hidden_size" if c.family != "gpt2" else "n_embd"),
-        "n_layers": c.integer("num_hidden_layers" if c.family != "gpt2" else "n_layer"),
-        "max_position_embeddings": c.integer("max_position_embeddings" if c.family != "gpt2" else "n_positions"),
-        "tied_embeddings": c.flag("tie_word_embeddings"),
-        **_dropouts(c),
-    }
-
-
-# ModelSpec dropout field -> the family's config key (see hf_families: "Fields that change what the step keeps").
-_DROPOUT_KEYS: dict[str, dict[str, str]] = {
-    "gpt2": {"attention_dropout": "attn_pdrop", "hidden_dropout": "resid_pdrop", "embedding_dropout": "embd_pdrop"},
-    "gpt_neox": {"attention_dropout": "attention_dropout", "hidden_dropout": "hidden_dropout",
-                 "embedding_dropout": "hidden_dropout"},
-}
-
-
-def dropout_config_key(family: str, field: str) -> str:
-    """The config key of `family` that sets ModelSpec's dropout `field` (e.g. gpt2 attention_dropout: attn_pdrop)."""
-    return _DROPOUT_KEYS.get(family, {}).get(field, field)
-
-
-def dropout_config_keys(family: str) -> tuple[str, ...]:
-    """The config keys holding a dropout probability that `family`'s causal LM applies."""
-    if family not in SUPPORTED_MODEL_TYPES:
-        raise StepbillError(f"unsupported model_type {family!r}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
-    return tuple(dict.fromkeys(_DROPOUT_KEYS.get(family, {"attention_dropout": "attention_dropout"}).values()))
-
-
-def _dropouts(c: _Config) -> dict[str, float]:
-    """The dropout probabilities the family reads (null counts as 0, as transformers' modules treat it)."""
-    keys = _DROPOUT_KEYS.get(c.family, {"attention_dropout": "attention_dropout"})
-    return {name: c.fraction(0.0 if c.raw(key) is None else c.raw(key), key) for name, key in keys.items()}
-
-
-def _sliding(c: _Config, n_layers: int) -> dict[str, Any]:
-    """sliding_window / sliding_layers as transformers builds them (rules in hf_families' docstring)."""
-    f = c.family
-    if f in ("mistral", "mixtral"):
-        return {"sliding_window": c.integer("sliding_window", nullable=True)}  # every layer
-    if f not in QWEN_FAMILIES or not c.flag("use_sliding_window"):
-        return {}
-    window = c.integer("sliding_window", nullable=True)
-    types = c.data.get("layer_types")
-    if window is None:
-        return {}
-    if types is not None and f != "qwen3_moe":
-        if not isinstance(types, list) or len(types) != n_layers:
-            raise c._bad("layer_types", f"a list of {n_layers} layer types", types)
-        layers = tuple(i for i, t in enumerate(types) if t == "sliding_attention")
-    elif f in ("qwen2", "qwen3"):
-        layers = tuple(range(c.integer("max_window_layers", zero_ok=True), n_layers))
-    elif f == "qwen2_moe":
-        first_full = c.integer("max_window_layers", zero_ok=True)
-        layers = tuple(i for i in range(min(first_full, n_layers)) if (i + 1) % 2)
-    else:  # qwen3_moe
-        layers = tuple(range(n_layers))
-    return {"sliding_window": window, "sliding_layers": layers} if layers else {}
-
-
-def _heads_divide(c: _Config, hidden: int, heads: int) -> int:
-    """hidden // heads, for the families that derive the head width from it (and fail otherwise)."""
-    if hidden % heads:
-        raise StepbillError(f"{c.family} config: num_attention_heads ({heads}) must divide hidden_size ({hidden})")
-    return hidden // heads
-
-
-def _gpt2(c: _Config, name: str) -> ModelSpec:
-    base = _base(c, name)
+def _gpt2(c: HFConfig, name: str) -> ModelSpec:
+    base = read_base(c, name)
     if c.flag("add_cross_attention"):
         raise StepbillError("gpt2 config: add_cross_attention is not supported (decoder-only models only)")
     d, heads = base["hidden_size"], c.integer("n_head")
@@ -229,47 +76,36 @@ def _gpt2(c: _Config, name: str) -> ModelSpec:
     return ModelSpec(
         **base,
         # Conv1D always has a bias: c_attn (q, k, v) and c_proj both.
-        attention=AttentionSpec(heads, head_dim=_heads_divide(c, d, heads), qkv_bias=True, out_bias=True),
+        attention=AttentionSpec(heads, head_dim=heads_divide(c, d, heads), qkv_bias=True, out_bias=True),
         ffn=FFNSpec(inner, "gelu_mlp", bias=True),
         norm="layernorm",
         positions="learned",
     )
 
 
-def _rotary_fraction(c: _Config, legacy_key: str, default: float) -> float:
-    """Share of each head that gets rotary: rope_parameters / rope_scaling, else the legacy top-level key."""
-    for rope_key in ("rope_scaling", "rope_parameters"):
-        rope = c.data.get(rope_key)
-        if isinstance(rope, dict) and "partial_rotary_factor" in rope:
-            return c.fraction(rope["partial_rotary_factor"], f"{rope_key}.partial_rotary_factor")
-    if legacy_key in c.data:
-        return c.fraction(c.data[legacy_key], legacy_key)
-    return default
-
-
-def _gpt_neox(c: _Config, name: str) -> ModelSpec:
-    base = _base(c, name)
+def _gpt_neox(c: HFConfig, name: str) -> ModelSpec:
+    base = read_base(c, name)
     d, heads = base["hidden_size"], c.integer("num_attention_heads")
     bias = c.flag("attention_bias")
     return ModelSpec(
         **base,
-        attention=AttentionSpec(heads, head_dim=_heads_divide(c, d, heads), qkv_bias=bias, out_bias=bias),
+        attention=AttentionSpec(heads, head_dim=heads_divide(c, d, heads), qkv_bias=bias, out_bias=bias),
         ffn=FFNSpec(c.integer("intermediate_size"), "gelu_mlp", bias=True),  # nn.Linear defaults: always biased
         norm="layernorm",
         positions="rotary",
-        rotary_fraction=_rotary_fraction(c, "rotary_pct", 0.25),
+        rotary_fraction=read_rotary_fraction(c, "rotary_pct", 0.25),
         parallel_residual=c.flag("use_parallel_residual"),
     )
 
 
-def _llama_like(c: _Config, name: str) -> ModelSpec:
+def _llama_like(c: HFConfig, name: str) -> ModelSpec:
     """llama, mistral, qwen2, qwen3 and the MHA MoE families built on the same block."""
     f = c.family
-    base = _base(c, name)
+    base = read_base(c, name)
     d, heads = base["hidden_size"], c.integer("num_attention_heads")
     kv = c.integer("num_key_value_heads", nullable=True) or heads  # None: __post_init__ makes it MHA
     # qwen3 declares head_dim: int = 128, so null is rejected there; elsewhere null means hidden // heads.
-    head_dim = c.integer("head_dim", nullable=f != "qwen3") or _heads_divide(c, d, heads)
+    head_dim = c.integer("head_dim", nullable=f != "qwen3") or heads_divide(c, d, heads)
     if f in ("llama", "qwen3", "qwen3_moe"):
         qkv_bias = out_bias = c.flag("attention_bias")  # one switch for q, k, v and o
     elif f == "qwen2":
@@ -280,7 +116,7 @@ def _llama_like(c: _Config, name: str) -> ModelSpec:
         qkv_bias = out_bias = False
     attention = AttentionSpec(
         heads, n_kv_heads=kv, head_dim=head_dim, qkv_bias=qkv_bias, out_bias=out_bias,
-        qk_norm=f in ("qwen3", "qwen3_moe"), **_sliding(c, base["n_layers"]),
+        qk_norm=f in ("qwen3", "qwen3_moe"), **read_sliding(c, base["n_layers"]),
     )
     mlp_bias = c.flag("mlp_bias") if f == "llama" else False
     return ModelSpec(
@@ -288,11 +124,11 @@ def _llama_like(c: _Config, name: str) -> ModelSpec:
         attention=attention,
         ffn=FFNSpec(c.integer("intermediate_size"), "swiglu", bias=mlp_bias),
         moe=_mha_moe(c, base["n_layers"]),
-        rotary_fraction=_rotary_fraction(c, "partial_rotary_factor", 1.0),
+        rotary_fraction=read_rotary_fraction(c, "partial_rotary_factor", 1.0),
     )
 
 
-def _mha_moe(c: _Config, n_layers: int) -> MoESpec | None:
+def _mha_moe(c: HFConfig, n_layers: int) -> MoESpec | None:
     """The MoE block of mixtral / qwen2_moe / qwen3_moe; None for the dense families or no sparse layer."""
     if c.family == "mixtral":
         return MoESpec(c.integer("num_local_experts"), c.integer("num_experts_per_tok"), c.integer("intermediate_size"))
@@ -314,8 +150,8 @@ def _mha_moe(c: _Config, n_layers: int) -> MoESpec | None:
     )
 
 
-def _deepseek(c: _Config, name: str) -> ModelSpec:
-    base = _base(c, name)
+def _deepseek(c: HFConfig, name: str) -> ModelSpec:
+    base = read_base(c, name)
     n_layers = base["n_layers"]
     bias = c.flag("attention_bias")  # q_a_proj, kv_a_proj_with_mqa and o_proj
     attention = AttentionSpec(
@@ -351,129 +187,6 @@ def _deepseek(c: _Config, name: str) -> ModelSpec:
         attention=attention,
         ffn=FFNSpec(c.integer("intermediate_size"), "swiglu", bias=mlp_bias),
         moe=moe,
-        notes="; ".join(notes),
-    )
-
-
-def _cap(c: _Config, key: str) -> float | None:
-    """A soft-capping constant: null (none) or a positive number."""
-    value = c.raw(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-        raise c._bad(key, "a positive number or null", value)
-    return float(value)
-
-
-def _sliding_layers(c: _Config, n_layers: int, window: int | None) -> tuple[int, ...]:
-    """Indices of the sliding-window layers: from ``layer_types`` when given, else the family's default pattern
-    (configuration_<family>.py __post_init__). A null window means no layer slides (the attention's
-    sliding_window is config.sliding_window)."""
-    types = c.raw("layer_types")
-    if types is None:
-        every = c.integer("sliding_window_pattern") if c.family == "gemma3_text" else FULL_EVERY[c.family]
-        sliding = tuple(i for i in range(n_layers) if (i + 1) % every)
-    else:
-        allowed = ("sliding_attention", "full_attention")
-        if not isinstance(types, list) or len(types) != n_layers or any(t not in allowed for t in types):
-            raise c._bad("layer_types", f"a list of {n_layers} 'sliding_attention' / 'full_attention'", types)
-        sliding = tuple(i for i, t in enumerate(types) if t == "sliding_attention")
-    return sliding if window is not None else ()
-
-
-def _head_dim_or_derived(c: _Config, d: int, heads: int) -> int:
-    """head_dim when config.json states it (null or absent: hidden // heads), as modeling_<family>.py reads it."""
-    return c.integer("head_dim", nullable=True) or _heads_divide(c, d, heads)
-
-
-def _gemma(c: _Config, name: str) -> ModelSpec:
-    base = _base(c, name)
-    d, heads, n_layers = base["hidden_size"], c.integer("num_attention_heads"), base["n_layers"]
-    _heads_divide(c, d, heads)  # Gemma{2,3}TextConfig.validate_architecture, although head_dim is its own field
-    if c.family == "gemma3_text" and c.raw("use_bidirectional_attention") is True:
-        raise StepbillError("gemma3_text config: use_bidirectional_attention (an encoder) is not supported")
-    act = c.raw("hidden_activation")
-    glu = {"gelu_pytorch_tanh": "gelu_tanh", "silu": "silu"}.get(act) if isinstance(act, str) else None
-    if glu is None:
-        raise c._bad("hidden_activation", "gelu_pytorch_tanh or silu", act)
-    window = c.integer("sliding_window", nullable=True)
-    bias = c.flag("attention_bias")  # q, k, v and o alike
-    attention = AttentionSpec(
-        heads, n_kv_heads=c.integer("num_key_value_heads"), head_dim=c.integer("head_dim"), qkv_bias=bias,
-        out_bias=bias, qk_norm=c.family == "gemma3_text", logit_softcap=_cap(c, "attn_logit_softcapping"),
-        sliding_window=window, sliding_layers=_sliding_layers(c, n_layers, window),
-    )
-    return ModelSpec(
-        **base,
-        attention=attention,
-        ffn=FFNSpec(c.integer("intermediate_size"), "swiglu", glu_act=glu),
-        rotary_fraction=_rotary_fraction(c, "partial_rotary_factor", 1.0),
-        norm_placement="sandwich",
-        norm_weight_offset=True,
-        scaled_embeddings=True,
-        final_logit_softcap=_cap(c, "final_logit_softcapping"),
-    )
-
-
-def _phi3(c: _Config, name: str) -> ModelSpec:
-    base = _base(c, name)
-    d, heads = base["hidden_size"], c.integer("num_attention_heads")
-    window = c.integer("sliding_window", nullable=True)  # Phi3Model: one sliding-window mask for every layer
-    attention = AttentionSpec(
-        heads, n_kv_heads=c.integer("num_key_value_heads", nullable=True) or heads,
-        head_dim=_head_dim_or_derived(c, d, heads), fused_qkv=True, sliding_window=window,
-        sliding_layers=tuple(range(base["n_layers"])) if window is not None else (),
-    )
-    return ModelSpec(
-        **base,
-        attention=attention,
-        ffn=FFNSpec(c.integer("intermediate_size"), "swiglu", fused_gate_up=True),
-        rotary_fraction=_rotary_fraction(c, "partial_rotary_factor", 1.0),
-    )
-
-
-def _olmo2(c: _Config, name: str) -> ModelSpec:
-    base = _base(c, name)
-    d, heads = base["hidden_size"], c.integer("num_attention_heads")
-    bias = c.flag("attention_bias")
-    attention = AttentionSpec(
-        heads, n_kv_heads=c.integer("num_key_value_heads", nullable=True) or heads,
-        head_dim=_head_dim_or_derived(c, d, heads), qkv_bias=bias, out_bias=bias, qk_norm=True,
-        qk_norm_scope="projection",
-    )
-    return ModelSpec(
-        **base,
-        attention=attention,
-        ffn=FFNSpec(c.integer("intermediate_size"), "swiglu"),
-        rotary_fraction=_rotary_fraction(c, "partial_rotary_factor", 1.0),
-        norm_placement="post",
-    )
-
-
-def _gpt_oss(c: _Config, name: str) -> ModelSpec:
-    base = _base(c, name)
-    heads, n_layers = c.integer("num_attention_heads"), base["n_layers"]
-    window = c.integer("sliding_window", nullable=True)
-    bias = c.flag("attention_bias")
-    attention = AttentionSpec(
-        heads, n_kv_heads=c.integer("num_key_value_heads", nullable=True) or heads,
-        head_dim=c.integer("head_dim"),  # GptOssConfig: head_dim: int = 64, never hidden // heads (null rejected)
-        qkv_bias=bias, out_bias=bias, sinks=True, sliding_window=window,
-        sliding_layers=_sliding_layers(c, n_layers, window),
-    )
-    width = c.integer("intermediate_size")
-    limit = _cap(c, "swiglu_limit")
-    moe = MoESpec(c.integer("num_local_experts"), c.integer("num_experts_per_tok"), width, router_bias=True,
-                  expert_bias=True, swiglu_limit=limit)
-    notes = []
-    if isinstance(c.data.get("quantization_config"), dict):
-        notes.append("its quantization_config (e.g. mxfp4 experts) is not billed: the recipe sets the weight dtype")
-    return ModelSpec(
-        **base,
-        attention=attention,
-        ffn=FFNSpec(width, "swiglu"),  # never built: every layer is MoE
-        moe=moe,
-        rotary_fraction=_rotary_fraction(c, "partial_rotary_factor", 1.0),
         notes="; ".join(notes),
     )
 
