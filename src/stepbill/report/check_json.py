@@ -1,4 +1,4 @@
-"""`stepbill check --json`: the comparison as one JSON object (schema: report/schema.py CheckJson, CheckShardedJson).
+"""`stepbill check --json`: the comparison as one JSON object (schema: report/schema_check.py CheckJson, CheckShardedJson).
 
 Formatting only: the rows come from stepbill.check, the measurements from stepbill.measure (not imported here).
 """

@@ -11,26 +11,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-Number = int | float  # a finite JSON number (float fields refuse NaN and Infinity)
-JsonScalar = str | int | float | bool | None
-
-
-def _no_default(schema: dict[str, Any]) -> None:
-    schema.pop("default", None)
-
-
-def Absent(description: str) -> Any:
-    """A key the output leaves out when it does not apply (never null): optional, no default in the schema."""
-    return Field(None, description=description, json_schema_extra=_no_default)
-
-
-class Strict(BaseModel):
-    """Base of every schema: strict types, finite numbers, no undeclared keys."""
-
-    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
-
+from stepbill.report.schema_base import Absent, Number, Strict
+from stepbill.report.schema_check import CheckAnyJson
+from stepbill.report.schema_tools import LabJson, ModelsJson, RecomputeJson
 
 # --------------------------------------------------------------------------------------------------- the bill
 
@@ -394,219 +379,13 @@ class BillJson(Strict):
 # ---------------------------------------------------------------------------------------------- recompute
 
 
-class RecomputeUnits(Strict):
-    memory: Literal["bytes"] = Field(description="memory numbers are bytes")
-    flops: str = Field(description="how FLOPs are counted")
-    tflop_per_gib: str = Field(description="the ranking's unit")
-
-
-class RecomputeRow(Strict):
-    label: str = Field(description="the recompute unit (one or more tensors dropped together)")
-    tensors: list[str] = Field(description="the kept tensors it drops")
-    bytes: int = Field(description="bytes it saves per layer")
-    flops: int = Field(description="FLOPs it costs to recompute per layer")
-    flops_per_byte: float = Field(description="flops / bytes")
-    tflop_per_gib: float = Field(description="the same in TFLOP per GiB")
-    input_width: int = Field(description="the width of the input it is recomputed from (0: elementwise)")
-    cumulative_bytes: int = Field(description="bytes saved by this row and every cheaper one")
-    cumulative_flops: int = Field(description="FLOPs spent by this row and every cheaper one")
-    below_cut: bool = Field(description="whether it is cheaper than the threshold (dropped by the cut)")
-
-
-class RecomputeCut(Strict):
-    bytes: int = Field(description="bytes the cut saves per layer")
-    flops: int = Field(description="FLOPs the cut costs per layer")
-    selective_cost_of_step: float = Field(description="the cut's FLOPs over the layer's step FLOPs")
-    selective_saving_excl_input: float = Field(description="the cut's saving over the layer's activations "
-                                               "without the kept input")
-    selective_saving_of_total: float = Field(description="the cut's saving over all the layer's activations")
-    full_cost_of_step: float = Field(description="full recompute's FLOPs over the layer's step FLOPs")
-    full_saving_of_total: float = Field(description="full recompute's saving over the layer's activations")
-
-
-class Crossover(Strict):
-    input_width: int = Field(description="a linear row's input width k")
-    seq_len: float = Field(description="the sequence length S* = k / slope where attention overtakes it")
-
-
-class BudgetSolution(Strict):
-    flops: int = Field(description="recompute FLOPs per step")
-    peak_bytes: int = Field(description="the activation peak under the budget")
-    drop: dict[str, list[str]] = Field(description="per layer kind: the tensors dropped")
-
-
-class RecomputeJson(Strict):
-    """`stepbill recompute --json`."""
-
-    schema_: Literal["stepbill.recompute/1"] = Field(alias="schema", description="this schema's name and version")
-    units: RecomputeUnits = Field(description="the units of the numbers")
-    layer_kind: str = Field(description="the layer ranked: dense or moe")
-    rows: list[RecomputeRow] = Field(description="every recompute unit, cheapest FLOPs per byte first")
-    threshold_tflop_per_gib: float = Field(description="the cut")
-    cut: RecomputeCut = Field(description="what the cut saves and costs")
-    layer_bytes: int = Field(description="the layer's kept activations (bytes)")
-    layer_input_bytes: int = Field(description="the layer's input (bytes)")
-    layer_step_flops: int = Field(description="the layer's step FLOPs (3 × forward, causal)")
-    attention_slope: float = Field(description="attention output's FLOPs per byte per token of sequence")
-    crossovers: list[Crossover] = Field(description="where attention overtakes each linear row")
-    budget: dict[str, BudgetSolution] = Absent("with `--budget`: the exact MILP and the greedy solution, by method")
-
-
 # ------------------------------------------------------------------------------------------------- models
-
-
-class ModelRow(Strict):
-    name: str = Field(description="the preset's name (a MODEL argument)")
-    family: str = Field(description="the architecture family")
-    params_total: int = Field(description="unique parameters")
-    params_active: int = Field(description="parameters one token uses")
-    layers: int = Field(description="transformer layers")
-    hidden: int = Field(description="hidden size")
-    attention: str = Field(description="attention kind: mha, gqa, mqa or mla")
-    moe: bool = Field(description="whether it has mixture-of-experts layers")
-
-
-class ModelsJson(RootModel[list[ModelRow]]):
-    """`stepbill models --json`: one entry per built-in preset."""
 
 
 # -------------------------------------------------------------------------------------------------- check
 
 
-class CheckRowJson(Strict):
-    category: str = Field(description="what is compared, e.g. `peak of the step`")
-    unit: Literal["bytes", "FLOPs"] = Field(description="bytes or FLOPs")
-    line: str = Field(description="the bill line that predicts it")
-    predicted: Number | None = Field(description="the bill's number; null when not predicted")
-    measured: Number = Field(description="PyTorch's number (MemTracker, FlopCounterMode)")
-    error: float | None = Field(description="(predicted − measured) / measured; null when not predicted or the "
-                                "measurement is 0")
-    verdict: str = Field(description="ok (within 3 %), off, or not predicted")
-
-
-class Measured(Strict):
-    peak_phase: str = Field(description="the phase of the measured peak")
-    breakdown_at_peak: dict[str, int] = Field(description="MemTracker's categories at the peak (bytes)")
-
-
-class _MeasuredSetup(Strict):
-    """What every `check --json` says about the setup it measured (the keys of stepbill.check.notes_json)."""
-
-    recipe: str = Field(description="the recipe measured (under ZeRO-2/3: fsdp-mixed-bf16, FSDP2's mixed precision)")
-    mixed_precision: dict[str, str] | None = Field(description="under ZeRO-2/3: FSDP2's mixed-precision setup "
-                                                   "(sharded params, grads, states, compute, reduce dtypes); null "
-                                                   "otherwise")
-    dropout_option: float | None = Field(description="`--dropout` (0: no dropout in bill and model), or null")
-    unmodelled: list[str] = Field(description="configured fields the bill does not model yet, one line each")
-
-
-class CheckJson(_MeasuredSetup):
-    """`stepbill check --json` (one process)."""
-
-    model: str = Field(description="the model's name")
-    mode: Literal["real", "fake"] = Field(description="real tensors or fake tensors")
-    convention: str = Field(description="the bill's convention (eager)")
-    settings: dict[str, JsonScalar] = Field(description="what was measured: recipe, sizes, attention, ...")
-    rows: list[CheckRowJson] = Field(description="one row per category")
-    measured: Measured = Field(description="the measured peak")
-    predicted_flops_causal: Number = Field(description="the bill's causal-halved step FLOPs")
-    verdict: str = Field(description="how many categories are within 3 %")
-
-
-class ShardedRow(Strict):
-    category: str = Field(description="what is compared on this rank")
-    predicted: Number | None = Field(description="the bill's bytes")
-    measured: Number = Field(description="PyTorch's bytes")
-    error: float | None = Field(description="(predicted − measured) / measured")
-    verdict: str = Field(description="ok, off or not predicted")
-
-
-class ShardedRank(Strict):
-    rank: int = Field(description="the rank measured")
-    mode: Literal["real", "fake"] = Field(description="real tensors or fake tensors")
-    convention: str = Field(description="the prediction's convention")
-    rows: list[ShardedRow] = Field(description="one row per category")
-    measured_breakdown_at_peak: dict[str, int] = Field(description="FSDPMemTracker's categories at the peak")
-    predicted_transient: dict[str, int] = Field(description="the predicted gather / scatter buffers (bytes)")
-    verdict: str = Field(description="how many categories are within 3 %")
-
-
-class CheckShardedJson(_MeasuredSetup):
-    """`stepbill check --dp N --zero Z --json`: one rank of N."""
-
-    model: str = Field(description="the model's name")
-    dp: int = Field(description="data-parallel ranks")
-    zero: int = Field(description="ZeRO stage")
-    ranks: list[ShardedRank] = Field(description="one entry per rank measured")
-
-
-class LaunchedRow(Strict):
-    category: str = Field(description="what is compared on this rank")
-    line: str = Field(description="what predicts it (rank.*, ddp.buckets, cuda.reserved)")
-    predicted: Number | None = Field(description="the bill's bytes; null when not predicted (the CUDA reserve)")
-    measured: Number = Field(description="PyTorch's bytes")
-    error: float | None = Field(description="(predicted − measured) / measured")
-    verdict: str = Field(description="ok, off or not predicted")
-
-
-class LaunchedRank(Strict):
-    rank: int = Field(description="the rank")
-    convention: str = Field(description="the prediction's convention")
-    rows: list[LaunchedRow] = Field(description="one row per category")
-    measured_breakdown_at_peak: dict[str, int] = Field(description="the tracker's categories at the peak (bytes)")
-    measured_extra: dict[str, int] = Field(description="ddp_buckets (DDP's gradient buckets), reserved_peak (CUDA)")
-    verdict: str = Field(description="how many categories are within 3 %")
-
-
-class CheckLaunchedJson(_MeasuredSetup):
-    """`stepbill check --json` under torchrun (or `--launch N`): every rank of a real run."""
-
-    model: str = Field(description="the model's name")
-    launched: Literal[True] = Field(description="measured on real ranks")
-    backend: Literal["gloo", "nccl"] = Field(description="the process group's backend")
-    device: Literal["cpu", "cuda"] = Field(description="where the ranks ran")
-    dp: int = Field(description="data-parallel ranks (torchrun's WORLD_SIZE)")
-    zero: int = Field(description="ZeRO stage (0: DDP)")
-    stage: str = Field(description="DDP, ZeRO-1 (ZeroRedundancyOptimizer), ZeRO-2/3 (FSDP2)")
-    measured_by: str = Field(description="MemTracker, FSDPMemTracker or torch.cuda max_memory_allocated")
-    notes: list[str] = Field(description="what the comparison knows it misses (e.g. gloo's reduce-scatter copy)")
-    ranks: list[LaunchedRank] = Field(description="every rank, rank 0 first")
-
-
-class CheckAnyJson(RootModel[CheckJson | CheckShardedJson | CheckLaunchedJson]):
-    """`stepbill check --json`: one process, one rank of N with `--dp`, or every rank of a launched run."""
-
-
 # ---------------------------------------------------------------------------------------------------- lab
-
-
-class LabTable(Strict):
-    title: str = Field(description="the table's title")
-    columns: list[str] = Field(description="column headers")
-    rows: list[list[JsonScalar]] = Field(description="rows of cells, as many as columns")
-    takeaway: str = Absent("one line: what the table shows")
-
-    @model_validator(mode="after")
-    def _rows_match_columns(self) -> LabTable:
-        for row in self.rows:
-            if len(row) != len(self.columns):
-                raise ValueError(f"a row of {self.title!r} has {len(row)} cells for {len(self.columns)} columns")
-        return self
-
-
-LAB_TOPICS = ("adam", "decay", "warmup", "schedule", "clip", "formats", "collectives", "backprop", "descent", "memory",
-              "torch-defaults", "seed-checks")
-
-
-class LabJson(Strict):
-    """`stepbill lab TOPIC --json`: the settings, the key values and the tables of one topic."""
-
-    topic: Literal[LAB_TOPICS] = Field(description="the topic")  # type: ignore[valid-type]
-    settings: dict[str, Any] = Field(description="the options the topic ran with")
-    values: dict[str, Any] = Field(description="the topic's key numbers, by name")
-    tables: list[LabTable] = Field(description="what the terminal prints")
-    units_note: str = Absent("the units of the topic's numbers, where it prints any")
-    pending: dict[str, str] = Absent("seed-checks: reproducible claims not printed yet (claim id: reason)")
 
 
 # ----------------------------------------------------------------------------------------------- registry
