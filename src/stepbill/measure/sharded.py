@@ -402,20 +402,24 @@ def measure_on_mesh(
             if not cuda:
                 snap["inputs"] = snap.get("inputs", 0) - extra["ddp_buckets"]
             snap["ddp_buckets"] = extra["ddp_buckets"]
+    return RankMeasurement(rank=rank, world=world, zero=zero, **measured_fields(phases), settings=settings,
+                           extra=extra)
+
+
+def measured_fields(phases: Any) -> dict[str, Any]:
+    """What every rank measurement reads off its PhasePeaks: resident state at the start of iteration 2, grads
+    when the backward ends, optimizer states after the step, each phase's peak and its breakdown."""
     peaks = phases.peaks
     totals = {p: peaks[p]["total"] for p in PHASES}
     peak_phase = max(PHASES, key=lambda p: (totals[p], -PHASES.index(p)))
     start = phases.marks["start:forward"]
-    return RankMeasurement(
-        rank=rank, world=world, zero=zero,
-        params=start["params"], buffers=start["buffers"], inputs=start["inputs"],
-        grads=phases.marks["end:backward"].get("grads", 0),
-        optimizer_states=phases.marks["end:optimizer"].get("optimizer", 0),
-        peak=totals[peak_phase], peak_phase=peak_phase,
-        peak_forward=totals["forward"], peak_backward=totals["backward"], peak_optimizer=totals["optimizer"],
-        activations=peaks["forward"]["activations"],
-        breakdown=dict(peaks[peak_phase]),
-        phase_breakdown={p: dict(peaks[p]) for p in PHASES},
-        settings=settings,
-        extra=extra,
-    )
+    return {
+        "params": start["params"], "buffers": start["buffers"], "inputs": start["inputs"],
+        "grads": phases.marks["end:backward"].get("grads", 0),
+        "optimizer_states": phases.marks["end:optimizer"].get("optimizer", 0),
+        "peak": totals[peak_phase], "peak_phase": peak_phase,
+        "peak_forward": totals["forward"], "peak_backward": totals["backward"], "peak_optimizer": totals["optimizer"],
+        "activations": peaks["forward"]["activations"],
+        "breakdown": dict(peaks[peak_phase]),
+        "phase_breakdown": {p: dict(peaks[p]) for p in PHASES},
+    }

@@ -40,7 +40,7 @@ from typing import Any
 
 from stepbill.errors import StepbillError
 from stepbill.measure.build import Mode, build_model, hf_patches, new_fake_mode, require_torch
-from stepbill.measure.sharded import PHASES, _flatten, fake_process_group
+from stepbill.measure.sharded import _flatten, fake_process_group, measured_fields
 from stepbill.measure.step import PhasePeaks
 
 TP_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")  # transformers' LlamaForCausalLM module names
@@ -206,19 +206,4 @@ def measure_tp_rank(
         with tracker:
             iteration(phases)
             phases.close()
-    peaks = phases.peaks
-    totals = {p: peaks[p]["total"] for p in PHASES}
-    peak_phase = max(PHASES, key=lambda p: (totals[p], -PHASES.index(p)))
-    start = phases.marks["start:forward"]
-    return TPRankMeasurement(
-        rank=rank, tp=tp, sp=sp,
-        params=start["params"], buffers=start["buffers"], inputs=start["inputs"],
-        grads=phases.marks["end:backward"]["grads"],
-        optimizer_states=phases.marks["end:optimizer"]["optimizer"],
-        peak=totals[peak_phase], peak_phase=peak_phase,
-        peak_forward=totals["forward"], peak_backward=totals["backward"], peak_optimizer=totals["optimizer"],
-        activations=peaks["forward"]["activations"],
-        breakdown=dict(peaks[peak_phase]),
-        phase_breakdown={p: dict(peaks[p]) for p in PHASES},
-        settings=settings,
-    )
+    return TPRankMeasurement(rank=rank, tp=tp, sp=sp, **measured_fields(phases), settings=settings)
