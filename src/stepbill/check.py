@@ -330,30 +330,28 @@ def notes_json(spec: Any, recipe: str, dropout: float | None) -> dict[str, Any]:
 
 
 def ddp_prediction(bill: Bill, world: int, rank: int) -> tuple[Any, float]:
-    """One DDP rank: the single-rank bill plus DDP's gradient buckets; returns (RankPrediction, bucket bytes).
+    """One DDP rank as the engine bills it: the per-rank class of `Parallel(dp=world)` — the single-rank bill plus
+    DDP's gradient buckets, a copy of every gradient (``gradient_as_bucket_view=False``, its default; allocated at
+    construction, rebuilt once in iteration 2 and kept: measured by `check --launch`); returns (RankPrediction,
+    bucket bytes)."""
+    from dataclasses import replace
 
-    DDP (``gradient_as_bucket_view=False``, its default) allocates flat buckets holding a copy of every gradient
-    (25 MiB each, the first 1 MiB; rebuilt once in iteration 2 in the order gradients arrived) and keeps them
-    for the whole run: their bytes equal the gradients' (same dtype, no padding on CPU), resident at every
-    moment of the step. Measured: DDP's buckets hold the parameter bytes (tiny llama fp32, 2 ranks: 1,264,128 B
-    in 2 rebuilt buckets).
-    """
+    from stepbill.engine.bill import make_bill
     from stepbill.engine.parallel.fsdp2 import RankPrediction
+    from stepbill.spec.parallel import Parallel
 
-    buckets = bill.lines["memory.grads"].value
-    assert bill.timeline is not None
-    moments = bill.timeline.moments
-
-    def phase_peak(phase: str) -> float:
-        totals = [m.total for m in moments if m.phase == phase]
-        return (max(totals) if totals else bill.lines["memory.resident"].value) + buckets
-
-    lines = bill.lines
+    ranked = make_bill(bill.model, replace(bill.recipe, parallel=Parallel(dp=world)), convention=bill.convention,
+                       attention=bill.attention)
+    (cls,) = ranked.ranks
+    buckets = sum(x.value for x in cls.transient_items if x.name == "transient.ddp_buckets")
+    memory, lines = cls.memory, bill.lines
+    assert cls.timeline is not None
     pred = RankPrediction(
         rank=rank, world=world, zero=0, params=lines["memory.weights"].value, grads=lines["memory.grads"].value,
         optimizer_states=lines["memory.optimizer"].value, buffers=0.0, inputs=0.0,
-        activations=lines["memory.activations"].value, peak_forward=phase_peak("forward"),
-        peak_backward=phase_peak("backward"), peak_optimizer=phase_peak("optimizer"), convention=bill.convention)
+        activations=lines["memory.activations"].value, peak_forward=memory["peak_forward"],
+        peak_backward=memory["peak_backward"], peak_optimizer=float(cls.timeline.peak_optimizer.total),
+        convention=bill.convention)
     return pred, buckets
 
 
