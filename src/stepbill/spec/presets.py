@@ -93,6 +93,8 @@ def read_text_file(path: Path, what: str = "") -> str:
             raise StepbillError(f"cannot read {where}: {info.st_size:,} bytes (at most {MAX_FILE_BYTES:,})")
         with path.open("rb") as f:
             raw = f.read(MAX_FILE_BYTES + 1)
+    except StepbillError:  # already one line (StepbillError is a ValueError: keep it out of the clause below)
+        raise
     except OSError as exc:
         raise StepbillError(f"cannot read {where}: {exc.strerror or exc}") from None
     except ValueError as exc:  # an embedded NUL in the path
