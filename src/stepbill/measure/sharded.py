@@ -100,19 +100,16 @@ CATEGORY_NAMES: dict[str, str] = {
 CATEGORIES = tuple(dict.fromkeys(CATEGORY_NAMES.values()))
 
 
-@dataclass(frozen=True)
-class RankMeasurement:
-    """Measured memory of one rank of a sharded step, bytes (fields as StepMeasurement's where they apply).
+@dataclass(frozen=True, kw_only=True)
+class MeasuredMemory:
+    """What one rank's measured step holds, bytes (fields as StepMeasurement's where they apply), read off its
+    phase peaks by `measured_fields`.
 
-    ``params`` / ``grads`` / ``optimizer_states``: the rank's resident (sharded under FSDP) parameters at the
-    start of iteration 2, gradients when the backward ends, optimizer states after the step.
-    ``breakdown`` / ``phase_breakdown``: categories at the step peak / each phase's peak, FSDP's included
-    (``unsharded_params``, ``unsharded_grads``, ``all_gather``, ``reduce_scatter``).
+    ``params`` / ``grads`` / ``optimizer_states``: the rank's resident parameters at the start of iteration 2,
+    gradients when the backward ends, optimizer states after the step. ``breakdown`` / ``phase_breakdown``: the
+    tracker's categories at the step peak / each phase's peak.
     """
 
-    rank: int
-    world: int
-    zero: int
     params: int
     buffers: int
     inputs: int
@@ -127,6 +124,16 @@ class RankMeasurement:
     breakdown: dict[str, int] = field(default_factory=dict)
     phase_breakdown: dict[str, dict[str, int]] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankMeasurement(MeasuredMemory):
+    """One rank of a sharded step (FSDP2 / ZeRO-1 / DDP): resident state sharded under FSDP; the breakdowns hold
+    FSDP's categories too (``unsharded_params``, ``unsharded_grads``, ``all_gather``, ``reduce_scatter``)."""
+
+    rank: int
+    world: int
+    zero: int
     #: bytes outside the categories: ``ddp_buckets`` (DDP's gradient buckets, in every total), ``reserved_peak``
     #: (CUDA: the caching allocator's reserved bytes at their peak).
     extra: dict[str, int] = field(default_factory=dict)

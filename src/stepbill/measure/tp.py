@@ -35,44 +35,26 @@ AdamW).
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from stepbill.errors import StepbillError
 from stepbill.measure.build import Mode, build_model, hf_patches, new_fake_mode, require_torch
-from stepbill.measure.sharded import _flatten, fake_process_group, measured_fields
+from stepbill.measure.sharded import MeasuredMemory, _flatten, fake_process_group, measured_fields
 from stepbill.measure.step import PhasePeaks
 
 TP_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")  # transformers' LlamaForCausalLM module names
 TP_RECIPES = ("fp32", "pure-bf16")
 
 
-@dataclass(frozen=True)
-class TPRankMeasurement:
-    """Measured memory of one rank of a tensor-parallel step, bytes (fields as RankMeasurement's).
-
-    ``params`` / ``buffers`` / ``inputs``: the rank's resident state at the start of iteration 2 (its DTensor
-    slices plus the replicated parameters); ``grads`` when the backward ends; ``optimizer_states`` after the
-    step. ``breakdown`` / ``phase_breakdown``: MemTracker's categories at the step peak / each phase's peak.
-    """
+@dataclass(frozen=True, kw_only=True)
+class TPRankMeasurement(MeasuredMemory):
+    """One rank of a tensor-parallel step: ``params`` / ``buffers`` / ``inputs`` are its DTensor slices plus the
+    replicated parameters; the breakdowns are MemTracker's categories."""
 
     rank: int
     tp: int
     sp: bool
-    params: int
-    buffers: int
-    inputs: int
-    grads: int
-    optimizer_states: int
-    peak: int
-    peak_phase: str
-    peak_forward: int
-    peak_backward: int
-    peak_optimizer: int
-    activations: int
-    breakdown: dict[str, int] = field(default_factory=dict)
-    phase_breakdown: dict[str, dict[str, int]] = field(default_factory=dict)
-    settings: dict[str, Any] = field(default_factory=dict)
 
 
 def tp_plan(model: Any, sp: bool, loss_parallel: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
