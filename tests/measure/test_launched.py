@@ -56,7 +56,9 @@ def test_fsdp2_on_gloo_every_rank(zero: int, capsys: pytest.CaptureFixture[str])
         for name, row in rows.items():
             if name.startswith(RESIDENT):
                 assert abs(row["error"]) <= TOLERANCE, (rank["rank"], name, row["error"])
-        assert -0.10 <= rows["peak of the step"]["error"] <= TOLERANCE  # the gloo copies only add memory
+        # gloo's copies only add memory (never above the bill), by an amount that varies from run to run: −12.5 %
+        # and 0 % were seen on the same rank, −11.0 % once in CI (docs/accuracy.md "Real ranks")
+        assert -0.15 <= rows["peak of the step"]["error"] <= TOLERANCE
 
 
 def test_launch_command_is_torchrun_on_a_free_local_port() -> None:
