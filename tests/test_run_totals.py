@@ -50,13 +50,26 @@ def test_issue_command_prints_days_gpu_hours_and_cost(capsys: pytest.CaptureFixt
     assert data["parallel"]["micro_batches"] == 8
 
 
-def test_decimal_4m_is_not_a_whole_number_of_micro_batches(capsys: pytest.CaptureFixture[str]) -> None:
-    """4M (decimal) over dp 64 × 8,192: 7.63 micro-batches; one line on stderr names the nearest valid sizes."""
+def test_decimal_4m_rounds_to_whole_micro_batches(capsys: pytest.CaptureFixture[str]) -> None:
+    """The issue's literal command: 4M (decimal) over dp 64 × 8,192 is 7.63 micro-batches; the bill rounds to the
+    nearest whole count (8: 4,194,304 tokens, Llama 3's "4M" batch) and says so, with the deviation (+4.9 %)."""
     argv = [a if a != "4Mi" else "4M" for a in ISSUE]
     code, out, err = run_cli(argv, capsys)
-    assert code == 2 and out == ""
-    assert err.count("\n") == 1 and "4,000,000 is not a multiple of" in err and "4,194,304" in err
-    assert "--global-batch-tokens" in err
+    assert code == 0, err
+    assert "--global-batch-tokens 4,000,000, rounded to the nearest whole count" in " ".join(out.split())
+    assert "+4.9 %" in out and "476,838 steps" in out
+    code, out, _ = run_cli([*argv, "--json"], capsys)
+    data = json.loads(out)
+    assert data["parallel"]["micro_batches"] == 8
+    assert data["run"]["global_batch_tokens"]["value"] == 4_194_304
+    assert "+4.9 %" in data["run"]["global_batch_tokens"]["convention"]
+
+
+def test_tiny_global_batch_rounds_up_to_one_micro_batch() -> None:
+    """Below half a micro-batch the nearest count would be 0: one micro-batch is the least a step can take."""
+    b = stepbill.bill("gpt3-125m", seq=1024, dp=4, global_batch_tokens="1Ki")
+    assert b.run.global_batch_tokens == 4096
+    assert "rounded" in b.lines["run.global_batch_tokens"].convention
 
 
 def test_api_run_section() -> None:

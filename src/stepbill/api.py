@@ -126,18 +126,15 @@ def parse_tokens(value: int | str | None, param: str, name: Callable[[str], str]
 
 def _micro_batches(global_batch: int | None, micro_batches: int, dp: int, micro_batch: int, seq: int,
                    name: Callable[[str], str]) -> int:
-    """Micro-batches per step from the global batch: global batch ÷ (dp·micro-batch·seq), which must be whole."""
+    """Micro-batches per step from the global batch: global batch ÷ (dp·micro-batch·seq), rounded to the nearest
+    whole count (at least 1) — "4M tokens" in papers is a round figure (Llama 3's is 512 × 8,192 = 4,194,304);
+    the run's lines state the requested and the effective batch (engine/run.py)."""
     if global_batch is None:
         return micro_batches
     if micro_batches != 1:
         raise StepbillError(f"give {name('global_batch_tokens')} or {name('micro_batches')}, not both")
     unit = dp * micro_batch * seq
-    if global_batch % unit:
-        low, high = global_batch // unit * unit, (global_batch // unit + 1) * unit
-        near = f"{low:,} or {high:,}" if low else f"{high:,}"
-        raise StepbillError(f"{name('global_batch_tokens')} {global_batch:,} is not a multiple of "
-                            f"dp·micro-batch·seq = {dp}·{micro_batch}·{seq} = {unit:,} tokens; nearest: {near}")
-    return global_batch // unit
+    return max(1, math.floor(global_batch / unit + 0.5))
 
 
 def _stage_layers(value: str | Sequence[int] | None, name: Callable[[str], str]) -> tuple[int, ...] | None:

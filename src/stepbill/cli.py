@@ -98,7 +98,7 @@ def bill(
     mfu: Annotated[float, typer.Option("--efficiency", help="achieved share of dense peak on matmuls")] = 0.5,
     global_batch_tokens: Annotated[str | None, typer.Option(
         "--global-batch-tokens", help="tokens per optimizer step, e.g. 4Mi (binary) or 4M (decimal): sets "
-        "--micro-batches = tokens ÷ (dp·micro-batch·seq)")] = None,
+        "--micro-batches = tokens ÷ (dp·micro-batch·seq), rounded to the nearest whole count")] = None,
     train_tokens: Annotated[str | None, typer.Option(
         "--train-tokens", help="tokens of the whole run, e.g. 2T: steps, days, GPU-hours (with --gpu)")] = None,
     price_per_gpu_hour: Annotated[float | None, typer.Option(

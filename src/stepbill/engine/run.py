@@ -20,6 +20,17 @@ from stepbill.spec.recipe import Recipe
 IDEAL_RUN = "steps × step time only: no evaluation, checkpoint writes, restarts or failures"
 
 
+def _batch_convention(per_step: int, requested: int | None) -> str:
+    """Where the micro-batch count came from; a requested global batch that is not a whole number of micro-batches
+    is rounded to the nearest count, and the convention says by how much."""
+    if not requested:
+        return "from the layout's micro-batches"
+    if per_step == requested:
+        return "micro-batches derived from --global-batch-tokens"
+    return (f"micro-batches derived from --global-batch-tokens {requested:,}, rounded to the nearest whole count of "
+            f"micro-batches: {per_step:,} tokens per step ({(per_step / requested - 1) * 100:+.1f} %)")
+
+
 def run_lines(recipe: Recipe, time: StepTime | None, train_tokens: int | None = None,
               price_per_gpu_hour: float | None = None, global_batch_tokens: int | None = None) -> dict[str, Line]:
     """The run's lines (run.*): the global batch always; steps with `train_tokens`; seconds, days, GPU-hours and
@@ -31,8 +42,7 @@ def run_lines(recipe: Recipe, time: StepTime | None, train_tokens: int | None = 
         "run.global_batch_tokens", per_step, "tokens",
         "dp {dp} × micro-batches {m} × micro-batch {b} × seq {seq}",
         {"dp": par.dp, "m": par.micro_batches, "b": recipe.micro_batch, "seq": recipe.seq_len},
-        convention=("micro-batches derived from --global-batch-tokens" if global_batch_tokens else
-                    "from the layout's micro-batches"))
+        convention=_batch_convention(per_step, global_batch_tokens))
     if time is not None:
         out["run.tokens_per_s_per_gpu"] = Line(
             "run.tokens_per_s_per_gpu", per_step / time["time.step"].value / par.world, "tokens/s",

@@ -130,6 +130,8 @@ def run_text(bill: Bill) -> list[Text]:
     out = [Text.assemble(("Run ", "bold"), "  ·  ".join(head))]
     for line in r.values():
         out.append(Text(escape(f"  {line.name}: {line.explain()}"), style="dim"))
+    if "rounded" in r["run.global_batch_tokens"].convention:
+        out.append(Text(escape(f"  {r['run.global_batch_tokens'].convention}"), style="yellow"))
     if "run.steps" in r and "run.seconds" not in r:
         out.append(Text("  run time: give --gpu NAME for the step time", style="dim"))
     elif "run.seconds" in r:
