@@ -14,7 +14,7 @@ from tests.conftest import run_cli
 
 SAMPLES = Path(__file__).resolve().parent / "data" / "json_samples"
 LAB_TOPICS = ("adam", "decay", "warmup", "schedule", "clip", "formats", "collectives", "backprop", "descent", "memory",
-              "torch-defaults", "seed-checks")
+              "torch-defaults", "seed-checks", "megatron-defaults", "citations")
 
 # (schema, argv): bill with and without a layout and a GPU, recompute, models, every lab topic
 CASES: list[tuple[str, list[str]]] = [
