@@ -6,22 +6,20 @@ from __future__ import annotations
 
 import inspect
 
-from stepbill.lab import backprop, cited
+from stepbill.lab import adam, backprop, cited, clip
 from stepbill.lab._summary import Summary, _table
 
 
 def _default(function: object, name: str) -> object:
-    """The default of `function`'s parameter `name`: what the lab topic runs with when no option is given."""
+    """The default of `function`'s parameter `name` (lab adam's registers, lab clip's trace statistics)."""
     return inspect.signature(function).parameters[name].default  # type: ignore[arg-type]
 
 
 def citations_summary() -> Summary:
     """Seed 000's pure citations (§1.4, §3.3, §3.4, §3.5, §6.3) as cited values with their sources."""
-    from stepbill.lab import summaries
-
     y91, y94, y01 = cited.VANISHING_YEARS
     lo, hi = cited.POLYAK_RHO
-    adam_beta1 = float(_default(summaries.adam_summary, "beta1"))  # type: ignore[arg-type]
+    adam_beta1 = float(_default(adam.registers, "beta1"))  # type: ignore[arg-type]
     small, large = cited.V3_BATCH_SEQUENCES
     stable, runs, _ = cited.ST_MOE_TABLE4["baseline"]
     values = {
@@ -81,14 +79,13 @@ def citations_summary() -> Summary:
 def megatron_defaults_summary() -> Summary:
     """Seed 000 §2.5/§7's Megatron-LM defaults, cited from its source at a pinned commit (Megatron is not a
     dependency: nothing is read at run time), beside the project's values for the same settings."""
-    from stepbill.lab import summaries
     from stepbill.spec.recompute_policy import MEGATRON_MODULES
 
-    clip, rec = cited.MEGATRON_CLIP_GRAD, cited.MEGATRON_RECOMPUTE_MODULES
-    lab_clip = float(_default(summaries.clip_summary, "threshold"))  # type: ignore[arg-type]
+    clip_grad, rec = cited.MEGATRON_CLIP_GRAD, cited.MEGATRON_RECOMPUTE_MODULES
+    lab_clip = float(_default(clip.trace_stats, "threshold"))  # type: ignore[arg-type]
     modelled = [m for m in cited.MEGATRON_RECOMPUTE_CHOICES if m in MEGATRON_MODULES]
     values = {
-        "clip_grad_default": clip.value,
+        "clip_grad_default": clip_grad.value,
         "recompute_modules_default": list(rec.value),  # type: ignore[call-overload]
         "recompute_modules_choices": list(cited.MEGATRON_RECOMPUTE_CHOICES),
         "stepbill_recompute_modules": list(MEGATRON_MODULES),
@@ -96,10 +93,10 @@ def megatron_defaults_summary() -> Summary:
         "lab_clip_threshold_default": lab_clip,
         "commit": cited.MEGATRON_COMMIT,
         "sources": {d.name: f"{cited.MEGATRON_REPO}/blob/{cited.MEGATRON_COMMIT}/{d.file} lines {d.lines}"
-                    for d in (clip, rec)},
+                    for d in (clip_grad, rec)},
     }
     rows = [
-        [clip.name, f"{clip.value}", f"{clip.file}:{clip.lines}", clip.quoted,
+        [clip_grad.name, f"{clip_grad.value}", f"{clip_grad.file}:{clip_grad.lines}", clip_grad.quoted,
          f"`lab clip` threshold default {lab_clip:g}"],
         [rec.name, ", ".join(rec.value), f"{rec.file}:{rec.lines}", rec.quoted,  # type: ignore[arg-type]
          f"`--recompute selective:core_attn` (stepbill models {len(modelled)} of Megatron's "
