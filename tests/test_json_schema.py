@@ -27,6 +27,7 @@ CASES: list[tuple[str, list[str]]] = [
     ("recompute", ["recompute", "llama3-8b", "--seq", "4096", "--json"]),
     ("models", ["models", "--json"]),
     *[("lab", ["lab", topic, "--json"]) for topic in LAB_TOPICS],
+    ("fit", ["fit", "llama3-8b", "--max", "seq", "--gpu", "h100", "--lora-rank", "16", "--json"]),
 ]
 
 
