@@ -150,3 +150,48 @@ def test_json_is_schema_valid_and_matches_the_api(capsys: pytest.CaptureFixture[
     assert code == 0 and data == api and data["largest"] % 1024 == 0 and data["limited_by"] == "memory"
     code, text, _ = run_cli(argv, capsys)
     assert code == 0 and f"{data['largest']:,} tokens" in text and "reproduce: stepbill bill llama3-8b" in text
+
+
+def test_a_peak_that_falls_is_refused_in_one_line() -> None:
+    """The search's premise is checked on every evaluated value: a peak that falls as the value grows is an error."""
+    from stepbill.engine.fit_max import check_monotone
+
+    def probe(v: int, peak: float) -> _Probe:
+        return _Probe(v, _Fit((_Rank("all ranks", peak, 10 - peak),)))
+
+    check_monotone({1: probe(1, 1.0), 2: probe(2, 1.0), 4: probe(4, 3.0)}, "seq")  # type: ignore[dict-item]
+    with pytest.raises(stepbill.StepbillError, match="not monotone"):
+        check_monotone({1: probe(1, 2.0), 2: probe(2, 1.0)}, "micro_batch")  # type: ignore[dict-item]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["gpt3-350m", "llama2-7b", "mixtral-8x7b", "deepseek-v3"])
+def test_over_random_cards_the_answer_fits_and_one_step_more_does_not(model: str) -> None:
+    """Random cards, reserves, recipes and layouts (hypothesis): wherever an answer exists, the bill says it fits and
+    one step above does not."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    layouts = [{}, {"dp": 8, "zero": 3}, {"tp": 2, "sp": True}, {"pp": 2, "micro_batches": 4}]
+    if model in ("mixtral-8x7b", "deepseek-v3"):
+        layouts = [{"dp": 8, "ep": 8, "zero": 1}, {"dp": 16, "ep": 8, "zero": 3, "pp": 2, "micro_batches": 2}]
+
+    @settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(axis=st.sampled_from(["micro_batch", "seq"]), layout=st.sampled_from(layouts),
+           recompute=st.sampled_from(["none", "full", "every:2"]), gib=st.sampled_from([24, 40, 80, 141, 192]),
+           reserve=st.sampled_from([None, 0, 2.5]))
+    def check(axis: str, layout: dict, recompute: str, gib: int, reserve: float | None) -> None:
+        held = {"seq": 1024} if axis == "micro_batch" else {"micro_batch": 1}
+        options = {**layout, "recompute": recompute, "gpu_mem_gib": gib, "reserve_gib": reserve}
+        try:
+            run = stepbill.fit_max(model, axis=axis, **held, **options)
+        except stepbill.StepbillError as exc:
+            assert "nothing fits" in str(exc)
+            return
+        fit = make_step_bill(model, **{**held, axis: run.largest}, **options).fit
+        assert fit is not None and fit.fits
+        if run.result.limited_by_memory:
+            above = make_step_bill(model, **{**held, axis: run.largest + run.result.step}, **options).fit
+            assert above is not None and not above.fits
+
+    check()
