@@ -4,7 +4,9 @@ Nothing here is computed from first principles: each value is copied from the so
 journal's page range, a framework's source file at a pinned commit). What stepbill adds is the arithmetic the seed
 does on them (a difference of years, a page count, a ratio) and, where the project computes the same quantity,
 that computation beside the cited value (a chain of 1,000 local rates, Adam's default β₁ in `lab adam`, the
-clip threshold of `lab clip`, stepbill's own recompute-module vocabulary).
+clip threshold of `lab clip`, stepbill's own recompute-module vocabulary). The papers' figures are as seed 000
+quotes them (catalog: ../shared/spec/seed-facts.yaml), with the reference each comes from; the Megatron-LM defaults
+were read in its source at the commit named below.
 """
 
 from __future__ import annotations
