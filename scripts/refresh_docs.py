@@ -96,6 +96,12 @@ BLOCKS = {
     "api": ("text", readme_api),
     "v3": ("text", lambda: run(["bill", "deepseek-v3", "--seq", "131072", "--gpu-mem", "80"])),
     "json": ("json", lambda: short_json(["bill", "gpt3-125m", "--micro-batch", "8", "--seq", "1024", "--json"])),
+    "fit-qwen": ("text", lambda: run(["fit", "examples/configs/qwen2.5-7b/config.json", "--max", "micro-batch", "--seq",
+                                      "4096", "--gpu", "h100", "--lora-rank", "16", "--recompute", "full"])),
+    "fit-llama-seq": ("text", lambda: run(["fit", "llama3-8b", "--max", "seq", "--gpu", "h100", "--lora-rank", "16"])),
+    "fit-pp": ("text", lambda: run(["fit", "llama3-70b", "--max", "seq", "--gpu", "h100", "--tp", "8", "--sp", "--pp",
+                                    "4", "--dp", "2", "--zero", "1", "--micro-batches", "8", "--recompute", "full",
+                                    "--multiple-of", "1024"])),
 }
 
 

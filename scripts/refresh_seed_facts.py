@@ -39,7 +39,15 @@ def _cell(text: object) -> str:
 def render_doc() -> str:
     """docs/seed-claims.md: counts, every pending reproducible claim, every non-reproducible one, with reasons."""
     sys.path.insert(0, str(ROOT))
-    from tests.test_seed_claims import CAVEATS, COVER, NOT_REPRODUCIBLE_PRINTED, PENDING, load_catalog
+    from tests.test_seed_claims import (
+        CAVEATS,
+        CITED,
+        CONTRADICTED,
+        COVER,
+        NOT_REPRODUCIBLE_PRINTED,
+        PENDING,
+        load_catalog,
+    )
 
     claims = load_catalog()
     repro = [c for c in claims if c["reproduced"]]
@@ -54,14 +62,19 @@ def render_doc() -> str:
         f"{len(claims)} claims; {len(repro)} are marked `reproduced: true`. {len(covered)} of them are printed by "
         f"a `stepbill` command with `--json` and asserted within the claim's own rounding by "
         f"`tests/test_seed_claims.py::test_claim_printed[<id>]`, which runs that command in-process; "
-        f"{len(PENDING)} are pending, with the reason below. The table of commands and JSON keys is `COVER` in "
-        "that test module; `test_every_reproducible_claim_is_covered` fails when a reproducible claim has "
+        f"{len(PENDING)} are pending{', with the reason below' if PENDING else ''}. Of the {len(covered)}, "
+        f"{len(covered) - len(CITED)} are computed by project code (the engine or a lab topic) and {len(CITED)} are "
+        "cited reference values — a published figure or a framework default copied from its source and printed "
+        "with it, only the seed's arithmetic on it computed (listed below). The table of commands and JSON keys is "
+        "`COVER` in that test module; `test_every_reproducible_claim_is_covered` fails when a reproducible claim has "
         "neither a command nor a pending reason.",
         "",
         "Where the seed's inputs differ from a preset's (37B vs 37.55B active, one layer vs the whole model, "
         "125M vs 125.2M parameters, sum of items vs the timeline peak), `stepbill lab seed-checks` prints both "
         "numbers with the reason, and `stepbill bill` prints the seed's number beside its own for the seed's two "
-        "worked examples.",
+        "worked examples. The claims issue 15 found contradicted by a command's output "
+        f"({', '.join(CONTRADICTED)}) are each printed with the seed's number, its inputs and the reason beside "
+        "stepbill's own: `test_contradicted_claim_prints_the_seeds_number_and_reason[<id>]`.",
         "",
         "## Covered claims by command",
         "",
@@ -75,9 +88,14 @@ def render_doc() -> str:
     lines += [f"| `{cmd}` | {', '.join(ids)} |" for cmd, ids in sorted(by_cmd.items())]
     lines += ["", "## Covered, with a caveat", "", "| claim | caveat |", "|---|---|"]
     lines += [f"| {cid} | {_cell(why)} |" for cid, why in CAVEATS.items()]
+    lines += ["", "## Covered as cited reference values (not computed)", "", "| claim | what is cited, what is computed |",
+              "|---|---|"]
+    lines += [f"| {cid} | {_cell(why)} |" for cid, why in CITED.items()]
     lines += ["", "## Reproducible but pending", "", "| claim | status | reason |", "|---|---|---|"]
     status = {c["id"]: c["status"] for c in claims}
     lines += [f"| {cid} | {status.get(cid, '?')} | {_cell(why)} |" for cid, why in PENDING.items()]
+    if not PENDING:
+        lines.append("| (none) | | |")
     lines += ["", "## Not reproducible (catalog: `reproduced: false`)", "", "| claim | status | claim text | why "
               "(catalog note / computed) | what stepbill prints |", "|---|---|---|---|---|"]
     for c in claims:

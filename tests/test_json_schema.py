@@ -14,7 +14,7 @@ from tests.conftest import run_cli
 
 SAMPLES = Path(__file__).resolve().parent / "data" / "json_samples"
 LAB_TOPICS = ("adam", "decay", "warmup", "schedule", "clip", "formats", "collectives", "backprop", "descent", "memory",
-              "torch-defaults", "seed-checks")
+              "torch-defaults", "seed-checks", "megatron-defaults", "citations")
 
 # (schema, argv): bill with and without a layout and a GPU, recompute, models, every lab topic
 CASES: list[tuple[str, list[str]]] = [
@@ -27,6 +27,7 @@ CASES: list[tuple[str, list[str]]] = [
     ("recompute", ["recompute", "llama3-8b", "--seq", "4096", "--json"]),
     ("models", ["models", "--json"]),
     *[("lab", ["lab", topic, "--json"]) for topic in LAB_TOPICS],
+    ("fit", ["fit", "llama3-8b", "--max", "seq", "--gpu", "h100", "--lora-rank", "16", "--json"]),
 ]
 
 

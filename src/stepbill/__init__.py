@@ -9,6 +9,7 @@ The API is documented in docs/api.md; everything heavy is imported on first use,
 
 from stepbill import check  # a callable module: stepbill.check(model, ...) measures and compares (needs torch)
 from stepbill.api import ModelInfo, RankView, Section, StepBill, bill, gpus, load_model, models
+from stepbill.api_fit import fit_max
 from stepbill.check import CheckResult
 from stepbill.errors import StepbillError
 
@@ -23,6 +24,7 @@ __all__ = [
     "__version__",
     "bill",
     "check",
+    "fit_max",
     "gpus",
     "load_model",
     "models",

@@ -140,6 +140,75 @@ def bill(
             print(f"- {line}")
 
 
+@app.command("fit")
+def fit_cmd(
+    model: Annotated[str, typer.Argument(help="preset name, ModelSpec JSON, HF config.json or Hub id org/name")],
+    max_axis: Annotated[str, typer.Option("--max", help="micro-batch | seq: what to make as large as fits")],
+    seq: Annotated[int | None, typer.Option("--seq", help="sequence length held while searching the micro-batch "
+                                            "(default 2048)")] = None,
+    micro_batch: Annotated[int | None, typer.Option("--micro-batch", help="micro-batch held while searching seq "
+                                                    "(default 1)")] = None,
+    multiple_of: Annotated[int, typer.Option("--multiple-of", help="search only multiples of N (e.g. 1024 tokens)")]
+    = 1,
+    recipe: Annotated[str, typer.Option("--recipe", help="precision recipe, e.g. mixed-bf16, fp32, pure-bf16")]
+    = "mixed-bf16",
+    optimizer: Annotated[str, typer.Option("--optimizer", help="adamw, adam, sgd, sgd-momentum, lion, adafactor, muon")]
+    = "adamw",
+    recompute: Annotated[str, typer.Option("--recompute", help="none | full | every:K | selective:... | budget:SIZE")]
+    = "none",
+    optimizer_impl: Annotated[str, typer.Option("--optimizer-impl", help="single | foreach | fused")] = "single",
+    convention: Annotated[str, typer.Option("--convention", help="ideal | eager | megatron (the verdict is judged on "
+                                            "the eager peak either way)")] = "ideal",
+    attention: Annotated[str, typer.Option("--attention", help="sdpa | eager")] = "sdpa",
+    lora_rank: Annotated[int | None, typer.Option("--lora-rank", help="LoRA rank (enables LoRA)")] = None,
+    lora_targets: Annotated[str | None, typer.Option("--lora-targets", help="comma-separated, e.g. q_proj,v_proj")]
+    = None,
+    gpu_mem: Annotated[float | None, typer.Option("--gpu-mem", help="usable memory per GPU in GiB")] = None,
+    reserve: Annotated[float | None, typer.Option("--reserve", help="GiB kept back per GPU (default: see bill)")]
+    = None,
+    dp: Annotated[int | None, typer.Option("--dp", help="data-parallel degree")] = None,
+    tp: Annotated[int, typer.Option("--tp", help="tensor-parallel degree")] = 1,
+    pp: Annotated[int, typer.Option("--pp", help="pipeline stages")] = 1,
+    pp_layers: Annotated[str | None, typer.Option("--pp-layers", help="transformer layers per stage")] = None,
+    cp: Annotated[int, typer.Option("--cp", help="context-parallel degree")] = 1,
+    ep: Annotated[int, typer.Option("--ep", help="expert-parallel degree (MoE)")] = 1,
+    etp: Annotated[int | None, typer.Option("--etp", help="expert tensor-parallel degree")] = None,
+    zero: Annotated[int, typer.Option("--zero", help="ZeRO stage 0-3")] = 0,
+    shard_group: Annotated[int | None, typer.Option("--shard-group", help="hybrid sharding group size")] = None,
+    sp: Annotated[bool, typer.Option("--sp", help="sequence parallel (with --tp)")] = False,
+    pp_schedule: Annotated[str, typer.Option("--pp-schedule", help="gpipe | 1f1b | interleaved")] = "1f1b",
+    vpp: Annotated[int, typer.Option("--vpp", help="model chunks per stage (interleaved)")] = 1,
+    micro_batches: Annotated[int, typer.Option("--micro-batches", help="micro-batches per step per pipeline")] = 1,
+    offload_optimizer: Annotated[bool, typer.Option("--offload-optimizer", help="master + states in CPU memory")]
+    = False,
+    offload_activations: Annotated[bool, typer.Option("--offload-activations", help="kept activations to CPU")]
+    = False,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="catalog GPU (h100-sxm, a100-80gb, ...)")] = None,
+    gpus: Annotated[int | None, typer.Option("--gpus", help="GPU count (alone: sets dp)")] = None,
+    dropout: Annotated[float | None, typer.Option("--dropout", help="0: train without dropout")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object (bytes as integers)")] = False,
+) -> None:
+    """The largest micro-batch or sequence length that fits each rank class on the card (the bill's fit verdict)."""
+    from stepbill.api import cli_flag
+    from stepbill.api_fit import fit_max
+
+    run = fit_max(
+        model, axis=max_axis, seq=seq, micro_batch=micro_batch, multiple_of=multiple_of, name=cli_flag,
+        recipe=recipe, optimizer=optimizer, recompute=recompute, optimizer_impl=optimizer_impl, convention=convention,
+        attention=attention, lora_rank=lora_rank, lora_targets=lora_targets, gpu_mem_gib=gpu_mem,
+        reserve_gib=reserve, dp=dp, tp=tp, pp=pp, pp_layers=pp_layers, cp=cp, ep=ep, etp=etp, zero=zero,
+        shard_group=shard_group, sp=sp, pp_schedule=pp_schedule, vpp=vpp, micro_batches=micro_batches,
+        offload_optimizer=offload_optimizer, offload_activations=offload_activations, gpu=gpu, gpus=gpus,
+        dropout=dropout)
+    if as_json:
+        _emit_json(run.to_json())
+        return
+    from stepbill.report.fit_max_report import fit_max_lines
+
+    for line in fit_max_lines(run.result, run.model, run.command):
+        print(line)
+
+
 @app.command("recompute")
 def recompute_cmd(
     model: Annotated[str, typer.Argument(help="preset name, ModelSpec JSON or HF config.json")] = "deepseek-v3",
@@ -207,7 +276,7 @@ def models(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] =
 
 @app.command("schema")
 def schema_cmd(
-    command: Annotated[str | None, typer.Argument(help="bill | recompute | models | check | lab (default: all)")]
+    command: Annotated[str | None, typer.Argument(help="bill | recompute | models | check | lab | fit (default: all)")]
     = None,
 ) -> None:
     """Print the JSON Schema of a command's `--json` output (every command's, by name, without COMMAND)."""

@@ -97,6 +97,13 @@ def flops_lines(spec: ModelSpec, seq_len: int, micro_batch: int, n_active: int,
         extra["flops.lora_adapters"] = Line(
             "flops.lora_adapters", lora["adapters"], "FLOPs", "3 × 2·r·(k + n) per targeted matrix per token × tokens",
             {}, convention="added to every step figure (forward + backward of A and B)")
+        # seed 000 (LoRA): "compute ~2× instead of 3× (frozen layers skip the weight-grad matmul): saves ~1/3"
+        extra["flops.lora_step_over_forward"] = Line(
+            "flops.lora_step_over_forward", step / fwd, "1", "{step} step / {forward} forward (causal-halved)",
+            {"step": step, "forward": fwd},
+            convention="LoRA: the frozen base skips its weight-gradient GEMMs, so the step is about 2× the forward, "
+            "not full fine-tuning's 3× (seed 000: ~2× instead of 3×, ~1/3 saved); above 2 by the attention core "
+            "(its backward is 2× its forward either way) and the adapters")
     extra |= {
         "flops.step_full_square": Line("flops.step_full_square", step_square, "FLOPs",
                                        "3 × {forward} + recompute {recompute}" + lora_terms,

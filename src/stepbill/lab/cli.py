@@ -86,7 +86,8 @@ def _emit(summary: dict[str, Any], as_json: bool, plot: Path | None) -> None:
             table.add_column(escape(c), justify="left" if c in ("group", "quantity", "format", "optimizer", "rule", "route",
                                                         "shape", "model", "phase", "finished", "token", "check",
                                                         "claim", "seed inputs", "reason", "reading",
-                                                        "seed prints (seed inputs)") else "right")
+                                                        "seed prints (seed inputs)", "setting", "source",
+                                                        "source text", "stepbill's value", "cited", "arithmetic") else "right")
         for row in t["rows"]:
             table.add_row(*(escape(_fmt(v)) for v in row))
         console.print(table)
@@ -292,6 +293,18 @@ def seed_checks_cmd(as_json: JsonOpt = False) -> None:
 def torch_defaults_cmd(as_json: JsonOpt = False) -> None:
     """Checkpoint RNG preservation (measured), DDP's bucket size, checkpoint API names, from the installed torch."""
     _emit(summaries.torch_defaults_summary(), as_json, None)
+
+
+@app.command("megatron-defaults")
+def megatron_defaults_cmd(as_json: JsonOpt = False) -> None:
+    """Megatron-LM's --clip-grad and --recompute-modules defaults, cited from its source at a pinned commit."""
+    _emit(summaries.megatron_defaults_summary(), as_json, None)
+
+
+@app.command("citations")
+def citations_cmd(as_json: JsonOpt = False) -> None:
+    """Published figures the seed quotes (dates, a page range, DeepSeek-V3's batch ramp, ST-MoE Table 4), cited."""
+    _emit(summaries.citations_summary(), as_json, None)
 
 
 def _list_values(option: str, text: str, integers: bool) -> tuple[float | int, ...]:

@@ -404,6 +404,7 @@ def collectives_summary(
 
 
 # The step-mechanics topics live in summaries_step.py; one namespace for the CLI and the web.
+from stepbill.lab.summaries_cited import citations_summary, megatron_defaults_summary  # noqa: E402
 from stepbill.lab.summaries_step import (  # noqa: E402
     backprop_summary,
     descent_summary,
@@ -412,6 +413,6 @@ from stepbill.lab.summaries_step import (  # noqa: E402
     torch_defaults_summary,
 )
 
-__all__ = ["adam_summary", "backprop_summary", "clip_summary", "collectives_summary", "decay_summary",
-           "descent_summary", "formats_summary", "memory_summary", "schedule_summary", "seed_checks_summary",
-           "torch_defaults_summary", "warmup_summary"]
+__all__ = ["adam_summary", "backprop_summary", "citations_summary", "clip_summary", "collectives_summary",
+           "decay_summary", "descent_summary", "formats_summary", "megatron_defaults_summary", "memory_summary",
+           "schedule_summary", "seed_checks_summary", "torch_defaults_summary", "warmup_summary"]

@@ -206,9 +206,10 @@ def seed_checks_summary() -> Summary:
     tables.append(_table("Two readings: the seed's inputs vs the preset's (or another convention)",
                          ["claim", "seed prints (seed inputs)", "other reading", "reason"], two,
                          "both numbers are right for their inputs; where `stepbill bill` prints one, it is the other reading."))
-    tables.append(_table("Pending (not modelled yet)", ["claim", "reason"],
-                         [[k, v] for k, v in seed_checks.PENDING.items()],
-                         "these seed claims wait for an engine feature; nothing is printed for them."))
+    if seed_checks.PENDING:
+        tables.append(_table("Pending (not modelled yet)", ["claim", "reason"],
+                             [[k, v] for k, v in seed_checks.PENDING.items()],
+                             "these seed claims wait for an engine feature; nothing is printed for them."))
     return {
         "topic": "seed-checks",
         "settings": {},

@@ -78,8 +78,10 @@ def bill_to_json(bill: Bill, fit: Fit | None = None, layout_note: str = "") -> d
             "six_nd": _int(lines["flops.6nd"]),
             "attention_share": lines["flops.attention_share"].value,
             "step_over_6nd": lines["flops.6nd_ratio"].value,
-            "convention": "2 FLOPs per multiply-add, matmuls only; step = 3 × forward + recompute; "
-            "flops.step causal-halved attention, step_noncausal full square (FlopCounterMode's)",
+            "convention": "2 FLOPs per multiply-add, matmuls only; step = 3 × forward + recompute"
+            + ("" if recipe.lora is None else " − the frozen base's weight-gradient GEMMs − the first layer's unneeded "
+               "input gradients + 3 × the adapters' forward (LoRA: about 2 × forward, lines/flops.lora_step_over_forward)")
+            + "; flops.step causal-halved attention, step_noncausal full square (FlopCounterMode's)",
         },
         "timeline": [
             {"phase": m.phase, "moment": m.label, "total": m.total, **m.items} for m in timeline.moments

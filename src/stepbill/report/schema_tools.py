@@ -97,7 +97,7 @@ class LabTable(Strict):
 
 
 LAB_TOPICS = ("adam", "decay", "warmup", "schedule", "clip", "formats", "collectives", "backprop", "descent", "memory",
-              "torch-defaults", "seed-checks")
+              "torch-defaults", "seed-checks", "megatron-defaults", "citations")
 
 
 class LabJson(Strict):

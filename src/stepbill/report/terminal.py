@@ -88,6 +88,9 @@ def render_bill(bill: Bill, explain: bool = False, fit: Fit | None = None, layou
         f"{fmt_flops(lines['flops.model'].value)} full square, {fmt_flops(lines['flops.model_causal'].value)} causal; "
         f"6ND {fmt_flops(lines['flops.6nd'].value)} "
         f"(misses attention: {100 * lines['flops.attention_share'].value:.1f} % of the forward)",
+        *([f"LoRA: step / forward {lines['flops.lora_step_over_forward'].value:.3f}× (full fine-tuning: 3× + "
+           "recompute): the frozen base skips its weight-gradient GEMMs; seed 000: ~2× instead of 3×"]
+          if "flops.lora_step_over_forward" in lines else []),
         f"checkpoint to resume: {fmt_bytes(lines['checkpoint.bytes'].value)} "
         f"({', '.join(x.name.removeprefix('checkpoint.') for x in bill.checkpoint_items)})",
     ]
