@@ -4,7 +4,8 @@ FLOPs, and the memory-bound ops (norms, residual adds, rotary, activation functi
 Shapes on a rank (Megatron's splits): T = seq · micro-batch / cp tokens reach every GEMM (sequence parallelism
 all-gathers the sequence before a column-parallel GEMM); column-parallel matrices (q, k, v, gate / up) split N by
 tp, row-parallel ones (o, down) split K; routers and MLA's low-rank down projections stay whole; routed experts
-split by etp and receive T · top_k · ep / E tokens each (balanced routing), E / ep of them per rank. The backward
+split by etp and receive T · top_k · ep · etp / (E · tp) tokens each (balanced routing; the tp ranks of a replica
+share its tokens' expert work), E / ep of them per rank. The backward
 of every GEMM is two GEMMs of the same FLOPs: dX (M × K × N) and dW (K × N × M); a frozen weight (LoRA) has no dW.
 
 Attention: FlashAttention's own FLOP count (Dao 2023, arXiv 2307.08691 §4: forward 4·S²·H·d full square, halved
@@ -75,7 +76,8 @@ def gemm_shapes(spec: ModelSpec, kind: str, par: Parallel, tokens: int) -> list[
         if routed:
             assert spec.moe is not None
             experts = spec.moe.n_routed_experts
-            m = max(1, round(tokens * op.copies * par.ep / experts))
+            # the tp ranks of a replica share its tokens' expert work (executed FLOPs are split by tp, as here)
+            m = max(1, round(tokens * op.copies * par.ep * par.expert_tp / (experts * par.tp)))
             out.append((m, n, k, max(1, experts // par.ep)))
         else:
             out.append((tokens, n, k, 1))
