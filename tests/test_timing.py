@@ -132,3 +132,15 @@ def test_performance_doc_table_is_what_the_benchmark_prints() -> None:
     median = held_out_median(prepared)
     assert f"median {100 * median:.1f} % of the published value" in DOC.read_text()
     assert median <= 0.10
+
+
+@pytest.mark.parametrize(("model", "par"), [("llama3-8b", Parallel(tp=8, sp=True)), ("llama3-8b", Parallel(dp=2)),
+                                            ("mixtral-8x7b", Parallel(ep=8, dp=8)),
+                                            ("mixtral-8x7b", Parallel(tp=2, ep=4, dp=4))])
+def test_gemm_shapes_carry_the_executed_flops(model: str, par: Parallel) -> None:
+    """The GEMM shapes on a rank (tp / ep splits, routed experts' rows) hold the FLOPs engine/flops.py executes: the
+    scale the GEMM time is corrected by stays within 1 % of 1 (no replicated router or low-rank matrices here
+    beyond Mixtral's router)."""
+    bill = make_bill(load_preset(model), make_recipe(seq_len=2048, parallel=par), gpu=H100)
+    assert bill.time is not None
+    assert bill.time["time.gemm"].inputs["scale"] == pytest.approx(1.0, rel=0.01)
