@@ -67,7 +67,7 @@ class Generation:
 #: FlashAttention-2 reaches 50–73 % of A100's peak (Dao 2023, arXiv 2307.08691, abstract) and about 35 % of H100's
 #: (FlashAttention-3, arXiv 2407.08608, abstract), FlashAttention-3 up to 75 % forward.
 CALIBRATED = {
-    "ampere": Generation(0.71, 0.45, 0.297, "fitted on the A100 calibration runs (docs/performance-model.md)"),
+    "ampere": Generation(0.73, 0.45, 0.297, "fitted on the A100 calibration runs (docs/performance-model.md)"),
     "hopper": Generation(0.57, 0.25, 0.165, "fitted on the H100 calibration runs (docs/performance-model.md)"),
 }
 UNCALIBRATED_NOTE = "no published run of this generation billed: Hopper's fitted figures used"
