@@ -277,8 +277,9 @@ def _per_op(spec: ModelSpec, recipe: Recipe, worst: RankClass, timed: list[Colle
         L("time.roofline", sc.kernels, "s", "per op: every kernel is its own roofline; GEMMs + attention + "
           "memory-bound = {t} s", {"t": sc.kernels}),
         L("time.comm_critical", ct.critical_per_step, "s",
-          "TP / EP / PP collectives of every micro-batch (alpha-beta: NCCL latency + bytes / (link × efficiency))",
-          {}, NCCL_SOURCE, f"on the critical path; {NCCL_EFFICIENCY_SOURCE}"),
+          "TP {tp} s + EP {ep} s + PP {pp} s, every micro-batch (alpha-beta: NCCL latency + bytes / (link × "
+          "efficiency))", {k: ct.critical_by_axis.get(k, 0.0) for k in ("tp", "ep", "pp")}, NCCL_SOURCE,
+          f"on the critical path; {NCCL_EFFICIENCY_SOURCE}"),
         L("time.pipeline", t_pipe, "s", "(kernels {k} s + critical comm {c} s) / (1 − {b}) + optimizer {o} s",
           {"k": sc.kernels, "c": ct.critical_per_step, "b": bubble, "o": sc.optimizer}),
         L("time.comm_exposed", ct.critical_per_step + ct.exposed_once, "s",

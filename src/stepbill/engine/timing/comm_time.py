@@ -67,7 +67,6 @@ def allreduce_seconds(message_bytes: float, n: int, busbw_bytes_per_s: float, li
             + message_bytes * 2 * (n - 1) / n / busbw_bytes_per_s)
 
 
-#: overlap class of each collective by name (engine/parallel/collectives.py names)
 def overlap_class(c: Collective, zero: int) -> str:
     """"critical" (each micro-batch's critical path), "once" (exposed once per step), "grad_once" (hides behind
     the last backward), "bwd" / "fwd" (hide behind every backward / forward), "attention" (behind attention)."""
@@ -98,6 +97,7 @@ class CommTiming:
     hideable: float  # every hideable collective's seconds
     hidden_spill: float  # what of the hideable ones compute cannot cover (tails included)
     by_name: dict[str, float]
+    critical_by_axis: dict[str, float]  # tp / ep / pp seconds of the critical ones
 
 
 def comm_timing(collectives: list[Collective], gpus_per_node: int, zero: int, micro_batches: int, layers: int,
@@ -107,10 +107,13 @@ def comm_timing(collectives: list[Collective], gpus_per_node: int, zero: int, mi
     seconds = {c.name: collective_seconds(c, gpus_per_node) for c in collectives}
     groups: dict[str, float] = {}
     tails: dict[str, float] = {}
+    by_axis = {"tp": 0.0, "ep": 0.0, "pp": 0.0}
     for c in collectives:
         cls = overlap_class(c, zero)
         t = seconds[c.name]
         groups[cls] = groups.get(cls, 0.0) + t
+        if cls == "critical":
+            by_axis[c.axis] = by_axis.get(c.axis, 0.0) + t
         if cls == "grad_once":
             per_call = c.bytes / max(c.calls, 1)
             tails[cls] = tails.get(cls, 0.0) + t * min(1.0, GRAD_BUCKET_BYTES / max(per_call, 1.0))
@@ -121,4 +124,4 @@ def comm_timing(collectives: list[Collective], gpus_per_node: int, zero: int, mi
     spill = sum(max(tails.get(cls, 0.0), groups.get(cls, 0.0) - window) for cls, window in windows.items()
                 if groups.get(cls, 0.0) > 0)
     hideable = sum(groups.get(cls, 0.0) for cls in windows)
-    return CommTiming(groups.get("critical", 0.0), groups.get("once", 0.0), hideable, spill, seconds)
+    return CommTiming(groups.get("critical", 0.0), groups.get("once", 0.0), hideable, spill, seconds, by_axis)
