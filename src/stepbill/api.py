@@ -69,7 +69,8 @@ def _check_options(options: Mapping[str, Any], name: Callable[[str], str]) -> No
 
     if options["gpu_mem_gib"] is not None:  # the rules are spec/schema.py's, declared once
         check_value(GPU_MEM_GIB, f"{name('gpu_mem_gib')} (GiB)", options["gpu_mem_gib"])
-    check_value(EFFICIENCY, name("efficiency"), options["efficiency"])
+    if options["efficiency"] is not None:  # None: the per-op time model; a number overrides its GEMM rate
+        check_value(EFFICIENCY, name("efficiency"), options["efficiency"])
     if options["gpus"] is not None:
         check_value(WORLD, name("gpus"), options["gpus"])
     reserve = options["reserve_gib"]
@@ -214,7 +215,7 @@ def make_step_bill(
     offload_activations: bool = False,
     gpu: str | None = None,
     gpus: int | None = None,
-    efficiency: float = 0.5,
+    efficiency: float | None = None,
     dropout: float | None = None,
     global_batch_tokens: int | str | None = None,
     train_tokens: int | str | None = None,
@@ -368,7 +369,7 @@ def bill(
     offload_activations: bool = False,
     gpu: str | None = None,
     gpus: int | None = None,
-    efficiency: float = 0.5,
+    efficiency: float | None = None,
     dropout: float | None = None,
     global_batch_tokens: int | str | None = None,
     train_tokens: int | str | None = None,

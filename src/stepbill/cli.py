@@ -95,7 +95,8 @@ def bill(
                                             "such as h100, a100; any case)")] = None,
     gpus: Annotated[int | None, typer.Option("--gpus", help="GPU count; must equal dp·tp·pp·cp (alone: sets dp)")]
     = None,
-    mfu: Annotated[float, typer.Option("--efficiency", help="achieved share of dense peak on matmuls")] = 0.5,
+    mfu: Annotated[float | None, typer.Option(
+        "--efficiency", help="override: one achieved share of dense peak on every matmul (default: per-op model)")] = None,
     global_batch_tokens: Annotated[str | None, typer.Option(
         "--global-batch-tokens", help="tokens per optimizer step, e.g. 4Mi (binary) or 4M (decimal): sets "
         "--micro-batches = tokens ÷ (dp·micro-batch·seq), rounded to the nearest whole count")] = None,

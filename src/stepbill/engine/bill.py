@@ -118,7 +118,7 @@ def _eager_activation_lines(eager: EagerTerms | None, timeline: Timeline) -> lis
 
 
 def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = None, convention: str = "ideal",
-              attention: str = "sdpa", gpu: GPU | None = None, efficiency: float = DEFAULT_EFFICIENCY) -> Bill:
+              attention: str = "sdpa", gpu: GPU | None = None, efficiency: float | None = DEFAULT_EFFICIENCY) -> Bill:
     """The bill of one training step of `spec` under `recipe`: global lines (one micro-batch, as if one rank held
     it all), the per-rank classes of `recipe.parallel`, the step's collectives, and with a `gpu` the step time."""
     if convention not in act.CONVENTIONS:

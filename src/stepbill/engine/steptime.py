@@ -1,6 +1,12 @@
 """Step time on one rank: a roofline of compute and HBM traffic, the pipeline bubble, communication and offload
 traffic, and the MFU / HFU that result. Every result is a Line with its derivation; seconds and FLOP/s are SI.
 
+Default: the per-op model of engine/timing (GEMMs by shape on an efficiency curve, fused attention, memory-bound
+ops by HBM bytes, the optimizer step, alpha-beta collectives with an overlap rule each):
+        t_pipe    = (kernels + TP/EP/PP collectives) / (1 − bubble) + optimizer step
+        t_step    = t_pipe + ZeRO weight all-gather + exposed offload + max(network not hidden, PCIe − kernels)
+With `--efficiency` (the explicit override) the single roofline below is used instead:
+
 Model:  t_compute = executed FLOPs_rank / (peak(compute dtype) × efficiency)
         executed  = the busiest pipeline stage's FLOPs (forward + backward + the recompute policy's rebuild, causal
                     attention as fused kernels run it, the LM head on the last stage; LoRA: no weight-gradient
@@ -33,11 +39,14 @@ from stepbill.engine.parallel.collectives import Collective, rank_param_elements
 from stepbill.engine.parallel.layout import stage_layer_kinds
 from stepbill.engine.params import ParamInventory
 from stepbill.engine.recompute import RecomputePlan
+from stepbill.engine.timing.comm_time import comm_timing
+from stepbill.engine.timing.constants import NCCL_EFFICIENCY_SOURCE, NCCL_SOURCE
+from stepbill.engine.timing.step import stage_compute
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.recipe import Recipe
 
-DEFAULT_EFFICIENCY = 0.5  # achieved share of dense peak on the GEMMs; 40–60 % is typical of large-model training
+DEFAULT_EFFICIENCY = None  # None: the per-op model (engine/timing); a float: the --efficiency override
 
 #: CPU Adam throughput of one host (parameters updated per second, all cores), shared by the ranks of a node.
 #: An assumption of the right order: ZeRO-Offload's CPU-Adam (arXiv 2101.06840 §6) takes about a quarter of a
@@ -145,12 +154,14 @@ def slowest_stage(spec: ModelSpec, inv: ParamInventory, recipe: Recipe,
 
 
 def step_time(spec: ModelSpec, inv: ParamInventory, recipe: Recipe, worst: RankClass, collectives: list[Collective],
-              gpu: GPU, flops: dict[str, Line], efficiency: float = DEFAULT_EFFICIENCY,
+              gpu: GPU, flops: dict[str, Line], efficiency: float | None = None,
               dtype: str | None = None, plan: RecomputePlan | None = None) -> StepTime:
-    """Step time, bubble, MFU and HFU on `gpu` at `efficiency` of dense peak: compute is the slowest pipeline
-    stage's (its FLOPs over tp·cp ranks), HBM traffic the worst-memory rank's. `flops` holds the bill's
-    one-micro-batch FLOPs lines (engine/flops.py: flops.step, flops.model, ...); `plan` the recompute plan (its
-    per-layer rebuild); `dtype` defaults to the recipe's compute dtype."""
+    """Step time, bubble, MFU and HFU on `gpu`: compute is the slowest pipeline stage's (its FLOPs over tp·cp
+    ranks), timed per op (engine/timing: GEMMs by shape, attention, memory-bound ops, alpha-beta collectives with
+    their overlap rules) — or, when `efficiency` is given, as executed FLOPs / (peak × efficiency) with an HBM
+    roofline (the explicit override). `flops` holds the bill's one-micro-batch FLOPs lines (engine/flops.py:
+    flops.step, flops.model, ...); `plan` the recompute plan (its per-layer rebuild); `dtype` defaults to the
+    recipe's compute dtype."""
     par = recipe.parallel
     dtype = dtype or recipe.precision.compute
     peak = gpu.peak_flops(dtype)
@@ -163,22 +174,41 @@ def step_time(spec: ModelSpec, inv: ParamInventory, recipe: Recipe, worst: RankC
     executed = stage_mb * par.micro_batches / split
     recompute = stage_rc * par.micro_batches / split
     rank_model = model / par.world
-    t_compute = executed / (peak * efficiency)
     held = rank_param_elements(spec, recipe, inv)
     unsharded = (held["dense_weights"] + held["expert_weights"]) * recipe.precision.weights
     forward = flops["flops.forward"].value
     traffic, parts = _hbm_traffic(recipe, worst, unsharded, flops["flops.recompute"].value / forward)
     t_memory = traffic / gpu.hbm_bytes_per_s
-    t_rank = max(t_compute, t_memory)
     bubble = float(comm.pipeline_bubble(par.pp, par.micro_batches * par.vpp))
-    t_pipe = t_rank / (1 - bubble)
-    timed = [c for c in collectives if c.seconds is not None]
-    exposed = sum(c.seconds for c in timed if c.overlap != "yes")  # type: ignore[misc]
-    hideable = sum(c.seconds for c in timed if c.overlap == "yes")  # type: ignore[misc]
     off_lines, off_exposed, off_hideable = offload_lines(spec, recipe, inv, worst, gpu)
-    spill = max(0.0, max(hideable, off_hideable) - t_rank)
-    t_step = t_pipe + exposed + off_exposed + spill
+    timed = [c for c in collectives if c.seconds is not None]
     L = Line
+    if efficiency is not None:  # the explicit override: one efficiency on every FLOP, an HBM roofline
+        t_compute = executed / (peak * efficiency)
+        t_rank = max(t_compute, t_memory)
+        t_pipe = t_rank / (1 - bubble)
+        exposed = sum(c.seconds for c in timed if c.overlap != "yes")  # type: ignore[misc]
+        hideable = sum(c.seconds for c in timed if c.overlap == "yes")  # type: ignore[misc]
+        spill = max(0.0, max(hideable, off_hideable) - t_rank)
+        t_step = t_pipe + exposed + off_exposed + spill
+        model_lines = [
+            L("time.compute", t_compute, "s", "{flops} FLOPs / ({peak} FLOP/s × {eff})",
+              {"flops": executed, "peak": peak, "eff": efficiency},
+              convention=f"--efficiency override; {COMPUTE_DTYPE_NOTE.get(dtype, dtype)} of {gpu.display}"),
+            L("time.roofline", t_rank, "s", "max(compute {c} s, memory {m} s)", {"c": t_compute, "m": t_memory}),
+            L("time.pipeline", t_pipe, "s", "{t} s / (1 − {b})", {"t": t_rank, "b": bubble}),
+            L("time.comm_exposed", exposed, "s", "sum of collectives that cannot hide (overlap no / partly)", {}),
+            L("time.comm_hideable", hideable, "s", "sum of collectives that overlap compute", {}),
+        ]
+        spill_line = L("time.comm_spill", spill, "s", "max(0, max(network {h} s, PCIe {o} s) − compute {t} s)",
+                       {"h": hideable, "o": off_hideable, "t": t_rank})
+        step_line = L("time.step", t_step, "s",
+                      "pipeline {p} s + exposed comm {e} s + exposed offload {o} s + spill {s} s",
+                      {"p": t_pipe, "e": exposed, "o": off_exposed, "s": spill})
+    else:
+        t_step, model_lines, spill_line, step_line = _per_op(spec, recipe, worst, timed, gpu, peak, dtype, stage,
+                                                             executed, recompute, held, bubble, off_exposed,
+                                                             off_hideable)
     lines = [
         L("time.model_flops", model, "FLOPs", "flops.model {mb} FLOPs × {m} micro-batches × {dp} dp",
           {"mb": flops["flops.model"].value, "m": par.micro_batches, "dp": par.dp},
@@ -194,25 +224,17 @@ def step_time(spec: ModelSpec, inv: ParamInventory, recipe: Recipe, worst: RankC
           {"stage": stage, "m": par.micro_batches, "split": split}, convention="causal; per rank"),
         L("time.peak", peak, "FLOP/s", "{dtype} peak of {gpu}", {"dtype": dtype, "gpu": gpu.display},
           f"catalog: {gpu.peaks_source}", COMPUTE_DTYPE_NOTE.get(dtype, dtype)),
-        L("time.compute", t_compute, "s", "{flops} FLOPs / ({peak} FLOP/s × {eff})",
-          {"flops": executed, "peak": peak, "eff": efficiency},
-          convention=f"{COMPUTE_DTYPE_NOTE.get(dtype, dtype)} of {gpu.display}"),
         L("time.hbm_traffic", traffic, "bytes", "weights {weights} + activations {activations} + optimizer {optimizer}",
           parts),
         L("time.memory", t_memory, "s", "{bytes} B / {bw} B/s", {"bytes": traffic, "bw": gpu.hbm_bytes_per_s}),
-        L("time.roofline", t_rank, "s", "max(compute {c} s, memory {m} s)", {"c": t_compute, "m": t_memory}),
         L("time.bubble", bubble, "1", "(p − 1)/(v·m + p − 1), p={p} v={v} m={m}",
           {"p": par.pp, "v": par.vpp, "m": par.micro_batches}, "cited: GPipe, arXiv 1811.06965; seed §07"),
-        L("time.pipeline", t_pipe, "s", "{t} s / (1 − {b})", {"t": t_rank, "b": bubble}),
-        L("time.comm_exposed", exposed, "s", "sum of collectives that cannot hide (overlap no / partly)", {}),
-        L("time.comm_hideable", hideable, "s", "sum of collectives that overlap compute", {}),
+        *model_lines,
         *off_lines,
         L("time.offload_exposed", off_exposed, "s", "CPU optimizer + weights up (offload)", {}),
         L("time.offload_hideable", off_hideable, "s", "grads down + activations down and up (offload)", {}),
-        L("time.comm_spill", spill, "s", "max(0, max(network {h} s, PCIe {o} s) − compute {t} s)",
-          {"h": hideable, "o": off_hideable, "t": t_rank}),
-        L("time.step", t_step, "s", "pipeline {p} s + exposed comm {e} s + exposed offload {o} s + spill {s} s",
-          {"p": t_pipe, "e": exposed, "o": off_exposed, "s": spill}),
+        spill_line,
+        step_line,
         L("time.mfu", rank_model / (t_step * peak), "1", "{flops} model FLOPs per GPU / ({t} s × {peak} FLOP/s)",
           {"flops": rank_model, "t": t_step, "peak": peak}, flops["flops.model"].provenance,
           "PaLM appendix B: model FLOPs with the full attention square"),
@@ -229,3 +251,47 @@ def step_time(spec: ModelSpec, inv: ParamInventory, recipe: Recipe, worst: RankC
           "{tokens} tokens / {t} s / {world} GPUs", {"tokens": recipe.tokens_per_step, "t": t_step, "world": par.world}),
     ]
     return StepTime({x.name: x for x in lines})
+
+
+def _per_op(spec: ModelSpec, recipe: Recipe, worst: RankClass, timed: list[Collective], gpu: GPU, peak: float,
+            dtype: str, stage: int, executed: float, recompute: float, held: dict[str, float], bubble: float,
+            off_exposed: float, off_hideable: float) -> tuple[float, list[Line], Line, Line]:
+    """The per-op model (engine/timing): (step seconds, its lines, the spill line, the step line)."""
+    par = recipe.parallel
+    kinds = stage_layer_kinds(spec, par)[stage]
+    sc = stage_compute(spec, recipe, worst, gpu, peak, kinds, stage == par.pp - 1, executed, recompute,
+                       held["dense_weights"] + held["expert_weights"])
+    ct = comm_timing(timed, gpu.gpus_per_node, par.zero, par.micro_batches, max(sum(kinds.values()), 1),
+                     sc.forward, sc.backward, sc.attention)
+    t_compute = sc.kernels + sc.optimizer
+    t_pipe = (sc.kernels + ct.critical_per_step) / (1 - bubble) + sc.optimizer
+    spill = max(ct.hidden_spill, off_hideable - sc.kernels)
+    t_step = t_pipe + ct.exposed_once + off_exposed + spill
+    L = Line
+    note = f"{COMPUTE_DTYPE_NOTE.get(dtype, dtype)} of {gpu.display}"
+    lines = [
+        *sc.lines,
+        L("time.compute", t_compute, "s", "GEMMs {g} s + attention {a} s + memory-bound {m} s + optimizer {o} s",
+          {"g": sc.gemm, "a": sc.attention, "m": sc.memory_bound, "o": sc.optimizer},
+          convention=f"per-op model (engine/timing); {note}"),
+        L("time.roofline", sc.kernels, "s", "per op: every kernel is its own roofline; GEMMs + attention + "
+          "memory-bound = {t} s", {"t": sc.kernels}),
+        L("time.comm_critical", ct.critical_per_step, "s",
+          "TP {tp} s + EP {ep} s + PP {pp} s, every micro-batch (alpha-beta: NCCL latency + bytes / (link × "
+          "efficiency))", {k: ct.critical_by_axis.get(k, 0.0) for k in ("tp", "ep", "pp")}, NCCL_SOURCE,
+          f"on the critical path; {NCCL_EFFICIENCY_SOURCE}"),
+        L("time.pipeline", t_pipe, "s", "(kernels {k} s + critical comm {c} s) / (1 − {b}) + optimizer {o} s",
+          {"k": sc.kernels, "c": ct.critical_per_step, "b": bubble, "o": sc.optimizer}),
+        L("time.comm_exposed", ct.critical_per_step + ct.exposed_once, "s",
+          "critical {c} s (inside the pipeline) + weight all-gather after the optimizer {w} s",
+          {"c": ct.critical_per_step, "w": ct.exposed_once}, NCCL_SOURCE),
+        L("time.comm_hideable", ct.hideable, "s",
+          "DP / ZeRO / CP collectives that overlap compute (bucketed, prefetched)", {}, NCCL_SOURCE),
+    ]
+    spill_line = L("time.comm_spill", spill, "s",
+                   "max(network not hidden {h} s (last bucket, first gather, excess over its window), PCIe {o} s − "
+                   "kernels {t} s)", {"h": ct.hidden_spill, "o": off_hideable, "t": sc.kernels})
+    step_line = L("time.step", t_step, "s",
+                  "pipeline {p} s + weight all-gather {e} s + exposed offload {o} s + spill {s} s",
+                  {"p": t_pipe, "e": ct.exposed_once, "o": off_exposed, "s": spill})
+    return t_step, lines, spill_line, step_line

@@ -253,7 +253,8 @@ _TIME = {
     "rank_flops": "FLOPs one GPU executes (causal attention, recompute included)",
     "recompute_flops": "recompute FLOPs one GPU executes (causal)",
     "peak": "the compute dtype's dense peak of the GPU (FLOP/s), with its catalog source",
-    "compute": "seconds of matmul at the assumed efficiency",
+    "compute": "seconds of compute on one GPU: the per-op model's kernels + optimizer step, or matmul FLOPs at "
+               "--efficiency when given",
     "hbm_traffic": "bytes one GPU moves through HBM",
     "memory": "seconds of that traffic at HBM bandwidth",
     "roofline": "max(compute, memory)",
@@ -276,6 +277,12 @@ _TIME_OPTIONAL = {
     "offload_cpu_optimizer": "--offload-optimizer: seconds of the CPU optimizer step (exposed)",
     "offload_weights_up": "--offload-optimizer: seconds of updated weights up over PCIe (exposed)",
     "offload_activations": "--offload-activations: seconds of kept activations down and back up (hideable)",
+    "gemm": "per-op model (no --efficiency): seconds of GEMMs timed by shape on the efficiency curve",
+    "gemm_efficiency": "per-op model: achieved share of dense peak on the GEMMs",
+    "attention": "per-op model: seconds of the fused attention kernels, forward and backward",
+    "memory_bound": "per-op model: seconds of norms, adds, activations, casts, cross-entropy at HBM bandwidth",
+    "optimizer_step": "per-op model: seconds of the optimizer step at HBM bandwidth",
+    "comm_critical": "per-op model: seconds of TP / EP / PP collectives on the critical path (alpha-beta)",
 }
 TimePart = type("TimePart", (Strict,), {
     "__annotations__": {**dict.fromkeys(_TIME, TimeLineJson), **dict.fromkeys(_TIME_OPTIONAL, TimeLineJson | None)},

@@ -69,7 +69,7 @@ BILL_OPTIONS: tuple[Option, ...] = (  # `stepbill bill`'s options; kwarg: stepbi
     Option("offload-activations", "offload_activations", bool, False),
     Option("gpu", "gpu", str, None, optional=True),
     Option("gpus", "gpus", int, None, optional=True),
-    Option("efficiency", "efficiency", float, 0.5),
+    Option("efficiency", "efficiency", float, None, optional=True),
 )
 
 RECOMPUTE_OPTIONS: tuple[Option, ...] = (

@@ -1,0 +1,127 @@
+"""Collectives timed with a latency and a bandwidth term (alpha-beta), and the overlap rule of each.
+
+    t(call) = NCCL base latency + steps × per-step latency(link) + ring bytes / (link bandwidth × protocol efficiency)
+
+Steps of a ring over n ranks: all-reduce 2(n − 1), reduce-scatter / all-gather / all-to-all n − 1, a send/recv 1;
+hierarchical (a group spanning nodes: `local` ranks per node over NVLink / PCIe, n / local nodes across) takes the
+intra-node steps at the intra-node latency and the inter-node ones at the network's. The bandwidth term is the
+collective's `seconds` from engine/parallel/collectives.py (ring volume at the link's line rate, hierarchical
+already) over NCCL's protocol efficiency. Constants and their sources: timing/constants.py.
+
+In nccl-tests' terms (all_reduce_perf): busbw = algbw × 2(n − 1)/n and algbw = S / t, so the bandwidth term above
+is S · 2(n − 1)/n / busbw with busbw = line rate × protocol efficiency.
+
+Overlap (when the rank's compute can hide a collective):
+- TP all-reduce / all-gather / reduce-scatter, EP all-to-all, PP send/recv: on the critical path of each
+  micro-batch (inside the pipeline's stage time).
+- DP all-reduce, ZeRO-1 reduce-scatter, hybrid-shard replica all-reduce (once per step, bucketed): hide behind the
+  last micro-batch's backward; the last gradient bucket (25 MiB, PyTorch DDP's default) cannot.
+- ZeRO-2/3 reduce-scatter and ZeRO-3 backward all-gather (every micro-batch, prefetched): behind the backward;
+  ZeRO-3's forward all-gather behind the forward; the first layer's gather cannot hide (1 / layers of it).
+- ZeRO-1/2 weight all-gather after the optimizer step: exposed (once per step).
+- CP's K/V ring: behind the attention kernels it feeds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stepbill.engine.parallel.collectives import Collective
+from stepbill.engine.timing.constants import (
+    GRAD_BUCKET_BYTES,
+    NCCL_BASE_LATENCY_S,
+    NCCL_PROTOCOL_EFFICIENCY,
+    NCCL_STEP_LATENCY_S,
+)
+
+_STEPS = {"all-reduce": 2.0, "reduce-scatter": 1.0, "all-gather": 1.0, "all-to-all": 1.0}
+
+
+def ring_steps(op: str, n: int) -> float:
+    """Ring steps of one call over n ranks (a send/recv is one)."""
+    return _STEPS[op] * (n - 1) if op in _STEPS else 1.0
+
+
+def latency_per_call(c: Collective, local: int) -> float:
+    """NCCL's latency of one call of `c` (seconds): base + steps × per-step latency of each link it crosses."""
+    links = (c.link or "").split("+")
+    if len(links) == 2 and local >= 2:  # hierarchical: intra-node ring, then across the nodes
+        nodes = max(1, c.group // local)
+        return (NCCL_BASE_LATENCY_S + ring_steps(c.op, local) * NCCL_STEP_LATENCY_S.get(links[0], 0.0)
+                + ring_steps(c.op, nodes) * NCCL_STEP_LATENCY_S.get(links[1], 0.0))
+    return NCCL_BASE_LATENCY_S + ring_steps(c.op, c.group) * NCCL_STEP_LATENCY_S.get(links[-1], 0.0)
+
+
+def collective_seconds(c: Collective, gpus_per_node: int) -> float:
+    """Alpha-beta seconds of all of `c`'s calls in one step (0 when the link is unknown)."""
+    if c.seconds is None:
+        return 0.0
+    local = min(gpus_per_node, c.group)
+    return c.calls * latency_per_call(c, local) + c.seconds / NCCL_PROTOCOL_EFFICIENCY
+
+
+def allreduce_seconds(message_bytes: float, n: int, busbw_bytes_per_s: float, link: str = "nvlink") -> float:
+    """One flat ring all-reduce of `message_bytes` over n ranks at nccl-tests' bus bandwidth `busbw`:
+    base + 2(n − 1) steps of latency + S · 2(n − 1)/n / busbw (nccl-tests doc/PERFORMANCE.md's busbw)."""
+    return (NCCL_BASE_LATENCY_S + 2 * (n - 1) * NCCL_STEP_LATENCY_S[link]
+            + message_bytes * 2 * (n - 1) / n / busbw_bytes_per_s)
+
+
+def overlap_class(c: Collective, zero: int) -> str:
+    """"critical" (each micro-batch's critical path), "once" (exposed once per step), "grad_once" (hides behind
+    the last backward), "bwd" / "fwd" (hide behind every backward / forward), "attention" (behind attention)."""
+    name = c.name
+    if c.axis in ("tp", "pp", "ep"):
+        return "critical"
+    if name.endswith("zero_allgather_weights"):
+        return "once"
+    if name.endswith(("grad_allreduce", "hybrid_replica_allreduce")):
+        return "grad_once"
+    if name.endswith("zero_reduce_scatter"):
+        return "grad_once" if zero <= 1 else "bwd"
+    if name.endswith("zero3_allgather_bwd"):
+        return "bwd"
+    if name.endswith("zero3_allgather_fwd"):
+        return "fwd"
+    if c.axis == "cp":
+        return "attention"
+    return "critical" if c.overlap != "yes" else "bwd"
+
+
+@dataclass(frozen=True)
+class CommTiming:
+    """Seconds of the step's collectives by overlap class, and what of the hideable ones stays exposed."""
+
+    critical_per_step: float  # TP / EP / PP: inside the pipeline stage time (all micro-batches)
+    exposed_once: float  # ZeRO weight all-gather after the optimizer
+    hideable: float  # every hideable collective's seconds
+    hidden_spill: float  # what of the hideable ones compute cannot cover (tails included)
+    by_name: dict[str, float]
+    critical_by_axis: dict[str, float]  # tp / ep / pp seconds of the critical ones
+
+
+def comm_timing(collectives: list[Collective], gpus_per_node: int, zero: int, micro_batches: int, layers: int,
+                t_forward: float, t_backward: float, t_attention: float) -> CommTiming:
+    """Apply the overlap rules: `t_forward` / `t_backward` / `t_attention` are the rank's compute seconds (all
+    micro-batches) that hide the collectives of each class."""
+    seconds = {c.name: collective_seconds(c, gpus_per_node) for c in collectives}
+    groups: dict[str, float] = {}
+    tails: dict[str, float] = {}
+    by_axis = {"tp": 0.0, "ep": 0.0, "pp": 0.0}
+    for c in collectives:
+        cls = overlap_class(c, zero)
+        t = seconds[c.name]
+        groups[cls] = groups.get(cls, 0.0) + t
+        if cls == "critical":
+            by_axis[c.axis] = by_axis.get(c.axis, 0.0) + t
+        if cls == "grad_once":
+            per_call = c.bytes / max(c.calls, 1)
+            tails[cls] = tails.get(cls, 0.0) + t * min(1.0, GRAD_BUCKET_BYTES / max(per_call, 1.0))
+        elif cls in ("fwd", "bwd"):
+            tails[cls] = tails.get(cls, 0.0) + t / max(layers, 1) / max(micro_batches, 1)
+    windows = {"grad_once": t_backward / max(micro_batches, 1), "bwd": t_backward, "fwd": t_forward,
+               "attention": t_attention}
+    spill = sum(max(tails.get(cls, 0.0), groups.get(cls, 0.0) - window) for cls, window in windows.items()
+                if groups.get(cls, 0.0) > 0)
+    hideable = sum(groups.get(cls, 0.0) for cls in windows)
+    return CommTiming(groups.get("critical", 0.0), groups.get("once", 0.0), hideable, spill, seconds, by_axis)

@@ -1,0 +1,108 @@
+"""The per-op compute of one rank's step (the busiest pipeline stage, all its micro-batches), by kernel class:
+
+    t_gemm      = Σ GEMMs by shape on the curve (gemm.py), scaled to the exact executed FLOPs of engine/flops.py
+    t_attention = fused attention forward + backward (kernels.py)
+    t_memory    = memory-bound bytes / (HBM × efficiency): layers' norms, adds, rotary, activations (backward 2×,
+                  the recompute's share of a forward again), the LM head's cross-entropy, autocast's weight casts
+    t_optimizer = the optimizer step's bytes (read and write the states and master copy, read the grads, write
+                  the weights) / (HBM × efficiency)
+
+Recompute is charged for every policy: its FLOPs (the plan's rebuild) at the forward's blend of GEMM and attention
+rates, its bytes as that share of the forward's memory-bound traffic. Under LoRA the frozen weights have no dW GEMM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stepbill.engine.line import Line
+from stepbill.engine.parallel import RankClass
+from stepbill.engine.timing.constants import DEFAULT_SMS, MEMORY_BOUND_EFFICIENCY, MEMORY_BOUND_SOURCE, SMS, generation
+from stepbill.engine.timing.gemm import GemmDevice
+from stepbill.engine.timing.kernels import LayerKernels, head_kernels, layer_kernels
+from stepbill.spec.hardware import GPU
+from stepbill.spec.model import ModelSpec
+from stepbill.spec.recipe import Recipe
+
+
+@dataclass(frozen=True)
+class StageCompute:
+    """Seconds of one rank's kernels over the step, by class, and the lines that derive them."""
+
+    gemm: float
+    attention: float
+    memory_bound: float
+    optimizer: float
+    forward: float  # forward kernels (all micro-batches), the window that hides ZeRO-3's forward gathers
+    backward: float  # backward kernels + recompute, the window of gradient reductions
+    lines: list[Line]
+
+    @property
+    def kernels(self) -> float:
+        """Kernels inside the pipeline (everything but the optimizer step)."""
+        return self.gemm + self.attention + self.memory_bound
+
+
+def _sum(parts: list[tuple[int, LayerKernels]]) -> dict[str, float]:
+    keys = LayerKernels.__dataclass_fields__
+    return {k: sum(n * getattr(lk, k) for n, lk in parts) for k in keys}
+
+
+def stage_compute(spec: ModelSpec, recipe: Recipe, worst: RankClass, gpu: GPU, peak: float, stage_kinds: dict[str, int],
+                  last: bool, executed: float, recompute: float, held_weight_elements: float) -> StageCompute:
+    """Per-op compute of the busiest stage on one rank: `executed` / `recompute` are its exact FLOPs (all
+    micro-batches, per rank), `held_weight_elements` the unsharded weights it computes with."""
+    par, prec = recipe.parallel, recipe.precision
+    gen, params, gen_source = generation(gpu.name)
+    dev = GemmDevice(peak, gpu.hbm_bytes_per_s, SMS.get(gpu.name, DEFAULT_SMS), params.gemm_plateau)
+    frozen = recipe.lora is not None
+    act = prec.activation
+    parts = [(n, layer_kernels(spec, kind, par, recipe.seq_len, recipe.micro_batch, dev, params.attention_fwd,
+                               params.attention_bwd, act, frozen)) for kind, n in stage_kinds.items()]
+    if last:
+        parts.append((1, head_kernels(spec, par, recipe.seq_len, recipe.micro_batch, dev, act, frozen)))
+    s = _sum(parts)
+    m = par.micro_batches
+    fwd_flops = s["gemm_fwd_flops"] + s["attn_fwd_flops"]
+    modelled = m * (fwd_flops + s["gemm_bwd_flops"] + s["attn_bwd_flops"])
+    scale = (executed - recompute) / modelled if modelled else 0.0  # exact FLOPs over the shapes' FLOPs (≈ 1)
+    rc_share = recompute / fwd_flops if fwd_flops else 0.0  # recompute as a number of forwards
+    gemm_fwd = scale * m * s["gemm_fwd_s"] + rc_share * s["gemm_fwd_s"]
+    attn_fwd = scale * m * s["attn_fwd_s"] + rc_share * s["attn_fwd_s"]
+    t_gemm = gemm_fwd + scale * m * s["gemm_bwd_s"]
+    t_attn = attn_fwd + scale * m * s["attn_bwd_s"]
+    bw = gpu.hbm_bytes_per_s * MEMORY_BOUND_EFFICIENCY
+    layer_bytes = m * (s["memory_fwd_bytes"] + s["memory_bwd_bytes"]) + rc_share * s["memory_fwd_bytes"]
+    casts = 6.0 * held_weight_elements * m if prec.weights == 4 and prec.compute in ("bf16", "fp16") else 0.0
+    t_mem = (layer_bytes + casts) / bw
+    mem = worst.memory
+    opt_bytes = 2 * mem["optimizer"] + mem["grads"] + mem["weights"]
+    t_opt = opt_bytes / bw
+    gemm_flops = scale * m * (s["gemm_fwd_flops"] + s["gemm_bwd_flops"]) + rc_share * s["gemm_fwd_flops"]
+    gemm_eff = gemm_flops / (t_gemm * peak) if t_gemm else 0.0
+    fwd_s = m * scale * (s["gemm_fwd_s"] + s["attn_fwd_s"]) + m * s["memory_fwd_bytes"] / bw
+    bwd_s = t_gemm + t_attn + t_mem - fwd_s
+    L = Line
+    gen_note = f"{gen} ({gpu.display}): {gen_source}"
+    lines = [
+        L("time.gemm", t_gemm, "s",
+          "GEMMs by shape (M × N × K per op, forward, dX, dW) at plateau {plateau} × tile/wave × K-fill of {peak} "
+          "FLOP/s, scaled to the executed FLOPs (× {scale}); recompute {rc} forwards",
+          {"plateau": params.gemm_plateau, "peak": peak, "scale": scale, "rc": rc_share}, gen_note,
+          "each GEMM max(FLOPs / rate, bytes / HBM); cuBLAS tiles 256×128 / 128×256 / 128×128 (NVIDIA Matrix "
+          "Multiplication Background guide §2.3, §3)"),
+        L("time.gemm_efficiency", gemm_eff, "1", "{flops} GEMM FLOPs / ({t} s × {peak} FLOP/s)",
+          {"flops": gemm_flops, "t": t_gemm, "peak": peak}, convention="achieved share of dense peak on the GEMMs"),
+        L("time.attention", t_attn, "s",
+          "fused attention: forward {fwd} FLOPs at {ef} of peak, backward 2.5 × forward at {eb} (× {m} micro-batches, "
+          "recompute included)", {"fwd": s["attn_fwd_flops"], "ef": params.attention_fwd, "eb": params.attention_bwd,
+                                  "m": m}, gen_note, "FlashAttention's FLOP count (arXiv 2307.08691 §4), causal"),
+        L("time.memory_bound", t_mem, "s",
+          "({layers} B norms / adds / rotary / activations / cross-entropy + {casts} B autocast casts) / ({bw} B/s)",
+          {"layers": layer_bytes, "casts": casts, "bw": bw}, MEMORY_BOUND_SOURCE,
+          "backward 2× the forward's bytes; recompute a share of a forward"),
+        L("time.optimizer_step", t_opt, "s", "(2 × optimizer {o} B + grads {g} B + weights {w} B) / ({bw} B/s)",
+          {"o": mem["optimizer"], "g": mem["grads"], "w": mem["weights"], "bw": bw}, MEMORY_BOUND_SOURCE,
+          "once per step, after the last backward"),
+    ]
+    return StageCompute(t_gemm, t_attn, t_mem, t_opt, fwd_s, bwd_s, lines)
