@@ -32,6 +32,8 @@ from stepbill.engine.parallel import RankClass
 from stepbill.engine.parallel.collectives import Collective, rank_param_elements
 from stepbill.engine.parallel.layout import stage_layer_kinds
 from stepbill.engine.params import ParamInventory
+from stepbill.engine.precision_time import precision_time_lines
+from stepbill.engine.quant import gemm_weight_bytes
 from stepbill.engine.recompute import RecomputePlan
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
@@ -165,11 +167,12 @@ def step_time(spec: ModelSpec, inv: ParamInventory, recipe: Recipe, worst: RankC
     rank_model = model / par.world
     t_compute = executed / (peak * efficiency)
     held = rank_param_elements(spec, recipe, inv)
-    unsharded = (held["dense_weights"] + held["expert_weights"]) * recipe.precision.weights
+    unsharded = (held["dense_weights"] + held["expert_weights"]) * gemm_weight_bytes(recipe.precision)
     forward = flops["flops.forward"].value
     traffic, parts = _hbm_traffic(recipe, worst, unsharded, flops["flops.recompute"].value / forward)
     t_memory = traffic / gpu.hbm_bytes_per_s
-    t_rank = max(t_compute, t_memory)
+    prec_lines, t_precision = precision_time_lines(spec, inv, recipe, flops, gpu, efficiency, stage)
+    t_rank = max(t_compute, t_memory) + t_precision  # dequantisation / fp8's bf16 share (engine/precision_time.py)
     bubble = float(comm.pipeline_bubble(par.pp, par.micro_batches * par.vpp))
     t_pipe = t_rank / (1 - bubble)
     timed = [c for c in collectives if c.seconds is not None]
@@ -200,7 +203,9 @@ def step_time(spec: ModelSpec, inv: ParamInventory, recipe: Recipe, worst: RankC
         L("time.hbm_traffic", traffic, "bytes", "weights {weights} + activations {activations} + optimizer {optimizer}",
           parts),
         L("time.memory", t_memory, "s", "{bytes} B / {bw} B/s", {"bytes": traffic, "bw": gpu.hbm_bytes_per_s}),
-        L("time.roofline", t_rank, "s", "max(compute {c} s, memory {m} s)", {"c": t_compute, "m": t_memory}),
+        *prec_lines,
+        L("time.roofline", t_rank, "s", "max(compute {c} s, memory {m} s) + precision {p} s",
+          {"c": t_compute, "m": t_memory, "p": t_precision}),
         L("time.bubble", bubble, "1", "(p − 1)/(v·m + p − 1), p={p} v={v} m={m}",
           {"p": par.pp, "v": par.vpp, "m": par.micro_batches}, "cited: GPipe, arXiv 1811.06965; seed §07"),
         L("time.pipeline", t_pipe, "s", "{t} s / (1 − {b})", {"t": t_rank, "b": bubble}),
