@@ -255,7 +255,7 @@ _TIME = {
     "compute": "seconds of matmul at the assumed efficiency",
     "hbm_traffic": "bytes one GPU moves through HBM",
     "memory": "seconds of that traffic at HBM bandwidth",
-    "roofline": "max(compute, memory)",
+    "roofline": "max(compute, memory) + the recipe's precision lines (dequant, fp8's bf16 share)",
     "bubble": "pipeline bubble share",
     "pipeline": "roofline / (1 − bubble)",
     "comm_exposed": "seconds of collectives that cannot hide behind compute",
@@ -275,6 +275,8 @@ _TIME_OPTIONAL = {
     "offload_cpu_optimizer": "--offload-optimizer: seconds of the CPU optimizer step (exposed)",
     "offload_weights_up": "--offload-optimizer: seconds of updated weights up over PCIe (exposed)",
     "offload_activations": "--offload-activations: seconds of kept activations down and back up (hideable)",
+    "dequant": "--recipe qlora-nf4: seconds of dequantising the 4-bit weights (HBM-bound, serial with the GEMMs)",
+    "fp8_bf16_share": "--recipe fp8 / fp8-deepseek: seconds the attention core and LM head add at the bf16 peak",
 }
 TimePart = type("TimePart", (Strict,), {
     "__annotations__": {**dict.fromkeys(_TIME, TimeLineJson), **dict.fromkeys(_TIME_OPTIONAL, TimeLineJson | None)},
