@@ -8,6 +8,8 @@ import math
 from pathlib import Path
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from stepbill.engine import quant
 from stepbill.engine.bill import make_bill, peak_items
@@ -19,6 +21,7 @@ from stepbill.spec.hardware import load_gpu
 from stepbill.spec.parallel import Parallel
 from stepbill.spec.recipe import make_recipe
 from tests.conftest import run_cli
+from tests.test_bill_properties import specs
 
 DATA = Path(__file__).parent / "data" / "bnb_linear4bit_quant_state.json"
 LLAMA13 = load_preset("llama2-13b")
@@ -173,3 +176,26 @@ def test_cli_answers_the_4090_question_with_every_byte(capsys: pytest.CaptureFix
     data = json.loads(out)
     assert code == 0 and data["fit"]["fits"] is True
     assert {"weights.nf4", "weights.nf4_constants", "weights.frozen"} <= {x["name"] for x in data["memory"]["items"]}
+
+
+@settings(max_examples=25, deadline=None)
+@given(specs(), st.integers(1, 8), st.sampled_from(["ideal", "eager"]), st.integers(1, 2048))
+def test_qlora_bill_adds_up_on_random_dense_models(spec, rank: int, convention: str, seq: int) -> None:  # type: ignore[no-untyped-def]
+    """Random dense models: the items add up to the totals and the peak, the codes are half a byte per quantised
+    weight, and the 4-bit base is always smaller than plain LoRA's bf16 one."""
+    assume(spec.moe is None)
+    recipe = make_recipe("qlora-nf4", seq_len=seq, lora_rank=rank, lora_targets=("all-linear",))
+    try:
+        b = make_bill(spec, recipe, convention=convention)
+    except StepbillError:
+        assume(False)
+        raise
+    items = {x.name: x.value for x in b.resident_items}
+    quantised = [t for t in param_inventory(spec).tensors if quant.is_quantised(t)]
+    assert items["weights.nf4"] == sum(math.ceil(t.numel / 2) * t.copies for t in quantised)
+    assert b["memory.peak"].value == sum(x.value for x in peak_items(b))
+    assert b["memory.model"].value + b["memory.optimizer"].value == b["memory.resident"].value
+    plain = make_bill(spec, make_recipe("mixed-bf16", seq_len=seq, lora_rank=rank, lora_targets=("all-linear",)),
+                      convention=convention)
+    base = items["weights.nf4"] + items["weights.nf4_constants"] + items["weights.frozen"]
+    assert base < plain["memory.weights"].value - plain["params.trainable"].value * 2
