@@ -55,7 +55,33 @@ def test_te_memory_adds_the_fp8_weight_copies() -> None:
     assert items["weights.fp8"] == 2 * gemm
     assert b["memory.resident"].value == ref["memory.resident"].value + 2 * gemm
     assert b["recipe.fp8"].value == gemm
-    assert "not modelled yet" in b["recipe.fp8_activations"].explain()
+    assert "eager convention" in b["recipe.fp8_activations"].explain()
+
+
+def test_te_caches_linear_inputs_in_fp8() -> None:
+    """Llama-3-8B layer (ideal, bf16: 2 × (4·4096 + 3·14336) = 128 KiB/token): TE stores the QKV and gate/up inputs
+    and the down input in fp8 (1 B), keeps the attention output in bf16 for the attention backward and adds the
+    output projection's fp8 copy: 128 KiB − 4096 − 4096 − 14336 + 4096 = 110 KiB per token."""
+    rows = {r.name: r for r in _bill("fp8", None).layer_rows["dense"]}
+    assert {n: rows[n].dtype_bytes for n in ("attn.norm_out", "mlp.norm_out", "mlp.product", "attn.core_out_fp8")} \
+        == dict.fromkeys(("attn.norm_out", "mlp.norm_out", "mlp.product", "attn.core_out_fp8"), 1)
+    assert rows["attn.core_out"].dtype_bytes == rows["mlp.gate"].dtype_bytes == rows["attn.q"].dtype_bytes == 2
+    assert sum(r.bytes_per_token for r in rows.values()) == 128 * 1024 - 4096 - 4096 - 14336 + 4096
+
+
+def test_deepseek_caches_fp8_with_1x128_scales() -> None:
+    """DeepSeek-V3: Linear inputs in fp8 with an fp32 scale per 1×128 tile; in MoE layers the SwiGLU's gate and
+    up cached in fp8 and its output recomputed; the router's input (gating) stays bf16."""
+    rows = {r.name: r for r in _bill("fp8-deepseek", None).layer_rows["dense"]}
+    assert rows["mlp.product"].dtype_bytes == 1 and rows["mlp.product_scales"].width == 14336 // 128
+    assert rows["mlp.product_scales"].dtype_bytes == 4
+    v3 = make_bill(load_preset("deepseek-v3"), make_recipe("fp8-deepseek", seq_len=SEQ))
+    moe = {r.name: r for r in v3.layer_rows["moe"]}
+    assert "moe.product" not in moe
+    assert moe["moe.gate"].dtype_bytes == moe["moe.up"].dtype_bytes == moe["moe.dispatched"].dtype_bytes == 1
+    assert moe["moe.norm_out"].dtype_bytes == 2  # the router reads it: MoE gating in its original precision
+    bf16 = make_bill(load_preset("deepseek-v3"), make_recipe("bf16-moments", seq_len=SEQ))
+    assert v3["memory.activations"].value < bf16["memory.activations"].value
 
 
 def test_deepseek_memory_is_bf16_moments() -> None:

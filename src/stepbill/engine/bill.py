@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from stepbill.engine import activations as act
 from stepbill.engine import fp8, quant
+from stepbill.engine.activations.fp8 import Fp8Bytes
 from stepbill.engine.flops import lora_step_terms
 from stepbill.engine.flops_lines import flops_lines, matmul_params
 from stepbill.engine.line import Line
@@ -136,6 +137,8 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
         from stepbill.engine.activations.eager import from_precision
 
         a_bytes = from_precision(recipe.precision)
+    elif recipe.precision.fp8 is not None and convention == "ideal":  # Linear inputs cached in fp8 (activations/fp8.py)
+        a_bytes = Fp8Bytes(a_bytes, recipe.precision.fp8)
     plan = make_plan(spec, recipe.recompute_policy, recipe.seq_len, recipe.micro_batch, a_bytes, convention,
                      attention=attention, lora=recipe.lora)
     outside = act.outside_bytes(spec, a_bytes, recipe.seq_len, recipe.micro_batch, convention)

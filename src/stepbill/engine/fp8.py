@@ -14,8 +14,10 @@ Two named conventions (spec/recipe.py):
   head, MoE gating, norms and attention stay bf16/fp32; master weights and gradients fp32, AdamW moments bf16. The
   weight blocks are quantised per use (no resident fp8 copy is stated).
 
-Not modelled yet (said in the output): both cache the Linears' inputs in fp8 for the backward (1 B per element plus
-scales, instead of bf16); the bill's activations keep them at 2 B, an over-count of those rows.
+Activations: both cache the Linears' inputs in fp8 for the backward (engine/activations/fp8.py, ideal convention:
+1 B per element; DeepSeek's 1×128 tiles add an fp32 scale per 128). Not modelled yet (said in the output): the eager
+convention (and so the fit verdict, judged on it) keeps them at bf16, an over-count; DeepSeek's E5M6 attention
+output is kept at 2 B.
 
 Time: the GEMMs (every matmul with a weight) run at the GPU's dense fp8 peak, the attention core at the bf16 peak
 (engine/steptime.py adds `time.fp8_bf16_share`).
@@ -47,6 +49,8 @@ CONVENTIONS: dict[str, dict[str, Any]] = {
         "high_precision": "embeddings, LM head, norms, attention core, softmax, optimizer",
         "weight_copies": "bf16 weights + fp32 master; an fp8 copy and its transpose per GEMM weight (2 B)",
         "moments": "fp32",
+        "activation_scales": " (one per-tensor scale); the attention output kept in bf16 plus the projection's fp8 copy",
+        "not_modelled": "",
         "provenance": TE,
     },
     "deepseek": {
@@ -59,6 +63,9 @@ CONVENTIONS: dict[str, dict[str, Any]] = {
         "high_precision": "embedding, output head, MoE gating, norms, attention operators",
         "weight_copies": "bf16 weights, fp32 master and gradients; weight blocks quantised per use",
         "moments": "bf16",
+        "activation_scales": " + an fp32 scale per 1×128 tile; the MoE SwiGLU's gate and up in fp8, its output "
+                             "recomputed",
+        "not_modelled": "; the attention output's E5M6 format kept at 2 B",
         "provenance": DEEPSEEK,
     },
 }
@@ -98,8 +105,10 @@ def recipe_lines(inventory: ParamInventory, precision: Precision) -> list[Line]:
               "gemms": conv["fp8_gemms"], "high": conv["high_precision"], "copies": conv["weight_copies"],
               "moments": conv["moments"]}, conv["provenance"], f"{n:,} weight params in fp8 GEMMs"),
         Line("recipe.fp8_activations", 0, "bytes",
-             "not modelled yet: the Linears' inputs cached in fp8 for the backward (1 B + scales instead of 2 B); "
-             "activations billed at bf16 (an over-count of those rows)", {}, conv["provenance"]),
+             "the Linears' inputs cached in fp8 for the backward: 1 B per element{scales} in the ideal convention "
+             "(rows marked fp8 in --explain); not modelled yet: the eager convention (and the fit verdict judged on "
+             "it) keeps them at bf16{e5m6}", {"scales": conv["activation_scales"], "e5m6": conv["not_modelled"]},
+             conv["provenance"]),
     ]
 
 
