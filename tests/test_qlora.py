@@ -55,6 +55,26 @@ def test_storage_matches_a_real_bitsandbytes_linear4bit() -> None:
         assert quant.row_bytes(t) == (3 * row["codes_bytes"], 3 * measured)  # each copy its own quant_state
 
 
+def test_matches_a_real_qlora_model() -> None:
+    """tiny-llama loaded by transformers 5.24 with BitsAndBytesConfig (NF4, double quantisation, bf16 compute) on
+    CPU, then PEFT 0.21 LoRA r 4 on q,v (scripts/measure_qlora_tiny.py): codes, constants, the bf16 rest (embedding,
+    norms, LM head: not quantised) and the fp32 adapters, to the byte."""
+    import json as _json
+
+    from stepbill.spec.model import ModelSpec
+
+    measured = _json.loads((DATA.parent / "qlora_tiny_llama_measured.json").read_text())
+    got = measured["bytes"]
+    spec = ModelSpec.from_dict(_json.loads((DATA.parent / "tiny-llama.json").read_text()))
+    b = make_bill(spec, make_recipe("qlora-nf4", seq_len=16, lora_rank=4, lora_targets=("q_proj", "v_proj")))
+    items = {x.name: x.value for x in b.resident_items}
+    assert items["weights.nf4"] == got["codes"]
+    assert items["weights.nf4_constants"] == got["constants"]
+    assert items["weights.frozen"] == got["bf16_rest"]
+    assert items["weights"] == got["adapters"] and got["adapter_dtypes"] == ["torch.float32"]
+    assert any(name.endswith("lm_head.weight") for name in got["not_quantised"])
+
+
 def test_live_linear4bit_if_installed() -> None:
     """The same, on the installed bitsandbytes (skipped where it is not installed)."""
     bnb = pytest.importorskip("bitsandbytes")
