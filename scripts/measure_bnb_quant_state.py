@@ -1,7 +1,7 @@
 """Write tests/data/bnb_linear4bit_quant_state.json: the storage of real bitsandbytes 4-bit Linears (NF4, double
 quantisation, blocksize 64), byte by byte, for engine/quant.py's formulas to be held to.
 
-Runs on CPU (bitsandbytes >= 0.46 quantises on `.to("cpu")`): `pip install bitsandbytes` then
+Runs on CPU (bitsandbytes >= 0.46 quantises on `.to("cpu")`): `pip install '.[quant]'` then
 `python scripts/measure_bnb_quant_state.py`.
 """
 

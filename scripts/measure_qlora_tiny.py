@@ -2,7 +2,7 @@
 (tests/data/tiny-llama.json) saved in bf16, loaded by transformers with BitsAndBytesConfig (NF4, double
 quantisation, bf16 compute) on CPU, then PEFT LoRA r 4 on q_proj, v_proj — split as engine/quant.py bills it.
 
-Needs bitsandbytes (>= 0.46, CPU) and peft: `python scripts/measure_qlora_tiny.py`.
+Needs bitsandbytes (>= 0.46, CPU) and peft (`pip install '.[quant]'`): `python scripts/measure_qlora_tiny.py`.
 """
 
 from __future__ import annotations
