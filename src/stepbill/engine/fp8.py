@@ -19,6 +19,9 @@ Activations: both cache the Linears' inputs in fp8 for the backward (engine/acti
 convention (and so the fit verdict, judged on it) keeps them at bf16, an over-count; DeepSeek's E5M6 attention
 output is kept at 2 B.
 
+Layouts: `weights.fp8` is sliced and ZeRO-3-sharded like the weights it copies, and a ZeRO-3 gathered unit counts
+it at the weights' 2 B — approximate (TE under FSDP builds the fp8 copy from the gathered unit; not measured).
+
 Time: the GEMMs (every matmul with a weight) run at the GPU's dense fp8 peak, the attention core at the bf16 peak
 (engine/steptime.py adds `time.fp8_bf16_share`).
 """
