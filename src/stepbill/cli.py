@@ -49,7 +49,8 @@ def bill(
     = DEFAULT_MODEL,
     seq: Annotated[int, typer.Option("--seq", help="sequence length (tokens)")] = 2048,
     micro_batch: Annotated[int, typer.Option("--micro-batch", help="sequences per micro-batch")] = 1,
-    recipe: Annotated[str, typer.Option("--recipe", help="precision recipe, e.g. mixed-bf16, fp32, pure-bf16")]
+    recipe: Annotated[str, typer.Option("--recipe", help="precision recipe, e.g. mixed-bf16, fp32, pure-bf16, "
+                                        "qlora-nf4 (with --lora-rank), fp8, fp8-deepseek")]
     = "mixed-bf16",
     optimizer: Annotated[str, typer.Option("--optimizer", help="adamw, adam, sgd, sgd-momentum, lion, adafactor, muon")]
     = "adamw",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
-from stepbill.spec.recipe import LoRA, Recipe
+from stepbill.spec.recipe import ALL_LINEAR, LoRA, Recipe
 
 
 def check_seq(spec: ModelSpec, seq_len: int) -> None:
@@ -33,6 +33,12 @@ def lora_matrices(spec: ModelSpec) -> dict[str, int]:
 
 def check_lora(spec: ModelSpec, lora: LoRA) -> None:
     """Every target names a matrix of the model, and the rank is at most each targeted matrix's narrow side."""
+    if ALL_LINEAR in lora.targets:  # PEFT's shorthand: a string of its own, every Linear but the output layer
+        if len(lora.targets) > 1:
+            raise StepbillError(f"--lora-targets {ALL_LINEAR} stands alone (PEFT's shorthand), got "
+                                f"{','.join(lora.targets)}")
+        _check_all_linear_rank(spec, lora)
+        return
     widths = lora_matrices(spec)
     unknown = [t for t in lora.targets if t not in widths]
     if unknown:
@@ -42,6 +48,15 @@ def check_lora(spec: ModelSpec, lora: LoRA) -> None:
         if lora.rank > widths[target]:
             raise StepbillError(f"--lora-rank {lora.rank:,} exceeds the width of {target} ({widths[target]:,}): "
                                 "a rank above min(in, out) adds parameters without adding rank")
+
+
+def _check_all_linear_rank(spec: ModelSpec, lora: LoRA) -> None:
+    from stepbill.engine.params import param_inventory
+
+    for t in param_inventory(spec).tensors:
+        if len(t.shape) == 2 and lora.targets_matrix(t.name, t.component) and lora.rank > min(t.shape):
+            raise StepbillError(f"--lora-rank {lora.rank:,} exceeds the width of {t.name.removesuffix('.weight')} "
+                                f"({min(t.shape):,}): a rank above min(in, out) adds parameters without adding rank")
 
 
 def check_bill_inputs(spec: ModelSpec, recipe: Recipe) -> None:

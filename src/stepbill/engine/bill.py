@@ -5,9 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from stepbill.engine import activations as act
+from stepbill.engine import fp8, quant
+from stepbill.engine.activations.fp8 import Fp8Bytes
 from stepbill.engine.flops import lora_step_terms
 from stepbill.engine.flops_lines import flops_lines, matmul_params
 from stepbill.engine.line import Line
+from stepbill.engine.memory.dequant import with_dequant
 from stepbill.engine.memory.eager import EagerTerms, eager_terms
 from stepbill.engine.memory.timeline import Timeline
 from stepbill.engine.parallel import RankClass, SingleRank, one_gpu_timeline, rank_classes
@@ -125,6 +128,7 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
         raise unknown_name("convention", convention, act.CONVENTIONS)
     if attention not in act.ATTENTIONS:
         raise unknown_name("attention implementation", attention, act.ATTENTIONS)
+    fp8.require_fp8(recipe.precision, gpu)  # one line before any arithmetic: no fp8 tensor cores on this GPU
     inv = param_inventory(spec)
     split = trainable_split(inv, recipe.lora)
     resident = resident_lines(inv, recipe)
@@ -133,11 +137,16 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
         from stepbill.engine.activations.eager import from_precision
 
         a_bytes = from_precision(recipe.precision)
+    elif recipe.precision.fp8 is not None and convention == "ideal":  # Linear inputs cached in fp8 (activations/fp8.py)
+        a_bytes = Fp8Bytes(a_bytes, recipe.precision.fp8)
     plan = make_plan(spec, recipe.recompute_policy, recipe.seq_len, recipe.micro_batch, a_bytes, convention,
                      attention=attention, lora=recipe.lora)
     outside = act.outside_bytes(spec, a_bytes, recipe.seq_len, recipe.micro_batch, convention)
     eager = eager_terms(spec, recipe, inv, plan) if convention == "eager" else None
     timeline = one_gpu_timeline(spec, recipe, inv, plan, outside, eager)
+    if recipe.precision.quant is not None:  # QLoRA: one Linear's dequantised bf16 copy inside each layer
+        quant.check_supported(spec, recipe.precision)
+        timeline = with_dequant(timeline, quant.largest_dequant_bytes(inv))
     time_lines = timeline.lines()
     activ = activation_lines(plan, time_lines["memory.activations"].value, a_bytes, spec.hidden_size, outside,
                              _eager_activation_lines(eager, timeline))
@@ -178,6 +187,7 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
                              matmul_params(spec, inv),
                              None if recipe.lora is None else lora_step_terms(spec, inv, recipe.lora, recipe.seq_len,
                                                                               recipe.micro_batch)))
+    lines.update(_recipe_lines(inv, recipe))
     if gpu_mem_bytes:
         for key in ("memory.resident", "memory.peak"):
             total = lines[key].value
@@ -205,10 +215,22 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
                 ranks, collectives, timing, gpu, eager)
 
 
+def _recipe_lines(inv: ParamInventory, recipe: Recipe) -> dict[str, Line]:
+    """What a quantised or fp8 recipe adds to the bill's lines: its transient, what is fp8, what is left out."""
+    p = recipe.precision
+    out: list[Line] = []
+    if p.quant is not None:
+        out += [quant.dequant_transient_line(inv), quant.upcast_note(inv, p)]
+    if p.fp8 is not None:
+        out += fp8.recipe_lines(inv, p)
+    return {x.name: x for x in out}
+
+
 EXTRA_PEAK_ITEMS = {
     "inputs": "input ids (int64) and module buffers",
     "temporaries": "backward / optimizer temporaries",
     "autocast_cache": "autocast's bf16 weight copies",
+    "dequant": "one 4-bit Linear's dequantised bf16 copy (QLoRA)",
 }
 
 

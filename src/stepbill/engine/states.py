@@ -115,9 +115,14 @@ def resident_lines(inventory: ParamInventory, recipe: Recipe) -> list[Line]:
     n_train, n_frozen = split.trainable_params, split.frozen_params
     prov = ZERO if p.name == "mixed-bf16" and recipe.optimizer == "adamw" else p.provenance
     lines = []
-    if n_frozen:
-        lines.append(Line("weights.frozen", n_frozen * p.weights, "bytes", "{params} frozen params × {bytes} B",
-                          {"params": n_frozen, "bytes": p.weights}, prov))
+    if n_frozen and p.quant is not None:  # QLoRA: 4-bit codes + constants + the bf16 rest (engine/quant.py)
+        from stepbill.engine.quant import frozen_lines
+
+        lines += frozen_lines(inventory, p, prov)
+    elif n_frozen:
+        frozen = p.frozen if p.frozen is not None else p.weights
+        lines.append(Line("weights.frozen", n_frozen * frozen, "bytes", "{params} frozen params × {bytes} B",
+                          {"params": n_frozen, "bytes": frozen}, prov))
     lines.append(Line("weights", n_train * p.weights, "bytes", "{params} params × {bytes} B",
                       {"params": n_train, "bytes": p.weights}, prov))
     lines.append(Line("grads", n_train * p.grads, "bytes", "{params} params × {bytes} B",
@@ -128,10 +133,15 @@ def resident_lines(inventory: ParamInventory, recipe: Recipe) -> list[Line]:
     for name, elements in optimizer_state_elements(recipe.optimizer, list(split.trainable)).items():
         lines.append(Line(f"optimizer.{name}", elements * p.state, "bytes", "{elements} elements × {bytes} B",
                           {"elements": elements, "bytes": p.state}, prov))
+    if p.fp8 == "te":  # Transformer Engine's fp8 copy + transpose of every GEMM weight (engine/fp8.py)
+        from stepbill.engine.fp8 import weight_cache_line
+
+        at = next(i for i, x in enumerate(lines) if x.name == "weights") + 1
+        lines.insert(at, weight_cache_line(inventory))
     return lines
 
 
-MODEL_ITEMS = ("weights.frozen", "weights", "grads")
+MODEL_ITEMS = ("weights.frozen", "weights", "grads", "weights.nf4", "weights.nf4_constants", "weights.fp8")
 
 
 def is_model_item(name: str) -> bool:

@@ -38,6 +38,8 @@ from stepbill.engine.parallel import RankClass
 from stepbill.engine.parallel.collectives import Collective, rank_param_elements
 from stepbill.engine.parallel.layout import stage_layer_kinds
 from stepbill.engine.params import ParamInventory
+from stepbill.engine.precision_time import precision_time_lines
+from stepbill.engine.quant import gemm_weight_bytes
 from stepbill.engine.recompute import RecomputePlan
 from stepbill.engine.timing.comm_time import comm_timing
 from stepbill.engine.timing.constants import NCCL_EFFICIENCY_SOURCE, NCCL_SOURCE
@@ -175,7 +177,7 @@ def step_time(spec: ModelSpec, inv: ParamInventory, recipe: Recipe, worst: RankC
     recompute = stage_rc * par.micro_batches / split
     rank_model = model / par.world
     held = rank_param_elements(spec, recipe, inv)
-    unsharded = (held["dense_weights"] + held["expert_weights"]) * recipe.precision.weights
+    unsharded = (held["dense_weights"] + held["expert_weights"]) * gemm_weight_bytes(recipe.precision)
     forward = flops["flops.forward"].value
     traffic, parts = _hbm_traffic(recipe, worst, unsharded, flops["flops.recompute"].value / forward)
     t_memory = traffic / gpu.hbm_bytes_per_s
@@ -185,7 +187,8 @@ def step_time(spec: ModelSpec, inv: ParamInventory, recipe: Recipe, worst: RankC
     L = Line
     if efficiency is not None:  # the explicit override: one efficiency on every FLOP, an HBM roofline
         t_compute = executed / (peak * efficiency)
-        t_rank = max(t_compute, t_memory)
+        prec_lines, t_precision = precision_time_lines(spec, inv, recipe, flops, gpu, efficiency, stage)
+        t_rank = max(t_compute, t_memory) + t_precision  # dequantisation / fp8's bf16 share (precision_time.py)
         t_pipe = t_rank / (1 - bubble)
         exposed = sum(c.seconds for c in timed if c.overlap != "yes")  # type: ignore[misc]
         hideable = sum(c.seconds for c in timed if c.overlap == "yes")  # type: ignore[misc]
@@ -195,7 +198,9 @@ def step_time(spec: ModelSpec, inv: ParamInventory, recipe: Recipe, worst: RankC
             L("time.compute", t_compute, "s", "{flops} FLOPs / ({peak} FLOP/s × {eff})",
               {"flops": executed, "peak": peak, "eff": efficiency},
               convention=f"--efficiency override; {COMPUTE_DTYPE_NOTE.get(dtype, dtype)} of {gpu.display}"),
-            L("time.roofline", t_rank, "s", "max(compute {c} s, memory {m} s)", {"c": t_compute, "m": t_memory}),
+            *prec_lines,
+            L("time.roofline", t_rank, "s", "max(compute {c} s, memory {m} s) + precision {p} s",
+              {"c": t_compute, "m": t_memory, "p": t_precision}),
             L("time.pipeline", t_pipe, "s", "{t} s / (1 − {b})", {"t": t_rank, "b": bubble}),
             L("time.comm_exposed", exposed, "s", "sum of collectives that cannot hide (overlap no / partly)", {}),
             L("time.comm_hideable", hideable, "s", "sum of collectives that overlap compute", {}),
@@ -206,9 +211,9 @@ def step_time(spec: ModelSpec, inv: ParamInventory, recipe: Recipe, worst: RankC
                       "pipeline {p} s + exposed comm {e} s + exposed offload {o} s + spill {s} s",
                       {"p": t_pipe, "e": exposed, "o": off_exposed, "s": spill})
     else:
-        t_step, model_lines, spill_line, step_line = _per_op(spec, recipe, worst, timed, gpu, peak, dtype, stage,
-                                                             executed, recompute, held, bubble, off_exposed,
-                                                             off_hideable)
+        t_step, model_lines, spill_line, step_line = _per_op(spec, inv, recipe, worst, timed, gpu, peak, dtype,
+                                                             stage, executed, recompute, held, bubble, off_exposed,
+                                                             off_hideable, flops)
     lines = [
         L("time.model_flops", model, "FLOPs", "flops.model {mb} FLOPs × {m} micro-batches × {dp} dp",
           {"mb": flops["flops.model"].value, "m": par.micro_batches, "dp": par.dp},
@@ -253,35 +258,43 @@ def step_time(spec: ModelSpec, inv: ParamInventory, recipe: Recipe, worst: RankC
     return StepTime({x.name: x for x in lines})
 
 
-def _per_op(spec: ModelSpec, recipe: Recipe, worst: RankClass, timed: list[Collective], gpu: GPU, peak: float,
-            dtype: str, stage: int, executed: float, recompute: float, held: dict[str, float], bubble: float,
-            off_exposed: float, off_hideable: float) -> tuple[float, list[Line], Line, Line]:
-    """The per-op model (engine/timing): (step seconds, its lines, the spill line, the step line)."""
+def _per_op(spec: ModelSpec, inv: ParamInventory, recipe: Recipe, worst: RankClass, timed: list[Collective],
+            gpu: GPU, peak: float, dtype: str, stage: int, executed: float, recompute: float, held: dict[str, float],
+            bubble: float, off_exposed: float, off_hideable: float,
+            flops: dict[str, Line]) -> tuple[float, list[Line], Line, Line]:
+    """The per-op model (engine/timing): (step seconds, its lines, the spill line, the step line). A quantised or
+    fp8 recipe's own kernels (engine/precision_time.py) run serially with the rank's kernels; fp8's bf16 share is
+    charged at the GEMMs' achieved efficiency."""
     par = recipe.parallel
     kinds = stage_layer_kinds(spec, par)[stage]
     sc = stage_compute(spec, recipe, worst, gpu, peak, kinds, stage == par.pp - 1, executed, recompute,
                        held["dense_weights"] + held["expert_weights"])
+    gemm_eff = next((x.value for x in sc.lines if x.name == "time.gemm_efficiency"), 0.0) or 1.0
+    prec_lines, t_precision = precision_time_lines(spec, inv, recipe, flops, gpu, gemm_eff, stage)
+    kernels = sc.kernels + t_precision
     ct = comm_timing(timed, gpu.gpus_per_node, par.zero, par.micro_batches, max(sum(kinds.values()), 1),
                      sc.forward, sc.backward, sc.attention)
-    t_compute = sc.kernels + sc.optimizer
-    t_pipe = (sc.kernels + ct.critical_per_step) / (1 - bubble) + sc.optimizer
-    spill = max(ct.hidden_spill, off_hideable - sc.kernels)
+    t_compute = kernels + sc.optimizer
+    t_pipe = (kernels + ct.critical_per_step) / (1 - bubble) + sc.optimizer
+    spill = max(ct.hidden_spill, off_hideable - kernels)
     t_step = t_pipe + ct.exposed_once + off_exposed + spill
     L = Line
     note = f"{COMPUTE_DTYPE_NOTE.get(dtype, dtype)} of {gpu.display}"
     lines = [
         *sc.lines,
-        L("time.compute", t_compute, "s", "GEMMs {g} s + attention {a} s + memory-bound {m} s + optimizer {o} s",
-          {"g": sc.gemm, "a": sc.attention, "m": sc.memory_bound, "o": sc.optimizer},
+        *prec_lines,
+        L("time.compute", t_compute, "s", "GEMMs {g} s + attention {a} s + memory-bound {m} s + precision {p} s + "
+          "optimizer {o} s", {"g": sc.gemm, "a": sc.attention, "m": sc.memory_bound, "p": t_precision,
+                              "o": sc.optimizer},
           convention=f"per-op model (engine/timing); {note}"),
-        L("time.roofline", sc.kernels, "s", "per op: every kernel is its own roofline; GEMMs + attention + "
-          "memory-bound = {t} s", {"t": sc.kernels}),
+        L("time.roofline", kernels, "s", "per op: every kernel is its own roofline; GEMMs + attention + "
+          "memory-bound + precision = {t} s", {"t": kernels}),
         L("time.comm_critical", ct.critical_per_step, "s",
           "TP {tp} s + EP {ep} s + PP {pp} s, every micro-batch (alpha-beta: NCCL latency + bytes / (link × "
           "efficiency))", {k: ct.critical_by_axis.get(k, 0.0) for k in ("tp", "ep", "pp")}, NCCL_SOURCE,
           f"on the critical path; {NCCL_EFFICIENCY_SOURCE}"),
         L("time.pipeline", t_pipe, "s", "(kernels {k} s + critical comm {c} s) / (1 − {b}) + optimizer {o} s",
-          {"k": sc.kernels, "c": ct.critical_per_step, "b": bubble, "o": sc.optimizer}),
+          {"k": kernels, "c": ct.critical_per_step, "b": bubble, "o": sc.optimizer}),
         L("time.comm_exposed", ct.critical_per_step + ct.exposed_once, "s",
           "critical {c} s (inside the pipeline) + weight all-gather after the optimizer {w} s",
           {"c": ct.critical_per_step, "w": ct.exposed_once}, NCCL_SOURCE),
@@ -290,7 +303,7 @@ def _per_op(spec: ModelSpec, recipe: Recipe, worst: RankClass, timed: list[Colle
     ]
     spill_line = L("time.comm_spill", spill, "s",
                    "max(network not hidden {h} s (last bucket, first gather, excess over its window), PCIe {o} s − "
-                   "kernels {t} s)", {"h": ct.hidden_spill, "o": off_hideable, "t": sc.kernels})
+                   "kernels {t} s)", {"h": ct.hidden_spill, "o": off_hideable, "t": kernels})
     step_line = L("time.step", t_step, "s",
                   "pipeline {p} s + weight all-gather {e} s + exposed offload {o} s + spill {s} s",
                   {"p": t_pipe, "e": ct.exposed_once, "o": off_exposed, "s": spill})

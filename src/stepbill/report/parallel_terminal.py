@@ -102,12 +102,14 @@ def time_lines(bill: Bill) -> list[Text]:
                          f"  ·  {t['time.tokens_per_s'].value:,.0f} tokens/s"
                          f" ({t['time.tokens_per_s_per_gpu'].value:,.0f} per GPU)")]
     keys = ["time.model_flops", "time.rank_flops", "time.peak", "time.compute", "time.memory", "time.bubble"]
+    precision = [k for k in ("time.dequant", "time.fp8_bf16_share") if k in t.lines]  # engine/precision_time.py
+    keys[5:5] = [*precision, "time.roofline"] if precision else []
     keys[4:4] = [k for k in ("time.gemm_efficiency", "time.comm_critical") if k in t.lines]  # the per-op model's
     keys += [k for k in t.lines if k.startswith("time.offload_") and not k.endswith(("_exposed", "_hideable")) and t[k].value]
     keys += ["time.step", "time.mfu", "time.hfu"]
     for key in keys:
         line = t[key]
-        note = f" — {line.convention}" if key in ("time.peak", "time.mfu", "time.hfu") and line.convention else ""
+        note = f" — {line.convention}" if key in ("time.peak", "time.mfu", "time.hfu", *precision) and line.convention else ""
         out.append(Text(escape(f"  {key}: {line.explain()}{note}"), style="dim"))
     return out
 

@@ -257,7 +257,7 @@ _TIME = {
                "--efficiency when given",
     "hbm_traffic": "bytes one GPU moves through HBM",
     "memory": "seconds of that traffic at HBM bandwidth",
-    "roofline": "max(compute, memory)",
+    "roofline": "max(compute, memory) + the recipe's precision lines (dequant, fp8's bf16 share)",
     "bubble": "pipeline bubble share",
     "pipeline": "roofline / (1 − bubble)",
     "comm_exposed": "seconds of collectives that cannot hide behind compute",
@@ -283,6 +283,8 @@ _TIME_OPTIONAL = {
     "memory_bound": "per-op model: seconds of norms, adds, activations, casts, cross-entropy at HBM bandwidth",
     "optimizer_step": "per-op model: seconds of the optimizer step at HBM bandwidth",
     "comm_critical": "per-op model: seconds of TP / EP / PP collectives on the critical path (alpha-beta)",
+    "dequant": "--recipe qlora-nf4: seconds of dequantising the 4-bit weights (HBM-bound, serial with the GEMMs)",
+    "fp8_bf16_share": "--recipe fp8 / fp8-deepseek: seconds the attention core and LM head add at the bf16 peak",
 }
 TimePart = type("TimePart", (Strict,), {
     "__annotations__": {**dict.fromkeys(_TIME, TimeLineJson), **dict.fromkeys(_TIME_OPTIONAL, TimeLineJson | None)},

@@ -11,6 +11,8 @@ from stepbill.engine.fit import Fit, per_gpu_advice
 from stepbill.engine.line import Line
 from stepbill.report.units import fmt_bytes, fmt_count, fmt_flops
 
+RECIPE_NOTES = ("transient.dequant", "recipe.qlora_fp32_upcast", "recipe.fp8", "recipe.fp8_activations")
+
 
 def _explain_cell(line: Line) -> str:
     text = line.explain()
@@ -94,6 +96,12 @@ def render_bill(bill: Bill, explain: bool = False, fit: Fit | None = None, layou
         f"checkpoint to resume: {fmt_bytes(lines['checkpoint.bytes'].value)} "
         f"({', '.join(x.name.removeprefix('checkpoint.') for x in bill.checkpoint_items)})",
     ]
+    for key in RECIPE_NOTES:  # what a quantised / fp8 recipe adds (engine/quant.py, engine/fp8.py)
+        if key in lines:
+            x = lines[key]
+            size = fmt_bytes(x.value) if x.unit == "bytes" else fmt_count(x.value) + " params"
+            notes.append(f"{key} {size}: {x.explain()}" + (f" ({x.convention})" if x.convention else "")
+                         + f" · {x.provenance}")
     for key in ("cards.resident", "cards.peak"):
         if key in lines:
             notes.append(f"{key}: {lines[key].value:.0f} cards ({lines[key].explain()})"

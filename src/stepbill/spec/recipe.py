@@ -24,6 +24,9 @@ class Precision:
     description: str
     provenance: str = "derived"
     compute: str = "bf16"  # the GEMMs' dtype, whose peak times them (spec/hardware.py COMPUTE_DTYPES)
+    frozen: int | None = None  # bytes per element of frozen, unquantised weights under LoRA; None: `weights`
+    quant: str | None = None  # "nf4": frozen Linear weights stored 4-bit (engine/quant.py); LoRA required
+    fp8: str | None = None  # "te" / "deepseek": whose fp8 convention the memory bill follows (engine/fp8.py)
 
 
 PRECISIONS: dict[str, Precision] = {
@@ -42,6 +45,26 @@ PRECISIONS: dict[str, Precision] = {
         Precision("adamw-8bit", 2, 2, 4, 1, 2, "mixed-bf16 with 8-bit optimizer states (block-wise quantised)",
                   "cited: 8-bit Optimizers, arXiv 2110.02861"),
         Precision("pure-bf16", 2, 2, 0, 2, 2, "bf16 weights, grads and states, no master (a bf16 model in plain PyTorch)"),
+        # QLoRA: the frozen Linears in 4-bit NF4 with double-quantised constants, everything else of the base in
+        # bf16, bf16 compute; the trainable adapters (weights / grads / states here) in fp32, PEFT's default
+        # (get_peft_model autocast_adapter_dtype=True upcasts bf16 adapters to fp32). No master: fp32 already.
+        Precision("qlora-nf4", 4, 4, 0, 4, 2,
+                  "QLoRA: frozen Linears 4-bit NF4 + double-quantised constants, rest of the base bf16, fp32 LoRA "
+                  "adapters (PEFT's default) with fp32 grads and AdamW states, bf16 compute",
+                  "cited: QLoRA, arXiv 2305.14314 §3; bitsandbytes Linear4bit (blocksize 64)", frozen=2, quant="nf4"),
+        # FP8 GEMMs, bf16 elsewhere, fp32 master. `fp8`: Transformer Engine's defaults (DelayedScaling, HYBRID:
+        # E4M3 forward, E5M2 gradients, per-tensor scales); `fp8-deepseek`: DeepSeek-V3's (E4M3 everywhere, 1×128
+        # activation tiles and 128×128 weight blocks, fp32 grads and master, bf16 AdamW moments).
+        Precision("fp8", 2, 2, 4, 4, 2,
+                  "Transformer Engine fp8 (DelayedScaling, HYBRID: E4M3 forward, E5M2 grads, per-tensor scaling): "
+                  "fp8 GEMMs, bf16 weights and grads, fp32 master and states, an fp8 copy + transpose of each GEMM "
+                  "weight",
+                  "cited: Transformer Engine recipe.DelayedScaling defaults; Micikevicius et al., arXiv 2209.05433",
+                  compute="fp8", fp8="te"),
+        Precision("fp8-deepseek", 2, 4, 4, 2, 2,
+                  "DeepSeek-V3 fp8: E4M3 GEMMs with 1×128 activation tiles and 128×128 weight blocks, bf16 weights, "
+                  "fp32 grads and master, bf16 AdamW moments",
+                  "cited: DeepSeek-V3 technical report, arXiv 2412.19437 §3.3", compute="fp8", fp8="deepseek"),
     )
 }
 
@@ -83,12 +106,13 @@ class LoRA:
 
     def targets_matrix(self, name: str, component: str = "") -> bool:
         """Whether the adapter wraps the weight matrix `name` (e.g. "attn.q_proj.weight"): its last name part is
-        a target, or the targets are PEFT's "all-linear" (every linear of the layers: not the embedding lookups,
-        not the LM head, which PEFT leaves out as the output layer)."""
+        a target, or the targets are PEFT's "all-linear" (every nn.Linear but the output layer: not the embedding
+        lookups, not the LM head; in transformers 5 MoE routers (TopKRouter modules) and routed experts (3-D
+        parameters) are no nn.Linear either, so PEFT's tuners_utils._maybe_include_all_linear_layers skips them)."""
         if not name.endswith(".weight"):
             return False
         if ALL_LINEAR in self.targets:
-            return component not in ("embedding", "lm_head", "norms")
+            return component not in ("embedding", "lm_head", "norms", "experts", "router")
         return name.removesuffix(".weight").split(".")[-1] in self.targets
 
 
@@ -114,6 +138,13 @@ class Recipe:
         policy = parse_recompute(self.recompute)  # validates: none | full | every:K | selective:M,... | budget:SIZE
         if policy.kind == "budget":
             require_extra("scipy", "the budget: recompute policy (exact MILP)")
+        if self.precision.quant is not None:
+            if self.lora is None:
+                raise StepbillError(f"--recipe {self.precision.name} trains LoRA adapters on a frozen quantised base: "
+                                    "give --lora-rank (e.g. --lora-rank 16)")
+            if not self.parallel.is_trivial:
+                raise StepbillError(f"--recipe {self.precision.name} with a parallel layout is not modelled yet "
+                                    "(one GPU only)")
 
     @property
     def recompute_policy(self) -> RecomputePolicy:

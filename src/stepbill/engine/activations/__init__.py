@@ -8,6 +8,7 @@ from typing import Any
 
 from stepbill.engine.activations import eager as _eager
 from stepbill.engine.activations.eager.blocks import BLOCKS
+from stepbill.engine.activations.fp8 import apply_fp8
 from stepbill.engine.activations.lora import apply_lora
 from stepbill.engine.activations.megatron import BLOCKS as MEGATRON_BLOCKS
 from stepbill.engine.activations.rows import (
@@ -61,13 +62,16 @@ def layer_rows(spec: ModelSpec, layer_kind: str, activation_bytes: Any, conventi
     # Memoised: a bill asks for the same rows several times, a planner thousands. The key spells out both widths
     # (an EagerBytes equals its compute width as an int, so the int alone would confuse amp with pure bf16).
     key = (spec, layer_kind, int(activation_bytes), getattr(activation_bytes, "param", None),
-           getattr(activation_bytes, "compute", None), convention, attention, lora)
+           getattr(activation_bytes, "compute", None), convention, attention, lora,
+           getattr(activation_bytes, "fp8", None))
     cached = _ROWS_CACHE.get(key)
     if cached is None:
         rows = _layer_rows(spec, layer_kind, activation_bytes, convention, attention)
         if lora is not None:
             rows = apply_lora(spec, layer_kind, rows, lora, getattr(activation_bytes, "compute", activation_bytes),
                               convention)
+        if getattr(activation_bytes, "fp8", None) and convention == "ideal":  # Linear inputs cached in fp8 (fp8.py)
+            rows = apply_fp8(spec, rows, activation_bytes.fp8)  # type: ignore[attr-defined]
         if len(_ROWS_CACHE) > 4096:
             _ROWS_CACHE.clear()
         cached = _ROWS_CACHE[key] = tuple(rows)

@@ -40,6 +40,7 @@ ADVICE = {
     "optimizer": "optimizer states dominate: shard them (ZeRO-1/2/3, FSDP)",
     "weights": "weights dominate: shard parameters (ZeRO-3 / FSDP) or lower their precision",
     "grads": "gradients dominate: shard them (ZeRO-2/3, FSDP)",
+    "dequant": "the dequantised copy of a 4-bit Linear dominates: smaller Linears or a fused 4-bit GEMM",
     "buffers": "the layout's buffers dominate (gathered parameters, reduce-scatter input, buckets): smaller "
     "FSDP units or fewer in flight",
 }

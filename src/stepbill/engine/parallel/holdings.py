@@ -8,8 +8,11 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from stepbill.engine.fp8 import WEIGHT_CACHE_BYTES, is_fp8_gemm_weight
 from stepbill.engine.parallel.layout import Slice, row_slice, stage_layer_kinds, zero_divisor
 from stepbill.engine.params import ParamInventory, ParamTensor
+from stepbill.engine.quant import is_quantised
+from stepbill.engine.quant import row_bytes as quant_row_bytes
 from stepbill.engine.states import lora_adapter_groups, optimizer_state_elements
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.recipe import LoRA, Recipe
@@ -18,17 +21,25 @@ from stepbill.spec.recipe import LoRA, Recipe
 def row_item_elements(t: ParamTensor, recipe: Recipe | ResidentRecipe) -> dict[str, float]:
     """Elements of each resident item over all copies of row `t` (LoRA: adapters trainable, base frozen).
     The result is shared (memoised): read it, never change it."""
-    return _row_item_elements(t, recipe.optimizer, recipe.lora, bool(recipe.precision.master))
+    p = recipe.precision
+    return _row_item_elements(t, recipe.optimizer, recipe.lora, bool(p.master), p.quant, p.fp8)
 
 
 @lru_cache(maxsize=8192)  # pure in its arguments; a bill asks once per tensor row per rank class
-def _row_item_elements(t: ParamTensor, optimizer: str, lora: LoRA | None, has_master: bool) -> dict[str, float]:
+def _row_item_elements(t: ParamTensor, optimizer: str, lora: LoRA | None, has_master: bool,
+                       quant: str | None = None, fp8: str | None = None) -> dict[str, float]:
     if lora is None:
         groups = [(t.shape, t.copies, t.is_matrix)]
         out: dict[str, float] = {"weights": t.total}
     else:
         groups = list(lora_adapter_groups(ParamInventory((t,)), lora))
         out = {"weights.frozen": t.total, "weights": sum(s[0] * s[1] * c for s, c, _ in groups)}
+        if quant is not None and is_quantised(t):  # NF4 codes and constants, counted in bytes (1 B "elements")
+            codes, consts = quant_row_bytes(t)
+            del out["weights.frozen"]
+            out = {"weights.nf4": codes, "weights.nf4_constants": consts, **out}
+    if fp8 == "te" and is_fp8_gemm_weight(t):
+        out["weights.fp8"] = t.total  # Transformer Engine's fp8 copy + transpose (engine/fp8.py)
     trained = out["weights"]
     out["grads"] = trained
     if has_master:
@@ -40,6 +51,12 @@ def _row_item_elements(t: ParamTensor, optimizer: str, lora: LoRA | None, has_ma
 
 def item_bytes_per_element(item: str, recipe: Recipe | ResidentRecipe) -> int:
     p = recipe.precision
+    if item in ("weights.nf4", "weights.nf4_constants"):
+        return 1  # counted in bytes already (engine/quant.py)
+    if item == "weights.fp8":
+        return WEIGHT_CACHE_BYTES
+    if item == "weights.frozen" and p.frozen is not None:
+        return p.frozen
     if item.startswith("weights"):
         return p.weights
     return {"grads": p.grads, "master": p.master}.get(item, p.state)

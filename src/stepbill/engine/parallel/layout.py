@@ -31,6 +31,8 @@ TP_ROW_PARALLEL = ("o_proj", "down_proj")
 
 # First ZeRO stage that shards each resident item (ZeRO §5: P_os, P_os+g, P_os+g+p).
 ZERO_FIRST_STAGE = {"weights": 3, "weights.frozen": 3, "grads": 2, "master": 1}
+# QLoRA's 4-bit base and TE's fp8 weight copies are weights too (engine/quant.py, engine/fp8.py)
+ZERO_FIRST_STAGE.update({"weights.nf4": 3, "weights.nf4_constants": 3, "weights.fp8": 3})
 OPTIMIZER_FIRST_STAGE = 1
 
 

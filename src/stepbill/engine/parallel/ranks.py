@@ -161,7 +161,7 @@ def _memory(tl: Timeline, weights: float, optimizer: float, grads: float) -> dic
         "model": weights + grads,
         "resident": weights + grads + optimizer,
         "activations": float(fwd["activations"] + fwd.get("autocast_cache", 0)),
-        "transient": float(tl.peak.items.get("buffers", 0)),
+        "transient": float(tl.peak.items.get("buffers", 0) + tl.peak.items.get("dequant", 0)),
         "peak": float(tl.peak.total),
         "peak_forward": float(tl.peak_forward.total),
         "peak_backward": float(tl.peak_backward.total),

@@ -30,7 +30,8 @@ class EagerBytes(int):
 def from_precision(precision: Any) -> EagerBytes:
     """EagerBytes of a recipe's Precision: activations in `activation` bytes, weights in `weights` bytes
     (amp-bf16: 2 and 4; fp32: 4 and 4; pure-bf16 and mixed-bf16, whose eager model is a bf16 module: 2 and 2)."""
-    return EagerBytes(precision.activation, precision.weights)
+    frozen = getattr(precision, "frozen", None)  # QLoRA: the module is bf16 (its fp32 adapters are not the stream)
+    return EagerBytes(precision.activation, frozen if frozen is not None else precision.weights)
 
 
 @dataclass(frozen=True)
