@@ -17,8 +17,10 @@ LLAMA3 = load_preset("llama3-8b")
 SEQ = 4096
 
 
-def _bill(recipe: str, gpu: str | None = "h100-sxm", **kw):  # type: ignore[no-untyped-def]
-    return make_bill(LLAMA3, make_recipe(recipe, seq_len=SEQ, **kw), gpu=load_gpu(gpu) if gpu else None)
+def _bill(recipe: str, gpu: str | None = "h100-sxm", efficiency: float | None = None,
+          **kw):  # type: ignore[no-untyped-def]
+    return make_bill(LLAMA3, make_recipe(recipe, seq_len=SEQ, **kw), gpu=load_gpu(gpu) if gpu else None,
+                     efficiency=efficiency)
 
 
 def test_deepseek_v3_stated_choices() -> None:
@@ -103,7 +105,7 @@ def test_time_uses_the_fp8_peak() -> None:
     """H100 SXM dense fp8 1,978.9 TFLOP/s (2× bf16): every FLOP over the fp8 peak, plus the attention core and LM
     head's FLOPs (fwd + 2× bwd) paying the difference to the bf16 peak."""
     gpu = load_gpu("h100-sxm")
-    b, ref = _bill("fp8"), _bill("mixed-bf16")
+    b, ref = _bill("fp8", efficiency=0.5), _bill("mixed-bf16", efficiency=0.5)  # the override's closed forms
     assert b.time is not None and ref.time is not None
     t = b.time
     assert t["time.peak"].value == gpu.fp8_flops == 1978.9e12
@@ -125,3 +127,15 @@ def test_gpu_without_fp8_is_one_line(capsys: pytest.CaptureFixture[str]) -> None
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
     code, out, err = run_cli(["bill", "llama3-8b", "--recipe", "fp8", "--gpu", "h800"], capsys)
     assert code == 0 and "recipe.fp8" in out and "fp8 peak" in out, err
+
+
+def test_per_op_model_adds_the_bf16_share_to_the_kernels() -> None:
+    """Under the per-op model the bf16 share runs serially with the rank's kernels, at the GEMMs' achieved
+    efficiency; fp8 is faster than bf16 there too."""
+    b, ref = _bill("fp8"), _bill("mixed-bf16")
+    assert b.time is not None and ref.time is not None
+    t = b.time
+    kernels = t["time.gemm"].value + t["time.attention"].value + t["time.memory_bound"].value
+    assert t["time.roofline"].value == pytest.approx(kernels + t["time.fp8_bf16_share"].value)
+    assert t["time.fp8_bf16_share"].inputs["eff"] == pytest.approx(t["time.gemm_efficiency"].value)
+    assert t["time.step"].value < ref.time["time.step"].value

@@ -141,9 +141,13 @@ def test_dequant_time_is_its_own_line() -> None:
     n_quant = 40 * (4 * 5120 * 5120 + 3 * 13824 * 5120)
     moved = 2 * (items["weights.nf4"] + items["weights.nf4_constants"] + 2 * n_quant)
     assert b.time["time.dequant"].value == pytest.approx(moved / gpu.hbm_bytes_per_s)
-    t = b.time
-    assert t["time.roofline"].value == pytest.approx(max(t["time.compute"].value, t["time.memory"].value)
-                                                     + t["time.dequant"].value)
+    t = b.time  # per-op model: serial with the rank's kernels
+    kernels = t["time.gemm"].value + t["time.attention"].value + t["time.memory_bound"].value
+    assert t["time.roofline"].value == pytest.approx(kernels + t["time.dequant"].value)
+    over = make_bill(LLAMA13, make_recipe("qlora-nf4", lora_rank=16), gpu=gpu, efficiency=0.5).time
+    assert over is not None  # the --efficiency override: after the roofline
+    assert over["time.roofline"].value == pytest.approx(max(over["time.compute"].value, over["time.memory"].value)
+                                                        + over["time.dequant"].value)
     full = make_bill(LLAMA13, make_recipe("qlora-nf4", lora_rank=16, recompute="full"), gpu=gpu)
     assert full.time is not None and full.time["time.dequant"].value > t["time.dequant"].value  # 3 uses
 
