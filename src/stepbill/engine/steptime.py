@@ -283,12 +283,13 @@ def _per_op(spec: ModelSpec, inv: ParamInventory, recipe: Recipe, worst: RankCla
     lines = [
         *sc.lines,
         *prec_lines,
-        L("time.compute", t_compute, "s", "GEMMs {g} s + attention {a} s + memory-bound {m} s + precision {p} s + "
-          "optimizer {o} s", {"g": sc.gemm, "a": sc.attention, "m": sc.memory_bound, "p": t_precision,
-                              "o": sc.optimizer},
+        L("time.compute", t_compute, "s", "GEMMs {g} s + attention {a} s + memory-bound {m} s + "
+          + ("precision {p} s + " if prec_lines else "") + "optimizer {o} s",
+          {"g": sc.gemm, "a": sc.attention, "m": sc.memory_bound, "o": sc.optimizer,
+           **({"p": t_precision} if prec_lines else {})},
           convention=f"per-op model (engine/timing); {note}"),
         L("time.roofline", kernels, "s", "per op: every kernel is its own roofline; GEMMs + attention + "
-          "memory-bound + precision = {t} s", {"t": kernels}),
+          "memory-bound" + (" + precision" if prec_lines else "") + " = {t} s", {"t": kernels}),
         L("time.comm_critical", ct.critical_per_step, "s",
           "TP {tp} s + EP {ep} s + PP {pp} s, every micro-batch (alpha-beta: NCCL latency + bytes / (link × "
           "efficiency))", {k: ct.critical_by_axis.get(k, 0.0) for k in ("tp", "ep", "pp")}, NCCL_SOURCE,
