@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from stepbill.report.schema_base import Absent, Number, Strict
 from stepbill.report.schema_check import CheckAnyJson
+from stepbill.report.schema_plan import PlanJson
 from stepbill.report.schema_tools import LabJson, ModelsJson, RecomputeJson
 
 # --------------------------------------------------------------------------------------------------- the bill
@@ -396,6 +397,7 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "models": ModelsJson,
     "check": CheckAnyJson,
     "lab": LabJson,
+    "plan": PlanJson,
 }
 
 
