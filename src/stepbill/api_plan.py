@@ -137,7 +137,8 @@ def plan(
     fixed = parse_fix([fix] if isinstance(fix, str) else fix)
     gpu_name = resolve_gpu_name(gpu)
     req = PlanRequest(spec, load_gpu(gpu), gpu_name, worlds, seq, model, batch, micro_batch, recipe, optimizer,
-                      reserve_gib, efficiency, fixed, cross_node, train, price_per_gpu_hour)
+                      None if reserve_gib is None else float(reserve_gib), float(efficiency), fixed, cross_node, train,
+                      None if price_per_gpu_hour is None else float(price_per_gpu_hour))
     from stepbill.engine.plan.space import __doc__ as space_doc
 
     return PlanRun(search(req, objective, top, progress), space_note(space_doc or ""))

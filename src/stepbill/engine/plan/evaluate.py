@@ -75,15 +75,20 @@ def budget_bytes(req: PlanRequest, parallel: Parallel) -> float:
     return req.gpu.usable_bytes - reserve_for(req, parallel).total_bytes
 
 
-def resident_bound(req: PlanRequest, holdings_layout: Parallel, offload_optimizer: bool) -> float:
+def resident_bound(req: PlanRequest, holdings_layout: Parallel, offload_optimizer: bool,
+                   stop_above: float = float("inf")) -> float:
     """The largest over pipeline stages of a rank's resident bytes on the GPU (weights + grads + master +
-    optimizer states; the optimizer side on the CPU under offload): a lower bound of every rank class's peak."""
+    optimizer states; the optimizer side on the CPU under offload): a lower bound of every rank class's peak.
+    Stops at the first stage above `stop_above` (that stage alone decides the verdict)."""
     recipe = make_recipe(req.recipe, req.optimizer, 1, req.seq, "none", None, None, holdings_layout, "single")
     worst = 0.0
-    for stage in range(holdings_layout.pp):
+    pp = holdings_layout.pp
+    for stage in sorted(range(pp), key=lambda s: (s in (0, pp - 1), s)):  # middle stages hold the most layers
         held = rank_holdings(req.spec, recipe, stage).held
         on_gpu = sum(v for k, v in held.items() if not (offload_optimizer and k.startswith(OPTIMIZER_SIDE)))
         worst = max(worst, on_gpu)
+        if worst > stop_above:
+            break
     return worst
 
 
@@ -157,5 +162,6 @@ def bill_command(model: str, options: dict[str, Any]) -> str:
         if value is True:
             parts.append(flag)
         elif value is not False:
-            parts += [flag, shlex.quote(str(value))]
+            text = repr(value) if isinstance(value, float) else str(value)
+            parts += [flag, shlex.quote(text.removesuffix(".0"))]
     return " ".join(parts)

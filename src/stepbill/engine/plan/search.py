@@ -17,6 +17,7 @@ from stepbill.engine.plan import pareto
 from stepbill.engine.plan.evaluate import Row, budget_bytes, evaluate, resident_bound
 from stepbill.engine.plan.rank import top
 from stepbill.engine.plan.space import PlanRequest, Rejections, enumerate_space
+from stepbill.errors import StepbillError
 
 Progress = Callable[[int, int], None]  # (candidates decided, candidates to decide)
 
@@ -69,18 +70,23 @@ def search(req: PlanRequest, objective: str = "time", k: int = 10, progress: Pro
     start = time.perf_counter()
     rejected = Rejections()
     groups = list(enumerate_space(req, rejected))
-    to_decide = sum(len(g.candidates) for g in groups)
+    to_decide = sum(len(g.variants) for g in groups)
     ruled_out = sum(rejected.counts.values())
     rows: list[Row] = []
     by_bill = by_bound = done = 0
     for group in groups:
-        n = len(group.candidates)
-        bound = resident_bound(req, group.holdings_layout, group.offload_optimizer)
-        if bound > budget_bytes(req, group.holdings_layout):
+        n = len(group.variants)
+        budget = budget_bytes(req, group.holdings_layout)
+        if resident_bound(req, group.holdings_layout, group.offload_optimizer, budget) > budget:
             rejected.add("resident_over_budget", n)
             by_bound += n
         else:
-            for cand in group.candidates:
+            for variant in group.variants:
+                try:
+                    cand = group.candidate(variant)
+                except StepbillError:
+                    rejected.add("layout_invalid")
+                    continue
                 row = evaluate(req, cand)
                 by_bill += 1
                 if row is None:

@@ -99,14 +99,36 @@ class Candidate:
     recompute: str
 
 
+Variant = tuple[bool, int, int, bool, str]  # (sp, micro-batch, micro-batches, activation offload, recompute)
+
+
 @dataclass
 class Group:
     """Candidates that share a rank's resident state (every axis but sp, micro-batch, recompute, activation
-    offload): one exact bound decides them all when their weights + grads + optimizer alone overflow."""
+    offload): one exact bound decides them all when their weights + grads + optimizer alone overflow. The
+    candidates are kept as variants and built on demand (`candidate`): a group the bound rejects builds none."""
 
     holdings_layout: Parallel  # the layout with micro-batch-independent fields only (rank_holdings' key)
     offload_optimizer: bool
-    candidates: list[Candidate] = field(default_factory=list)
+    variants: list[Variant] = field(default_factory=list)
+
+    def candidate(self, variant: Variant) -> Candidate:
+        """The variant's candidate; a layout rule of spec/parallel.py it breaks raises StepbillError."""
+        sp, micro_batch, micro_batches, offload_activations, recompute = variant
+        layout = replace(self.holdings_layout, sp=sp, micro_batches=micro_batches,
+                         offload_optimizer=self.offload_optimizer, offload_activations=offload_activations)
+        return Candidate(layout, micro_batch, recompute)
+
+    @property
+    def candidates(self) -> list[Candidate]:
+        """Every candidate of the group (those that break a layout rule left out)."""
+        out = []
+        for v in self.variants:
+            try:
+                out.append(self.candidate(v))
+            except StepbillError:
+                continue
+        return out
 
 
 def parse_fix(texts: list[str] | tuple[str, ...] | Mapping[str, object] | None) -> tuple[tuple[str, object], ...]:
@@ -318,13 +340,6 @@ def _group(req: PlanRequest, world: int, tp: int, pp: int, cp: int, dp: int, ep:
             if sp and req.seq % tp:
                 rejected.add("seq_divides", len(policies) * len(acts))
                 continue
-            for act in acts:
-                try:
-                    layout = replace(holdings_layout, sp=sp, micro_batches=m, offload_optimizer=offload,
-                                     offload_activations=act)
-                except StepbillError:
-                    rejected.add("layout_invalid", len(policies))
-                    continue
-                group.candidates += [Candidate(layout, b, policy) for policy in policies]
-    if group.candidates:
+            group.variants += [(sp, b, m, act, policy) for act in acts for policy in policies]
+    if group.variants:
         yield group
