@@ -70,9 +70,9 @@ def render_plan(result: PlanResult, space_note: str) -> Group:
         parts.append(_table("Pareto front: per-GPU peak vs step time", result.memory_vs_time, ranks, run))
         parts.append(_commands(result.memory_vs_time, ranks, shown=result.top))
     parts.append(_rejections(result))
-    parts.append(Text(f"search: {stats.evaluated:,} candidates evaluated in {stats.seconds:.2f} s "
-                      f"({stats.layouts_per_s:,.0f}/s; {stats.by_bill:,} by bill, {stats.by_bound:,} decided by the "
-                      f"exact resident bound)"))
+    parts.append(Text(f"search: {stats.evaluated:,} candidates evaluated in {stats.seconds:.2f} s wall-clock, "
+                      f"{stats.cpu_seconds:.2f} s CPU ({stats.layouts_per_cpu_s:,.0f}/CPU-s; {stats.by_bill:,} by "
+                      f"bill, {stats.by_bound:,} decided by the exact resident bound)"))
     parts.append(Text(f"space: {space_note}"))
     return Group(*parts)
 

@@ -49,8 +49,10 @@ class PlanSearchJson(Strict):
     evaluated_by_bill: int = Field(description="candidates whose bills were made (make_bill, eager + ideal)")
     decided_by_bound: int = Field(description="candidates rejected by the exact resident bound (their verdict is "
                                   "exact; their peak is not computed)")
-    seconds: float = Field(description="wall-clock seconds of the search, one core")
+    seconds: float = Field(description="wall-clock seconds of the search")
     layouts_per_s: float = Field(description="evaluated / seconds")
+    cpu_seconds: float = Field(description="CPU seconds of the search (single-threaded: one core)")
+    layouts_per_cpu_s: float = Field(description="evaluated / cpu_seconds: the one-core rate on a shared machine")
     rejected: dict[str, int] = Field(description="rejected candidates per reason (keys of `reasons`)")
 
 
