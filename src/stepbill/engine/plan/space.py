@@ -9,7 +9,8 @@ A candidate is a `Parallel` layout plus the micro-batch size and the recompute p
     cp           1, 2, 4, … dividing world / (tp·pp)     (2·cp must divide the sequence: load-balanced causal CP)
     dp           world / (tp·pp·cp)
     ep           MoE: 1, 2, 4, … ≤ dp·cp·tp               (an ep group inside a node unless --cross-node); etp 1
-    zero         0, 1, 2, 3; with zero ≥ 1 also hybrid sharding over one node's dp·cp ranks (--shard-group)
+    zero         0, 1, 2, 3 when dp·cp > 1 (one replica: 0 only, ZeRO has nothing to shard over); with zero ≥ 1
+                 also hybrid sharding over one node's dp·cp ranks (--shard-group)
     schedule     1f1b; interleaved with 2 chunks per stage when pp > 1
     offload      optimizer offload off / on; activation offload off / on
     sp           off / on when tp > 1
@@ -272,7 +273,7 @@ def _groups(req: PlanRequest, world: int, tp: int, pp: int, cp: int, dp: int, po
             moe: object, rejected: Rejections) -> Iterator[Group]:
     spec, fix = req.spec, req.fix
     eps = _axis(fix, "ep", powers_of_two(dp * cp * tp) if moe is not None else [1])
-    zeros = _axis(fix, "zero", [0, 1, 2, 3])
+    zeros = _axis(fix, "zero", [0, 1, 2, 3] if dp * cp > 1 else [0])  # one replica: ZeRO shards nothing
     schedules = _axis(fix, "schedule", ["1f1b", "interleaved"] if pp > 1 else ["1f1b"])
     offloads = _axis(fix, "offload_optimizer", [False, True])
     n_var = _variants(req, tp, pp, dp, policies)
