@@ -187,3 +187,18 @@ def test_terminal_output_has_table_fronts_rejections_and_commands(capsys: pytest
 def test_bad_input_is_one_line_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_cli(["plan", "gpt3-125m", *argv], capsys)
     assert code == 2 and not out and message in err and err.count("\n") == 1
+
+
+def test_progress_bar_writes_one_line_to_stderr_after_its_delay(capsys: pytest.CaptureFixture[str]) -> None:
+    from stepbill.cli_plan import ProgressBar
+
+    quiet = ProgressBar(after_s=3600)
+    quiet(5, 10)
+    quiet.close()
+    bar = ProgressBar(after_s=0)
+    bar(5, 10)
+    bar(10, 10)
+    bar.close()
+    out, err = capsys.readouterr()
+    assert not out and "5/10 candidates" in err and "10/10 candidates" in err and err.endswith("\n")
+    assert err.count("\n") == 1
