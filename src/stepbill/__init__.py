@@ -10,6 +10,7 @@ The API is documented in docs/api.md; everything heavy is imported on first use,
 from stepbill import check  # a callable module: stepbill.check(model, ...) measures and compares (needs torch)
 from stepbill.api import ModelInfo, RankView, Section, StepBill, bill, gpus, load_model, models
 from stepbill.api_fit import fit_max
+from stepbill.api_plan import PlanRun, plan
 from stepbill.check import CheckResult
 from stepbill.errors import StepbillError
 
@@ -17,6 +18,7 @@ __version__ = "0.1.0"
 __all__ = [
     "CheckResult",
     "ModelInfo",
+    "PlanRun",
     "RankView",
     "Section",
     "StepBill",
@@ -28,4 +30,5 @@ __all__ = [
     "gpus",
     "load_model",
     "models",
+    "plan",
 ]

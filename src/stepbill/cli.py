@@ -302,10 +302,13 @@ def serve(
 
 def _register_subcommands() -> None:
     from stepbill.cli_check import check
+    from stepbill.cli_plan import plan
     from stepbill.lab.cli import app as lab_app
 
     if not any(command.name == "check" for command in app.registered_commands):
         app.command(name="check")(check)
+    if not any(command.name == "plan" for command in app.registered_commands):
+        app.command(name="plan")(plan)
     if not any(group.name == "lab" for group in app.registered_groups):
         app.add_typer(lab_app, name="lab", help="Backprop, optimizer, schedule, precision and "
                       "collective mechanics; the seeds' numbers (seed-checks).")

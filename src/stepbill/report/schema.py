@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from stepbill.report.schema_base import Absent, Number, Strict
 from stepbill.report.schema_check import CheckAnyJson
 from stepbill.report.schema_fit import FitMaxJson
+from stepbill.report.schema_plan import PlanJson
 from stepbill.report.schema_tools import LabJson, ModelsJson, RecomputeJson
 
 # --------------------------------------------------------------------------------------------------- the bill
@@ -407,6 +408,7 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "check": CheckAnyJson,
     "lab": LabJson,
     "fit": FitMaxJson,
+    "plan": PlanJson,
 }
 
 

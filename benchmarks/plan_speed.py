@@ -1,0 +1,93 @@
+"""How fast `stepbill plan` decides layouts: candidates evaluated per second (full bills and exact-bound decisions),
+on one core, and what DeepSeek-V3 on 2,048 GPUs with the whole space would take.
+
+Run: python benchmarks/plan_speed.py [--deepseek-sample N]. The issue's target is 100,000 layouts/s and the whole
+DeepSeek-V3 × 2,048-GPU space in under 5 s; this prints the real figures. The DeepSeek-V3 figure is measured in
+parts: the space's enumeration and the exact resident bound over every group (measured in full), then the bills of
+a random sample of the remaining candidates (their rate measured, the total extrapolated and labelled so).
+llm-analysis (`pip install llm-analysis`, its own venv) is timed per layout in the same run when importable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import random
+import sys
+import time
+from pathlib import Path
+
+from stepbill.engine.plan import PlanRequest, search
+from stepbill.engine.plan.evaluate import budget_bytes, evaluate, resident_bound
+from stepbill.engine.plan.space import Rejections, enumerate_space
+from stepbill.errors import StepbillError
+from stepbill.spec.hardware import load_gpu
+from stepbill.spec.presets import load_model
+
+
+def plan_rate(model: str, gpu: str, gpus: int, seq: int, batch_tokens: int, fix: tuple = ()) -> None:
+    req = PlanRequest(load_model(model), load_gpu(gpu), gpu, (gpus,), seq, model, global_batch_tokens=batch_tokens,
+                      fixed=fix)
+    result = search(req, "time", 1)
+    s = result.stats
+    print(f"{model:>14} on {gpus:>5,} × {gpu}: {s.evaluated:>7,} evaluated in {s.cpu_seconds:7.2f} CPU-s = "
+          f"{s.layouts_per_cpu_s:9,.0f} layouts/CPU-s ({s.seconds:.2f} s wall-clock; {s.by_bill:,} by bill, "
+          f"{s.by_bound:,} by the bound; {len(result.rows):,} fit)")
+
+
+def deepseek_2048(sample: int) -> None:
+    spec = load_model("deepseek-v3")
+    req = PlanRequest(spec, load_gpu("h100-sxm"), "h100-sxm", (2048,), 4096, "deepseek-v3",
+                      global_batch_tokens=3840 * 4096)
+    start = time.process_time()
+    rejected = Rejections()
+    groups = list(enumerate_space(req, rejected))
+    enumerated = time.process_time() - start
+    survivors = []
+    pruned = 0
+    for g in groups:
+        budget = budget_bytes(req, g.holdings_layout)
+        if resident_bound(req, g.holdings_layout, g.offload_optimizer, budget) > budget:
+            pruned += len(g.variants)
+        else:
+            survivors += [(g, v) for v in g.variants]
+    bounded = time.process_time() - start
+    picked = random.Random(0).sample(survivors, min(sample, len(survivors)))
+    t0 = time.process_time()
+    for g, v in picked:
+        with contextlib.suppress(StepbillError):  # a variant that breaks a layout rule costs nothing
+            evaluate(req, g.candidate(v))
+    per_bill = (time.process_time() - t0) / max(len(picked), 1)
+    ruled = sum(rejected.counts.values())
+    print(f"DeepSeek-V3 on 2,048 H100 (seq 4,096, 15.7M-token batch, whole space): {ruled + pruned + len(survivors):,} "
+          f"candidates; {ruled:,} cut by the stated rules, enumerated in {enumerated:.1f} CPU-s; {pruned:,} decided by "
+          f"the exact resident bound by {bounded:.1f} CPU-s; {len(survivors):,} left need bills at {per_bill * 1e3:.1f} ms "
+          f"each (sample of {len(picked)}) → about {bounded + per_bill * len(survivors):,.0f} CPU-s in all (extrapolated)")
+
+
+def llm_analysis_rate() -> None:
+    """llm-analysis's train() for one layout (bill_latency.py's timing), as layouts per second."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bill_latency import llm_analysis  # type: ignore[import-not-found]
+
+    seconds = llm_analysis(5)
+    if seconds is None:
+        print("llm-analysis: not importable here (pip install llm-analysis, in its own venv): no per-layout rate")
+    else:
+        print(f"llm-analysis train() (llama-2-7b, one layout): {1 / seconds:,.0f} layouts/s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--deepseek-sample", type=int, default=100, help="bills sampled for the DeepSeek-V3 figure")
+    args = parser.parse_args()
+    plan_rate("gpt3-125m", "h100-sxm", 8, 2048, 64 * 2048)
+    plan_rate("llama3-8b", "h100-sxm", 8, 8192, 64 * 8192, (("schedule", "1f1b"), ("zero", 1)))
+    plan_rate("llama3-70b", "h100-sxm", 64, 8192, 512 * 8192, (("offload_activations", False),
+                                                                ("offload_optimizer", False), ("schedule", "1f1b")))
+    deepseek_2048(args.deepseek_sample)
+    llm_analysis_rate()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""`stepbill.plan(...)`: the layouts that fit a model on a cluster, ranked — shared by the API and `stepbill plan`.
+
+    >>> import stepbill
+    >>> p = stepbill.plan("llama3-8b", gpu="h100-sxm", gpus=8, seq=8192, global_batch_tokens="512Ki",
+    ...                   fix={"zero": 1, "recompute": "none"})   # doctest: +SKIP
+    >>> p.best.command                                            # doctest: +SKIP
+    'stepbill bill llama3-8b --seq 8192 --micro-batch 1 --gpu h100-sxm --gpus 8 --dp 8 --tp 1 --pp 1 ...'
+
+The engine does the search (engine/plan/); this module turns keyword options into a PlanRequest and checks them
+(one StepbillError naming the parameter, or the CLI flag when called by the CLI).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from stepbill.api import _is_number, load_model, parse_tokens, python_name
+from stepbill.errors import StepbillError
+
+if TYPE_CHECKING:
+    from stepbill.engine.plan.evaluate import Row
+    from stepbill.engine.plan.search import PlanResult
+
+
+@dataclass(frozen=True)
+class PlanRun:
+    """What `stepbill plan` computes: the engine's PlanResult and a note on the space searched."""
+
+    result: PlanResult
+    space_note: str
+
+    @property
+    def rows(self) -> list[Row]:
+        """Every layout that fits, best first under the objective."""
+        return self.result.rows
+
+    @property
+    def top(self) -> list[Row]:
+        return self.result.top
+
+    @property
+    def best(self) -> Row | None:
+        return self.result.best
+
+    def to_json(self) -> dict[str, Any]:
+        """The `stepbill plan --json` object (the CLI prints the same)."""
+        from stepbill.report.plan_json import plan_to_json
+
+        return plan_to_json(self.result, self.space_note)
+
+
+def worlds_for(gpus: int | None, max_gpus: int | None, name: Callable[[str], str]) -> tuple[int, ...]:
+    """GPU counts to search: (gpus,), or every power of two ≤ max_gpus and max_gpus itself."""
+    from stepbill.spec.schema import WORLD, check_value
+
+    if (gpus is None) == (max_gpus is None):
+        raise StepbillError(f"give {name('gpus')} or {name('max_gpus')} (one of them)")
+    count = gpus if gpus is not None else max_gpus
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise StepbillError(f"{name('gpus' if gpus is not None else 'max_gpus')} must be a positive integer, "
+                            f"got {count!r}")
+    check_value(WORLD, name("gpus" if gpus is not None else "max_gpus"), count)
+    if gpus is not None:
+        return (gpus,)
+    from stepbill.engine.plan.space import powers_of_two
+
+    return tuple(sorted({*powers_of_two(count), count}))
+
+
+def plan(
+    model: str,
+    *,
+    gpu: str,
+    seq: int,
+    gpus: int | None = None,
+    max_gpus: int | None = None,
+    global_batch_tokens: int | str | None = None,
+    micro_batch: int | None = None,
+    recipe: str = "mixed-bf16",
+    optimizer: str = "adamw",
+    train_tokens: int | str | None = None,
+    price_per_gpu_hour: float | None = None,
+    objective: str = "time",
+    top: int = 10,
+    reserve_gib: float | None = None,
+    fix: str | Sequence[str] | Mapping[str, object] | None = None,
+    cross_node: bool = False,
+    efficiency: float = 0.5,
+    progress: Callable[[int, int], None] | None = None,
+    name: Callable[[str], str] = python_name,
+) -> PlanRun:
+    """The layouts of `model` that fit `gpus` (or up to `max_gpus`) × `gpu` at `seq` tokens with a global batch of
+    `global_batch_tokens` (or a fixed `micro_batch`), ranked by `objective` (time | gpus | cost | memory); `fix`
+    pins axes ("tp=8,pp=16" or {"tp": 8}). Every row carries the `stepbill bill` command that reproduces it.
+    `progress(done, total)` is called as the search goes (candidates)."""
+    from stepbill.engine.plan import PlanRequest, parse_fix, search
+    from stepbill.engine.plan.rank import OBJECTIVES
+    from stepbill.errors import unknown_name
+    from stepbill.inputs import check_seq
+    from stepbill.spec.hardware import load_gpu, resolve_gpu_name
+    from stepbill.spec.recipe import make_recipe
+    from stepbill.spec.schema import EFFICIENCY, check_value
+
+    for key, value in (("seq", seq), ("top", top), ("micro_batch", micro_batch)):
+        if value is None and key == "micro_batch":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise StepbillError(f"{name(key)} must be a positive integer, got {value!r}")
+    if not isinstance(gpu, str):
+        raise StepbillError(f"{name('gpu')} must be a catalog GPU name, got {gpu!r}")
+    if objective not in OBJECTIVES:
+        raise unknown_name("objective", objective, OBJECTIVES)
+    check_value(EFFICIENCY, name("efficiency"), efficiency)
+    if reserve_gib is not None and (not _is_number(reserve_gib) or not math.isfinite(reserve_gib) or reserve_gib < 0):
+        raise StepbillError(f"{name('reserve_gib')} must be >= 0 and finite (GiB), got {reserve_gib!r}")
+    if price_per_gpu_hour is not None and (not _is_number(price_per_gpu_hour) or not math.isfinite(price_per_gpu_hour)
+                                           or price_per_gpu_hour < 0):
+        raise StepbillError(f"{name('price_per_gpu_hour')} must be >= 0 and finite, got {price_per_gpu_hour!r}")
+    worlds = worlds_for(gpus, max_gpus, name)
+    batch = parse_tokens(global_batch_tokens, "global_batch_tokens", name)
+    train = parse_tokens(train_tokens, "train_tokens", name)
+    if batch is None and micro_batch is None:
+        raise StepbillError(f"give {name('global_batch_tokens')} or {name('micro_batch')}")
+    if batch is not None and batch % seq:
+        raise StepbillError(f"{name('global_batch_tokens')} {batch:,} is not a whole number of sequences of "
+                            f"{seq:,} tokens")
+    if price_per_gpu_hour is not None and train is None:
+        raise StepbillError(f"{name('price_per_gpu_hour')} needs {name('train_tokens')}")
+    if not isinstance(model, str):
+        raise StepbillError(f"{name('model')} must be a preset name, a path or a Hub id, got {model!r}")
+    spec = load_model(model)
+    check_seq(spec, seq)
+    make_recipe(recipe, optimizer, micro_batch or 1, seq)  # recipe and optimizer names checked before the search
+    fixed = parse_fix([fix] if isinstance(fix, str) else fix)
+    gpu_name = resolve_gpu_name(gpu)
+    req = PlanRequest(spec, load_gpu(gpu), gpu_name, worlds, seq, model, batch, micro_batch, recipe, optimizer,
+                      None if reserve_gib is None else float(reserve_gib), float(efficiency), fixed, cross_node, train,
+                      None if price_per_gpu_hour is None else float(price_per_gpu_hour))
+    from stepbill.engine.plan.space import __doc__ as space_doc
+
+    return PlanRun(search(req, objective, top, progress), space_note(space_doc or ""))
+
+
+def space_note(doc: str) -> str:
+    """The one-paragraph note on what the space does not search yet (engine/plan/space.py's docstring)."""
+    tail = doc.split("Not searched yet", 1)
+    return ("not searched yet" + tail[1]).replace("\n", " ").strip() if len(tail) == 2 else ""

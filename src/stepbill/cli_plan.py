@@ -1,0 +1,87 @@
+"""`stepbill plan`: the layouts that fit a model on a cluster, ranked. Parsing and printing only (api_plan.plan
+does the work)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Annotated
+
+import typer
+
+
+class ProgressBar:
+    """A one-line progress bar on stderr, shown once a search has run for more than `after_s` seconds."""
+
+    def __init__(self, after_s: float = 1.0, width: int = 30) -> None:
+        self.start = time.perf_counter()
+        self.after_s, self.width, self.shown = after_s, width, False
+
+    def __call__(self, done: int, total: int) -> None:
+        elapsed = time.perf_counter() - self.start
+        if elapsed < self.after_s or not total:
+            return
+        self.shown = True
+        filled = round(self.width * done / total)
+        eta = elapsed * (total - done) / done if done else 0.0
+        sys.stderr.write(f"\rplan: [{'#' * filled}{'.' * (self.width - filled)}] {done:,}/{total:,} candidates, "
+                         f"{elapsed:.0f} s, ~{eta:.0f} s left ")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.shown:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def plan(
+    model: Annotated[str, typer.Argument(help="preset name, ModelSpec JSON, HF config.json or Hub id")],
+    gpu: Annotated[str, typer.Option("--gpu", help="catalog GPU (h100-sxm, a100-80gb, ...)")],
+    seq: Annotated[int, typer.Option("--seq", help="sequence length (tokens)")],
+    gpus: Annotated[int | None, typer.Option("--gpus", help="exactly this many GPUs")] = None,
+    max_gpus: Annotated[int | None, typer.Option("--max-gpus", help="up to this many GPUs (powers of two and N)")]
+    = None,
+    global_batch_tokens: Annotated[str | None, typer.Option(
+        "--global-batch-tokens", help="tokens per optimizer step, e.g. 4Mi or 4M")] = None,
+    micro_batch: Annotated[int | None, typer.Option("--micro-batch", help="sequences per micro-batch (pins it)")]
+    = None,
+    recipe: Annotated[str, typer.Option("--recipe", help="precision recipe")] = "mixed-bf16",
+    optimizer: Annotated[str, typer.Option("--optimizer", help="optimizer")] = "adamw",
+    train_tokens: Annotated[str | None, typer.Option("--train-tokens", help="tokens of the run: days, GPU-hours")]
+    = None,
+    price_per_gpu_hour: Annotated[float | None, typer.Option("--price-per-gpu-hour", help="price of one GPU-hour")]
+    = None,
+    objective: Annotated[str, typer.Option("--objective", help="time | gpus | cost | memory")] = "time",
+    top: Annotated[int, typer.Option("--top", help="rows to show")] = 10,
+    reserve: Annotated[float | None, typer.Option("--reserve", help="GiB kept back per GPU (default: engine/fit.py)")]
+    = None,
+    fix: Annotated[list[str] | None, typer.Option("--fix", help="pin axes, e.g. tp=8,pp=16 (repeatable): dp tp pp "
+                                                  "cp ep zero shard_group vpp mb m sp schedule recompute "
+                                                  "offload_optimizer offload_activations")] = None,
+    cross_node: Annotated[bool, typer.Option("--cross-node", help="let tp and ep groups span nodes")] = False,
+    efficiency: Annotated[float, typer.Option("--efficiency", help="achieved share of dense peak on matmuls")] = 0.5,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """The layouts that fit MODEL on the GPUs and run fastest (or on fewest GPUs, cheapest, leanest)."""
+    import json
+
+    from stepbill.api import cli_flag
+    from stepbill.api_plan import plan as run_plan
+
+    bar = None if as_json else ProgressBar()
+    try:
+        result = run_plan(model, gpu=gpu, seq=seq, gpus=gpus, max_gpus=max_gpus,
+                          global_batch_tokens=global_batch_tokens, micro_batch=micro_batch, recipe=recipe,
+                          optimizer=optimizer, train_tokens=train_tokens, price_per_gpu_hour=price_per_gpu_hour,
+                          objective=objective, top=top, reserve_gib=reserve, fix=fix, cross_node=cross_node,
+                          efficiency=efficiency, progress=bar, name=cli_flag)
+    finally:
+        if bar is not None:
+            bar.close()
+    if as_json:
+        print(json.dumps(result.to_json(), indent=2))
+        return
+    from stepbill.report.plan_terminal import render_plan
+    from stepbill.report.terminal import make_console
+
+    make_console().print(render_plan(result.result, result.space_note), soft_wrap=True)

@@ -1,0 +1,93 @@
+"""`stepbill plan`'s terminal output: the top K, the Pareto fronts, the rejections, every row's command.
+Units: GiB = 2^30 B, seconds, tokens/s; run totals in days, GPU-hours and the price's currency."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from stepbill.engine.plan.evaluate import Row
+from stepbill.engine.plan.search import PlanResult
+from stepbill.engine.plan.space import REASONS
+
+GIB = 2**30
+
+
+def layout_words(row: Row) -> str:
+    """`dp 8 tp 8 pp 16 ep 8 zero 1 sp 1f1b m 64` — the axes that differ from the default, in a short form."""
+    par = row.candidate.parallel
+    words = [f"dp {par.dp}", f"tp {par.tp}", f"pp {par.pp}"]
+    words += [f"{k} {getattr(par, k)}" for k in ("cp", "ep") if getattr(par, k) > 1]
+    words.append(f"zero {par.zero}" + (f"/hsdp {par.shard_group}" if par.shard_group else ""))
+    if par.sp:
+        words.append("sp")
+    if par.pp > 1:
+        words.append("interleaved v2" if par.pp_schedule == "interleaved" else par.pp_schedule)
+    words += [w for w, on in (("offload-opt", par.offload_optimizer), ("offload-act", par.offload_activations)) if on]
+    return " ".join(words)
+
+
+def _table(title: str, rows: list[Row], ranks: dict[int, int], run: bool) -> Table:
+    table = Table(title=title, title_justify="left")
+    for col in ("#", "GPUs", "layout", "mb × m", "recompute", "peak GiB", "headroom GiB", "step s", "MFU",
+                "tokens/s"):
+        table.add_column(col, justify="left" if col in ("layout", "recompute") else "right")
+    keys = [k for k in ("days", "gpu_hours", "cost") if run and rows and k in rows[0].run]
+    for k in keys:
+        table.add_column({"days": "days", "gpu_hours": "GPU-hours", "cost": "cost"}[k], justify="right")
+    for row in rows:
+        par = row.candidate.parallel
+        cells = [str(ranks[id(row)]), f"{row.world:,}", layout_words(row),
+                 f"{row.candidate.micro_batch} × {par.micro_batches}", row.candidate.recompute,
+                 f"{row.peak_bytes / GIB:.2f}", f"{row.headroom_bytes / GIB:.2f}", f"{row.step_s:.3f}",
+                 f"{row.mfu:.1%}", f"{row.tokens_per_s:,.0f}"]
+        cells += [f"{row.run[k]:,.1f}" if k != "cost" else f"{row.run[k]:,.0f}" for k in keys]
+        table.add_row(*cells)
+    return table
+
+
+def render_plan(result: PlanResult, space_note: str) -> Group:
+    """The whole answer as rich renderables."""
+    req, stats = result.request, result.stats
+    ranks = {id(r): i + 1 for i, r in enumerate(result.rows)}
+    batch = (f"global batch {req.global_batch_tokens:,} tokens" if req.global_batch_tokens
+             else f"micro-batch {req.micro_batch or 1}")
+    gpus = ", ".join(f"{w:,}" for w in req.worlds)
+    head = (f"{req.model_name} on {gpus} × {req.gpu.display}, seq {req.seq:,}, {batch}, {req.recipe} {req.optimizer}: "
+            f"{len(result.rows):,} layouts fit of {stats.candidates:,}; objective {result.objective}")
+    parts: list = [Text(head)]
+    run = req.train_tokens is not None
+    if not result.rows:
+        parts.append(Text("no layout fits: see the rejections below (--reserve, more GPUs, or --fix to widen)"))
+    else:
+        parts.append(_table(f"Top {len(result.top)} by {result.objective} (peak: the fit verdict's worst rank, eager "
+                            "convention; headroom: usable − reserve − peak)", result.top, ranks, run))
+        parts.append(_commands(result.top, ranks))
+        if len({r.world for r in result.rows}) > 1:
+            parts.append(_table("Pareto front: GPUs vs step time", result.gpus_vs_time, ranks, run))
+            parts.append(_commands(result.gpus_vs_time, ranks, shown=result.top))
+        parts.append(_table("Pareto front: per-GPU peak vs step time", result.memory_vs_time, ranks, run))
+        parts.append(_commands(result.memory_vs_time, ranks, shown=result.top))
+    parts.append(_rejections(result))
+    parts.append(Text(f"search: {stats.evaluated:,} candidates evaluated in {stats.seconds:.2f} s wall-clock, "
+                      f"{stats.cpu_seconds:.2f} s CPU ({stats.layouts_per_cpu_s:,.0f}/CPU-s; {stats.by_bill:,} by "
+                      f"bill, {stats.by_bound:,} decided by the exact resident bound)"))
+    parts.append(Text(f"space: {space_note}"))
+    return Group(*parts)
+
+
+def _commands(rows: list[Row], ranks: dict[int, int], shown: list[Row] | None = None) -> Text:
+    seen = {id(r) for r in shown or []}
+    lines = [f"  #{ranks[id(r)]}: {r.command}" for r in rows if id(r) not in seen]
+    return Text("\n".join(["reproduce with:", *lines]) if lines else "")
+
+
+def _rejections(result: PlanResult) -> Text:
+    rejected = result.stats.rejected
+    if not rejected:
+        return Text("rejected: none")
+    lines = ["rejected (candidates, why):"]
+    for reason, n in sorted(rejected.items(), key=lambda kv: -kv[1]):
+        lines.append(f"  {n:>10,}  {REASONS.get(reason, reason)}")
+    return Text("\n".join(lines))

@@ -1,0 +1,84 @@
+"""The JSON output schema of `stepbill plan` (and of `stepbill.plan(...).to_json()`)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from stepbill.report.schema_base import Number, Strict
+
+
+class PlanLayoutJson(Strict):
+    dp: int = Field(description="data-parallel replicas")
+    tp: int = Field(description="tensor-parallel degree")
+    pp: int = Field(description="pipeline stages")
+    cp: int = Field(description="context-parallel degree")
+    ep: int = Field(description="expert-parallel degree (1 for a dense model)")
+    zero: int = Field(description="ZeRO stage 0-3")
+    shard_group: int | None = Field(description="hybrid-sharding group (dp·cp ranks), null: the whole dp·cp group")
+    sp: bool = Field(description="sequence parallel")
+    pp_schedule: str = Field(description="1f1b | interleaved | gpipe")
+    vpp: int = Field(description="model chunks per stage (interleaved)")
+    micro_batches: int = Field(description="micro-batches per step per pipeline")
+    offload_optimizer: bool = Field(description="master weights and optimizer states in CPU memory")
+    offload_activations: bool = Field(description="kept activations copied to CPU memory")
+
+
+class PlanRowJson(Strict):
+    rank: int = Field(description="1-based position under the objective")
+    gpus: int = Field(description="GPUs: dp·tp·pp·cp")
+    layout: PlanLayoutJson = Field(description="the parallel layout")
+    micro_batch: int = Field(description="sequences per micro-batch")
+    recompute: str = Field(description="the recompute policy")
+    peak_bytes: int = Field(description="per-GPU peak of the worst rank class, as the fit verdict judges it "
+                            "(eager convention; bytes)")
+    headroom_bytes: int = Field(description="usable memory − reserve − peak_bytes (bytes)")
+    budget_bytes: int = Field(description="usable memory − reserve (bytes)")
+    step_s: float = Field(description="time.step of the bill (s)")
+    mfu: float = Field(description="time.mfu (PaLM model FLOPs over peak, ratio)")
+    tokens_per_s: float = Field(description="time.tokens_per_s (whole cluster, tokens/s)")
+    tokens_per_step: int = Field(description="dp × micro-batches × micro-batch × seq")
+    gpu_seconds_per_token: float = Field(description="step_s × gpus / tokens_per_step (the cost objective)")
+    run: dict[str, Number] = Field(description="run.* values of the bill: global_batch_tokens, tokens_per_s_per_gpu; "
+                                   "with --train-tokens steps, seconds, days, gpu_hours; with a price, cost")
+    command: str = Field(description="the `stepbill bill` command that prints these numbers")
+
+
+class PlanSearchJson(Strict):
+    candidates: int = Field(description="every point of the space, rule-rejected ones included")
+    evaluated: int = Field(description="candidates whose fit verdict was decided: evaluated_by_bill + decided_by_bound")
+    evaluated_by_bill: int = Field(description="candidates whose bills were made (make_bill, eager + ideal)")
+    decided_by_bound: int = Field(description="candidates rejected by the exact resident bound (their verdict is "
+                                  "exact; their peak is not computed)")
+    seconds: float = Field(description="wall-clock seconds of the search")
+    layouts_per_s: float = Field(description="evaluated / seconds")
+    cpu_seconds: float = Field(description="CPU seconds of the search (single-threaded: one core)")
+    layouts_per_cpu_s: float = Field(description="evaluated / cpu_seconds: the one-core rate on a shared machine")
+    rejected: dict[str, int] = Field(description="rejected candidates per reason (keys of `reasons`)")
+
+
+class PlanRequestJson(Strict):
+    model: str = Field(description="the model as given")
+    gpu: str = Field(description="the catalog GPU")
+    gpus: list[int] = Field(description="GPU counts searched")
+    seq: int = Field(description="tokens per sequence")
+    global_batch_tokens: int | None = Field(description="tokens per step, null when not given")
+    micro_batch: int | None = Field(description="the micro-batch given, null when searched")
+    recipe: str = Field(description="precision recipe")
+    optimizer: str = Field(description="optimizer")
+    reserve_gib: float | None = Field(description="--reserve GiB, null: the default reserve")
+    efficiency: float = Field(description="achieved share of dense peak on matmuls")
+    fixed: dict[str, int | bool | str] = Field(description="axes pinned by --fix")
+    cross_node: bool = Field(description="whether tp and ep groups may span nodes")
+
+
+class PlanJson(Strict):
+    """`stepbill plan --json`."""
+
+    request: PlanRequestJson = Field(description="what was planned")
+    objective: str = Field(description="time | gpus | cost | memory")
+    top: list[PlanRowJson] = Field(description="the best rows under the objective (at most --top)")
+    fits: int = Field(description="rows that fit")
+    pareto: dict[str, list[PlanRowJson]] = Field(description="gpus_vs_time and memory_vs_time fronts")
+    search: PlanSearchJson = Field(description="how the search went")
+    reasons: dict[str, str] = Field(description="every rejection reason in words")
+    space: str = Field(description="what the space holds and what it does not search yet")

@@ -1,0 +1,204 @@
+"""`stepbill plan`: the planner's best equals the best of brute-force `bill` calls for every objective (dense, MoE,
+MLA); every printed row's command reproduces its numbers; the exact resident bound never rejects a layout that
+fits; the CLI, the API and the JSON schema agree; bad input is one line, exit 2."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import shlex
+
+import pytest
+
+from stepbill.api import make_step_bill
+from stepbill.engine.plan import PlanRequest, parse_fix, search
+from stepbill.engine.plan.evaluate import bill_options, resident_bound
+from stepbill.engine.plan.space import Rejections, enumerate_space
+from stepbill.spec.hardware import load_gpu
+from stepbill.spec.model import ModelSpec
+from stepbill.spec.presets import load_preset
+from tests.conftest import run_cli
+
+GIB = 2**30
+
+
+def small_moe() -> ModelSpec:
+    """Mixtral-8x7B cut to 2 layers: 8 experts, top-2, GQA."""
+    return dataclasses.replace(load_preset("mixtral-8x7b"), n_layers=2)
+
+
+def small_mla() -> ModelSpec:
+    """DeepSeek-V3 cut to 3 layers (one dense, two MoE) and 16 routed experts: MLA attention, shared expert."""
+    spec = load_preset("deepseek-v3")
+    moe = dataclasses.replace(spec.moe, n_routed_experts=16, dense_layers=(0,))
+    return dataclasses.replace(spec, n_layers=3, moe=moe)
+
+
+def request(spec: ModelSpec, gpu: str, gpus: int, seq: int, batch: int, fix: dict) -> PlanRequest:
+    return PlanRequest(spec, load_gpu(gpu), gpu, (gpus,), seq, spec.name, global_batch_tokens=batch,
+                       fixed=parse_fix(fix))
+
+
+CASES = {
+    # dense: resident states overflow a 24 GB card without sharding (the bound decides those), peaks reject more
+    "dense": (lambda: load_preset("gpt3-1.3b"), "rtx-4090", 2, 2048, 8 * 2048,
+              {"schedule": "1f1b", "offload_activations": False, "recompute": "none"}),
+    "moe": (small_moe, "a100-40gb", 4, 4096, 8 * 4096,
+            {"schedule": "1f1b", "offload_activations": False, "offload_optimizer": False, "sp": False,
+             "recompute": "full"}),
+    "mla": (small_mla, "l40s", 4, 4096, 8 * 4096,
+            {"schedule": "1f1b", "offload_activations": False, "offload_optimizer": False, "sp": False,
+             "zero": 1}),
+}
+
+
+def brute_force(req: PlanRequest) -> list[dict]:
+    """Every candidate of the space through `stepbill.bill`'s own path (make_step_bill), no bound, no planner."""
+    rows = []
+    for group in enumerate_space(req, Rejections()):
+        for cand in group.candidates:
+            run = make_step_bill(req.spec, **bill_options(req, cand))
+            assert run.fit is not None
+            step = run.bill.time["time.step"].value  # type: ignore[index]
+            rows.append({"fits": run.fit.fits, "peak": run.fit.worst.peak_bytes, "step": step,
+                         "gpus": cand.parallel.world,
+                         "cost": step * cand.parallel.world / run.bill.recipe.tokens_per_step})
+    return rows
+
+
+BEST = {  # the objective's value of a row, minimised (ties on it broken by step time)
+    "time": lambda r: (r["step"],),
+    "gpus": lambda r: (r["gpus"], r["step"]),
+    "cost": lambda r: (r["cost"], r["step"]),
+    "memory": lambda r: (r["peak"], r["step"]),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_best_equals_brute_force_for_every_objective(case: str) -> None:
+    make, gpu, gpus, seq, batch, fix = CASES[case]
+    req = request(make(), gpu, gpus, seq, batch, fix)
+    truth = brute_force(req)
+    fitting = [r for r in truth if r["fits"]]
+    assert fitting and len(fitting) < len(truth), "the case should have layouts that fit and layouts that do not"
+    for objective, key in BEST.items():
+        result = search(req, objective, 3)
+        assert len(result.rows) == len(fitting)
+        assert result.stats.evaluated == len(truth)
+        best = result.best
+        assert best is not None
+        mine = {"time": (best.step_s,), "gpus": (best.world, best.step_s),
+                "cost": (best.gpu_seconds_per_token, best.step_s), "memory": (best.peak_bytes, best.step_s)}
+        assert mine[objective] == pytest.approx(min(key(r) for r in fitting), rel=1e-12), objective
+
+
+def test_small_dense_plan_matches_brute_force_and_counts_every_candidate() -> None:
+    req = request(load_preset("gpt3-125m"), "h100-sxm", 2, 1024, 8 * 1024,
+                  {"schedule": "1f1b", "offload_activations": False, "offload_optimizer": False, "zero": 1,
+                   "sp": False})
+    result = search(req, "time", 5)
+    truth = brute_force(req)
+    assert result.stats.candidates == len(truth) + sum(
+        n for k, n in result.stats.rejected.items() if k not in ("peak_over_budget", "resident_over_budget"))
+    assert result.best is not None
+    assert result.best.step_s == pytest.approx(min(r["step"] for r in truth if r["fits"]), rel=1e-12)
+
+
+@pytest.mark.slow
+def test_resident_bound_never_exceeds_a_peak() -> None:
+    """The bound the search prunes with is below every rank class's peak (eager and ideal) on random layouts."""
+    rng = random.Random(12)
+    for make, gpu, gpus, seq, batch, _ in CASES.values():
+        req = request(make(), gpu, gpus, seq, batch, {})
+        groups = list(enumerate_space(req, Rejections()))
+        for group in rng.sample(groups, min(6, len(groups))):
+            bound = resident_bound(req, group.holdings_layout, group.offload_optimizer)
+            for cand in rng.sample(group.candidates, min(3, len(group.candidates))):
+                run = make_step_bill(req.spec, **bill_options(req, cand))
+                assert run.fit is not None
+                assert bound <= min(r.peak_bytes for r in run.fit.ranks) * (1 + 1e-12)
+                assert bound <= min(c.memory["peak"] for c in run.bill.ranks) * (1 + 1e-12)
+
+
+def test_printed_commands_reproduce_peak_and_step_time(capsys: pytest.CaptureFixture[str]) -> None:
+    """Random rows of a plan, run as `stepbill bill … --json`: the same judged peak, headroom and step time."""
+    code, out, err = run_cli(["plan", "gpt3-125m", "--gpu", "a100-40gb", "--gpus", "4", "--seq", "2048",
+                              "--global-batch-tokens", "32Ki", "--fix", "schedule=interleaved,offload_activations=off",
+                              "--fix", "zero=1,sp=on,micro_batch=1", "--top", "50", "--json"], capsys)
+    assert code == 0, err
+    plan = json.loads(out)
+    rows = random.Random(7).sample(plan["top"], 4)
+    for row in rows:
+        argv = shlex.split(row["command"])
+        assert argv[:2] == ["stepbill", "bill"]
+        code, out, err = run_cli([*argv[1:], "--json"], capsys)
+        assert code == 0, err
+        bill = json.loads(out)
+        fit = bill["fit"]
+        worst = min(fit["ranks"], key=lambda r: r["headroom_bytes"])
+        assert worst["peak_bytes"] == row["peak_bytes"]
+        assert worst["headroom_bytes"] == row["headroom_bytes"]
+        assert bill["time"]["step"]["value"] == pytest.approx(row["step_s"], rel=1e-12)
+
+
+def test_plan_json_is_schema_valid_and_equals_the_api(capsys: pytest.CaptureFixture[str]) -> None:
+    import stepbill
+    from stepbill.report.schema import validate
+
+    argv = ["plan", "gpt3-125m", "--gpu", "h100", "--gpus", "2", "--seq", "1024", "--global-batch-tokens", "8Ki",
+            "--fix", "zero=1,schedule=1f1b,offload_activations=off,offload_optimizer=off,recompute=none",
+            "--top", "3", "--train-tokens", "1B", "--price-per-gpu-hour", "2", "--json"]
+    code, out, err = run_cli(argv, capsys)
+    assert code == 0 and not err
+    data = json.loads(out)
+    validate("plan", data)
+    api = stepbill.plan("gpt3-125m", gpu="h100", gpus=2, seq=1024, global_batch_tokens="8Ki", top=3,
+                        fix="zero=1,schedule=1f1b,offload_activations=off,offload_optimizer=off,recompute=none",
+                        train_tokens="1B", price_per_gpu_hour=2).to_json()
+    for part in (data, api):
+        part["search"].pop("seconds")
+        for key in ("layouts_per_s", "cpu_seconds", "layouts_per_cpu_s"):
+            part["search"].pop(key)
+    assert api == data
+    assert data["top"][0]["run"]["cost"] > 0 and data["search"]["evaluated"] >= data["fits"]
+
+
+def test_terminal_output_has_table_fronts_rejections_and_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(["plan", "gpt3-125m", "--gpu", "h100", "--max-gpus", "2", "--seq", "1024",
+                            "--global-batch-tokens", "8Ki", "--fix", "zero=1,schedule=1f1b,offload_activations=off",
+                            "--fix", "offload_optimizer=off,recompute=none,sp=off", "--top", "2"], capsys)
+    assert code == 0
+    for text in ("Top 2 by time", "Pareto front: GPUs vs step time", "Pareto front: per-GPU peak vs step time",
+                 "rejected", "stepbill bill gpt3-125m --seq 1024", "search:"):
+        assert text in out, text
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--gpu", "h100", "--seq", "1024", "--micro-batch", "1"], "give --gpus or --max-gpus"),
+    (["--gpu", "h100", "--gpus", "2", "--seq", "1024"], "give --global-batch-tokens or --micro-batch"),
+    (["--gpu", "h100", "--gpus", "2", "--seq", "1024", "--micro-batch", "1", "--objective", "speed"], "objective"),
+    (["--gpu", "h100", "--gpus", "2", "--seq", "1024", "--micro-batch", "1", "--fix", "tq=2"], "unknown axis"),
+    (["--gpu", "h100", "--gpus", "2", "--seq", "1024", "--micro-batch", "1", "--fix", "zero=7"], "0, 1, 2 or 3"),
+    (["--gpu", "h9000", "--gpus", "2", "--seq", "1024", "--micro-batch", "1"], "gpu"),
+    (["--gpu", "h100", "--gpus", "2", "--seq", "1000", "--global-batch-tokens", "4Ki"], "whole number of sequences"),
+])
+def test_bad_input_is_one_line_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(["plan", "gpt3-125m", *argv], capsys)
+    assert code == 2 and not out and message in err and err.count("\n") == 1
+
+
+def test_progress_bar_writes_one_line_to_stderr_after_its_delay(capsys: pytest.CaptureFixture[str]) -> None:
+    from stepbill.cli_plan import ProgressBar
+
+    quiet = ProgressBar(after_s=3600)
+    quiet(5, 10)
+    quiet.close()
+    bar = ProgressBar(after_s=0)
+    bar(5, 10)
+    bar(10, 10)
+    bar.close()
+    out, err = capsys.readouterr()
+    assert not out and "5/10 candidates" in err and "10/10 candidates" in err and err.endswith("\n")
+    assert err.count("\n") == 1
