@@ -88,7 +88,7 @@ def plan(
     reserve_gib: float | None = None,
     fix: str | Sequence[str] | Mapping[str, object] | None = None,
     cross_node: bool = False,
-    efficiency: float = 0.5,
+    efficiency: float | None = None,
     progress: Callable[[int, int], None] | None = None,
     name: Callable[[str], str] = python_name,
 ) -> PlanRun:
@@ -113,7 +113,8 @@ def plan(
         raise StepbillError(f"{name('gpu')} must be a catalog GPU name, got {gpu!r}")
     if objective not in OBJECTIVES:
         raise unknown_name("objective", objective, OBJECTIVES)
-    check_value(EFFICIENCY, name("efficiency"), efficiency)
+    if efficiency is not None:
+        check_value(EFFICIENCY, name("efficiency"), efficiency)
     if reserve_gib is not None and (not _is_number(reserve_gib) or not math.isfinite(reserve_gib) or reserve_gib < 0):
         raise StepbillError(f"{name('reserve_gib')} must be >= 0 and finite (GiB), got {reserve_gib!r}")
     if price_per_gpu_hour is not None and (not _is_number(price_per_gpu_hour) or not math.isfinite(price_per_gpu_hour)
@@ -137,7 +138,7 @@ def plan(
     fixed = parse_fix([fix] if isinstance(fix, str) else fix)
     gpu_name = resolve_gpu_name(gpu)
     req = PlanRequest(spec, load_gpu(gpu), gpu_name, worlds, seq, model, batch, micro_batch, recipe, optimizer,
-                      None if reserve_gib is None else float(reserve_gib), float(efficiency), fixed, cross_node, train,
+                      None if reserve_gib is None else float(reserve_gib), None if efficiency is None else float(efficiency), fixed, cross_node, train,
                       None if price_per_gpu_hour is None else float(price_per_gpu_hour))
     from stepbill.engine.plan.space import __doc__ as space_doc
 

@@ -59,7 +59,9 @@ def plan(
                                                   "cp ep zero shard_group vpp mb m sp schedule recompute "
                                                   "offload_optimizer offload_activations")] = None,
     cross_node: Annotated[bool, typer.Option("--cross-node", help="let tp and ep groups span nodes")] = False,
-    efficiency: Annotated[float, typer.Option("--efficiency", help="achieved share of dense peak on matmuls")] = 0.5,
+    efficiency: Annotated[float | None, typer.Option(
+        "--efficiency", help="override: one achieved share of dense peak on every matmul (default: the per-op "
+        "time model)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """The layouts that fit MODEL on the GPUs and run fastest (or on fewest GPUs, cheapest, leanest)."""

@@ -142,7 +142,7 @@ def bill_options(req: PlanRequest, cand: Candidate) -> dict[str, Any]:
         out["micro_batches"] = par.micro_batches
     if req.reserve_gib is not None:
         out["reserve_gib"] = req.reserve_gib
-    if req.efficiency != 0.5:
+    if req.efficiency is not None:
         out["efficiency"] = req.efficiency
     if req.train_tokens is not None:
         out["train_tokens"] = req.train_tokens

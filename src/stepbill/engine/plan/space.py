@@ -80,7 +80,7 @@ class PlanRequest:
     recipe: str = "mixed-bf16"
     optimizer: str = "adamw"
     reserve_gib: float | None = None
-    efficiency: float = 0.5
+    efficiency: float | None = None  # None: the per-op time model; a number: the --efficiency override
     fixed: tuple[tuple[str, object], ...] = ()
     cross_node: bool = False
     train_tokens: int | None = None
