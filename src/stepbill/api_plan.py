@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from stepbill.api import _is_number, load_model, parse_tokens, python_name
 from stepbill.errors import StepbillError
+from stepbill.spec.model import ModelSpec
 
 if TYPE_CHECKING:
     from stepbill.engine.plan.evaluate import Row
@@ -71,7 +72,7 @@ def worlds_for(gpus: int | None, max_gpus: int | None, name: Callable[[str], str
 
 
 def plan(
-    model: str,
+    model: str | ModelSpec,
     *,
     gpu: str,
     seq: int,
@@ -91,11 +92,14 @@ def plan(
     efficiency: float | None = None,
     progress: Callable[[int, int], None] | None = None,
     name: Callable[[str], str] = python_name,
+    deadline_s: float | None = None,
 ) -> PlanRun:
     """The layouts of `model` that fit `gpus` (or up to `max_gpus`) × `gpu` at `seq` tokens with a global batch of
     `global_batch_tokens` (or a fixed `micro_batch`), ranked by `objective` (time | gpus | cost | memory); `fix`
     pins axes ("tp=8,pp=16" or {"tp": 8}). Every row carries the `stepbill bill` command that reproduces it.
-    `progress(done, total)` is called as the search goes (candidates)."""
+    `progress(done, total)` is called as the search goes (candidates); `deadline_s` stops the search after that many
+    wall-clock seconds (what was left is `search.not_searched`). `model` may also be a ModelSpec (its rows' commands
+    then name it `config.json`, the file it would be saved to)."""
     from stepbill.engine.plan import PlanRequest, parse_fix, search
     from stepbill.engine.plan.rank import OBJECTIVES
     from stepbill.errors import unknown_name
@@ -130,9 +134,12 @@ def plan(
                             f"{seq:,} tokens")
     if price_per_gpu_hour is not None and train is None:
         raise StepbillError(f"{name('price_per_gpu_hour')} needs {name('train_tokens')}")
-    if not isinstance(model, str):
+    if isinstance(model, ModelSpec):
+        spec, model = model, "config.json"
+    elif not isinstance(model, str):
         raise StepbillError(f"{name('model')} must be a preset name, a path or a Hub id, got {model!r}")
-    spec = load_model(model)
+    else:
+        spec = load_model(model)
     check_seq(spec, seq)
     make_recipe(recipe, optimizer, micro_batch or 1, seq)  # recipe and optimizer names checked before the search
     fixed = parse_fix([fix] if isinstance(fix, str) else fix)
@@ -142,7 +149,7 @@ def plan(
                       None if price_per_gpu_hour is None else float(price_per_gpu_hour))
     from stepbill.engine.plan.space import __doc__ as space_doc
 
-    return PlanRun(search(req, objective, top, progress), space_note(space_doc or ""))
+    return PlanRun(search(req, objective, top, progress, deadline_s), space_note(space_doc or ""))
 
 
 def space_note(doc: str) -> str:

@@ -156,8 +156,8 @@ def test_limits_and_unknown_routes(client: TestClient) -> None:
     assert big.status_code == 413 and "\n" not in big.json()["error"]
     config = json.dumps({"model_type": "llama", "pad": "x" * (1 << 20)})
     assert client.post("/api/bill", json={"config": config}).status_code == 413
-    plan = client.get("/api/plan")
-    assert plan.status_code == 501 and "stepbill plan" in plan.json()["error"]
+    plan = client.get("/api/plan", params={"model": "gpt3-125m", "gpus": "2", "seq": "1024"})
+    assert plan.status_code == 400 and plan.json()["error"] == "--gpu is required for the planner: pick a GPU"
     assert client.get("/api/nothing").status_code == 404
     assert client.get("/api/lab/nope").status_code == 400
     assert client.post("/api/bill", content=b"[1, 2]").status_code == 400
@@ -286,3 +286,53 @@ def test_fuzz_mutated_real_configs_no_5xx_and_bounded(client: TestClient, path: 
     assert time.perf_counter() - start < 5
     if got.status_code == 400:
         assert "\n" not in got.json()["error"]
+
+
+PLAN_QUERY = {"model": "gpt3-125m", "gpu": "h100", "gpus": "2", "seq": "1024", "global-batch-tokens": "8192",
+              "fix": "zero=1,offload_optimizer=off,offload_activations=off"}
+
+
+def test_plan_is_the_cli_json_and_its_points(client: TestClient, capsys: pytest.CaptureFixture[str]) -> None:
+    """/api/plan answers `stepbill plan --json` for the same options (search timings aside), plus the scatter's
+    points (every fitting layout, best first, the front marked) and the CLI command that reproduces the search."""
+    from tests.conftest import run_cli
+
+    got = client.get("/api/plan", params=PLAN_QUERY)
+    assert got.status_code == 200, got.text
+    data = got.json()
+    assert data["command"] == ("stepbill plan gpt3-125m --gpu h100 --gpus 2 --seq 1024 --global-batch-tokens 8192 "
+                               "--fix zero=1,offload_optimizer=off,offload_activations=off")
+    code, out, err = run_cli([*data["command"].split()[1:], "--json"], capsys)
+    assert code == 0, err
+    cli = json.loads(out)
+    timing = ("seconds", "layouts_per_s", "cpu_seconds", "layouts_per_cpu_s")
+    for d in (cli, data["plan"]):
+        for key in timing:
+            d["search"].pop(key)
+    assert data["plan"] == cli
+    points = data["points"]
+    assert len(points) == cli["fits"] and [p["rank"] for p in points] == list(range(1, len(points) + 1))
+    assert points[0]["command"] == cli["top"][0]["command"]
+    front = {p["command"] for p in points if p["front"]}
+    assert front == {r["command"] for r in cli["pareto"]["gpus_vs_time"] + cli["pareto"]["memory_vs_time"]}
+
+
+@pytest.mark.parametrize(("query", "message"), [
+    ({"objective": "fastest"}, "unknown objective"),
+    ({"gpus": "0"}, "--gpus must be"),
+    ({"fix": "tp=three"}, "tp"),
+    ({"gpu": "h1000"}, "unknown gpu"),
+])
+def test_plan_bad_input_is_one_line(client: TestClient, query: dict[str, str], message: str) -> None:
+    got = client.get("/api/plan", params={**PLAN_QUERY, **query})
+    assert got.status_code == 400 and message in got.json()["error"] and "\n" not in got.json()["error"]
+
+
+def test_plan_search_is_bounded_in_time(monkeypatch: pytest.MonkeyPatch, client: TestClient) -> None:
+    """A search past the page's deadline stops and says how many candidates it left (never a 503 mid-search)."""
+    from stepbill.web import api
+
+    monkeypatch.setattr(api, "PLAN_SECONDS", 0.0)
+    data = client.get("/api/plan", params={k: v for k, v in PLAN_QUERY.items() if k != "fix"}).json()
+    search = data["plan"]["search"]
+    assert search["complete"] is False and search["not_searched"] > 0

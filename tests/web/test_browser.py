@@ -195,4 +195,34 @@ def test_labs_are_figures(page: Any, server_url: str, artifacts: Path) -> None:
     page.get_by_test_id("lab-collectives").click()
     page.wait_for_function("document.querySelector('#lab-view').dataset.topic === 'collectives'")
     page.get_by_test_id("lab-view").screenshot(path=str(artifacts / "lab-collectives.png"))
-    assert "arrives with stepbill plan" in text(page, "planner")
+
+
+def test_planner_scatter_front_and_loading_a_point(page: Any, server_url: str, artifacts: Path) -> None:
+    """The planner searches this model's layouts at the page's GPU count and tokens per step, draws them (peak vs
+    step time, the Pareto front in red), lists the top rows with their commands, and loads a clicked point into the
+    controls, which redraw the bill of that layout."""
+    open_page(page, server_url + "/?seq=1024&dp=2&micro-batches=4")
+    page.get_by_test_id("plan-run").click()
+    assert "pick a GPU" in text(page, "plan-note")
+    change(page, lambda: page.get_by_test_id("gpu").select_option("h100-sxm"))
+    page.get_by_test_id("plan-fix").fill("offload_optimizer=off,offload_activations=off")
+    page.get_by_test_id("plan-run").click()
+    page.wait_for_function("document.body.dataset.plan === 'done'", timeout=60_000)
+    assert page.locator("#plan-chart svg circle").count() >= 10
+    assert page.locator("#plan-chart svg path.front").count() == 1
+    assert "candidates fit" in text(page, "plan-note")
+    assert text(page, "plan-command").startswith("stepbill plan gpt3-125m --gpu h100-sxm --gpus 2 --seq 1024 "
+                                                 "--global-batch-tokens 8192")
+    page.get_by_test_id("planner").screenshot(path=str(artifacts / "planner.png"))
+    first = page.locator("table.plan tr").nth(1).inner_text()
+    change(page, lambda: page.get_by_test_id("plan-load-1").click())
+    assert page.evaluate("document.body.dataset.planLoaded") == "1"
+    command = text(page, "cli-command")
+    assert command.startswith("stepbill bill gpt3-125m --seq 1024") and "--gpu h100-sxm" in command
+    for axis in ("dp", "tp", "pp"):  # the row's layout is now the page's
+        value = page.get_by_test_id(axis).input_value() or "1"
+        assert f"{axis}{value}" in first or (axis != "dp" and value == "1"), (axis, value, first)
+    point = page.locator("#plan-chart svg circle.clickable").last  # drawn last: on top of the others
+    rank = point.get_attribute("data-testid").removeprefix("plan-point-")
+    change(page, lambda: point.dispatch_event("click"))
+    assert page.evaluate("document.body.dataset.planLoaded") == rank

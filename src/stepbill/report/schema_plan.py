@@ -54,6 +54,9 @@ class PlanSearchJson(Strict):
     cpu_seconds: float = Field(description="CPU seconds of the search (single-threaded: one core)")
     layouts_per_cpu_s: float = Field(description="evaluated / cpu_seconds: the one-core rate on a shared machine")
     rejected: dict[str, int] = Field(description="rejected candidates per reason (keys of `reasons`)")
+    not_searched: int = Field(description="candidates left unsearched when a deadline stopped the search (the web "
+                              "page's bounded requests); 0 from the CLI")
+    complete: bool = Field(description="whether every candidate got its verdict")
 
 
 class PlanRequestJson(Strict):

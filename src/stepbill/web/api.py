@@ -85,6 +85,25 @@ RECOMPUTE_OPTIONS: tuple[Option, ...] = (
     Option("attention", "attention", str, "sdpa"),
 )
 
+PLAN_OPTIONS: tuple[Option, ...] = (  # `stepbill plan`'s options; kwarg: stepbill.plan's parameter
+    Option("gpu", "gpu", str, None, optional=True),
+    Option("gpus", "gpus", int, None, optional=True),
+    Option("max-gpus", "max_gpus", int, None, optional=True),
+    Option("seq", "seq", int, 2048),
+    Option("global-batch-tokens", "global_batch_tokens", str, None, optional=True),
+    Option("micro-batch", "micro_batch", int, None, optional=True),
+    Option("recipe", "recipe", str, "mixed-bf16"),
+    Option("optimizer", "optimizer", str, "adamw"),
+    Option("objective", "objective", str, "time"),
+    Option("top", "top", int, 10),
+    Option("reserve", "reserve_gib", float, None, optional=True),
+    Option("fix", "fix", str, None, optional=True),
+    Option("cross-node", "cross_node", bool, False),
+    Option("efficiency", "efficiency", float, None, optional=True),
+)
+PLAN_SECONDS = 8.0  # the web's planner stops searching after this long and says how much it left (under 10 s)
+PLAN_POINTS = 2000  # fitting layouts sent for the scatter, best first
+
 # Options of one command that the other ignores: the page sends one state to both routes.
 RECOMPUTE_ONLY = tuple(o.name for o in RECOMPUTE_OPTIONS if o.name not in {b.name for b in BILL_OPTIONS})
 BILL_ONLY = tuple(o.name for o in BILL_OPTIONS if o.name not in {r.name for r in RECOMPUTE_OPTIONS})
@@ -244,6 +263,30 @@ def recompute_json(given: Mapping[str, Any], default_model: str = "deepseek-v3")
     except ImportError as exc:  # the exact budget solver is scipy's HiGHS (the `solve` extra)
         raise StepbillError(f"the budget solver needs {exc.name or 'scipy'}: pip install 'stepbill[solve]'") from None
     return ranking_to_json(ranking, crossings, slope, solved)
+
+
+def plan_json(given: Mapping[str, Any]) -> dict[str, Any]:
+    """`stepbill plan MODEL [options] --json` for the options in `given` (CLI names), searched for at most
+    PLAN_SECONDS, plus what the page's scatter needs: every fitting layout (up to PLAN_POINTS, best first) as a point
+    with its command and whether it sits on a Pareto front, and the CLI command of the search itself."""
+    from stepbill.api import cli_flag
+    from stepbill.api_plan import plan
+    from stepbill.report.plan_json import row_to_json
+
+    kwargs = parse_options(PLAN_OPTIONS, given)
+    if kwargs["gpu"] is None:
+        raise StepbillError("--gpu is required for the planner: pick a GPU")
+    model = given.get("model", DEFAULT_MODEL)
+    spec = resolve_model(given, DEFAULT_MODEL)
+    run = plan(spec if model == CONFIG_MODEL or "config" in given else model, **kwargs, name=cli_flag,
+               deadline_s=PLAN_SECONDS)
+    front = {id(r) for r in (*run.result.gpus_vs_time, *run.result.memory_vs_time)}
+    points = []
+    for i, row in enumerate(run.rows[:PLAN_POINTS]):
+        point = row_to_json(row, i + 1)
+        point["front"] = id(row) in front
+        points.append(point)
+    return {"plan": run.to_json(), "points": points, "command": cli_command("plan", PLAN_OPTIONS, kwargs, given)}
 
 
 def cli_command(command: str, options: tuple[Option, ...], kwargs: Mapping[str, Any], given: Mapping[str, Any]) -> str:

@@ -5,7 +5,7 @@ Routes (GET takes options as a query string, POST as a JSON object; option names
   /api/view       the page's state: the bill, its time lines in full and the equivalent CLI command
   /api/models     `stepbill models --json`        /api/gpus       the GPU catalog
   /api/lab/TOPIC  `stepbill lab TOPIC --json`     /api/choices    names the pickers offer
-  /api/plan       501 until `stepbill plan` exists
+  /api/plan       `stepbill plan --json` (searched for at most 8 s) + the scatter's points
 Safety: no route reads a file path; bodies over 1 MiB are refused (413); bad input is a 400 whose `error` is the
 CLI's one-line message; a computation is abandoned after REQUEST_SECONDS (503); nothing is kept between requests
 (constant answers — models, lab topics at their defaults — are cached).
@@ -153,9 +153,7 @@ def create_app() -> FastAPI:
     async def lab(topic: str) -> JSONResponse:
         return JSONResponse(await _compute(api.lab_json, topic))
 
-    @app.api_route("/api/plan", methods=["GET", "POST"])
-    async def plan() -> JSONResponse:
-        return _error(501, "the planner is not served yet: it arrives with `stepbill plan`")
+    route("/api/plan", api.plan_json)
 
     static = resources.files("stepbill.web") / "static"
     for path, (name, media_type) in STATIC_FILES.items():

@@ -33,6 +33,12 @@ class SearchStats:
     seconds: float
     cpu_seconds: float
     rejected: dict[str, int]
+    not_searched: int = 0  # candidates left when the deadline stopped the search (0: the whole space)
+
+    @property
+    def complete(self) -> bool:
+        """Whether every candidate got its verdict (no deadline hit)."""
+        return self.not_searched == 0
 
     @property
     def evaluated(self) -> int:
@@ -70,8 +76,11 @@ class PlanResult:
         return self.rows[0] if self.rows else None
 
 
-def search(req: PlanRequest, objective: str = "time", k: int = 10, progress: Progress | None = None) -> PlanResult:
-    """Plan `req`: every candidate's verdict, the fitting rows ranked by `objective`, the top `k`, the fronts."""
+def search(req: PlanRequest, objective: str = "time", k: int = 10, progress: Progress | None = None,
+           deadline_s: float | None = None) -> PlanResult:
+    """Plan `req`: every candidate's verdict, the fitting rows ranked by `objective`, the top `k`, the fronts.
+    With `deadline_s` (wall-clock seconds) the search stops starting new groups once it has run that long; the
+    candidates left are counted in `stats.not_searched` and the answer covers only what was searched."""
     from stepbill.engine.plan.rank import sort_key
 
     sort_key(objective)  # an unknown objective fails before the search
@@ -84,6 +93,8 @@ def search(req: PlanRequest, objective: str = "time", k: int = 10, progress: Pro
     by_bill = by_bound = done = 0
     for group in groups:
         n = len(group.variants)
+        if deadline_s is not None and time.perf_counter() - start > deadline_s:
+            break
         budget = budget_bytes(req, group.holdings_layout)
         if resident_bound(req, group.holdings_layout, group.offload_optimizer, budget) > budget:
             rejected.add("resident_over_budget", n)
@@ -107,5 +118,5 @@ def search(req: PlanRequest, objective: str = "time", k: int = 10, progress: Pro
     fixed_batch = req.global_batch_tokens is not None
     ranked = top(rows, objective, len(rows), fixed_batch)
     stats = SearchStats(ruled_out + to_decide, by_bill, by_bound, time.perf_counter() - start,
-                        time.process_time() - start_cpu, dict(sorted(rejected.counts.items())))
+                        time.process_time() - start_cpu, dict(sorted(rejected.counts.items())), to_decide - done)
     return PlanResult(req, objective, k, ranked, stats, pareto.gpus_vs_time(rows), pareto.memory_vs_time(rows))

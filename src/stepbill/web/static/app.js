@@ -6,6 +6,7 @@ const GIB = 2 ** 30, MIB = 2 ** 20, TIB = 2 ** 40;
 const SHARED = ["seq", "micro-batch", "recipe", "convention", "attention"];  // options both routes read
 const CONFIG_KEY = "stepbill.config";
 let choices = null, defaults = {}, inflight = null, renders = 0;
+let lastBill = null;  // the bill drawn last: the planner takes its GPU count and tokens per step
 let config = null;  // {text, name}: a pasted or uploaded config.json, sent as content (never a path)
 const labCache = new Map();
 
@@ -187,6 +188,7 @@ async function refresh() {
 // ---------- views ----------
 function render(view) {
   const bill = view.bill;
+  lastBill = bill;
   $("#cli-command").textContent = view.command;
   $("#cli-command").title = view.command;
   $("#recompute-command").textContent = view.recompute_command || "—";
@@ -551,6 +553,113 @@ async function useConfig(text, name) {
   await refresh();
 }
 
+// ---------- planner ----------
+// A plan row's layout → the page's controls (CLI names); the rest of the state (model, recipe, GPU) is kept.
+const PLAN_LAYOUT = {dp: "dp", tp: "tp", pp: "pp", cp: "cp", ep: "ep", zero: "zero", shard_group: "shard-group",
+                     sp: "sp", pp_schedule: "pp-schedule", vpp: "vpp", micro_batches: "micro-batches",
+                     offload_optimizer: "offload-optimizer", offload_activations: "offload-activations"};
+
+function layoutText(row) {
+  const l = row.layout;
+  const axes = ["dp", "tp", "pp", "cp", "ep"].filter(k => l[k] > 1 || k === "dp").map(k => `${k}${l[k]}`);
+  if (l.sp) axes.push("sp");
+  if (l.pp_schedule === "interleaved") axes.push(`vpp${l.vpp}`);
+  axes.push(`ZeRO-${l.zero}${l.shard_group ? ` (group ${l.shard_group})` : ""}`);
+  axes.push(`mb ${row.micro_batch} × ${l.micro_batches}`, row.recompute);
+  if (l.offload_optimizer) axes.push("offload opt");
+  if (l.offload_activations) axes.push("offload act");
+  return axes.join(" · ");
+}
+
+function loadPlanRow(row) {
+  const s = readControls();
+  delete s.gpus;  // dp is given: the row's layout sets the GPU count
+  for (const [key, name] of Object.entries(PLAN_LAYOUT)) {
+    const v = row.layout[key];
+    if (v === null || v === undefined) delete s[name];
+    else s[name] = String(v);
+  }
+  s["micro-batch"] = String(row.micro_batch);
+  s.recompute = row.recompute;
+  writeControls(s);
+  document.body.dataset.planLoaded = String(row.rank);
+  refresh();
+}
+
+function renderPlan(data) {
+  const plan = data.plan, search = plan.search;
+  $("#plan-command").textContent = data.command;
+  const budget = data.points.length ? data.points[0].budget_bytes : null;
+  Charts.scatter($("#plan-chart"), {
+    points: data.points.map(p => ({x: p.step_s, y: p.peak_bytes, front: p.front, onclick: () => loadPlanRow(p),
+                                   testid: `plan-point-${p.rank}`,
+                                   title: `#${p.rank} ${layoutText(p)}: peak ${fmtBytes(p.peak_bytes)}, step ` +
+                                          `${fmtSeconds(p.step_s)}, MFU ${(100 * p.mfu).toFixed(1)} % — click to load`})),
+    fmtX: t => `${+t.toPrecision(3)} s`, fmtY: fmtAxisBytes, xLabel: "step time (s)", yLabel: "peak per GPU",
+    capacity: budget, capacityLabel: budget ? `budget ${fmtBytes(budget)}` : "", label: "candidate layouts"});
+  const rejected = Object.entries(search.rejected).map(([k, n]) => `${k.replaceAll("_", " ")} ${n.toLocaleString("en-US")}`);
+  $("#plan-note").textContent =
+    `${plan.fits.toLocaleString("en-US")} of ${search.candidates.toLocaleString("en-US")} candidates fit ` +
+    `(${search.evaluated.toLocaleString("en-US")} evaluated in ${search.seconds.toFixed(1)} s)` +
+    (search.complete ? "" : `; stopped after ${search.seconds.toFixed(1)} s with ` +
+     `${search.not_searched.toLocaleString("en-US")} candidates not searched: fix some axes, or run the command ` +
+     "below for the whole space") +
+    (rejected.length ? `. Rejected: ${rejected.join(", ")}.` : ".") +
+    ` Red: the Pareto front of memory vs time. Showing ${data.points.length.toLocaleString("en-US")} points.`;
+  const table = document.createElement("table");
+  table.className = "data plan";
+  table.innerHTML = "<tr><th>#</th><th>GPUs</th><th>layout</th><th>peak</th><th>headroom</th><th>step</th>" +
+                    "<th>MFU</th><th>tokens/s</th><th></th></tr>";
+  for (const row of plan.top) {
+    const tr = document.createElement("tr");
+    const cells = [row.rank, row.gpus, layoutText(row), fmtBytes(row.peak_bytes), fmtBytes(row.headroom_bytes),
+                   fmtSeconds(row.step_s), `${(100 * row.mfu).toFixed(1)} %`, Math.round(row.tokens_per_s).toLocaleString("en-US")];
+    for (const c of cells) { const td = document.createElement("td"); td.textContent = c; tr.appendChild(td); }
+    const td = document.createElement("td");
+    const b = document.createElement("button");
+    b.type = "button";
+    b.textContent = "load";
+    b.title = row.command;
+    b.dataset.testid = `plan-load-${row.rank}`;
+    b.addEventListener("click", () => loadPlanRow(row));
+    td.appendChild(b);
+    tr.appendChild(td);
+    table.appendChild(tr);
+  }
+  $("#plan-table").replaceChildren(table);
+}
+
+async function runPlan() {
+  const s = readControls();
+  const note = $("#plan-note");
+  let body;
+  try { body = payload(s); } catch (err) { note.textContent = err.message; return; }
+  if (!body.gpu) { note.textContent = "pick a GPU first: the planner fits layouts to its memory"; return; }
+  if (!lastBill) { note.textContent = "the bill has not been drawn yet"; return; }
+  const req = {model: body.model, gpu: body.gpu, seq: body.seq, recipe: body.recipe,
+               objective: $("#plan-objective").value,
+               gpus: $("#plan-gpus").value.trim() || String(lastBill.parallel.world),
+               "global-batch-tokens": String(lastBill.run.global_batch_tokens.value)};
+  if (body.optimizer) req.optimizer = body.optimizer;
+  if (body.reserve) req.reserve = body.reserve;
+  if (body.efficiency) req.efficiency = body.efficiency;
+  const fix = $("#plan-fix").value.trim();
+  if (fix) req.fix = fix;
+  if (body.config) { req.config = body.config; req["config-name"] = body["config-name"]; }
+  document.body.dataset.plan = "searching";
+  note.textContent = `searching the layouts of ${req.gpus} × ${body.gpu} (at most 8 s)…`;
+  $("#plan-run").disabled = true;
+  try {
+    renderPlan(await post("/api/plan", req));
+    document.body.dataset.plan = "done";
+  } catch (err) {
+    note.textContent = `stepbill: error: ${err.message}`;
+    document.body.dataset.plan = "error";
+  } finally {
+    $("#plan-run").disabled = false;
+  }
+}
+
 async function init() {
   choices = await (await fetch("/api/choices")).json();
   // shared options (seq, micro-batch, ...) take the bill's defaults: the page is the bill's view
@@ -584,6 +693,7 @@ async function init() {
     $("#config-text").value = text;
     await useConfig(text, file.name.replace(/\.json$/, ""));
   });
+  $("#plan-run").addEventListener("click", runPlan);
   $("#explain-close").addEventListener("click", () => { $("#explain").hidden = true; });
   document.addEventListener("keydown", ev => { if (ev.key === "Escape") $("#explain").hidden = true; });
   $("#copy-cli").addEventListener("click", async () => {

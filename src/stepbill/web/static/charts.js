@@ -254,5 +254,42 @@ const Charts = (() => {
     return root;
   }
 
-  return {color, stackedBars, timeline, hbars, lines};
+  // A scatter of points [{x, y, front, title, onclick, testid}] on linear axes from 0; front points drawn larger,
+  // joined in x order (a Pareto front); an optional horizontal line at `capacity` (the budget).
+  function scatter(host, {points, fmtX, fmtY, xLabel, yLabel, capacity, capacityLabel, label}) {
+    const left = 72, right = 20, top = 14, bottom = 44, width = 800, height = 300;
+    const root = svg(host, width, height, label);
+    const hiX = Math.max(...points.map(p => p.x), 0) * 1.05 || 1;
+    const hiY = Math.max(...points.map(p => p.y), capacity || 0, 0) * 1.05 || 1;
+    const px = v => left + (width - left - right) * v / hiX;
+    const py = v => height - bottom - (height - top - bottom) * v / hiY;
+    for (const t of niceTicks(hiY)) {
+      root.appendChild(el("line", {x1: left, x2: width - right, y1: py(t), y2: py(t), class: "grid"}));
+      root.appendChild(el("text", {x: left - 6, y: py(t) + 4, "text-anchor": "end", class: "tick"}, fmtY(t)));
+    }
+    for (const t of niceTicks(hiX)) {
+      root.appendChild(el("text", {x: px(t), y: height - bottom + 16, "text-anchor": "middle", class: "tick"}, fmtX(t)));
+    }
+    root.appendChild(el("text", {x: (left + width - right) / 2, y: height - 6, "text-anchor": "middle",
+                                 class: "axis-label"}, xLabel));
+    root.appendChild(el("text", {x: 12, y: top + 4, class: "axis-label"}, yLabel));
+    if (capacity) {
+      root.appendChild(el("line", {x1: left, x2: width - right, y1: py(capacity), y2: py(capacity), class: "capacity"}));
+      root.appendChild(el("text", {x: width - right - 4, y: py(capacity) - 4, "text-anchor": "end", class: "tick"},
+                          capacityLabel || ""));
+    }
+    const front = points.filter(p => p.front).sort((a, b) => a.x - b.x);
+    if (front.length > 1) {
+      const d = front.map((p, j) => `${j ? "L" : "M"}${px(p.x)},${py(p.y)}`).join("");
+      root.appendChild(el("path", {d, stroke: "#e15759", fill: "none", class: "line front"}));
+    }
+    for (const p of [...points.filter(q => !q.front), ...front]) {  // the front drawn last, on top
+      const dot = el("circle", {cx: px(p.x), cy: py(p.y), r: p.front ? 5 : 3,
+                                fill: p.front ? "#e15759" : "#4e79a7", "fill-opacity": p.front ? 1 : 0.45});
+      root.appendChild(clickable(tip(dot, p.title), p.onclick, p.testid));
+    }
+    return root;
+  }
+
+  return {color, stackedBars, timeline, hbars, lines, scatter};
 })();
