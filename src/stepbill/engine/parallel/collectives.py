@@ -18,12 +18,13 @@ consecutive ranks and stays inside a node when n·k ≤ GPUs per node. Bytes are
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from stepbill.engine import comm
 from stepbill.engine.line import Line
-from stepbill.engine.parallel.holdings import row_item_elements
+from stepbill.engine.parallel.holdings import ResidentRecipe, row_item_elements, slicing_layout
 from stepbill.engine.parallel.layout import row_slice, stage_layer_kinds
-from stepbill.engine.params import ParamInventory
+from stepbill.engine.params import ParamInventory, param_inventory
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.recipe import Recipe
@@ -62,8 +63,22 @@ def _scope(n: int, stride: int, per_node: int) -> str:
     return "intra-node" if n * stride <= per_node else "inter-node"
 
 
-def rank_param_elements(spec: ModelSpec, recipe: Recipe, inv: ParamInventory) -> dict[str, float]:
-    """Pre-ZeRO elements one rank of the largest stage holds: {dense_grads, dense_weights, expert_*}."""
+def rank_param_elements(spec: ModelSpec, recipe: Recipe | ResidentRecipe, inv: ParamInventory) -> dict[str, float]:
+    """Pre-ZeRO elements one rank of the largest stage holds: {dense_grads, dense_weights, expert_*}. Memoised on
+    what it reads (model, precision, optimizer, LoRA, the layout's slicing degrees) when `inv` is the model's own
+    inventory: a bill asks up to three times, a planner once per micro-batch, recompute and sp variant of a layout."""
+    if inv is not param_inventory(spec):
+        return _rank_param_elements(spec, recipe, inv)
+    key = ResidentRecipe(recipe.precision, recipe.optimizer, recipe.lora, slicing_layout(recipe.parallel))
+    return dict(_rank_param_elements_memo(spec, key))
+
+
+@lru_cache(maxsize=1024)
+def _rank_param_elements_memo(spec: ModelSpec, recipe: ResidentRecipe) -> dict[str, float]:
+    return _rank_param_elements(spec, recipe, param_inventory(spec))
+
+
+def _rank_param_elements(spec: ModelSpec, recipe: Recipe | ResidentRecipe, inv: ParamInventory) -> dict[str, float]:
     kinds = stage_layer_kinds(spec, recipe.parallel)
     best: dict[str, float] = {}
     for stage in range(recipe.parallel.pp):

@@ -4,7 +4,7 @@ slicing rules). Memoised per (spec, precision, optimizer, LoRA, layout, stage): 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
@@ -89,8 +89,17 @@ class Held:
 
 def rank_holdings(spec: ModelSpec, recipe: Recipe, stage: int) -> Held:
     """What one rank of `stage` holds (shared, memoised: read it, never change it). It does not depend on the
-    sequence, the micro-batch or the recompute policy, which a planner varies most."""
-    return _resident_cached(spec, recipe.precision, recipe.optimizer, recipe.lora, recipe.parallel, stage)
+    sequence, the micro-batch, the recompute policy, sp or offload, which a planner varies most: the memo key is
+    the layout with those fields set to one value (`slicing_layout`)."""
+    return _resident_cached(spec, recipe.precision, recipe.optimizer, recipe.lora, slicing_layout(recipe.parallel),
+                            stage)
+
+
+@lru_cache(maxsize=4096)
+def slicing_layout(parallel: Any) -> Any:
+    """`parallel` with only what slices parameters (dp, tp, pp, cp, ep, etp, zero, shard_group, vpp, pp_layers,
+    schedule) kept: sp off, no offload, micro-batches = pp (valid under every schedule). A memo key."""
+    return replace(parallel, sp=False, micro_batches=parallel.pp, offload_optimizer=False, offload_activations=False)
 
 
 @lru_cache(maxsize=1024)
