@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 from stepbill.engine import activations as act
@@ -80,33 +81,54 @@ class RecomputePlan:
 
     def kept_bytes(self, index: int) -> float:
         """Bytes per token layer `index` keeps after its forward."""
-        plan = self.layers[self.order[index]]
-        if self.segment > 1:
-            return plan.checkpoint_bytes if index % self.segment == 0 else 0.0
-        return plan.kept_bytes + plan.checkpoint_bytes
+        return self._kept[index]
+
+    @cached_property
+    def _kept(self) -> tuple[float, ...]:
+        """kept_bytes of every layer, computed once: the timelines of every rank class read them per layer."""
+        out = []
+        for index, kind in enumerate(self.order):
+            plan = self.layers[kind]
+            if self.segment > 1:
+                out.append(plan.checkpoint_bytes if index % self.segment == 0 else 0.0)
+            else:
+                out.append(plan.kept_bytes + plan.checkpoint_bytes)
+        return tuple(out)
 
     def dropped_bytes(self, index: int) -> float:
         return self.layers[self.order[index]].dropped_bytes
 
     def forward_live(self) -> list[float]:
         """Activation bytes (whole micro-batch) alive at the end of each layer's forward."""
+        return list(self._forward_live)
+
+    @cached_property
+    def _forward_live(self) -> tuple[float, ...]:
         out, kept = [], 0.0
         for i in range(len(self.order)):
-            kept += self.kept_bytes(i)
+            kept += self._kept[i]
             out.append((kept + self.dropped_bytes(i)) * self.tokens)
-        return out
+        return tuple(out)
 
     def backward_live(self) -> list[float]:
         """Activation bytes alive while each layer's backward runs (index order; backward runs L-1 … 0)."""
+        return list(self._backward_live)
+
+    @cached_property
+    def _backward_live(self) -> tuple[float, ...]:
         out, kept, seg_dropped = [], 0.0, 0.0
         for i in range(len(self.order)):
-            kept += self.kept_bytes(i)
+            kept += self._kept[i]
             seg_dropped = (0.0 if i % self.segment == 0 else seg_dropped) + self.dropped_bytes(i)
             out.append((kept + seg_dropped) * self.tokens)
-        return out
+        return tuple(out)
 
     def kept_after_forward(self) -> float:
-        return sum(self.kept_bytes(i) for i in range(len(self.order))) * self.tokens
+        return self._kept_after_forward
+
+    @cached_property
+    def _kept_after_forward(self) -> float:
+        return sum(self._kept) * self.tokens
 
     def peak_activations(self) -> float:
         return max(max(self.forward_live()), max(self.backward_live()))
