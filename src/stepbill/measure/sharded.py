@@ -323,6 +323,12 @@ def measure_on_mesh(
             for layer in decoder_layers(model):
                 fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=zero == 3)
             fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=zero == 3)
+            if not cuda and dist.get_backend(mesh.get_group()) == "gloo":
+                from stepbill.measure.gloo import settle_reduce_scatters
+
+                # gloo's reduce-scatter clones its input; the clone is freed on gloo's worker thread at a time
+                # that races the main thread: wait for it, so every run measures the same (measure/gloo.py)
+                settle_reduce_scatters([*decoder_layers(model), model])
             optimizer = torch.optim.AdamW(model.parameters(), lr=lr, foreach=False, fused=False)
             states_of = optimizer
         elif zero == 1:
