@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any
 
 import typer
@@ -212,8 +213,16 @@ def _launch(nproc: int, args: list[str]) -> None:
     errors = [line for line in done.stderr.splitlines() if line.startswith("stepbill: error: ")]
     if errors:
         raise StepbillError(errors[0].removeprefix("stepbill: error: "))
-    last = next((line for line in reversed(done.stderr.splitlines()) if line.strip()), "no output")
-    raise StepbillError(f"torchrun exited with code {done.returncode}: {last.strip()}")
+    raise StepbillError(f"torchrun exited with code {done.returncode}: {_failure_line(done.stderr)}")
+
+
+def _failure_line(stderr: str) -> str:
+    """The line of torchrun's stderr that says why: the last exception line (``SomeError: ...``) of a rank's
+    traceback, else the last line that is not the '====' border of torchrun's failure summary."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip().strip("=-")]
+    raised = [line for line in lines if re.match(r"^[\w.]*(Error|Exception)\b.*:", line)
+              and "ChildFailedError" not in line]  # torchrun's own summary names no cause
+    return (raised or lines or ["no output"])[-1]
 
 
 def _check_launched(spec: Any, config: dict[str, Any], seq: int, micro_batch: int, recipe: str, dp: int, zero: int,

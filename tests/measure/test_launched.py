@@ -63,3 +63,14 @@ def test_launch_command_is_torchrun_on_a_free_local_port() -> None:
     assert cmd[cmd.index("--nproc-per-node") + 1] == "4" and cmd[cmd.index("--master-port") + 1] == "23456"
     assert cmd[-5:] == ["stepbill", "check", "tiny.json", "--zero", "3"]
     assert 0 < free_port() < 65536
+
+
+def test_a_failed_launch_names_the_ranks_exception_not_torchruns_border() -> None:
+    from stepbill.cli_check import _failure_line
+
+    stderr = ("Traceback (most recent call last):\n  File \"x.py\", line 1\n"
+              "RuntimeError: The server socket has failed to listen on any local network address. port: 29500\n"
+              "=====\ntorch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n=====\n")
+    assert _failure_line(stderr).startswith("RuntimeError: The server socket has failed")
+    assert _failure_line("=====\nexit 1\n=====\n") == "exit 1"
+    assert _failure_line("") == "no output"
