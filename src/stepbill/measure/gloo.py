@@ -37,8 +37,10 @@ SETTLE_LIMIT_S = 30.0
 def settled_reduce_scatter() -> Any:
     """A ``DefaultReduceScatter`` whose call returns once gloo's input clone is freed (module docstring)."""
     require_torch()
+    import torch
     from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultReduceScatter
     from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
 
     class _Touched(TorchDispatchMode):
         """Weak references to the storages of the tensors the ops inside the call read or make."""
@@ -49,11 +51,7 @@ def settled_reduce_scatter() -> Any:
             self.refs: dict[int, Any] = {}
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-            from torch.utils._pytree import tree_flatten
-
             out = func(*args, **(kwargs or {}))
-            import torch
-
             for t in tree_flatten((args, kwargs, out))[0]:
                 if isinstance(t, torch.Tensor):
                     storage = t.untyped_storage()
@@ -69,6 +67,7 @@ def settled_reduce_scatter() -> Any:
             super().__init__()
             # one mode for every call: a new TorchDispatchMode instance costs about a second on its first op
             self.touched = _Touched()
+            self.unsettled = 0  # calls whose clone was still alive after SETTLE_LIMIT_S (reported, never hidden)
 
         def __call__(self, output_tensor: Any, input_tensor: Any, group: Any, op: Any,
                      async_op: bool = False) -> Any:
@@ -81,15 +80,20 @@ def settled_reduce_scatter() -> Any:
                 return work
             deadline = time.monotonic() + SETTLE_LIMIT_S
             refs, touched.refs = list(touched.refs.values()), {}
-            while any(ref() is not None for ref in refs) and time.monotonic() < deadline:
+            while any(ref() is not None for ref in refs):
+                if time.monotonic() > deadline:
+                    self.unsettled += 1
+                    break
                 time.sleep(1e-4)  # releases the GIL: gloo's worker thread drops its reference
             return work
 
     return SettledReduceScatter()
 
 
-def settle_reduce_scatters(modules: Any) -> None:
-    """Give every FSDP2 module in `modules` the settled reduce-scatter (gloo process groups only)."""
+def settle_reduce_scatters(modules: Any) -> Any:
+    """Give every FSDP2 module in `modules` the settled reduce-scatter (gloo process groups only); returns it
+    (its ``unsettled`` counts the calls that gave up waiting)."""
     comm = settled_reduce_scatter()
     for module in modules:
         module.set_custom_reduce_scatter(comm)
+    return comm
