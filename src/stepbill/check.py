@@ -356,9 +356,10 @@ def ddp_prediction(bill: Bill, world: int, rank: int) -> tuple[Any, float]:
 
 
 def compare_launched(spec: Any, measured: list[Any], *, zero: int, micro_batch: int, seq: int,
-                     recipe: str) -> list[tuple[Any, Any, list[CheckRow]]]:
+                     recipe: str, backend: str = "gloo") -> list[tuple[Any, Any, list[CheckRow]]]:
     """(prediction, measurement, rows) for every rank of a launched run; ZeRO-1/2/3 from engine/check_rank.py's
-    predict_rank, DDP from the single-rank eager bill plus its gradient buckets (``ddp_prediction``)."""
+    predict_rank, DDP from the single-rank eager bill plus its gradient buckets (``ddp_prediction``). `backend`:
+    the run's process group, "gloo" (CPU: FSDP2's reduce-scatter clones its input, billed) or "nccl"."""
     from stepbill.engine.check_rank import predict_rank
 
     world = len(measured)
@@ -375,7 +376,7 @@ def compare_launched(spec: Any, measured: list[Any], *, zero: int, micro_batch: 
             rows.append(CheckRow("DDP gradient buckets (resident)", "bytes", buckets,
                                  float(m.extra.get("ddp_buckets", 0)), "ddp.buckets"))
         else:
-            pred = predict_rank(spec, world, zero, m.rank, micro_batch, seq, recipe)
+            pred = predict_rank(spec, world, zero, m.rank, micro_batch, seq, recipe, backend=backend)
             rows = compare_sharded(pred, m)
         if "reserved_peak" in m.extra:  # CUDA: the caching allocator's reserve, beside the bill
             rows.append(CheckRow("reserved at peak (allocator; not billed)", "bytes", None,

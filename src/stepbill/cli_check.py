@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any
 
 import typer
@@ -191,9 +192,10 @@ def _check_sharded(spec: Any, config: dict[str, Any], seq: int, micro_batch: int
     _print_notes(spec)
 
 
-GLOO_FSDP_NOTE = ("gloo's reduce_scatter_single copies its whole input (a temporary of the input's size per call; "
-                  "NCCL does not) and its async all-gathers hold buffers a little longer: not in the bill, the "
-                  "backward peak measures a few % above it on gloo")
+GLOO_FSDP_NOTE = ("gloo convention: gloo's reduce-scatter clones its whole input (fp32, one unit) and is billed "
+                  "so (NCCL does not); the measurement waits for gloo's worker thread to free each clone, so every "
+                  "run measures the same; gloo's all-gather staging buffer lives on its worker thread, seen by "
+                  "no tracker and not billed")
 
 
 def _launch(nproc: int, args: list[str]) -> None:
@@ -211,8 +213,16 @@ def _launch(nproc: int, args: list[str]) -> None:
     errors = [line for line in done.stderr.splitlines() if line.startswith("stepbill: error: ")]
     if errors:
         raise StepbillError(errors[0].removeprefix("stepbill: error: "))
-    last = next((line for line in reversed(done.stderr.splitlines()) if line.strip()), "no output")
-    raise StepbillError(f"torchrun exited with code {done.returncode}: {last.strip()}")
+    raise StepbillError(f"torchrun exited with code {done.returncode}: {_failure_line(done.stderr)}")
+
+
+def _failure_line(stderr: str) -> str:
+    """The line of torchrun's stderr that says why: the last exception line (``SomeError: ...``) of a rank's
+    traceback, else the last line that is not the '====' border of torchrun's failure summary."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip().strip("=-")]
+    raised = [line for line in lines if re.match(r"^[\w.]*(Error|Exception)\b.*:", line)
+              and "ChildFailedError" not in line]  # torchrun's own summary names no cause
+    return (raised or lines or ["no output"])[-1]
 
 
 def _check_launched(spec: Any, config: dict[str, Any], seq: int, micro_batch: int, recipe: str, dp: int, zero: int,
@@ -230,9 +240,10 @@ def _check_launched(spec: Any, config: dict[str, Any], seq: int, micro_batch: in
                                       device=device)
     if rank != 0 or measured is None:
         return
-    results = compare_launched(spec, measured, zero=zero, micro_batch=micro_batch, seq=seq, recipe=recipe)
-    stage = {0: "DDP", 1: "ZeRO-1 (ZeroRedundancyOptimizer)", 2: "ZeRO-2 (FSDP2)", 3: "ZeRO-3 (FSDP2)"}[zero]
     backend = "nccl" if device == "cuda" else "gloo"
+    results = compare_launched(spec, measured, zero=zero, micro_batch=micro_batch, seq=seq, recipe=recipe,
+                               backend=backend)
+    stage = {0: "DDP", 1: "ZeRO-1 (ZeroRedundancyOptimizer)", 2: "ZeRO-2 (FSDP2)", 3: "ZeRO-3 (FSDP2)"}[zero]
     tracker = ("torch.cuda max_memory_allocated" if device == "cuda"
                else "FSDPMemTracker" if zero in (2, 3) else "MemTracker")
     notes = [GLOO_FSDP_NOTE] if zero in (2, 3) and backend == "gloo" else []

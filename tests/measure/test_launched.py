@@ -12,7 +12,6 @@ from tests.conftest import run_cli
 
 TINY = "tests/data/tiny-llama.json"
 TOLERANCE = 0.03
-RESIDENT = ("params", "grads", "optimizer states", "activations", "peak of the forward")
 
 
 def _launched(capsys: pytest.CaptureFixture[str], nproc: int, zero: int) -> dict:
@@ -42,23 +41,18 @@ def test_ddp_and_zero1_every_rank_within_3_percent(nproc: int, zero: int, capsys
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("zero", [2, 3])
-def test_fsdp2_on_gloo_every_rank(zero: int, capsys: pytest.CaptureFixture[str]) -> None:
-    """FSDP2 on gloo: the resident shards, activations and the forward peak within 3 % on every rank. The
-    backward peak sits a few % above the bill: gloo's reduce_scatter_single copies its whole input (a temporary
-    of the input's size per call, measured; NCCL does not) and its async all-gathers keep buffers a little
-    longer, depending on timing — not modelled yet (the fake process group, which completes every collective
-    at once, matches the bill to the byte in tests/test_sharded.py)."""
-    data = _launched(capsys, 2, zero)
+@pytest.mark.parametrize(("nproc", "zero"), [(2, 2), (2, 3), (4, 2), (4, 3)])
+def test_fsdp2_on_gloo_every_rank(nproc: int, zero: int, capsys: pytest.CaptureFixture[str]) -> None:
+    """FSDP2 on gloo, every category of every rank within 3 % (the step peak included): the bill's gloo
+    convention holds gloo's reduce-scatter clone of its input (engine/parallel/fsdp2_moments.py), and the
+    measurement waits for gloo's worker thread to free each clone (measure/gloo.py), so the figures are the
+    same on every run (5 runs each, 0.00 % on every rank: docs/accuracy.md "Real ranks")."""
+    data = _launched(capsys, nproc, zero)
     assert data["recipe"] == "fsdp-mixed-bf16"
     for rank in data["ranks"]:
-        rows = {r["category"]: r for r in rank["rows"]}
-        for name, row in rows.items():
-            if name.startswith(RESIDENT):
-                assert abs(row["error"]) <= TOLERANCE, (rank["rank"], name, row["error"])
-        # gloo's copies only add memory (never above the bill), by an amount that varies from run to run: −12.5 %
-        # and 0 % were seen on the same rank, −11.0 % once in CI (docs/accuracy.md "Real ranks")
-        assert -0.15 <= rows["peak of the step"]["error"] <= TOLERANCE
+        errors = {r["category"]: r["error"] for r in rank["rows"] if r["error"] is not None}
+        assert "peak of the step" in errors
+        assert all(abs(e) <= TOLERANCE for e in errors.values()), (rank["rank"], errors)
 
 
 def test_launch_command_is_torchrun_on_a_free_local_port() -> None:
@@ -69,3 +63,14 @@ def test_launch_command_is_torchrun_on_a_free_local_port() -> None:
     assert cmd[cmd.index("--nproc-per-node") + 1] == "4" and cmd[cmd.index("--master-port") + 1] == "23456"
     assert cmd[-5:] == ["stepbill", "check", "tiny.json", "--zero", "3"]
     assert 0 < free_port() < 65536
+
+
+def test_a_failed_launch_names_the_ranks_exception_not_torchruns_border() -> None:
+    from stepbill.cli_check import _failure_line
+
+    stderr = ("Traceback (most recent call last):\n  File \"x.py\", line 1\n"
+              "RuntimeError: The server socket has failed to listen on any local network address. port: 29500\n"
+              "=====\ntorch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n=====\n")
+    assert _failure_line(stderr).startswith("RuntimeError: The server socket has failed")
+    assert _failure_line("=====\nexit 1\n=====\n") == "exit 1"
+    assert _failure_line("") == "no output"

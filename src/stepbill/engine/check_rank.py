@@ -14,8 +14,9 @@ from stepbill.spec.recipe import make_recipe
 
 
 def sharded_context(spec: ModelSpec, zero: int, micro_batch: int = 1, seq_len: int = 128,
-                    recipe: str = "fp32") -> ShardedContext:
-    """The shared part of predict_rank (build once, predict every rank)."""
+                    recipe: str = "fp32", backend: str = "nccl") -> ShardedContext:
+    """The shared part of predict_rank (build once, predict every rank). `backend`: whose collective buffers
+    are billed, "nccl" (none; also the fake process group's) or "gloo" (its reduce-scatter clones the input)."""
     tensors = hf_tensors(spec)
     compute = "pure-bf16" if zero in (2, 3) else recipe
     convention = "eager"
@@ -24,12 +25,14 @@ def sharded_context(spec: ModelSpec, zero: int, micro_batch: int = 1, seq_len: i
     except StepbillError:  # no eager rows for this family: resident state stays exact, peaks rough
         convention = "ideal"
         bill = make_bill(spec, make_recipe(compute, "adamw", micro_batch, seq_len), convention=convention)
-    return ShardedContext(tensors, bill, convention)
+    return ShardedContext(tensors, bill, convention, backend=backend)
 
 
 
 def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int = 0, micro_batch: int = 1, seq_len: int = 128,
-                 recipe: str = "fp32", context: ShardedContext | None = None) -> RankPrediction:
-    """Predicted memory of rank `rank` of `world` under ZeRO-`zero` as measure/sharded.py runs it."""
-    ctx = context or sharded_context(spec, zero, micro_batch, seq_len, recipe)
+                 recipe: str = "fp32", context: ShardedContext | None = None,
+                 backend: str = "nccl") -> RankPrediction:
+    """Predicted memory of rank `rank` of `world` under ZeRO-`zero` as measure/sharded.py runs it (on `backend`'s
+    collectives: see sharded_context)."""
+    ctx = context or sharded_context(spec, zero, micro_batch, seq_len, recipe, backend)
     return predict_on(spec, world, zero, rank, micro_batch, seq_len, ctx)

@@ -135,7 +135,8 @@ class RankMeasurement(MeasuredMemory):
     world: int
     zero: int
     #: bytes outside the categories: ``ddp_buckets`` (DDP's gradient buckets, in every total), ``reserved_peak``
-    #: (CUDA: the caching allocator's reserved bytes at their peak).
+    #: (CUDA: the caching allocator's reserved bytes at their peak); and one count, ``gloo_unsettled_reduce_scatters``
+    #: (FSDP2 on gloo: reduce-scatters whose input clone outlived measure/gloo.py's wait; absent when none).
     extra: dict[str, int] = field(default_factory=dict)
 
 
@@ -316,6 +317,7 @@ def measure_on_mesh(
             stack.enter_context(fake_mode)
         ddp = None
         ddp_buckets: dict[int, Any] = {}
+        settled = None
         if fsdp:
             from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -323,6 +325,12 @@ def measure_on_mesh(
             for layer in decoder_layers(model):
                 fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=zero == 3)
             fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=zero == 3)
+            if not cuda and dist.get_backend(mesh.get_group()) == "gloo":
+                from stepbill.measure.gloo import settle_reduce_scatters
+
+                # gloo's reduce-scatter clones its input; the clone is freed on gloo's worker thread at a time
+                # that races the main thread: wait for it, so every run measures the same (measure/gloo.py)
+                settled = settle_reduce_scatters([*decoder_layers(model), model])
             optimizer = torch.optim.AdamW(model.parameters(), lr=lr, foreach=False, fused=False)
             states_of = optimizer
         elif zero == 1:
@@ -404,6 +412,8 @@ def measure_on_mesh(
             extra["reserved_peak"] = max(p["reserved"] for p in phases.peaks.values())
             for p in PHASES:
                 phases.peaks[p]["activations"] = activations
+    if settled is not None and settled.unsettled:  # a gloo clone outlived the wait: this rank's peak may be high
+        extra["gloo_unsettled_reduce_scatters"] = settled.unsettled
     if ddp is not None:  # resident all step: tracked as Other (inputs) on CPU, counted by the allocator on CUDA
         for snap in [*phases.peaks.values(), *phases.marks.values()]:
             if not cuda:

@@ -91,7 +91,8 @@ class LaunchedRank(Strict):
     convention: str = Field(description="the prediction's convention")
     rows: list[LaunchedRow] = Field(description="one row per category")
     measured_breakdown_at_peak: dict[str, int] = Field(description="the tracker's categories at the peak (bytes)")
-    measured_extra: dict[str, int] = Field(description="ddp_buckets (DDP's gradient buckets), reserved_peak (CUDA)")
+    measured_extra: dict[str, int] = Field(description="ddp_buckets (DDP's gradient buckets), reserved_peak (CUDA), "
+                                           "gloo_unsettled_reduce_scatters (a count; absent when 0)")
     verdict: str = Field(description="how many categories are within 3 %")
 
 
@@ -106,7 +107,8 @@ class CheckLaunchedJson(_MeasuredSetup):
     zero: int = Field(description="ZeRO stage (0: DDP)")
     stage: str = Field(description="DDP, ZeRO-1 (ZeroRedundancyOptimizer), ZeRO-2/3 (FSDP2)")
     measured_by: str = Field(description="MemTracker, FSDPMemTracker or torch.cuda max_memory_allocated")
-    notes: list[str] = Field(description="what the comparison knows it misses (e.g. gloo's reduce-scatter copy)")
+    notes: list[str] = Field(description="the comparison's conventions and what it knows it misses (e.g. gloo's "
+                             "reduce-scatter clone, billed; its all-gather staging buffer, unseen)")
     ranks: list[LaunchedRank] = Field(description="every rank, rank 0 first")
 
 

@@ -113,17 +113,20 @@ def fsdp_units(tensors: list[Tensor], world: int, layers: int) -> Units:
     """Bytes of each FSDP2 unit (-1: the root) at world size `world`, in one pass over the tensors."""
     padded = dict.fromkeys(range(-1, layers), 0)
     numel = dict.fromkeys(range(-1, layers), 0)
+    last = dict.fromkeys(range(-1, layers), 0)
     head = 0
     for t in tensors:
         padded[t.unit] += padded_shard(t, world)
         numel[t.unit] += t.numel
         if t.unit == -1 and "embed" not in t.name:
             head += t.numel
+        if (t.unit >= 0 and ".input_norm." in t.name) or t.name.startswith("embed_tokens."):
+            last[t.unit] += t.numel
     return Units(gathered={u: world * n * BF16 for u, n in padded.items()},
                  reduce_scatter={u: world * n * FP32 for u, n in padded.items()},
                  shard_grad={u: n * FP32 for u, n in padded.items()},
                  grad_bf16={u: n * BF16 for u, n in numel.items()},
-                 head_grad_bf16=head * BF16)
+                 head_grad_bf16=head * BF16, last_grad_bf16={u: n * BF16 for u, n in last.items()})
 
 
 def shape_counts(tensors: list[Tensor]) -> dict[tuple[int, int], int]:
@@ -180,6 +183,8 @@ class ShardedContext:
     bill: Any
     convention: str
     partitions: dict[int, list[list[Tensor]]] = field(default_factory=dict)  # ZeRO-1, per world size
+    #: the collectives' buffers billed: "nccl" (none of their own) or "gloo" (reduce-scatter clones its input)
+    backend: str = "nccl"
 
 
 def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int, micro_batch: int, seq_len: int,
@@ -231,13 +236,15 @@ def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int, micro_batch:
         eager = eager_terms(spec, bill.recipe, bill.inventory, bill.plan)
     rope = eager.rope if eager is not None else 0
     base = res["params"] + res["optimizer_states"] + inputs + buffers
-    key = ("moments", world, zero)
+    key = ("moments", world, zero, ctx.backend)
     if key not in ctx.partitions:  # the buffers and activations are the same on every rank: only `base` differs
-        ctx.partitions[key] = fsdp_moments(bill, units, zero, 0.0, rope)  # type: ignore[index]
+        ctx.partitions[key] = fsdp_moments(bill, units, zero, 0.0, rope, ctx.backend)  # type: ignore[index]
     out = [(phase, label, base + v) for phase, label, v in ctx.partitions[key]]  # type: ignore[index]
     out.append(("optimizer", "optimizer step", base + res["grads"] + 2 * FP32 * res["largest_local"]))
     transient = {"all_gather_layer": max(u_bf16[u] for u in range(layers)), "all_gather_root": u_bf16[-1],
                  "reduce_scatter_layer": max(rs_fp32[u] for u in range(layers)), "reduce_scatter_root": rs_fp32[-1]}
+    if ctx.backend == "gloo":  # gloo's reduce-scatter clones its input (fsdp2_moments.py)
+        transient["reduce_scatter_clone_gloo"] = max(rs_fp32.values())
     return _finish(rank, world, zero, res["params"], res["grads"], res["optimizer_states"], buffers, inputs, bill,
                    out, transient, loss_temp, convention)
 

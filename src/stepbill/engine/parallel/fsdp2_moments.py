@@ -20,11 +20,21 @@ RoPE tables and the position ids (`pre`); at a layer's end the timeline's kept b
 tensor per finished layer up to two; between two layers' backwards the kept bytes of the layers still to go +
 the RoPE tables + the loss and its seed + the residual gradient. A layer's forward working set (its
 transients) is not in the timeline: FSDP moments inside a layer's forward use its end.
+
+Collectives' own buffers (`backend`). "nccl" (the default, and the fake process group `check --dp N` measures on
+one process): a reduce-scatter reads its input in place and allocates nothing. "gloo" (`check --launch N` on
+CPU): ProcessGroupGloo has no native reduce-scatter; `reduce_scatter_tensor_coalesced` (torch 2.13) clones the
+whole input, all-reduces the clone and copies this rank's chunk out, so each unit's reduce-scatter adds a
+moment holding its input twice, `2·rs(u)`, with the output `shard(u)` beside it, after the unit's unsharded
+parameters were resharded and its bf16 gradients copied in (freed but for the last one autograd produced: the
+input norm's for a layer, the token embedding's for the root, measured on tiny llama). The previous unit's
+reduce-scatter input is freed before. gloo's all-gather copies through a flat output-sized buffer on its worker
+thread: no tracker on the main thread sees it, and it is not billed (docs/accuracy.md "Real ranks").
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from stepbill.engine.kinds import Part, Phase
@@ -41,6 +51,9 @@ class Units:
     shard_grad: dict[int, float]  # the rank's fp32 padded sharded gradient
     grad_bf16: dict[int, float]  # unsharded bf16 gradients
     head_grad_bf16: float  # final norm + LM head (root tensors but the embedding)
+    #: bf16 gradient autograd produces last in a unit (a layer's input norm, the root's token embedding): still
+    #: alive while the unit's reduce-scatter runs (the gloo moment)
+    last_grad_bf16: dict[int, float] = field(default_factory=dict)
 
 
 def _live(m: Any) -> float:
@@ -48,8 +61,10 @@ def _live(m: Any) -> float:
     return items["activations"] + items.get("temporaries", 0) + items.get("autocast_cache", 0)
 
 
-def fsdp_moments(bill: Any, units: Units, zero: int, base: float, rope: int) -> list[tuple[str, str, float]]:
-    """(phase, label, bytes) of one rank; `base`: sharded params + optimizer states + inputs + buffers."""
+def fsdp_moments(bill: Any, units: Units, zero: int, base: float, rope: int,
+                 backend: str = "nccl") -> list[tuple[str, str, float]]:
+    """(phase, label, bytes) of one rank; `base`: sharded params + optimizer states + inputs + buffers;
+    `backend`: "nccl" or "gloo" (gloo's reduce-scatter clones its input: module docstring)."""
     spec, recipe = bill.model, bill.recipe
     a = recipe.precision.activation
     n = recipe.micro_batch * recipe.seq_len
@@ -62,6 +77,9 @@ def fsdp_moments(bill: Any, units: Units, zero: int, base: float, rope: int) -> 
     pre = hidden + rope + INT64 * n
     out: list[tuple[str, str, float]] = []
     z3 = zero == 3
+    if backend not in ("nccl", "gloo"):
+        raise ValueError(f"backend must be nccl or gloo, got {backend!r}")
+    gloo, last = backend == "gloo", units.last_grad_bf16
 
     def add(phase: str, label: str, *parts: float) -> None:
         out.append((phase, label, base + sum(parts)))
@@ -105,7 +123,13 @@ def fsdp_moments(bill: Any, units: Units, zero: int, base: float, rope: int) -> 
         after = (kept[i - 1] + rope if i else 0) + LOSS_AND_SEED + hidden
         add("backward", f"backward, layer {i} post-backward", g[-1], others, g[i], nxt, rs_prev, finished, head,
             full[i], after)
+        if gloo:  # resharded, bf16 grads copied into rs(i) and freed, rs_prev freed: rs(i), its clone, the shard
+            add("backward", f"backward, layer {i} reduce-scatter (gloo: input cloned)", g[-1], others, nxt,
+                finished, head, 2 * rs[i], done[i], last.get(i, 0), after)
     finished = done_before[layers]
     add("backward", "backward, embedding and root post-backward", g[-1], rs[0], finished, full[-1],
         LOSS_AND_SEED)
+    if gloo:  # the root resharded, rs[0] freed: the root's input, its clone and its shard
+        add("backward", "backward, root reduce-scatter (gloo: input cloned)", finished, 2 * rs[-1], done[-1],
+            last.get(-1, 0), LOSS_AND_SEED)
     return out
