@@ -42,6 +42,7 @@ from stepbill.engine.activations.eager.attention import mla_uses_math_path
 from stepbill.engine.activations.eager.dtypes import Dt
 from stepbill.engine.activations.eager.families import require_modelled_step
 from stepbill.engine.activations.eager.ffn import GELU_TANH_FAMILIES
+from stepbill.engine.activations.eager.masks import window_fixed_bytes
 from stepbill.engine.activations.eager.moe import RENORMALISE
 from stepbill.engine.activations.eager.outside import rope_buffer_bytes, rope_width
 from stepbill.engine.activations.eager.torch_params import torch_tensor_sizes
@@ -287,7 +288,8 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         ffn_params = sum(x.total for x in inventory.tensors if x.layer_kind == kind and x.component == "ffn")
         norm_grad[kind] = (ffn_params // count + h) * p.grads
         cast_layer[kind] = eager.layer_cast_bytes(spec, kind, width)
-        layer_fixed[kind] = eager.fixed_bytes(eager.layer_fixed_rows(spec, kind, width, b, with_casts=False), t)
+        layer_fixed[kind] = (eager.fixed_bytes(eager.layer_fixed_rows(spec, kind, width, b, with_casts=False), t)
+                             + window_fixed_bytes(spec, kind, width, t, b))  # sliding-window masks (eager/masks.py)
     return EagerTerms(
         constant=INT64 * n + buffers,
         step_counters=FP32 * n_tensors if recipe.optimizer in ("adamw", "adam") else 0,
