@@ -135,6 +135,16 @@ def windowed_attention_flops(spec: ModelSpec, seq_len: Any, micro_batch: Any = 1
     return total - len(a.sliding_layers) * micro_batch * window_cut_flops(spec, seq_len, a.sliding_window)
 
 
+def masked_layers(spec: ModelSpec, seq_len: int) -> tuple[int, ...]:
+    """Indices of the layers whose SDPA gets an explicit sliding-window mask at `seq_len`: transformers 5.24 skips
+    the mask while S < window (masking_utils._ignore_causal_mask_sdpa) and the families with no SDPA path build
+    eager attention's own mask instead (engine/activations/eager/masks.py has the measured facts)."""
+    a = spec.attention
+    if a.sliding_window is None or seq_len < a.sliding_window or spec.family in NO_SDPA_FAMILIES:
+        return ()
+    return tuple(a.sliding_layers)
+
+
 def executed_attention_flops(spec: ModelSpec, seq_len: Any, micro_batch: Any, n_masked: int,
                              eager_attention: bool = False) -> Any:
     """Forward attention-core FLOPs the kernels execute: SDPA with an explicit mask (the `n_masked` sliding layers

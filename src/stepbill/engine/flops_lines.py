@@ -16,6 +16,7 @@ from stepbill.engine.flops import (
     executed_attention_flops,
     forward_flops,
     lm_head_op,
+    masked_layers,
     six_nd,
     step_flops,
     windowed_attention_flops,
@@ -164,14 +165,14 @@ def flops_lines(spec: ModelSpec, seq_len: int, micro_batch: int, n_active: int,
 def window_lines(spec: ModelSpec, seq_len: int, micro_batch: int, attention: str = "sdpa") -> dict[str, Line]:
     """A sliding-window model's attention FLOPs two ways, one forward: the model's (each query's attended keys)
     and the kernel's (SDPA with an explicit mask computes the whole square; engine/flops.py)."""
-    from stepbill.engine.activations.eager.masks import KERNEL_CPU, masked_layers
-
     a = spec.attention
     masked = len(masked_layers(spec, seq_len))
     eager_attn = attention != "sdpa" or spec.family in NO_SDPA_FAMILIES
     model = windowed_attention_flops(spec, seq_len, micro_batch)
     executed = executed_attention_flops(spec, seq_len, micro_batch, masked, eager_attn)
-    kernel = "eager attention (matmul, softmax, matmul)" if eager_attn else KERNEL_CPU
+    kernel = ("eager attention (matmul, softmax, matmul)" if eager_attn else
+              "SDPA with an explicit mask where seq ≥ window (CPU: its flash kernel; CUDA: memory-efficient), "
+              "is_causal elsewhere")
     return {
         "flops.attention_windowed": Line(
             "flops.attention_windowed", model, "FLOPs",

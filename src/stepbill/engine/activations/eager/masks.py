@@ -39,22 +39,11 @@ from typing import Any
 from stepbill.engine.activations.eager.attention import mha_rows
 from stepbill.engine.activations.eager.dtypes import dt_of
 from stepbill.engine.activations.rows import ActTensor, Recompute, _attn_core
-from stepbill.engine.flops import NO_SDPA_FAMILIES
+from stepbill.engine.flops import masked_layers
 from stepbill.engine.kinds import Split
 from stepbill.spec.model import ModelSpec
 
-KERNEL_CPU = "SDPA flash kernel for CPU with an explicit mask (saves the mask in the compute dtype)"
-KERNEL_CUDA = "SDPA memory-efficient kernel (flash takes no mask; sdp_utils.cpp), the same saved tensors"
-
-
-def masked_layers(spec: ModelSpec, seq_len: int) -> tuple[int, ...]:
-    """Indices of the layers whose SDPA gets an explicit sliding-window mask at `seq_len` (seq ≥ window, a
-    family with an SDPA path); empty when none does."""
-    a = spec.attention
-    if a.sliding_window is None or seq_len < a.sliding_window or spec.family in NO_SDPA_FAMILIES:
-        return ()
-    return tuple(a.sliding_layers)
-
+__all__ = ["masked_layer_rows", "masked_layers", "window_fixed_bytes", "window_layer_bytes", "window_total_bytes"]
 
 def masked_layer_rows(spec: ModelSpec, act: int) -> tuple[list[ActTensor], tuple[str, ...]]:
     """What one masked layer saves instead of the full-attention rows: (rows added, names of the mha rows they
@@ -99,7 +88,3 @@ def window_fixed_bytes(spec: ModelSpec, layer_kind: str, act: int, seq_len: int,
         return 0
     return round(mine * window_layer_bytes(spec, act, seq_len, micro_batch) / len(kinds))
 
-
-def mask_kernel(device: str = "cpu") -> str:
-    """The SDPA kernel the bill assumes for a masked layer on `device` ("cpu" or "cuda")."""
-    return KERNEL_CUDA if device == "cuda" else KERNEL_CPU
