@@ -95,7 +95,7 @@ MEMORY = ("memory.activations", "memory.peak_forward", "memory.peak_backward", "
 ])
 def test_window_step_within_three_percent_of_memtracker(family: str, recipe: str, recompute: str) -> None:
     """The whole step against MemTracker (real tensors, tiny models, window 16 < seq 64). Full recompute: the
-    checkpoints also hold transformers' boolean mask (S² bytes, one per model), not modelled: −0.7 % here."""
+    checkpoints also hold transformers' boolean mask (S² bytes, one per model; masks.bool_mask_bytes)."""
     cfg = config(family)
     bill = make_bill(from_hf_config(cfg, "tiny"), make_recipe(recipe, "adamw", B, T, recompute), convention="eager")
     measured = measure_step(cfg, recipe=recipe, micro_batch=B, seq_len=T, recompute=recompute, flops=False)

@@ -42,7 +42,7 @@ from stepbill.engine.activations.eager.attention import mla_uses_math_path
 from stepbill.engine.activations.eager.dtypes import Dt
 from stepbill.engine.activations.eager.families import require_modelled_step
 from stepbill.engine.activations.eager.ffn import GELU_TANH_FAMILIES
-from stepbill.engine.activations.eager.masks import window_fixed_bytes
+from stepbill.engine.activations.eager.masks import bool_mask_bytes, window_fixed_bytes
 from stepbill.engine.activations.eager.moe import RENORMALISE
 from stepbill.engine.activations.eager.outside import rope_buffer_bytes, rope_width
 from stepbill.engine.activations.eager.torch_params import torch_tensor_sizes
@@ -290,17 +290,20 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         cast_layer[kind] = eager.layer_cast_bytes(spec, kind, width)
         layer_fixed[kind] = (eager.fixed_bytes(eager.layer_fixed_rows(spec, kind, width, b, with_casts=False), t)
                              + window_fixed_bytes(spec, kind, width, t, b))  # sliding-window masks (eager/masks.py)
+    # Checkpointed layers hold their arguments for the rebuild, transformers' boolean sliding-window mask among
+    # them (one S×S storage shared by the layers, eager/masks.py): alive at the loss and through the backward.
+    held_mask = bool_mask_bytes(spec, t) if plan.policy.kind in ("full", "every") else 0
     return EagerTerms(
         constant=INT64 * n + buffers,
         step_counters=FP32 * n_tensors if recipe.optimizer in ("adamw", "adam") else 0,
         # amp: the final norm's fp32 output is alive until the causal LM's forward returns (the LM head saves
         # its bf16 cast instead); otherwise it is the LM head's saved input, counted in the outside rows.
-        forward_end=logits + padded + FP32 + (width.param * h * n if amp else 0),
+        forward_end=logits + padded + FP32 + (width.param * h * n if amp else 0) + held_mask,
         loss_act=loss_act,
         loss_temp=2 * FP32 * v * n,
         head_act=loss_act - FP32 * v * n,
         head_temp=head_temp,
-        rope=2 * rope_width(spec) * a * t,  # cos and sin tables, rotary width each
+        rope=2 * rope_width(spec) * a * t + held_mask,  # cos and sin tables, rotary width each
         layer_act=layer_act,
         layer_temp=layer_temp,
         layer_grad=layer_grad,

@@ -43,7 +43,7 @@ from stepbill.engine.flops import masked_layers
 from stepbill.engine.kinds import Split
 from stepbill.spec.model import ModelSpec
 
-__all__ = ["masked_layer_rows", "masked_layers", "window_fixed_bytes", "window_layer_bytes", "window_total_bytes"]
+__all__ = ["bool_mask_bytes", "masked_layer_rows", "masked_layers", "window_fixed_bytes", "window_layer_bytes", "window_total_bytes"]
 
 def masked_layer_rows(spec: ModelSpec, act: int) -> tuple[list[ActTensor], tuple[str, ...]]:
     """What one masked layer saves instead of the full-attention rows: (rows added, names of the mha rows they
@@ -88,3 +88,10 @@ def window_fixed_bytes(spec: ModelSpec, layer_kind: str, act: int, seq_len: int,
         return 0
     return round(mine * window_layer_bytes(spec, act, seq_len, micro_batch) / len(kinds))
 
+
+
+def bool_mask_bytes(spec: ModelSpec, seq_len: int) -> int:
+    """Bytes of transformers' boolean sliding-window mask (one 1×1×S×S storage, 1 B per element, whatever the
+    batch) when some layer gets it; it lives as long as whatever references it (the decoder's forward, or the
+    checkpoints of a full recompute)."""
+    return seq_len * seq_len if masked_layers(spec, seq_len) else 0
