@@ -43,7 +43,9 @@ from stepbill.engine.flops import masked_layers
 from stepbill.engine.kinds import Split
 from stepbill.spec.model import ModelSpec
 
-__all__ = ["bool_mask_bytes", "masked_layer_rows", "masked_layers", "window_fixed_bytes", "window_layer_bytes", "window_total_bytes"]
+__all__ = ["bool_mask_bytes", "masked_layer_rows", "masked_layers", "window_fixed_bytes", "window_layer_bytes",
+           "window_total_bytes"]
+
 
 def masked_layer_rows(spec: ModelSpec, act: int) -> tuple[list[ActTensor], tuple[str, ...]]:
     """What one masked layer saves instead of the full-attention rows: (rows added, names of the mha rows they
@@ -87,7 +89,6 @@ def window_fixed_bytes(spec: ModelSpec, layer_kind: str, act: int, seq_len: int,
     if not mine:
         return 0
     return round(mine * window_layer_bytes(spec, act, seq_len, micro_batch) / len(kinds))
-
 
 
 def bool_mask_bytes(spec: ModelSpec, seq_len: int) -> int:
