@@ -85,6 +85,26 @@ def test_interleaved_and_fused_families_saved_bytes_exact(family: str, recipe: s
     assert total_bytes(rows) == eager.saved_bytes(spec, act, T, B)
 
 
+QWEN_WINDOWS = {
+    "qwen2": {"use_sliding_window": True, "max_window_layers": 1},  # layer 1 slides
+    "qwen2_moe": {"use_sliding_window": True, "max_window_layers": 2},  # even layers below 2: layer 0
+    "qwen3": {"use_sliding_window": True, "max_window_layers": 0},  # every layer
+    "mixtral": {},  # every layer
+}
+
+
+@pytest.mark.parametrize("family", list(QWEN_WINDOWS))
+def test_qwen_and_mixtral_masked_layers_and_saved_bytes(family: str) -> None:
+    """The loader's sliding layers are the layers transformers gives a mask, and the saved bytes are exact."""
+    base = TINY_CONFIGS.get(family) or {**TINY_CONFIGS["llama"], "model_type": family}
+    cfg = {**base, "sliding_window": WINDOW, **QWEN_WINDOWS[family]}
+    spec = from_hf_config(cfg, "tiny")
+    rows = saved_tensors(cfg, micro_batch=B, seq_len=T, mode="fake")
+    masked = tuple(int(r.module.split(".")[2]) for r in rows if r.argument == "attn_mask")
+    assert masked == masked_layers(spec, T) != ()
+    assert total_bytes(rows) == eager.saved_bytes(spec, 4, T, B)
+
+
 MEMORY = ("memory.activations", "memory.peak_forward", "memory.peak_backward", "memory.peak")
 
 
