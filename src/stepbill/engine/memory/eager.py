@@ -81,7 +81,8 @@ class EagerTerms:
     optimizer_temp: int = 0
     cast_layer: dict[str, int] = field(default_factory=dict)  # amp: bf16 weight copies of one layer
     cast_head: int = 0  # amp: the LM head's bf16 copy
-    # per layer kind: saved rows that do not grow per token (grouped_mm offsets, B=1 views; engine.eager)
+    # per layer kind: saved rows that do not grow per token (grouped_mm offsets, B=1 views; engine.eager), and the
+    # sliding-window masks and k/v copies of the masked layers spread over the kind's layers (eager/masks.py)
     layer_fixed: dict[str, int] = field(default_factory=dict)
     # Checkpointed layers (full recompute): per layer kind, the bytes its forward holds at its largest op
     # beyond its saved input (in_layer_forward); 0 where no in-layer model exists (then the layer's end is
