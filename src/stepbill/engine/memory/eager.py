@@ -42,7 +42,7 @@ from stepbill.engine.activations.eager.attention import mla_uses_math_path
 from stepbill.engine.activations.eager.dtypes import Dt
 from stepbill.engine.activations.eager.families import require_modelled_step
 from stepbill.engine.activations.eager.ffn import GELU_TANH_FAMILIES
-from stepbill.engine.activations.eager.masks import bool_mask_bytes, window_fixed_bytes
+from stepbill.engine.activations.eager.masks import bool_mask_bytes, window_fixed_bytes, window_total_bytes
 from stepbill.engine.activations.eager.moe import RENORMALISE
 from stepbill.engine.activations.eager.outside import rope_buffer_bytes, rope_width
 from stepbill.engine.activations.eager.torch_params import torch_tensor_sizes
@@ -89,6 +89,8 @@ class EagerTerms:
     # its forward moment). `embed_locals`: the model's embedding locals alive while the layers run.
     layer_inner: dict[str, int] = field(default_factory=dict)
     embed_locals: int = 0
+    # What the masked sliding-window layers keep beyond full attention, all layers (also inside layer_fixed).
+    window: int = 0
 
     def for_rank(self, tokens: float, width: float, vocab: float, grads: float, counters: float = 1.0,
                  optimizer: float = 1.0, weights: float = 1.0) -> EagerTerms:
@@ -125,6 +127,7 @@ class EagerTerms:
             layer_fixed=per(self.layer_fixed, tokens),
             layer_inner=per(self.layer_inner, width),
             embed_locals=round(self.embed_locals / tokens),
+            window=round(self.window / tokens),
         )
 
 
@@ -317,4 +320,5 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         cast_head=AMP_CAST * v * h if amp else 0,
         layer_inner=layer_inner,
         embed_locals=embedding_locals(spec, width, b, t),
+        window=window_total_bytes(spec, width, t, b),
     )
