@@ -53,6 +53,11 @@ SUITE = (
          optimizer_impl="foreach"),
     Case("llama2-70b pure-bf16 full", "llama2-70b", "pure-bf16", "full", seq_len=2048, optimizer_impl="fused"),
     Case("mistral-7b pure-bf16", str(CFG / "mistral-7b.json"), "pure-bf16", seq_len=4096),
+    # Sliding windows as published, at seq >= window: transformers' explicit mask (eager/masks.py).
+    Case("mistral-7b pure-bf16 seq 8192 (window 4096)", str(CFG / "mistral-7b.json"), "pure-bf16", seq_len=8192),
+    Case("phi-3-mini pure-bf16 seq 4096 (window 2047)", str(CFG / "phi-3-mini-4k.json"), "pure-bf16", seq_len=4096),
+    Case("gemma-3-4b pure-bf16 seq 4096 (window 1024, 5 of 6 layers)", str(CFG / "gemma-3-4b-text.json"),
+         "pure-bf16", seq_len=4096),
     Case("mixtral-8x7b pure-bf16 (MoE)", "mixtral-8x7b", "pure-bf16", seq_len=2048),
     Case("qwen1.5-moe pure-bf16 (qwen2_moe)", str(CFG / "qwen1.5-moe-a2.7b.json"), "pure-bf16", seq_len=2048),
     Case("qwen3-30b-a3b pure-bf16 full (MoE)", str(CFG / "qwen3-30b-a3b.json"), "pure-bf16", "full", seq_len=2048),

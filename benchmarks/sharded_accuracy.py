@@ -66,12 +66,17 @@ MODELS = (
     Model("gpt_neox", "pythia-1.4b.json", 2048, ((64, 3), (256, 2), (8, 1))),
     Model("llama", "llama-3-8b.json", 4096, ((8, 3), (256, 3), (64, 2), (8, 1))),
     Model("mistral", "mistral-7b.json", 4096, ((256, 3), (8, 2), (64, 1)), {},
-          "config as published, sliding_window 4096 = seq: transformers adds a T² mask the bill does not have"),
-    # The bill has no sliding window (spec/hf_families: full causal attention); Mistral's config.json has a
-    # 4096 window, and at seq >= window transformers builds an explicit mask. The rows above measure the
-    # config as published; this one the model the bill describes.
+          "config as published, sliding_window 4096 = seq: transformers' explicit mask (eager/masks.py)"),
+    # At seq >= window transformers builds an explicit sliding-window mask (engine/activations/eager/masks.py);
+    # the "no window" row measures the same model with full causal attention.
     Model("mistral", "mistral-7b.json", 4096, ((256, 3),), {"sliding_window": None},
-          "sliding_window None (the bill's full causal attention)", tag="no window"),
+          "sliding_window None (full causal attention, no mask)", tag="no window"),
+    Model("mistral", "mistral-7b.json", 8192, ((8, 3), (64, 2)), {},
+          "config as published, seq 8192 = 2 × sliding_window: explicit mask on every layer", tag="seq 8192"),
+    Model("phi3", "phi-3-mini-4k.json", 4096, ((8, 3),), {},
+          "config as published, sliding_window 2047 < seq: explicit mask on every layer"),
+    Model("gemma3_text", "gemma-3-4b-text.json", 4096, ((8, 3),), {},
+          "config as published, sliding_window 1024 < seq: explicit mask on 29 of 34 layers"),
     Model("qwen2", "qwen2-7b.json", 2048, ((64, 3), (256, 2), (8, 1))),
     Model("qwen3", "qwen3-8b.json", 8192, ((8, 3), (64, 2), (256, 1))),
     Model("mixtral", "mixtral-8x7b.json", 2048, ((64, 3), (8, 2), (256, 1)), {"num_hidden_layers": 16},
@@ -159,7 +164,7 @@ def run_sharded(models: tuple[Model, ...], max_classes: int) -> None:
                 print(f"{model.family} N={world} ZeRO-{zero} rank {rank} ({name}) ...", flush=True)
                 start = time.perf_counter()
                 measured = measure_rank(cfg, world=world, zero=zero, rank=rank, seq_len=model.seq_len, mode="fake",
-                                        recipe=model.zero1_recipe if zero == 1 else "fp32")
+                                        recipe=model.zero1_recipe if zero == 1 else None)  # None: FSDP2's mixed precision
                 wall = time.perf_counter() - start
                 family = f"{model.family} ({model.tag})" if model.tag else model.family
                 _append({"key": key, "family": family, "source": model.source, "note": model.note,

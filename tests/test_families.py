@@ -1,5 +1,5 @@
 """The five families added for issue 14 (gemma2, gemma3_text, phi3, olmo2, gpt_oss) through the bill: ideal
-and eager conventions; where the eager rows are not modelled (a family marked missing, a sliding-window mask,
+and eager conventions; where the eager rows are not modelled (a family marked missing,
 eager attention's checkpointed masks, a family feature on a custom spec) one line and exit 2."""
 
 from __future__ import annotations
@@ -65,14 +65,20 @@ def test_cli_eager_refusal_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert len(err.splitlines()) == 1 and "gemma2" in err
 
 
-def test_eager_sliding_window_mask_is_refused_in_one_line() -> None:
-    """phi3 with a window: below it the mask is skipped (rows of full causal attention), from it on SDPA keeps
-    a B·S² mask that the eager rows do not model yet."""
-    spec = spec_of("phi3")  # sliding_window 2047
-    make_bill(spec, make_recipe("pure-bf16", "adamw", 1, 2046, "none"), convention="eager")
-    with pytest.raises(StepbillError) as err:
-        make_bill(spec, make_recipe("pure-bf16", "adamw", 1, 2047, "none"), convention="eager")
-    assert "\n" not in str(err.value) and "sliding_window 2047" in str(err.value)
+def test_eager_sliding_window_mask_is_billed() -> None:
+    """phi3 (window 2047, MHA): below the window the mask is skipped (rows of full causal attention); from it on
+    every layer's SDPA keeps the B·S² mask in the compute dtype (eager/masks.py; measured in
+    tests/measure/test_window_saved.py) and nothing else changes (no kv heads to expand)."""
+    from stepbill.engine.activations import eager
+
+    spec = spec_of("phi3")  # sliding_window 2047, 32 layers
+    no_window = dataclasses.replace(spec, attention=dataclasses.replace(spec.attention, sliding_window=None,
+                                                                        sliding_layers=()))
+    act = eager.from_precision(make_recipe("pure-bf16", "adamw", 1, 2046).precision)
+    assert eager.saved_bytes(spec, act, 2046) == eager.saved_bytes(no_window, act, 2046)
+    assert eager.saved_bytes(spec, act, 2047) - eager.saved_bytes(no_window, act, 2047) == 32 * 2047**2 * 2
+    bill = make_bill(spec, make_recipe("pure-bf16", "adamw", 1, 2047, "none"), convention="eager")
+    assert bill.lines["memory.activations"].value > 0
 
 
 def test_gemma2_eager_attention_rows_and_recompute_refusal() -> None:

@@ -373,3 +373,15 @@ def test_config_json_path_in_tmp(tmp_path: Path) -> None:
 def test_loader_does_not_import_torch() -> None:
     code = "import sys, stepbill.spec.hf; sys.exit('torch' in sys.modules or 'transformers' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+@pytest.mark.parametrize(("model_type", "first", "layers"), [("qwen2", 26, (26, 27)), ("qwen3", 0, tuple(range(28))),
+                                                             ("qwen2_moe", 4, (0, 2))])
+def test_qwen_use_sliding_window_layers(model_type: str, first: int, layers: tuple[int, ...]) -> None:
+    """use_sliding_window with max_window_layers (0 allowed: every layer): qwen2/qwen3 slide from that layer on,
+    qwen2_moe on its even layers below it (the layers transformers 5.24 gives a sliding mask; measured in
+    tests/measure/test_window_saved.py)."""
+    config = {**real("qwen2-7b"), "model_type": model_type, "use_sliding_window": True, "sliding_window": 4096,
+              "max_window_layers": first}
+    a = from_hf_config(config).attention
+    assert (a.sliding_window, a.sliding_layers) == (4096, layers)

@@ -120,6 +120,16 @@ def _eager_activation_lines(eager: EagerTerms | None, timeline: Timeline) -> lis
     return out
 
 
+def _window_lines(eager: EagerTerms | None, plan: RecomputePlan) -> list[Line]:
+    """The sliding-window masks and k/v copies the masked layers keep (eager; none inside checkpoints)."""
+    if eager is None or not eager.window or plan.policy.kind in ("full", "every"):
+        return []
+    return [Line("activations.sliding_window", eager.window, "bytes", "masked layers × (B·S² mask in the compute "
+                 "dtype + k and v at query-head width − the kv-head k and v)", {},
+                 convention="eager: SDPA with transformers' explicit sliding-window mask at seq ≥ window "
+                 "(engine/activations/eager/masks.py)")]
+
+
 def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = None, convention: str = "ideal",
               attention: str = "sdpa", gpu: GPU | None = None, efficiency: float | None = DEFAULT_EFFICIENCY) -> Bill:
     """The bill of one training step of `spec` under `recipe`: global lines (one micro-batch, as if one rank held
@@ -149,7 +159,7 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
         timeline = with_dequant(timeline, quant.largest_dequant_bytes(inv))
     time_lines = timeline.lines()
     activ = activation_lines(plan, time_lines["memory.activations"].value, a_bytes, spec.hidden_size, outside,
-                             _eager_activation_lines(eager, timeline))
+                             _eager_activation_lines(eager, timeline) + _window_lines(eager, plan))
     ckpt = checkpoint_lines(inv, recipe)
 
     lines: dict[str, Line] = {

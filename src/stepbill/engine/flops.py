@@ -113,6 +113,51 @@ def attention_core_flops(spec: ModelSpec, seq_len: Any, causal: bool = True) -> 
     return full // 2 if causal else full  # full is even: exact integer halving, arrays too
 
 
+def window_cut_flops(spec: ModelSpec, seq_len: Any, window: int) -> Any:
+    """FLOPs of one layer's causal attention core (one sequence, causal-halved convention) that a sliding window
+    removes: the triangle of keys more than `window` positions back, (S − w)²/2 query-key pairs × 2·H·(d_qk + d_v)
+    (0 while S ≤ w). Mistral's window (transformers' sliding_window_overlay: kv > q − w) keeps w keys per query,
+    so the band is S²/2 − (S − w)²/2 pairs in the halved convention of `attention_core_flops`."""
+    a = spec.attention
+    over = seq_len - window
+    over = over * (over > 0)  # max(S − w, 0), for numpy arrays too
+    return over * over * a.n_heads * (a.qk_head_dim + a.v_dim)
+
+
+def windowed_attention_flops(spec: ModelSpec, seq_len: Any, micro_batch: Any = 1) -> Any:
+    """Model FLOPs of the whole forward's attention cores with the model's sliding windows: each query's attended
+    keys only (causal, and within the window on the sliding layers) — what the model needs, and what a kernel
+    told the window executes (flash-attn's `window_size` skips the blocks outside the band, to block granularity)."""
+    a = spec.attention
+    total = attention_flops(spec, seq_len, micro_batch, True)
+    if a.sliding_window is None:
+        return total
+    return total - len(a.sliding_layers) * micro_batch * window_cut_flops(spec, seq_len, a.sliding_window)
+
+
+def masked_layers(spec: ModelSpec, seq_len: int) -> tuple[int, ...]:
+    """Indices of the layers whose SDPA gets an explicit sliding-window mask at `seq_len`: transformers 5.24 skips
+    the mask while S < window (masking_utils._ignore_causal_mask_sdpa) and the families with no SDPA path build
+    eager attention's own mask instead (engine/activations/eager/masks.py has the measured facts)."""
+    a = spec.attention
+    if a.sliding_window is None or seq_len < a.sliding_window or spec.family in NO_SDPA_FAMILIES:
+        return ()
+    return tuple(a.sliding_layers)
+
+
+def executed_attention_flops(spec: ModelSpec, seq_len: Any, micro_batch: Any, n_masked: int,
+                             eager_attention: bool = False) -> Any:
+    """Forward attention-core FLOPs the kernels execute: SDPA with an explicit mask (the `n_masked` sliding layers
+    at seq ≥ window) computes the full S×S square — a mask never makes it skip a block — while SDPA with
+    `is_causal` (every other layer) skips the upper triangle (causal-halved); eager attention (`eager_attention`:
+    matmul, softmax, matmul) computes the full square on every layer."""
+    full = attention_core_flops(spec, seq_len, False)
+    if eager_attention:
+        return spec.n_layers * micro_batch * full
+    half = attention_core_flops(spec, seq_len, True)
+    return micro_batch * (n_masked * full + (spec.n_layers - n_masked) * half)
+
+
 # Families whose transformers class has no SDPA path (5.24: `_supports_sdpa = False`, soft-capping / sinks): they
 # run their eager attention whatever is asked (measure/build.effective_attention), so no fused backward.
 NO_SDPA_FAMILIES = ("gemma2", "gpt_oss")

@@ -8,14 +8,18 @@ from typing import Any
 
 from stepbill.engine.flops import (
     BACKWARD_FACTOR,
+    NO_SDPA_FAMILIES,
     attention_backward_rescore,
     attention_flops,
     backward_flops,
     counted_step_flops,
+    executed_attention_flops,
     forward_flops,
     lm_head_op,
+    masked_layers,
     six_nd,
     step_flops,
+    windowed_attention_flops,
 )
 from stepbill.engine.line import Line
 from stepbill.engine.params import ParamInventory
@@ -114,6 +118,8 @@ def flops_lines(spec: ModelSpec, seq_len: int, micro_batch: int, n_active: int,
                                             "flops.recompute with the attention core as a full square", {},
                                             convention=square_note),
     }
+    if spec.sliding_window is not None:
+        extra |= window_lines(spec, seq_len, micro_batch, attention)
     if n_matmul is not None:
         a = spec.attention
         n_ad = None if lora is None else lora["adapter_params_active"]
@@ -160,4 +166,30 @@ def flops_lines(spec: ModelSpec, seq_len: int, micro_batch: int, n_active: int,
                                       {}, convention=causal_note),
         "flops.6nd_ratio": Line("flops.6nd_ratio", (step - recompute_causal) / nd, "1",
                                 "3 × flops.forward / flops.6nd (how far 6ND undercounts)", {}),
+    }
+
+
+def window_lines(spec: ModelSpec, seq_len: int, micro_batch: int, attention: str = "sdpa") -> dict[str, Line]:
+    """A sliding-window model's attention FLOPs two ways, one forward: the model's (each query's attended keys)
+    and the kernel's (SDPA with an explicit mask computes the whole square; engine/flops.py)."""
+    a = spec.attention
+    masked = len(masked_layers(spec, seq_len))
+    eager_attn = attention != "sdpa" or spec.family in NO_SDPA_FAMILIES
+    model = windowed_attention_flops(spec, seq_len, micro_batch)
+    executed = executed_attention_flops(spec, seq_len, micro_batch, masked, eager_attn)
+    kernel = ("eager attention (matmul, softmax, matmul)" if eager_attn else
+              "SDPA with an explicit mask where seq ≥ window (CPU: its flash kernel; CUDA: memory-efficient), "
+              "is_causal elsewhere")
+    return {
+        "flops.attention_windowed": Line(
+            "flops.attention_windowed", model, "FLOPs",
+            "flops.attention − {sliding} sliding layers × B × (S − {window})₊² × H·(d_qk+d_v)",
+            {"sliding": len(a.sliding_layers), "window": a.sliding_window},
+            convention="model FLOPs: causal, within the window on the sliding layers (what a kernel told the "
+            "window executes: flash-attn window_size)"),
+        "flops.attention_executed": Line(
+            "flops.attention_executed", executed, "FLOPs",
+            "{masked} masked layers × B × 2·S²·H·(d_qk+d_v) (full square) + the other layers causal-halved",
+            {"masked": masked, "kernel": kernel},
+            convention=f"executed FLOPs of the forward's attention cores: {kernel}; a mask never skips blocks"),
     }

@@ -39,9 +39,8 @@ def unmodelled(spec: ModelSpec) -> list[str]:
     if fields:
         notes.append(f"{', '.join(fields.values())}: not modelled yet, the bill assumes no dropout (no masks, "
                      "no dropped copies); --dropout 0 bills and measures without it")
-    if spec.sliding_window is not None:
-        notes.append(f"sliding_window {spec.sliding_window} tokens ({len(spec.sliding_layers)} of {spec.n_layers} "
-                     "layers): not modelled yet, the bill assumes full causal attention with no mask tensor")
+    # sliding_window: modelled (the eager convention's mask rows, engine/activations/eager/masks.py; windowed
+    # attention FLOPs, engine/flops.py), so no line here.
     return notes
 
 

@@ -128,7 +128,7 @@ TINY_CONFIGS: dict[str, dict[str, Any]] = {
         "num_attention_heads": 4,
         "num_key_value_heads": 2,
         "head_dim": 40,  # ≠ hidden / heads, as in every Gemma
-        "sliding_window": 128,  # above the tests' seq 64: no mask (the eager rows refuse seq ≥ window)
+        "sliding_window": 128,  # above the tests' seq 64: no mask (windows at seq ≥ window: tests/measure/test_window_saved.py)
         "layer_types": ["sliding_attention", "full_attention"],
         "tie_word_embeddings": True,
     },
@@ -140,7 +140,7 @@ TINY_CONFIGS: dict[str, dict[str, Any]] = {
         "num_attention_heads": 4,
         "num_key_value_heads": 2,
         "head_dim": 40,
-        "sliding_window": 128,  # above the tests' seq 64: no mask (the eager rows refuse seq ≥ window)
+        "sliding_window": 128,  # above the tests' seq 64: no mask (windows at seq ≥ window: tests/measure/test_window_saved.py)
         "layer_types": ["sliding_attention", "full_attention"],
         "tie_word_embeddings": True,
     },
@@ -154,7 +154,7 @@ TINY_CONFIGS: dict[str, dict[str, Any]] = {
         "head_dim": 32,
         "num_local_experts": 4,
         "num_experts_per_tok": 2,
-        "sliding_window": 128,  # above the tests' seq 64: no mask (the eager rows refuse seq ≥ window)
+        "sliding_window": 128,  # above the tests' seq 64: no mask (windows at seq ≥ window: tests/measure/test_window_saved.py)
         "layer_types": ["sliding_attention", "full_attention"],
         "tie_word_embeddings": False,
     },

@@ -42,6 +42,7 @@ FIELD_RULES: dict[str, Rule] = {
     "num_local_experts": EXPERTS, "n_routed_experts": EXPERTS, "num_experts_per_tok": EXPERTS,
     "num_experts": EXPERTS_OR_ZERO, "n_shared_experts": EXPERTS_OR_ZERO,
     "shared_expert_intermediate_size": WIDTH_OR_ZERO,
+    "max_window_layers": Int(0, LAYERS.high),  # Qwen: the first layer index that slides (0: every layer)
 }
 
 
@@ -162,9 +163,9 @@ def read_sliding(c: HFConfig, n_layers: int) -> dict[str, Any]:
             raise c._bad("layer_types", f"a list of {n_layers} layer types", types)
         layers = tuple(i for i, t in enumerate(types) if t == "sliding_attention")
     elif f in ("qwen2", "qwen3"):
-        layers = tuple(range(c.integer("max_window_layers", zero_ok=True), n_layers))
+        layers = tuple(range(c.integer("max_window_layers"), n_layers))
     elif f == "qwen2_moe":
-        first_full = c.integer("max_window_layers", zero_ok=True)
+        first_full = c.integer("max_window_layers")
         layers = tuple(i for i in range(min(first_full, n_layers)) if (i + 1) % 2)
     else:  # qwen3_moe
         layers = tuple(range(n_layers))

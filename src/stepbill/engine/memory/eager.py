@@ -42,6 +42,7 @@ from stepbill.engine.activations.eager.attention import mla_uses_math_path
 from stepbill.engine.activations.eager.dtypes import Dt
 from stepbill.engine.activations.eager.families import require_modelled_step
 from stepbill.engine.activations.eager.ffn import GELU_TANH_FAMILIES
+from stepbill.engine.activations.eager.masks import bool_mask_bytes, window_fixed_bytes, window_total_bytes
 from stepbill.engine.activations.eager.moe import RENORMALISE
 from stepbill.engine.activations.eager.outside import rope_buffer_bytes, rope_width
 from stepbill.engine.activations.eager.torch_params import torch_tensor_sizes
@@ -80,13 +81,16 @@ class EagerTerms:
     optimizer_temp: int = 0
     cast_layer: dict[str, int] = field(default_factory=dict)  # amp: bf16 weight copies of one layer
     cast_head: int = 0  # amp: the LM head's bf16 copy
-    # per layer kind: saved rows that do not grow per token (grouped_mm offsets, B=1 views; engine.eager)
+    # per layer kind: saved rows that do not grow per token (grouped_mm offsets, B=1 views; engine.eager), and the
+    # sliding-window masks and k/v copies of the masked layers spread over the kind's layers (eager/masks.py)
     layer_fixed: dict[str, int] = field(default_factory=dict)
     # Checkpointed layers (full recompute): per layer kind, the bytes its forward holds at its largest op
     # beyond its saved input (in_layer_forward); 0 where no in-layer model exists (then the layer's end is
     # its forward moment). `embed_locals`: the model's embedding locals alive while the layers run.
     layer_inner: dict[str, int] = field(default_factory=dict)
     embed_locals: int = 0
+    # What the masked sliding-window layers keep beyond full attention, all layers (also inside layer_fixed).
+    window: int = 0
 
     def for_rank(self, tokens: float, width: float, vocab: float, grads: float, counters: float = 1.0,
                  optimizer: float = 1.0, weights: float = 1.0) -> EagerTerms:
@@ -123,6 +127,7 @@ class EagerTerms:
             layer_fixed=per(self.layer_fixed, tokens),
             layer_inner=per(self.layer_inner, width),
             embed_locals=round(self.embed_locals / tokens),
+            window=round(self.window / tokens),
         )
 
 
@@ -287,18 +292,22 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         ffn_params = sum(x.total for x in inventory.tensors if x.layer_kind == kind and x.component == "ffn")
         norm_grad[kind] = (ffn_params // count + h) * p.grads
         cast_layer[kind] = eager.layer_cast_bytes(spec, kind, width)
-        layer_fixed[kind] = eager.fixed_bytes(eager.layer_fixed_rows(spec, kind, width, b, with_casts=False), t)
+        layer_fixed[kind] = (eager.fixed_bytes(eager.layer_fixed_rows(spec, kind, width, b, with_casts=False), t)
+                             + window_fixed_bytes(spec, kind, width, t, b))  # sliding-window masks (eager/masks.py)
+    # Checkpointed layers hold their arguments for the rebuild, transformers' boolean sliding-window mask among
+    # them (one S×S storage shared by the layers, eager/masks.py): alive at the loss and through the backward.
+    held_mask = bool_mask_bytes(spec, t) if plan.policy.kind in ("full", "every") else 0
     return EagerTerms(
         constant=INT64 * n + buffers,
         step_counters=FP32 * n_tensors if recipe.optimizer in ("adamw", "adam") else 0,
         # amp: the final norm's fp32 output is alive until the causal LM's forward returns (the LM head saves
         # its bf16 cast instead); otherwise it is the LM head's saved input, counted in the outside rows.
-        forward_end=logits + padded + FP32 + (width.param * h * n if amp else 0),
+        forward_end=logits + padded + FP32 + (width.param * h * n if amp else 0) + held_mask,
         loss_act=loss_act,
         loss_temp=2 * FP32 * v * n,
         head_act=loss_act - FP32 * v * n,
         head_temp=head_temp,
-        rope=2 * rope_width(spec) * a * t,  # cos and sin tables, rotary width each
+        rope=2 * rope_width(spec) * a * t + held_mask,  # cos and sin tables, rotary width each
         layer_act=layer_act,
         layer_temp=layer_temp,
         layer_grad=layer_grad,
@@ -311,4 +320,5 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         cast_head=AMP_CAST * v * h if amp else 0,
         layer_inner=layer_inner,
         embed_locals=embedding_locals(spec, width, b, t),
+        window=window_total_bytes(spec, width, t, b),
     )

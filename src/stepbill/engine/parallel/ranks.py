@@ -148,7 +148,7 @@ def _activation_lines(plan: RecomputePlan, tl: Timeline, flight: float, outside:
     if rest > 0:
         lines.append(Line("activations.working_set", rest, "bytes",
                           "at the forward peak beyond the kept tensors: the layer being computed, logits and loss "
-                          "(eager), autocast's copies", {}))
+                          "(eager), autocast's copies, sliding-window masks (eager)", {}))
     return lines
 
 

@@ -22,6 +22,7 @@ from stepbill.engine.activations.eager.blocks import BLOCKS
 from stepbill.engine.activations.eager.dtypes import FP32, EagerBytes, dt_of, from_precision
 from stepbill.engine.activations.eager.ffn import ffn_weights
 from stepbill.engine.activations.eager.gemma import norm_weight_constants
+from stepbill.engine.activations.eager.masks import window_total_bytes
 from stepbill.engine.activations.eager.moe import grouped_mm_offsets, moe_cast_weights
 from stepbill.engine.activations.eager.outside import outside_fixed_rows, outside_rows
 from stepbill.engine.activations.rows import ActTensor, Recompute, layer_kinds, layer_rows
@@ -116,7 +117,8 @@ def saved_bytes(spec: ModelSpec, act: int, seq_len: Any, micro_batch: int = 1, r
     """What saved_tensors_hooks counts for one forward of the training step (each storage once, kind
     "activation"): layers (rows × tokens + fixed rows) + outside the layers + amp weight casts.
     Full recompute (non-reentrant checkpoints per layer): each layer keeps only its input (hidden wide,
-    residual stream = parameter dtype); the rest is rebuilt in the backward."""
+    residual stream = parameter dtype); the rest is rebuilt in the backward. Layers with an explicit
+    sliding-window mask add what eager/masks.py says they keep."""
     if recompute not in RECOMPUTE:
         raise StepbillError(f"eager saved bytes model recompute none or full, got {recompute!r}")
     dt = dt_of(act)
@@ -128,7 +130,7 @@ def saved_bytes(spec: ModelSpec, act: int, seq_len: Any, micro_batch: int = 1, r
         rows = layer_rows(spec, kind, act, "eager")
         fixed = fixed_bytes(layer_fixed_rows(spec, kind, act, micro_batch, with_casts=False), seq_len)
         total = total + n * (tokens * sum(r.bytes_at(seq_len) for r in rows) + fixed)
-    return total
+    return total + window_total_bytes(spec, act, seq_len, micro_batch)  # sliding-window masks (eager/masks.py)
 
 
 def _layer_casts(spec: ModelSpec, act: int) -> int:

@@ -61,28 +61,10 @@ def require_eager_rows(spec: ModelSpec) -> None:
                             f"family {spec.family!r}; use --convention ideal")
 
 
-def require_no_window_mask(spec: ModelSpec, seq_len: int) -> None:
-    """Raise a one-line StepbillError where a sliding window is shorter than the sequence.
-
-    Measured on CPU (transformers 5.24, phi3, window 16 < seq 64): the window then becomes an explicit mask,
-    and SDPA keeps it (B × 1 × S × S in the compute dtype, shared by the layers of one attention type) and
-    GQA-expanded copies of k and v instead of the kv-head views — not modelled yet. Below the window the mask
-    is skipped (masking_utils._ignore_causal_mask_sdpa: kv_length < local_attention_size) and the rows are
-    those of full causal attention."""
-    a = spec.attention
-    if spec.family in EAGER_ATTENTION_FAMILIES:
-        return  # eager attention always builds the mask and never keeps it (recompute none): nothing changes
-    if a.sliding_layers and a.sliding_window is not None and seq_len >= a.sliding_window:
-        raise StepbillError(
-            f"the eager convention does not model {spec.family}'s sliding-window mask yet (seq {seq_len} ≥ "
-            f"sliding_window {a.sliding_window}: SDPA keeps a B·S² mask and GQA-expanded k/v); use --convention "
-            f"ideal or seq < {a.sliding_window}")
-
-
 def require_modelled_step(spec: ModelSpec, seq_len: int, recompute: str) -> None:
-    """The step-level checks of the eager convention (engine/memory/eager.eager_terms): the sliding-window mask,
-    and — for the eager-attention families — the attention masks that checkpoints keep under recompute."""
-    require_no_window_mask(spec, seq_len)
+    """The step-level checks of the eager convention (engine/memory/eager.eager_terms): for the eager-attention
+    families, the attention masks that checkpoints keep under recompute. (Sliding-window masks of the SDPA
+    families are modelled: eager/masks.py.)"""
     if spec.family in EAGER_ATTENTION_FAMILIES and recompute != "none":
         raise StepbillError(
             f"the eager convention does not model {spec.family} with recompute {recompute!r} yet (its checkpoints "

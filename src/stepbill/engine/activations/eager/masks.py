@@ -1,0 +1,98 @@
+"""Sliding-window attention under the eager convention: the explicit mask SDPA then gets, and what it keeps.
+
+What transformers 5.24 builds (masking_utils.py, read and measured with saved_tensors_hooks on tiny mistral,
+phi3 and gemma3_text models, torch 2.13 CPU):
+
+- `create_sliding_window_causal_mask` → `sdpa_mask` returns None (SDPA then runs with `is_causal=True` and no
+  mask) while the sequence is shorter than the window (`_ignore_causal_mask_sdpa`: kv_length <
+  local_attention_size); at seq ≥ window it builds a boolean mask, one 1×1×S×S storage (1 B per element)
+  expanded to B×1×S×S (a view), shared by every sliding layer and alive until the decoder's forward returns.
+  Full-attention layers of the same model (Gemma3's every 6th) still get None.
+- `sdpa_attention_forward` with a mask: `use_gqa_in_sdpa` is False (CPU and CUDA need "no mask"), so k and v go
+  through `repeat_kv` — new B×H×S×d copies at query-head width — instead of SDPA's `enable_gqa` on the kv-head
+  tensors, and `is_causal` is False.
+- `torch.nn.functional.scaled_dot_product_attention` converts the boolean mask to the query's dtype
+  (`convert_boolean_attn_mask`: 0 / −inf, a new B×1×S×S tensor, every layer its own) and passes it to the kernel.
+  On CPU that is the flash kernel (`_scaled_dot_product_flash_attention_for_cpu` takes a mask), which saves
+  q, the expanded k and v, its output, the fp32 logsumexp and the converted mask for backward (measured: one
+  B·S² storage in the compute dtype per masked layer; bf16 under amp). On CUDA (not measured here: this machine
+  has no GPU) PyTorch's `sdp_utils.cpp` keeps the flash kernel off when a mask is given (`check_for_attn_mask`)
+  and takes the memory-efficient kernel, which saves the same q, k, v, output and mask (as its `attn_bias`,
+  last dimension padded to a multiple of 16) and a logsumexp padded to 32 positions; the math path (S² scores)
+  runs only where neither fused kernel is allowed. The bill models the CPU flash kernel; on CUDA its rows hold
+  at sequences that are multiples of 32.
+- Families with no SDPA path (gemma2, gpt_oss: engine/flops.NO_SDPA_FAMILIES) run eager attention, whose
+  additive mask autograd does not keep: nothing here changes for them.
+
+Per masked layer the eager rows therefore change by: + the converted mask (B·S² in the compute dtype) + k and v
+at H heads instead of what full attention keeps for them (k at kv-head width; v a view of v_proj's output, or
+Phi-3's whole fused qkv output). `masked_layers` says which layers; `window_layer_bytes` what one keeps extra.
+The layer rows of the engine are per layer kind, so a model mixing masked and full layers (Gemma3) spreads the
+extra evenly over the layers of a kind (`window_fixed_bytes`): exact at the end of the forward, within one
+layer's extra while the backward frees them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stepbill.engine.activations.eager.attention import mha_rows
+from stepbill.engine.activations.eager.dtypes import dt_of
+from stepbill.engine.activations.rows import ActTensor, Recompute, _attn_core
+from stepbill.engine.flops import masked_layers
+from stepbill.engine.kinds import Split
+from stepbill.spec.model import ModelSpec
+
+__all__ = ["bool_mask_bytes", "masked_layer_rows", "masked_layers", "window_fixed_bytes", "window_layer_bytes",
+           "window_total_bytes"]
+
+
+def masked_layer_rows(spec: ModelSpec, act: int) -> tuple[list[ActTensor], tuple[str, ...]]:
+    """What one masked layer saves instead of the full-attention rows: (rows added, names of the mha rows they
+    replace). The mask row is B·S² (`per_token2`, one "head")."""
+    dt = dt_of(act)
+    a, c, b = spec.attention, dt.compute, "mha"
+    core = _attn_core(spec)
+    rows = [ActTensor("attn.window_mask", 1, c, "SDPA backward: the sliding-window mask converted to the compute "
+                      "dtype (B·1·S·S, one per layer)", core, b, "attn.core", per_token2=True)]
+    if a.kv_heads == a.n_heads:
+        return rows, ()
+    d = spec.hidden_size
+    rows += [
+        ActTensor("attn.k_rep", a.n_heads * a.qk_head_dim, c, "SDPA k: repeat_kv's copy at query-head width (a mask "
+                  "turns enable_gqa off)", Recompute("linear", d, a.kv_heads * a.qk_head_dim), b, split=Split.TP),
+        ActTensor("attn.v_rep", a.n_heads * a.v_dim, c, "SDPA v: repeat_kv's copy at query-head width",
+                  Recompute("linear", d, a.kv_heads * a.v_dim), b, split=Split.TP),
+    ]
+    return rows, ("attn.k", "attn.qkv" if a.fused_qkv else "attn.v")
+
+
+def window_layer_bytes(spec: ModelSpec, act: int, seq_len: Any, micro_batch: Any) -> Any:
+    """Bytes one masked layer saves beyond the full-attention rows, over a micro-batch (B·S tokens)."""
+    added, replaced = masked_layer_rows(spec, act)
+    gone = sum(r.bytes_per_token for r in mha_rows(spec, act) if r.name in replaced)
+    per_token = sum(r.bytes_at(seq_len) for r in added) - gone
+    return per_token * seq_len * micro_batch
+
+
+def window_total_bytes(spec: ModelSpec, act: int, seq_len: int, micro_batch: int) -> int:
+    """Bytes every masked layer of the model saves beyond the full-attention rows (0 below the window)."""
+    n = len(masked_layers(spec, seq_len))
+    return n * window_layer_bytes(spec, act, seq_len, micro_batch) if n else 0
+
+
+def window_fixed_bytes(spec: ModelSpec, layer_kind: str, act: int, seq_len: int, micro_batch: int) -> int:
+    """The masked layers' extra bytes spread evenly over the layers of `layer_kind` (per layer, rounded)."""
+    masked = masked_layers(spec, seq_len)
+    kinds = [i for i in range(spec.n_layers) if ("moe" if spec.is_moe_layer(i) else "dense") == layer_kind]
+    mine = sum(1 for i in kinds if i in masked)
+    if not mine:
+        return 0
+    return round(mine * window_layer_bytes(spec, act, seq_len, micro_batch) / len(kinds))
+
+
+def bool_mask_bytes(spec: ModelSpec, seq_len: int) -> int:
+    """Bytes of transformers' boolean sliding-window mask (one 1×1×S×S storage, 1 B per element, whatever the
+    batch) when some layer gets it; it lives as long as whatever references it (the decoder's forward, or the
+    checkpoints of a full recompute)."""
+    return seq_len * seq_len if masked_layers(spec, seq_len) else 0
