@@ -34,6 +34,13 @@ CATEGORIES: tuple[tuple[str, str, str, str], ...] = (
     ("peak of the step", "memory.peak", "peak", "bytes"),
     ("FLOPs (fwd+bwd, full-square attention)", "flops.step_noncausal", "flops", "FLOPs"),
 )
+#: The rows a LoRA check adds (the StepMeasurement field is None without LoRA).
+LORA_CATEGORIES: tuple[tuple[str, str, str, str], ...] = (
+    ("trainable params (PEFT's get_nb_trainable_parameters)", "params.trainable", "trainable_params", "params"),
+)
+#: `check --recipe qlora-nf4`: bitsandbytes' NF4 kernels need CUDA, and check measures on CPU.
+QLORA_REFUSED = ("check cannot measure --recipe qlora-nf4: bitsandbytes' NF4 base weights need a CUDA device and "
+                 "check measures on CPU; check LoRA on an unquantized base with --lora-rank")
 
 
 @dataclass(frozen=True)
@@ -65,15 +72,18 @@ class CheckRow:
 
 def compare(predicted: dict[str, float], measured: Any) -> list[CheckRow]:
     """Rows for every category; `predicted` maps bill line names to values, `measured` is a StepMeasurement."""
-    return [
+    rows = [
         CheckRow(category, unit, predicted.get(line), float(getattr(measured, field)), line)
         for category, line, field, unit in CATEGORIES
     ]
+    rows += [CheckRow(category, unit, predicted.get(line), float(getattr(measured, field)), line)
+             for category, line, field, unit in LORA_CATEGORIES if getattr(measured, field, None) is not None]
+    return rows
 
 
 def predictions(bill: Bill) -> dict[str, float]:
     """The bill's values for the lines `check` compares (those it has)."""
-    return {line: bill.lines[line].value for _, line, _, _ in CATEGORIES if line in bill.lines}
+    return {line: bill.lines[line].value for _, line, _, _ in CATEGORIES + LORA_CATEGORIES if line in bill.lines}
 
 
 def predict(spec: Any, recipe: Any) -> tuple[Bill, str]:
