@@ -40,7 +40,6 @@ LORA_CATEGORIES: tuple[tuple[str, str, str, str], ...] = (
 )
 
 
-
 @dataclass(frozen=True)
 class CheckRow:
     """One category: what the bill predicted, what PyTorch measured, and the relative error."""
@@ -241,9 +240,8 @@ def measure_and_compare(
     process group, like `stepbill check --dp N --zero Z`. Slow: it builds the model and runs two training steps.
     `recipe` None is the stage's default (fp32; FSDP2's fsdp-mixed-bf16 under zero 2/3); one the stage cannot
     measure is refused. A config file is measured as given (`dropout=0`: without dropout, in bill and model).
-    `lora_rank`
-    (with `lora_targets`, default q_proj,v_proj, or "all-linear"; `lora_alpha`, `lora_dropout`: PEFT's defaults
-    when None) measures the model wrapped by PEFT's `get_peft_model` (the `measure` extra's peft), one process.
+    `lora_rank` (with `lora_targets`, default q_proj,v_proj, or "all-linear"; `lora_alpha`, `lora_dropout`: PEFT's
+    defaults when None) measures the model wrapped by PEFT's `get_peft_model` (the `measure` extra's peft).
     """
     from stepbill.report.check_json import sharded_check_json, single_check_json
 

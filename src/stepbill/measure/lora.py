@@ -4,7 +4,8 @@
 requires_grad False), an A [in → r] and B [r → out] pair on every targeted Linear, AdamW over the adapters only.
 Nothing in PEFT's `LoraConfig` is changed but what the user gives (rank, targets, alpha, dropout); PEFT's own
 defaults hold otherwise (peft 0.21: lora_alpha 8, lora_dropout 0.0, bias "none", adapters upcast to fp32 when the
-base is bf16/fp16, `autocast_adapter_dtype=True`).
+base is bf16/fp16, `autocast_adapter_dtype=True`), except that `--recipe pure-bf16` keeps its adapters bf16
+(`autocast_adapter_dtype=False`), as the recipe says.
 """
 
 from __future__ import annotations
@@ -23,13 +24,6 @@ class PeftLoRA:
     """What `check` asks PEFT for: rank, target module names (or PEFT's "all-linear"), alpha (None: PEFT's
     default) and the adapters' dropout probability (PEFT's default 0.0: an nn.Identity)."""
 
-    @classmethod
-    def for_recipe(cls, recipe: str, rank: int, targets: tuple[str, ...] | None = None, alpha: float | None = None,
-                   dropout: float | None = None) -> PeftLoRA:
-        """The PEFT setup `check --recipe RECIPE --lora-rank R` measures (pure-bf16: bf16 adapters)."""
-        return cls(rank, targets or DEFAULT_LORA_TARGETS, alpha, 0.0 if dropout is None else float(dropout),
-                   autocast_adapter_dtype=recipe != "pure-bf16")
-
     rank: int
     targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
     alpha: float | None = None
@@ -44,8 +38,15 @@ class PeftLoRA:
             raise StepbillError(f"--lora-rank must be a positive integer, got {self.rank!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise StepbillError(f"--lora-dropout must be in [0, 1), got {self.dropout!r}")
-        if self.alpha is not None and not self.alpha > 0:
+        if self.alpha is not None and not 0 < self.alpha < float("inf"):
             raise StepbillError(f"--lora-alpha must be positive, got {self.alpha!r}")
+
+    @classmethod
+    def for_recipe(cls, recipe: str, rank: int, targets: tuple[str, ...] | None = None, alpha: float | None = None,
+                   dropout: float | None = None) -> PeftLoRA:
+        """The PEFT setup `check --recipe RECIPE --lora-rank R` measures (pure-bf16: bf16 adapters)."""
+        return cls(rank, targets or DEFAULT_LORA_TARGETS, alpha, 0.0 if dropout is None else float(dropout),
+                   autocast_adapter_dtype=recipe != "pure-bf16")
 
     def settings(self) -> dict[str, Any]:
         """The flat JSON settings of a LoRA check (scalars only)."""
