@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from stepbill.measure.tiny import TINY_CONFIGS
+from stepbill.report.schema import validate
 from tests.conftest import run_cli
 
 pytest.importorskip("peft", reason="needs peft: pip install 'stepbill[measure]'")
@@ -110,6 +111,7 @@ def test_cli_lora_check_json(tmp_path: Path, capsys: pytest.CaptureFixture[str])
                               "--lora-dropout", "0.05", "--json"], capsys)
     assert code == 0, err
     data = json.loads(out)
+    validate("check", data)  # the declared schema (`stepbill schema check`)
     assert data["settings"]["lora_rank"] == 8 and data["settings"]["lora_dropout"] == 0.05
     assert data["settings"]["lora_targets"] == "q_proj,v_proj"
     assert any(r["unit"] == "params" and r["verdict"] == "ok" for r in data["rows"])
