@@ -232,6 +232,7 @@ def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: Eager
                                     "temporaries": temporaries, "autocast_cache": cast}, layer, kind)
 
     resting = view.grads_resting
+    embed_out = e.lora_embed_out if view.first else 0  # LoRA: the embedding output, named in the model's forward
     bwd = plan.backward_live()
     kept, cast, fix = 0.0, 0, 0
     moments = []
@@ -242,12 +243,12 @@ def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: Eager
         if ckpt and e.layer_inner.get(k, 0):
             moments.append(at(Phase.FORWARD, Part.LAYER_INNER, resting, kept + fix + e.embed_locals
                               + e.layer_inner[k], cast=cast, layer=i))
-        moments.append(at(Phase.FORWARD, Part.LAYER, resting, kept + fix + e.lora_embed_out, cast=cast, layer=i))
+        moments.append(at(Phase.FORWARD, Part.LAYER, resting, kept + fix + embed_out, cast=cast, layer=i))
     saved = plan.kept_after_forward() + (outside if view.last else 0) + fix
     # autocast's cache is cleared when the forward leaves autocast: what remains is what graphs saved.
     cast = cast_all if not ckpt else cast_head
     if view.last:
-        moments.append(at(Phase.FORWARD, Part.HEAD, resting, saved + e.forward_end + e.lora_embed_out, cast=cast_all))
+        moments.append(at(Phase.FORWARD, Part.HEAD, resting, saved + e.forward_end + embed_out, cast=cast_all))
         moments.append(at(Phase.BACKWARD, Part.LOSS, resting, saved + e.loss_act, e.loss_temp, cast))
         moments.append(at(Phase.BACKWARD, Part.HEAD_BACKWARD, resting, saved + e.head_act, e.head_temp, cast))
     cast -= cast_head

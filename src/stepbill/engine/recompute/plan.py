@@ -144,7 +144,7 @@ class RecomputePlan:
                                    checkpoint_bytes=lp.checkpoint_bytes / input_divisor)
         order = self.order if order is None else order
         first = sum(t.bytes_at(self.seq_len) / row_divisor(t) for t in self.first_unsaved) \
-            if order and self.order and order[0] is self.order[0] and len(order) == len(self.order) else 0.0
+            if tuple(order) == tuple(self.order) else 0.0  # a later pipeline stage does not hold layer 0
         return replace(self, layers={k: v for k, v in layers.items() if k in order or not order}, order=order,
                        first_unsaved_bytes=first)
 
