@@ -122,7 +122,7 @@ def test_cli_lora_check_json(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--recipe", "qlora-nf4"], "bitsandbytes' NF4 base weights need a CUDA device"),
-    (["--lora-rank", "8", "--recipe", "amp-bf16"], "not modelled yet under LoRA"),
+    (["--lora-rank", "8", "--recipe", "amp-bf16"], "not modelled exactly yet under LoRA"),
     (["--lora-rank", "8", "--dp", "2", "--zero", "1"], "LoRA in one process only"),
     (["--lora-rank", "8", "--recompute", "full"], "without recompute only"),
     (["--lora-targets", "q_proj"], "need --lora-rank"),

@@ -32,6 +32,7 @@ Family-independent: sizes come from the eager rows (layer_rows), the ModelSpec a
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from itertools import pairwise
@@ -91,6 +92,8 @@ class EagerTerms:
     #: LoRA: the embedding output, which layer 0 no longer saves (plan.first_unsaved) but the model's forward keeps
     #: named (`inputs_embeds`) while the layers run
     lora_embed_out: int = 0
+    #: LoRA under amp: layer 0's q/k/v weight casts, which no matmul saves (their input needs no gradient)
+    lora_first_cast: int = 0
 
     def for_rank(self, tokens: float, width: float, vocab: float, grads: float, counters: float = 1.0,
                  optimizer: float = 1.0, weights: float = 1.0) -> EagerTerms:
@@ -128,6 +131,7 @@ class EagerTerms:
             layer_inner=per(self.layer_inner, width),
             embed_locals=round(self.embed_locals / tokens),
             lora_embed_out=round(self.lora_embed_out / tokens),
+            lora_first_cast=round(self.lora_first_cast / weights),
         )
 
 
@@ -244,6 +248,17 @@ def optimizer_temporaries(inventory: ParamInventory, impl: str, state_bytes: int
     return best
 
 
+def _first_layer_unsaved_casts(inventory: ParamInventory, plan: RecomputePlan, compute_bytes: int) -> int:
+    """amp under LoRA: bytes of layer 0's q/k/v weight casts (one layer's share of each), which autocast does not
+    cache (frozen) and no matmul saves (the frozen embedding's output needs no gradient)."""
+    if not plan.order:
+        return 0
+    first = plan.order[0]
+    n = max(1, plan.order.count(first))
+    return sum(x.total // n for x in inventory.tensors if x.layer_kind == first
+               and x.name in ("attn.q_proj.weight", "attn.k_proj.weight", "attn.v_proj.weight")) * compute_bytes
+
+
 @lru_cache(maxsize=64)  # a pure function of the frozen spec; the planner asks for it many times
 def _torch_sizes(spec: ModelSpec) -> list[int]:
     return torch_tensor_sizes(spec)
@@ -298,6 +313,13 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         ffn_params = sum(x.total for x in inventory.tensors if x.layer_kind == kind and x.component == "ffn")
         norm_grad[kind] = 0 if lora is not None else (ffn_params // count + h) * p.grads
         cast_layer[kind] = eager.layer_cast_bytes(spec, kind, width)
+        if lora is not None and amp:
+            # autocast caches casts of leaf tensors that require grad only: the adapters' A and B. A frozen weight's
+            # cast is not cached but saved by its matmul for the input gradient: the same bytes, freed in that
+            # layer's backward (measured with saved_tensors_hooks on a PEFT-wrapped Llama)
+            mine = ParamInventory(tuple(x for x in inventory.tensors if x.layer_kind == kind))
+            cast_layer[kind] += sum(math.prod(shape) * c for shape, c, _ in lora_adapter_groups(mine, lora)) \
+                // count * a
         layer_fixed[kind] = eager.fixed_bytes(eager.layer_fixed_rows(spec, kind, width, b, with_casts=False), t)
     return EagerTerms(
         constant=INT64 * n + buffers,
@@ -324,4 +346,5 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         layer_inner=layer_inner,
         embed_locals=embedding_locals(spec, width, b, t),
         lora_embed_out=width.param * h * n if plan.first_unsaved else 0,
+        lora_first_cast=_first_layer_unsaved_casts(inventory, plan, a) if lora is not None and amp else 0,
     )

@@ -215,7 +215,8 @@ def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: Eager
     """The eager convention's moments: as the ideal ones, plus inputs, logits, loss and LM head gradients,
     the largest moment inside each layer's backward, optimizer temporaries and amp's weight-cast cache."""
     flight = view.in_flight_bytes
-    casts = [e.cast_layer.get(k, 0) for k in plan.order]
+    casts = [e.cast_layer.get(k, 0) - (e.lora_first_cast if i == 0 and view.first else 0)
+             for i, k in enumerate(plan.order)]
     cast_head = e.cast_head if view.last else 0
     cast_all = sum(casts) + cast_head
     # A checkpointed layer saves nothing in its forward (its rows, fixed ones and weight casts included); its
