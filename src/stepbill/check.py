@@ -34,6 +34,10 @@ CATEGORIES: tuple[tuple[str, str, str, str], ...] = (
     ("peak of the step", "memory.peak", "peak", "bytes"),
     ("FLOPs (fwd+bwd, full-square attention)", "flops.step_noncausal", "flops", "FLOPs"),
 )
+#: The rows a LoRA check adds (the StepMeasurement field is None without LoRA).
+LORA_CATEGORIES: tuple[tuple[str, str, str, str], ...] = (
+    ("trainable params (PEFT's get_nb_trainable_parameters)", "params.trainable", "trainable_params", "params"),
+)
 
 
 @dataclass(frozen=True)
@@ -65,15 +69,18 @@ class CheckRow:
 
 def compare(predicted: dict[str, float], measured: Any) -> list[CheckRow]:
     """Rows for every category; `predicted` maps bill line names to values, `measured` is a StepMeasurement."""
-    return [
+    rows = [
         CheckRow(category, unit, predicted.get(line), float(getattr(measured, field)), line)
         for category, line, field, unit in CATEGORIES
     ]
+    rows += [CheckRow(category, unit, predicted.get(line), float(getattr(measured, field)), line)
+             for category, line, field, unit in LORA_CATEGORIES if getattr(measured, field, None) is not None]
+    return rows
 
 
 def predictions(bill: Bill) -> dict[str, float]:
     """The bill's values for the lines `check` compares (those it has)."""
-    return {line: bill.lines[line].value for _, line, _, _ in CATEGORIES if line in bill.lines}
+    return {line: bill.lines[line].value for _, line, _, _ in CATEGORIES + LORA_CATEGORIES if line in bill.lines}
 
 
 def predict(spec: Any, recipe: Any) -> tuple[Bill, str]:
@@ -221,6 +228,10 @@ def measure_and_compare(
     zero: int = 0,
     rank: int | None = None,
     dropout: float | None = None,
+    lora_rank: int | None = None,
+    lora_targets: str | tuple[str, ...] | None = None,
+    lora_alpha: float | None = None,
+    lora_dropout: float | None = None,
 ) -> CheckResult:
     """Measure a training step of `model` in PyTorch and compare it with the bill (needs the `measure` extra).
 
@@ -229,6 +240,8 @@ def measure_and_compare(
     process group, like `stepbill check --dp N --zero Z`. Slow: it builds the model and runs two training steps.
     `recipe` None is the stage's default (fp32; FSDP2's fsdp-mixed-bf16 under zero 2/3); one the stage cannot
     measure is refused. A config file is measured as given (`dropout=0`: without dropout, in bill and model).
+    `lora_rank` (with `lora_targets`, default q_proj,v_proj, or "all-linear"; `lora_alpha`, `lora_dropout`: PEFT's
+    defaults when None) measures the model wrapped by PEFT's `get_peft_model` (the `measure` extra's peft).
     """
     from stepbill.report.check_json import sharded_check_json, single_check_json
 
@@ -239,6 +252,10 @@ def measure_and_compare(
 
     if isinstance(zero, bool) or zero not in (0, 1, 2, 3):
         raise StepbillError(f"zero must be 0, 1, 2 or 3, got {zero!r}")
+    from stepbill.check_lora import QLORA_REFUSED, bill_lora, lora_setup, lora_unmodelled
+
+    if recipe == "qlora-nf4":
+        raise StepbillError(QLORA_REFUSED)
     recipe = measured_recipe(zero, recipe, flag="recipe")
     if mode not in ("auto", "real", "fake"):
         raise StepbillError(f"mode must be 'auto', 'real' or 'fake', got {mode!r}")
@@ -266,6 +283,7 @@ def measure_and_compare(
         config = to_hf_config(spec)
     else:
         spec, config = model_and_config(model, dropout)
+    lora = lora_setup(spec, recipe, recompute, sharded, lora_rank, lora_targets, lora_alpha, lora_dropout)
     if sharded:
         results = measure_sharded(spec, seq, micro_batch, recipe, dp, zero, rank, mode, config)
         by_rank = {r: rows for r, _, _, _, rows in results}
@@ -276,13 +294,14 @@ def measure_and_compare(
         return CheckResult([row for rows in by_rank.values() for row in rows], summary, modes, json_out,
                            by_rank=by_rank)
     engine_bill, note = predict(spec, make_recipe(recipe, "adamw", micro_batch, seq, recompute,
-                                                  optimizer_impl=optimizer_impl))
+                                                  optimizer_impl=optimizer_impl, **bill_lora(lora)))
     chosen = choose_mode(mode, engine_bill.lines["memory.peak"].value)
     measured = measure_step(config, mode=chosen, recipe=recipe, optimizer_impl=optimizer_impl,
-                            micro_batch=micro_batch, seq_len=seq, recompute=recompute)
+                            micro_batch=micro_batch, seq_len=seq, recompute=recompute, lora=lora)
     rows = compare(predictions(engine_bill), measured)
     summary = verdict(rows)
     json_out = single_check_json(spec, chosen, engine_bill, measured, rows, summary) | notes_json(spec, recipe, dropout)
+    json_out["unmodelled"] += lora_unmodelled(lora)
     return CheckResult(rows, summary, chosen, json_out, note or None)
 
 

@@ -61,6 +61,16 @@ def check(
         "output; under torchrun itself, check measures every rank of the launched run")] = None,
     device: Annotated[str, typer.Option("--device", help="launched runs: cpu (gloo, MemTracker) | cuda (nccl, "
                                                          "torch.cuda max_memory_allocated/reserved)")] = "cpu",
+    lora_rank: Annotated[int | None, typer.Option(
+        "--lora-rank", help="LoRA rank: measure the model wrapped by PEFT's get_peft_model (fp32 | pure-bf16)")] = None,
+    lora_targets: Annotated[str | None, typer.Option(
+        "--lora-targets", help="with --lora-rank: comma-separated module names (default q_proj,v_proj) or all-linear")]
+    = None,
+    lora_alpha: Annotated[float | None, typer.Option("--lora-alpha", help="LoraConfig lora_alpha (default: PEFT's, 8)")]
+    = None,
+    lora_dropout: Annotated[float | None, typer.Option(
+        "--lora-dropout", help="LoraConfig lora_dropout (default: PEFT's, 0.0; > 0 is measured, not billed yet)")]
+    = None,
 ) -> None:
     """Measure a real training step in PyTorch and compare it with the bill, category by category.
 
@@ -78,8 +88,15 @@ def check(
 
     if real and fake:
         raise StepbillError("choose one of --real and --fake")
+    from stepbill.check_lora import QLORA_REFUSED, bill_lora, lora_header, lora_setup, lora_unmodelled
+    from stepbill.measure.distributed import launched_world
+
+    if recipe == "qlora-nf4":
+        raise StepbillError(QLORA_REFUSED)
     recipe = measured_recipe(zero, recipe)  # refuses, in one line, what cannot be measured
     spec, config = model_and_config(model, dropout)
+    lora = lora_setup(spec, recipe, recompute, dp > 1 or zero != 0 or launch is not None or launched_world() is not None,
+                      lora_rank, lora_targets, lora_alpha, lora_dropout)
     if device not in ("cpu", "cuda"):
         raise StepbillError(f"--device must be cpu or cuda, got {device!r}")
     if launch is not None:
@@ -92,8 +109,6 @@ def check(
                     [] if dropout is None else ["--dropout", f"{dropout:g}"])
         _launch(launch, args)
         return
-    from stepbill.measure.distributed import launched_world
-
     here = launched_world()
     if here is not None:
         if fake:
@@ -111,22 +126,27 @@ def check(
     from stepbill.spec.recipe import make_recipe
 
     bill, note = predict(spec, make_recipe(recipe, "adamw", micro_batch, seq, recompute,
-                                           optimizer_impl=optimizer_impl))
+                                           optimizer_impl=optimizer_impl, **bill_lora(lora)))
     if note:
         typer.echo(note, err=True)
     mode = choose_mode("real" if real else "fake" if fake else "auto", bill.lines["memory.peak"].value)
     measured = _measure_with_progress(
         config, mode, recipe=recipe, optimizer_impl=optimizer_impl, micro_batch=micro_batch,
-        seq_len=seq, recompute=recompute,
+        seq_len=seq, recompute=recompute, **({} if lora is None else {"lora": lora}),
     )
     rows = compare(predictions(bill), measured)
     if as_json:
-        print(json.dumps(single_check_json(spec, mode, bill, measured, rows, verdict(rows))
-                         | notes_json(spec, recipe, dropout), indent=2))
+        out = single_check_json(spec, mode, bill, measured, rows, verdict(rows)) | notes_json(spec, recipe, dropout)
+        out["unmodelled"] += lora_unmodelled(lora)
+        print(json.dumps(out, indent=2))
         return
     _print_header(dropout, recipe)
+    if lora is not None:
+        typer.echo(lora_header(lora))
     _print_rows(spec.name, mode, bill.convention, rows, verdict(rows))
     _print_notes(spec)
+    for line in lora_unmodelled(lora):
+        typer.echo(f"note: {line}")
     from stepbill.report.units import fmt_flops
 
     typer.echo(f"causal-halved step FLOPs (the seed's convention; FlopCounterMode counts the full square): "
@@ -161,7 +181,7 @@ def _print_rows(name: str, mode: str, convention: str, rows: list, summary: str,
     for col in ("category", "predicted", "measured", "error", "verdict"):
         table.add_column(col, justify="left" if col in ("category", "verdict") else "right")
     for r in rows:
-        fmt = fmt_flops if r.unit == "FLOPs" else fmt_bytes
+        fmt = fmt_flops if r.unit == "FLOPs" else (lambda n: f"{n:,.0f}") if r.unit == "params" else fmt_bytes
         table.add_row(r.category, "-" if r.predicted is None else fmt(r.predicted), fmt(r.measured),
                       "-" if r.error is None else f"{100 * r.error:+.2f} %", r.verdict)
     console = make_console()

@@ -11,6 +11,7 @@ from typing import Any
 EXTRAS: dict[str, str] = {
     "torch": "measure",
     "transformers": "measure",
+    "peft": "measure",
     "scipy": "solve",
     "matplotlib": "plot",
     "fastapi": "web",

@@ -151,7 +151,7 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
         a_bytes = Fp8Bytes(a_bytes, recipe.precision.fp8)
     plan = make_plan(spec, recipe.recompute_policy, recipe.seq_len, recipe.micro_batch, a_bytes, convention,
                      attention=attention, lora=recipe.lora)
-    outside = act.outside_bytes(spec, a_bytes, recipe.seq_len, recipe.micro_batch, convention)
+    outside = act.outside_bytes(spec, a_bytes, recipe.seq_len, recipe.micro_batch, convention, recipe.lora)
     eager = eager_terms(spec, recipe, inv, plan) if convention == "eager" else None
     timeline = one_gpu_timeline(spec, recipe, inv, plan, outside, eager)
     if recipe.precision.quant is not None:  # QLoRA: one Linear's dequantised bf16 copy inside each layer
@@ -212,7 +212,7 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
 
         def outside_rows(divisor):  # type: ignore[no-untyped-def]
             return outside_bytes_on_rank(spec, a_bytes, recipe.seq_len, recipe.micro_batch, divisor,
-                                         recipe.parallel.cp)
+                                         recipe.parallel.cp, recipe.lora)
     one = SingleRank(spec, recipe, inv, plan, timeline, eager, convention, attention, lines, resident, activ,
                      outside_rows)
     ranks = rank_classes(one)

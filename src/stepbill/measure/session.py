@@ -46,6 +46,9 @@ class StepSession:
     mode: Mode = "real"
     attention: Attention = "sdpa"
     lr: float = 1e-4
+    #: LoRA through PEFT (a measure.lora.PeftLoRA): the built model is wrapped by `get_peft_model`, AdamW gets the
+    #: adapters only.
+    lora: Any = None
     model: Any = field(init=False, default=None)
     optimizer: Any = field(init=False, default=None)
     input_ids: Any = field(init=False, default=None)
@@ -81,6 +84,10 @@ class StepSession:
         # fp32 MoE experts need transformers' grouped_mm fallback (aten._grouped_mm fakes bf16 only); amp
         # keeps fp32 expert weights too, since grouped_mm is not autocast-enabled.
         self._stack.enter_context(hf_patches(force_grouped_mm_fallback=self.param_dtype == "fp32"))
+        if self.lora is not None:
+            from stepbill.measure.lora import wrap
+
+            self.model = wrap(self.model, self.lora, fake_mode)
         if fake_mode is not None:
             self._stack.enter_context(fake_mode)
         kwargs: dict[str, Any] = {"lr": self.lr, "foreach": False, "fused": False}
@@ -88,7 +95,8 @@ class StepSession:
             kwargs["foreach"] = True
         elif self.optimizer_impl == "fused":
             kwargs = {"lr": self.lr, "fused": True}
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), **kwargs)
+        trainable = [p for p in self.model.parameters() if p.requires_grad]  # all of them but under LoRA
+        self.optimizer = torch.optim.AdamW(trainable, **kwargs)
         vocab = int(self.model.config.vocab_size)
         gen = torch.Generator().manual_seed(0) if fake_mode is None else None
         self.input_ids = torch.randint(0, vocab, (self.micro_batch, self.seq_len), generator=gen)

@@ -61,6 +61,8 @@ class StepMeasurement:
     #: aten op -> FLOPs (forward + backward).
     flops_by_op: dict[str, int] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
+    #: under LoRA: the trainable parameters as PEFT counts them (get_nb_trainable_parameters); None otherwise.
+    trainable_params: int | None = None
 
 
 def _flatten(snapshot: dict[Any, dict[Any, int]]) -> dict[str, int]:
@@ -117,6 +119,10 @@ def track_step(session: StepSession) -> PhasePeaks:
     session.iteration()
     tracker = MemTracker()
     tracker.track_external(session.model, session.optimizer, session.input_ids)
+    if session.lora is not None:
+        from stepbill.measure.lora import skip_frozen_grad_hooks
+
+        skip_frozen_grad_hooks(tracker, session.model)
     phases = PhasePeaks(tracker)
     with tracker:
         session.iteration(phases)
@@ -135,22 +141,29 @@ def measure_step(
     mode: Mode = "real",
     attention: Attention = "sdpa",
     flops: bool = True,
+    lora: Any = None,
 ) -> StepMeasurement:
     """Run the transformers training step of ``config_dict`` and measure it (see the module docstring).
 
     ``config_dict`` is a transformers config dict (``model_type`` plus its keys). ``mode="fake"`` runs on
     fake tensors: no memory or compute is used and the byte counts equal a real run's. ``flops=False``
-    skips the FLOP-counting pass (``flops`` is then 0).
+    skips the FLOP-counting pass (``flops`` is then 0). ``lora`` (a measure.lora.PeftLoRA) wraps the model
+    with PEFT's LoRA first (frozen base, AdamW over the adapters).
     """
     settings = {
         "recipe": recipe, "optimizer_impl": optimizer_impl, "micro_batch": micro_batch, "seq_len": seq_len,
         "recompute": recompute, "mode": mode, "attention": attention,
-    }
+    } | ({} if lora is None else lora.settings())
     session = StepSession(config_dict, recipe=recipe, optimizer_impl=optimizer_impl, micro_batch=micro_batch,
-                          seq_len=seq_len, recompute=recompute, mode=mode, attention=attention)
+                          seq_len=seq_len, recompute=recompute, mode=mode, attention=attention, lora=lora)
     with session:
         phases = track_step(session)
         total_flops, by_op = count_flops(session.forward_backward) if flops else (0, {})
+        trainable = None
+        if lora is not None:
+            from stepbill.measure.lora import trainable_parameters
+
+            trainable = trainable_parameters(session.model)[0]
     peaks = phases.peaks
     totals = {p: peaks[p]["total"] for p in PHASES}
     # Ties go to the earliest phase: the moment the total is first reached.
@@ -173,4 +186,5 @@ def measure_step(
         phase_breakdown={p: dict(peaks[p]) for p in PHASES},
         flops_by_op=by_op,
         settings=settings,
+        trainable_params=trainable,
     )

@@ -12,7 +12,8 @@ from stepbill.report.schema_base import JsonScalar, Number, Strict
 
 class CheckRowJson(Strict):
     category: str = Field(description="what is compared, e.g. `peak of the step`")
-    unit: Literal["bytes", "FLOPs"] = Field(description="bytes or FLOPs")
+    unit: Literal["bytes", "FLOPs", "params"] = Field(description="bytes, FLOPs or params (a LoRA check's trainable "
+                                                      "parameters)")
     line: str = Field(description="the bill line that predicts it")
     predicted: Number | None = Field(description="the bill's number; null when not predicted")
     measured: Number = Field(description="PyTorch's number (MemTracker, FlopCounterMode)")

@@ -82,12 +82,12 @@ _ROWS_CACHE: dict[tuple, tuple[ActTensor, ...]] = {}
 
 
 def outside_bytes(spec: ModelSpec, activation_bytes: int, seq_len: Any, micro_batch: Any,
-                  convention: str = "ideal") -> Any:
+                  convention: str = "ideal", lora: LoRA | None = None) -> Any:
     """Bytes kept outside the decoder layers (final norm, LM head input, loss). The seed's `ideal`
     accounting counts none; `eager` counts what transformers keeps (activations_eager.outside_bytes)."""
     if convention != "eager":
         return 0
-    return _eager.outside_bytes(spec, activation_bytes, seq_len, micro_batch)
+    return _eager.outside_bytes(spec, activation_bytes, seq_len, micro_batch, lora=lora)
 
 
 def saved_bytes(spec: ModelSpec, activation_bytes: int, seq_len: Any, micro_batch: Any = 1,

@@ -13,9 +13,11 @@ backward needs; the SwiGLU gate and up, which the product needs) stay. Mapped ro
 convention; under the eager convention the dense blocks' Linear inputs of families with separate q/k/v
 projections (Llama-like), autocast's per-Linear casts included; and, eager, RMSNorm's x̂ (saved by weight · x̂
 for the weight's gradient only: the norm weights are frozen too). Measured on a tiny Llama with q,v adapters:
-layer 1 keeps exactly these rows (tests/measure/test_lora_saved.py). Not modelled yet: eager MoE rows and
-fused-QKV families keep their inputs (an over-count); layer 0, whose input (the frozen embedding's output) needs
-no gradient, keeps even less (its input norm saves nothing) — not subtracted.
+layer 1 keeps exactly these rows (tests/measure/test_lora_saved.py). Layer 0, whose input (the frozen
+embedding's output) needs no gradient, keeps even less: its input RMSNorm saves nothing (eager: recompute/plan.py
+`first_unsaved`); outside the layers the frozen LM head keeps no input and the final norm no x̂
+(eager/outside.py). A PEFT-wrapped Llama matches the eager LoRA bill to the byte (tests/measure/test_lora_check.py).
+Not modelled yet: eager MoE rows and fused-QKV families keep their inputs (an over-count).
 """
 
 from __future__ import annotations

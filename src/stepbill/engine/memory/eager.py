@@ -32,6 +32,7 @@ Family-independent: sizes come from the eager rows (layer_rows), the ModelSpec a
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from itertools import pairwise
@@ -48,6 +49,7 @@ from stepbill.engine.activations.eager.outside import rope_buffer_bytes, rope_wi
 from stepbill.engine.activations.eager.torch_params import torch_tensor_sizes
 from stepbill.engine.params import ParamInventory
 from stepbill.engine.recompute import RecomputePlan
+from stepbill.engine.states import lora_adapter_groups
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.recipe import Recipe
 
@@ -91,6 +93,11 @@ class EagerTerms:
     embed_locals: int = 0
     # What the masked sliding-window layers keep beyond full attention, all layers (also inside layer_fixed).
     window: int = 0
+    #: LoRA: the embedding output, which layer 0 no longer saves (plan.first_unsaved) but the model's forward keeps
+    #: named (`inputs_embeds`) while the layers run
+    lora_embed_out: int = 0
+    #: LoRA under amp: layer 0's q/k/v weight casts, which no matmul saves (their input needs no gradient)
+    lora_first_cast: int = 0
 
     def for_rank(self, tokens: float, width: float, vocab: float, grads: float, counters: float = 1.0,
                  optimizer: float = 1.0, weights: float = 1.0) -> EagerTerms:
@@ -128,6 +135,8 @@ class EagerTerms:
             layer_inner=per(self.layer_inner, width),
             embed_locals=round(self.embed_locals / tokens),
             window=round(self.window / tokens),
+            lora_embed_out=round(self.lora_embed_out / tokens),
+            lora_first_cast=round(self.lora_first_cast / weights),
         )
 
 
@@ -244,6 +253,17 @@ def optimizer_temporaries(inventory: ParamInventory, impl: str, state_bytes: int
     return best
 
 
+def _first_layer_unsaved_casts(inventory: ParamInventory, plan: RecomputePlan, compute_bytes: int) -> int:
+    """amp under LoRA: bytes of layer 0's q/k/v weight casts (one layer's share of each), which autocast does not
+    cache (frozen) and no matmul saves (the frozen embedding's output needs no gradient)."""
+    if not plan.order:
+        return 0
+    first = plan.order[0]
+    n = max(1, plan.order.count(first))
+    return sum(x.total // n for x in inventory.tensors if x.layer_kind == first
+               and x.name in ("attn.q_proj.weight", "attn.k_proj.weight", "attn.v_proj.weight")) * compute_bytes
+
+
 @lru_cache(maxsize=64)  # a pure function of the frozen spec; the planner asks for it many times
 def _torch_sizes(spec: ModelSpec) -> list[int]:
     return torch_tensor_sizes(spec)
@@ -266,7 +286,10 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
     labels_saved = INT64 * n + (INT64 if b == 1 else 0)
     loss_and_seed = 2 * FP32
     loss_act = -labels_saved - FP32 + loss_and_seed  # labels and the token count freed
-    head_grad = v * h * p.grads
+    lora = recipe.lora
+    # Under LoRA the base is frozen: no base gradient is ever made (LM head, layer matrices, norms), and AdamW keeps
+    # one `step` counter per trainable tensor only (A and B of each adapter).
+    head_grad = 0 if lora is not None else v * h * p.grads
     amp = recipe.precision.name == "amp-bf16"
     head_temp = a * v * n + head_grad + a * h * n + (AMP_CAST * v * h if amp else 0)
     layer_act: dict[str, int] = {}
@@ -281,17 +304,27 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         layer_inner[kind] = in_layer_forward(spec, kind, width, n, t)
         count = max(1, plan.order.count(kind))
         rows = act.layer_rows(spec, kind, width, "eager")
+        # what the layer keeps (under LoRA fewer rows): only a kept row is freed in its backward
+        kept = {r.name for r in act.layer_rows(spec, kind, width, "eager", lora=lora)} if lora else None
         last = rows[-1].bytes_at(t) if rows else 0
-        layer_act[kind] = -round(last * n)
+        layer_act[kind] = -round(last * n) if kept is None or (rows and rows[-1].name in kept) else 0
         layer_temp[kind] = round((a * h + 3 * last) * n)
         mats = [x for x in inventory.tensors if x.layer_kind == kind and x.is_matrix]
-        layer_grad[kind] = mats[-1].total // count * p.grads if mats else 0
+        layer_grad[kind] = mats[-1].total // count * p.grads if mats and lora is None else 0
         ffn_block = rows[-1].block if rows else ""
-        freed = sum(r.bytes_at(t) for r in rows if r.block == ffn_block and not r.name.endswith("norm_x_fp32"))
+        freed = sum(r.bytes_at(t) for r in rows if r.block == ffn_block and not r.name.endswith("norm_x_fp32")
+                    and (kept is None or r.name in kept))
         norm_act[kind] = -round(freed * n)
         ffn_params = sum(x.total for x in inventory.tensors if x.layer_kind == kind and x.component == "ffn")
-        norm_grad[kind] = (ffn_params // count + h) * p.grads
+        norm_grad[kind] = 0 if lora is not None else (ffn_params // count + h) * p.grads
         cast_layer[kind] = eager.layer_cast_bytes(spec, kind, width)
+        if lora is not None and amp:
+            # autocast caches casts of leaf tensors that require grad only: the adapters' A and B. A frozen weight's
+            # cast is not cached but saved by its matmul for the input gradient: the same bytes, freed in that
+            # layer's backward (measured with saved_tensors_hooks on a PEFT-wrapped Llama)
+            mine = ParamInventory(tuple(x for x in inventory.tensors if x.layer_kind == kind))
+            cast_layer[kind] += sum(math.prod(shape) * c for shape, c, _ in lora_adapter_groups(mine, lora)) \
+                // count * a
         layer_fixed[kind] = (eager.fixed_bytes(eager.layer_fixed_rows(spec, kind, width, b, with_casts=False), t)
                              + window_fixed_bytes(spec, kind, width, t, b))  # sliding-window masks (eager/masks.py)
     # Checkpointed layers hold their arguments for the rebuild, transformers' boolean sliding-window mask among
@@ -299,7 +332,8 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
     held_mask = bool_mask_bytes(spec, t) if plan.policy.kind in ("full", "every") else 0
     return EagerTerms(
         constant=INT64 * n + buffers,
-        step_counters=FP32 * n_tensors if recipe.optimizer in ("adamw", "adam") else 0,
+        step_counters=FP32 * (n_tensors if lora is None else sum(c for _, c, _ in lora_adapter_groups(inventory, lora)))
+        if recipe.optimizer in ("adamw", "adam") else 0,
         # amp: the final norm's fp32 output is alive until the causal LM's forward returns (the LM head saves
         # its bf16 cast instead); otherwise it is the LM head's saved input, counted in the outside rows.
         forward_end=logits + padded + FP32 + (width.param * h * n if amp else 0) + held_mask,
@@ -321,4 +355,6 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         layer_inner=layer_inner,
         embed_locals=embedding_locals(spec, width, b, t),
         window=window_total_bytes(spec, width, t, b),
+        lora_embed_out=width.param * h * n if plan.first_unsaved else 0,
+        lora_first_cast=_first_layer_unsaved_casts(inventory, plan, a) if lora is not None and amp else 0,
     )

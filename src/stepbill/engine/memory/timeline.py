@@ -216,7 +216,8 @@ def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: Eager
     """The eager convention's moments: as the ideal ones, plus inputs, logits, loss and LM head gradients,
     the largest moment inside each layer's backward, optimizer temporaries and amp's weight-cast cache."""
     flight = view.in_flight_bytes
-    casts = [e.cast_layer.get(k, 0) for k in plan.order]
+    casts = [e.cast_layer.get(k, 0) - (e.lora_first_cast if i == 0 and view.first else 0)
+             for i, k in enumerate(plan.order)]
     cast_head = e.cast_head if view.last else 0
     cast_all = sum(casts) + cast_head
     # A checkpointed layer saves nothing in its forward (its rows, fixed ones and weight casts included); its
@@ -233,6 +234,7 @@ def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: Eager
                                     "temporaries": temporaries, "autocast_cache": cast}, layer, kind)
 
     resting = view.grads_resting
+    embed_out = e.lora_embed_out if view.first else 0  # LoRA: the embedding output, named in the model's forward
     bwd = plan.backward_live()
     kept, cast, fix = 0.0, 0, 0
     moments = []
@@ -243,12 +245,12 @@ def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: Eager
         if ckpt and e.layer_inner.get(k, 0):
             moments.append(at(Phase.FORWARD, Part.LAYER_INNER, resting, kept + fix + e.embed_locals
                               + e.layer_inner[k], cast=cast, layer=i))
-        moments.append(at(Phase.FORWARD, Part.LAYER, resting, kept + fix, cast=cast, layer=i))
+        moments.append(at(Phase.FORWARD, Part.LAYER, resting, kept + fix + embed_out, cast=cast, layer=i))
     saved = plan.kept_after_forward() + (outside if view.last else 0) + fix
     # autocast's cache is cleared when the forward leaves autocast: what remains is what graphs saved.
     cast = cast_all if not ckpt else cast_head
     if view.last:
-        moments.append(at(Phase.FORWARD, Part.HEAD, resting, saved + e.forward_end, cast=cast_all))
+        moments.append(at(Phase.FORWARD, Part.HEAD, resting, saved + e.forward_end + embed_out, cast=cast_all))
         moments.append(at(Phase.BACKWARD, Part.LOSS, resting, saved + e.loss_act, e.loss_temp, cast))
         moments.append(at(Phase.BACKWARD, Part.HEAD_BACKWARD, resting, saved + e.head_act, e.head_temp, cast))
     cast -= cast_head

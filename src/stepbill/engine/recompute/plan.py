@@ -78,6 +78,10 @@ class RecomputePlan:
     segment: int  # layers per checkpointed segment (1 unless every-K)
     tokens: int
     seq_len: int
+    #: rows layer 0 does not keep although its kind does (LoRA: the frozen embedding's output needs no gradient,
+    #: so layer 0's input RMSNorm saves nothing), and their bytes per token (on a rank: divided as its rows are)
+    first_unsaved: tuple[ActTensor, ...] = ()
+    first_unsaved_bytes: float = 0.0
 
     def kept_bytes(self, index: int) -> float:
         """Bytes per token layer `index` keeps after its forward."""
@@ -92,7 +96,7 @@ class RecomputePlan:
             if self.segment > 1:
                 out.append(plan.checkpoint_bytes if index % self.segment == 0 else 0.0)
             else:
-                out.append(plan.kept_bytes + plan.checkpoint_bytes)
+                out.append(plan.kept_bytes + plan.checkpoint_bytes - (self.first_unsaved_bytes if index == 0 else 0.0))
         return tuple(out)
 
     def dropped_bytes(self, index: int) -> float:
@@ -161,7 +165,10 @@ class RecomputePlan:
                                    recompute_flops_square=lp.recompute_flops_square / work_divisor,
                                    checkpoint_bytes=lp.checkpoint_bytes / input_divisor)
         order = self.order if order is None else order
-        return replace(self, layers={k: v for k, v in layers.items() if k in order or not order}, order=order)
+        first = sum(t.bytes_at(self.seq_len) / row_divisor(t) for t in self.first_unsaved) \
+            if tuple(order) == tuple(self.order) else 0.0  # a later pipeline stage does not hold layer 0
+        return replace(self, layers={k: v for k, v in layers.items() if k in order or not order}, order=order,
+                       first_unsaved_bytes=first)
 
 
 def op_flops(rows: tuple[ActTensor, ...] | list[ActTensor], seq_len: Any, causal: bool = True) -> Any:
@@ -210,6 +217,12 @@ def make_plan(spec: ModelSpec, policy: RecomputePolicy, seq_len: int, micro_batc
             segment = min(segment, spec.n_layers)
     elif policy.kind == "none" and drop is None:
         layers = {k: _plan(k, r, [], seq_len) for k, r in rows.items()}
+        if lora is not None and convention == "eager" and spec.norm == "rmsnorm" and order:
+            # LoRA freezes the embedding: layer 0's input needs no gradient, so its input RMSNorm (frozen weight)
+            # saves nothing (measured with saved_tensors_hooks on a PEFT-wrapped Llama, test_lora_check.py)
+            first = tuple(t for t in rows[order[0]] if t.name in ("attn.norm_x_fp32", "attn.norm_rstd"))
+            return RecomputePlan(policy, layers, order, segment, tokens, seq_len, first,
+                                 sum(t.bytes_at(seq_len) for t in first))
     elif policy.kind == "selective" or drop is not None:
         for k, r in rows.items():
             if drop is not None:

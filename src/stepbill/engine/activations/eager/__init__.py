@@ -96,19 +96,20 @@ def layer_cast_bytes(spec: ModelSpec, layer_kind: str, act: int) -> int:
         * dt.compute
 
 
-def outside_bytes(spec: ModelSpec, act: int, seq_len: Any, micro_batch: Any, recompute: str = "none") -> Any:
+def outside_bytes(spec: ModelSpec, act: int, seq_len: Any, micro_batch: Any, recompute: str = "none",
+                  lora: Any = None) -> Any:
     """Bytes outside the layers for one micro-batch (per-token rows + fixed rows; amp's LM head weight cast
-    left out: it is part of `amp_weight_cast_bytes`, the autocast cache)."""
-    per_token = sum(r.bytes_per_token for r in outside_rows(spec, act))
+    left out: it is part of `amp_weight_cast_bytes`, the autocast cache); `lora`: the LoRA rows (outside_rows)."""
+    per_token = sum(r.bytes_per_token for r in outside_rows(spec, act, lora))
     fixed = fixed_bytes(outside_fixed_rows(spec, act, int(micro_batch), recompute, with_casts=False), seq_len)
     return per_token * seq_len * micro_batch + fixed
 
 
 def outside_bytes_on_rank(spec: ModelSpec, act: int, seq_len: int, micro_batch: int,
-                          divisor: Callable[[ActTensor], float], tokens_divisor: float) -> float:
+                          divisor: Callable[[ActTensor], float], tokens_divisor: float, lora: Any = None) -> float:
     """outside_bytes on one rank of a layout: each per-token row ÷ its Split divisor, the per-position rows
     ÷ `tokens_divisor` (cp)."""
-    per_token = sum(r.bytes_per_token / divisor(r) for r in outside_rows(spec, act))
+    per_token = sum(r.bytes_per_token / divisor(r) for r in outside_rows(spec, act, lora))
     fixed = fixed_bytes(outside_fixed_rows(spec, act, micro_batch, "none", with_casts=False), seq_len)
     return per_token * seq_len * micro_batch + fixed / tokens_divisor
 

@@ -28,7 +28,23 @@ from stepbill.spec.model import ModelSpec
 HALF_ROPE_TABLE_FAMILIES = ("gpt_oss",)
 
 
-def outside_rows(spec: ModelSpec, act: int) -> list[ActTensor]:
+#: Under LoRA the LM head is frozen (PEFT never wraps the output layer), so autograd keeps no input for it, and the
+#: final RMSNorm's x̂ (saved by weight · x̂ only for the frozen weight's gradient) goes too; measured with
+#: saved_tensors_hooks on a PEFT-wrapped Llama (tests/measure/test_lora_check.py).
+LORA_FROZEN_OUTSIDE = ("final.norm_out", "final.lm_head_in_cast", "final.norm_xhat")
+
+
+def outside_rows(spec: ModelSpec, act: int, lora: object | None = None) -> list[ActTensor]:
+    """Per-token rows outside the layers; with `lora` (a LoRA recipe) the frozen LM head's input and the final
+    RMSNorm's x̂ are not kept (LORA_FROZEN_OUTSIDE)."""
+    rows = _outside_rows(spec, act)
+    if lora is None:
+        return rows
+    frozen = [n for n in LORA_FROZEN_OUTSIDE if spec.norm == "rmsnorm" or not n.endswith("norm_xhat")]
+    return [r for r in rows if r.name not in frozen]
+
+
+def _outside_rows(spec: ModelSpec, act: int) -> list[ActTensor]:
     dt = dt_of(act)
     d, b = spec.hidden_size, "outside"
     return [

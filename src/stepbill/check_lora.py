@@ -1,0 +1,71 @@
+"""`stepbill check --lora-rank`: the PEFT setup a LoRA check measures, what it refuses, and its notes (no torch).
+
+The model is wrapped by PEFT's `get_peft_model` (stepbill.measure.lora); the bill is the LoRA recipe of the same
+rank and targets under the eager convention.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stepbill.errors import StepbillError
+
+#: `check --recipe qlora-nf4`: bitsandbytes' NF4 kernels need CUDA, and check measures on CPU.
+QLORA_REFUSED = ("check cannot measure --recipe qlora-nf4: bitsandbytes' NF4 base weights need a CUDA device and "
+                 "check measures on CPU; check LoRA on an unquantized base with --lora-rank")
+
+
+def lora_setup(spec: Any, recipe: str, recompute: str, sharded: bool, rank: int | None,
+               targets: str | tuple[str, ...] | None, alpha: float | None, dropout: float | None) -> Any:
+    """The PEFT setup (measure.lora.PeftLoRA) of `check --lora-rank`, or None without LoRA; what check cannot
+    measure under LoRA yet is refused in one line."""
+    if rank is None:
+        if targets is not None or alpha is not None or dropout is not None:
+            raise StepbillError("--lora-targets, --lora-alpha and --lora-dropout need --lora-rank")
+        return None
+    if sharded:
+        raise StepbillError("check measures LoRA in one process only: --lora-rank with --dp/--zero/--launch is not "
+                            "supported yet")
+    if recipe not in LORA_RECIPES:
+        raise StepbillError(f"check measures LoRA under --recipe {' | '.join(LORA_RECIPES)}; {recipe} is not "
+                            "modelled exactly yet under LoRA (autocast's weight casts: tiny Llama within 3.5 %)")
+    if recompute != "none":
+        raise StepbillError("check measures LoRA without recompute only: --recompute full with --lora-rank is not "
+                            "supported yet")
+    from stepbill.inputs import check_lora
+    from stepbill.measure.lora import PeftLoRA, require_peft
+    from stepbill.spec.recipe import ALL_LINEAR, LoRA
+
+    names = tuple(t.strip() for t in targets.split(",") if t.strip()) if isinstance(targets, str) else targets
+    lora = PeftLoRA.for_recipe(recipe, rank, names, alpha, dropout)
+    named = tuple(t for t in lora.targets if t != ALL_LINEAR)  # PEFT's alias is a target of every model
+    if named:
+        check_lora(spec, LoRA(rank, named))
+    require_peft()
+    return lora
+
+
+#: the recipes a LoRA check measures (pure-bf16 with bf16 adapters: PEFT's autocast_adapter_dtype=False)
+LORA_RECIPES = ("fp32", "pure-bf16")
+
+
+def bill_lora(lora: Any) -> dict[str, Any]:
+    """make_recipe's LoRA keywords for a PeftLoRA (none without LoRA)."""
+    return {} if lora is None else {"lora_rank": lora.rank, "lora_targets": lora.targets}
+
+
+def lora_unmodelled(lora: Any) -> list[str]:
+    """One line when the adapters' dropout is on: the bill does not model it yet (it is measured as configured)."""
+    if lora is None or lora.dropout == 0:
+        return []
+    return [f"--lora-dropout {lora.dropout:g}: not modelled by the bill yet (it assumes PEFT's default 0, an "
+            "nn.Identity; PEFT's nn.Dropout keeps a mask and the dropped copy of every adapted Linear's input); "
+            "measured as configured"]
+
+
+def lora_header(lora: Any) -> str:
+    """The line `check --lora-rank` prints first: what PEFT was asked for."""
+    alpha = "PEFT's default" if lora.alpha is None else f"{lora.alpha:g}"
+    dtype = "" if lora.autocast_adapter_dtype else "; adapters kept bf16 (autocast_adapter_dtype=False)"
+    return (f"LoRA by PEFT get_peft_model: r {lora.rank}, targets {','.join(lora.targets)}, alpha {alpha}, "
+            f"dropout {lora.dropout:g}; base frozen, AdamW over the adapters only{dtype}")
