@@ -230,7 +230,8 @@ def _check_launched(spec: Any, config: dict[str, Any], seq: int, micro_batch: in
                                       device=device)
     if rank != 0 or measured is None:
         return
-    results = compare_launched(spec, measured, zero=zero, micro_batch=micro_batch, seq=seq, recipe=recipe)
+    results = compare_launched(spec, measured, zero=zero, micro_batch=micro_batch, seq=seq, recipe=recipe,
+                               device=device)
     stage = {0: "DDP", 1: "ZeRO-1 (ZeroRedundancyOptimizer)", 2: "ZeRO-2 (FSDP2)", 3: "ZeRO-3 (FSDP2)"}[zero]
     backend = "nccl" if device == "cuda" else "gloo"
     tracker = ("torch.cuda max_memory_allocated" if device == "cuda"

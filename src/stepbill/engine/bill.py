@@ -132,7 +132,7 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
     if convention == "eager":  # two widths under amp (bf16 compute, fp32 params); an int otherwise
         from stepbill.engine.activations.eager import from_precision
 
-        a_bytes = from_precision(recipe.precision)
+        a_bytes = from_precision(recipe.precision, recipe.device)
     plan = make_plan(spec, recipe.recompute_policy, recipe.seq_len, recipe.micro_batch, a_bytes, convention,
                      attention=attention, lora=recipe.lora)
     outside = act.outside_bytes(spec, a_bytes, recipe.seq_len, recipe.micro_batch, convention)
@@ -169,9 +169,14 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
                                         res.formula + " + AdamW step counters (4 B per parameter tensor)", {},
                                         convention="eager: PyTorch's AdamW keeps a 4-byte `step` per tensor")
     lines.update(time_lines)
+    note = CONVENTION_NOTE[convention]
+    if convention == "eager":  # which SDPA kernel and dropout masks the rows follow (eager/dropout.py)
+        from stepbill.engine.activations.eager.dropout import kernel_note
+
+        note += f"; {kernel_note(spec, recipe.device)}"
     lines["memory.activations"] = Line("memory.activations", time_lines["memory.activations"].value, "bytes",
                                        " + ".join(x.name for x in activ) or "0", {},
-                                       convention=f"{CONVENTION_NOTE[convention]}; at the forward peak")
+                                       convention=f"{note}; at the forward peak")
     lines["checkpoint.bytes"] = _sum_line("checkpoint.bytes", ckpt)
     lines.update(flops_lines(spec, recipe.seq_len, recipe.micro_batch, inv.active, plan.recompute_flops(True),
                              plan.recompute_flops(False), attention, plan.recompute_flops_square(),

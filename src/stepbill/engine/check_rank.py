@@ -14,22 +14,23 @@ from stepbill.spec.recipe import make_recipe
 
 
 def sharded_context(spec: ModelSpec, zero: int, micro_batch: int = 1, seq_len: int = 128,
-                    recipe: str = "fp32") -> ShardedContext:
-    """The shared part of predict_rank (build once, predict every rank)."""
+                    recipe: str = "fp32", device: str = "cpu") -> ShardedContext:
+    """The shared part of predict_rank (build once, predict every rank); `device`: the kernels the eager rows
+    follow (a launched CUDA run: cuda)."""
     tensors = hf_tensors(spec)
     compute = "pure-bf16" if zero in (2, 3) else recipe
     convention = "eager"
     try:
-        bill = make_bill(spec, make_recipe(compute, "adamw", micro_batch, seq_len), convention=convention)
+        bill = make_bill(spec, make_recipe(compute, "adamw", micro_batch, seq_len, device=device), convention=convention)
     except StepbillError:  # no eager rows for this family: resident state stays exact, peaks rough
         convention = "ideal"
-        bill = make_bill(spec, make_recipe(compute, "adamw", micro_batch, seq_len), convention=convention)
+        bill = make_bill(spec, make_recipe(compute, "adamw", micro_batch, seq_len, device=device), convention=convention)
     return ShardedContext(tensors, bill, convention)
 
 
 
 def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int = 0, micro_batch: int = 1, seq_len: int = 128,
-                 recipe: str = "fp32", context: ShardedContext | None = None) -> RankPrediction:
+                 recipe: str = "fp32", context: ShardedContext | None = None, device: str = "cpu") -> RankPrediction:
     """Predicted memory of rank `rank` of `world` under ZeRO-`zero` as measure/sharded.py runs it."""
-    ctx = context or sharded_context(spec, zero, micro_batch, seq_len, recipe)
+    ctx = context or sharded_context(spec, zero, micro_batch, seq_len, recipe, device)
     return predict_on(spec, world, zero, rank, micro_batch, seq_len, ctx)
