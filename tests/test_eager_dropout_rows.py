@@ -106,3 +106,11 @@ def test_cli_device_option(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and "device cuda: attention dropout 0.1" in text and "note: attn_pdrop" not in text
     code, out, err = run_cli(["bill", str(CFG / "gpt2.json"), "--device", "tpu"], capsys)
     assert code == 2 and out == "" and err.count("\n") == 1 and "device" in err
+
+
+def test_flops_kernel_follows_the_device() -> None:
+    """CPU with attention dropout: the math path (no QKᵀ rebuilt in the backward); CUDA: the fused kernel."""
+    cpu = make_bill(GPT2, make_recipe("fp32", seq_len=1024), convention="eager").lines["flops.step_noncausal"]
+    cuda = make_bill(GPT2, make_recipe("fp32", seq_len=1024, device="cuda"), convention="eager")
+    rebuilt = GPT2.n_layers * 2 * 1024 * 1024 * GPT2.hidden_size  # 2·S²·H·d_qk per layer, full square
+    assert cuda.lines["flops.step_noncausal"].value - cpu.value == rebuilt

@@ -109,3 +109,13 @@ def test_real_size_with_dropout_within_three_percent(source: str, override: dict
     measured = measure_step(config, recipe=recipe, micro_batch=micro_batch, seq_len=seq, mode="fake", flops=False)
     errors = {r.line: r.error for r in compare(predictions(bill), measured) if r.line in MEMORY}
     assert all(abs(e) <= 0.03 for e in errors.values()), errors
+
+
+def test_flops_on_the_math_path_exact() -> None:
+    """SDPA's math path (attention dropout on CPU) rebuilds no QKᵀ in its backward: FlopCounterMode's count
+    drops by that much, and the bill follows it to the FLOP."""
+    config = _config("gpt2")
+    bill = make_bill(from_hf_config(config, "tiny"), make_recipe("fp32", "adamw", 2, 64), convention="eager")
+    measured = measure_step(config, recipe="fp32", micro_batch=2, seq_len=64)
+    flops = [r for r in compare(predictions(bill), measured) if r.line == "flops.step_noncausal"]
+    assert len(flops) == 1 and flops[0].error == 0

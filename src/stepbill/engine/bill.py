@@ -117,6 +117,17 @@ def _eager_activation_lines(eager: EagerTerms | None, timeline: Timeline) -> lis
     return out
 
 
+def _flops_attention(spec: ModelSpec, a_bytes: int, convention: str, attention: str) -> str:
+    """The attention kernel FlopCounterMode sees: the eager convention on CPU with attention dropout runs SDPA's
+    math path ("sdpa-math": its backward reads the saved probabilities, no rebuilt QKᵀ; eager/dropout.py)."""
+    if convention == "eager" and attention == "sdpa":
+        from stepbill.engine.activations.eager.dropout import uses_math_path
+
+        if uses_math_path(spec, a_bytes):
+            return "sdpa-math"
+    return attention
+
+
 def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = None, convention: str = "ideal",
               attention: str = "sdpa", gpu: GPU | None = None, efficiency: float = DEFAULT_EFFICIENCY) -> Bill:
     """The bill of one training step of `spec` under `recipe`: global lines (one micro-batch, as if one rank held
@@ -179,7 +190,8 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
                                        convention=f"{note}; at the forward peak")
     lines["checkpoint.bytes"] = _sum_line("checkpoint.bytes", ckpt)
     lines.update(flops_lines(spec, recipe.seq_len, recipe.micro_batch, inv.active, plan.recompute_flops(True),
-                             plan.recompute_flops(False), attention, plan.recompute_flops_square(),
+                             plan.recompute_flops(False), _flops_attention(spec, a_bytes, convention, attention),
+                             plan.recompute_flops_square(),
                              matmul_params(spec, inv),
                              None if recipe.lora is None else lora_step_terms(spec, inv, recipe.lora, recipe.seq_len,
                                                                               recipe.micro_batch)))
