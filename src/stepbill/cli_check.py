@@ -59,7 +59,9 @@ def check(
         "--launch", help="start N local ranks with torchrun (python -m torch.distributed.run) and relay rank 0's "
         "output; under torchrun itself, check measures every rank of the launched run")] = None,
     device: Annotated[str, typer.Option("--device", help="launched runs: cpu (gloo, MemTracker) | cuda (nccl, "
-                                                         "torch.cuda max_memory_allocated/reserved)")] = "cpu",
+                                                         "torch.cuda max_memory_allocated/reserved); the bill's "
+                                                         "eager rows follow that device's dropout and SDPA "
+                                                         "kernels")] = "cpu",
 ) -> None:
     """Measure a real training step in PyTorch and compare it with the bill, category by category.
 
