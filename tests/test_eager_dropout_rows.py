@@ -114,3 +114,13 @@ def test_flops_kernel_follows_the_device() -> None:
     cuda = make_bill(GPT2, make_recipe("fp32", seq_len=1024, device="cuda"), convention="eager")
     rebuilt = GPT2.n_layers * 2 * 1024 * 1024 * GPT2.hidden_size  # 2·S²·H·d_qk per layer, full square
     assert cuda.lines["flops.step_noncausal"].value - cpu.value == rebuilt
+
+
+def test_recompute_on_the_math_path_says_what_is_not_modelled() -> None:
+    """Full recompute with attention dropout on CPU: the math path's S² temporaries inside a recomputed layer's
+    forward are not modelled yet (tests/measure/test_eager_dropout.py measures the gap); the bill says so."""
+    note = make_bill(GPT2, make_recipe("fp32", seq_len=1024, recompute="full"),
+                     convention="eager").lines["memory.activations"].convention
+    assert "not modelled yet: the math path's B·H·S² temporaries" in note
+    assert "not modelled" not in make_bill(GPT2, make_recipe("fp32", seq_len=1024),
+                                           convention="eager").lines["memory.activations"].convention

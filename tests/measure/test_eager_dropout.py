@@ -119,3 +119,16 @@ def test_flops_on_the_math_path_exact() -> None:
     measured = measure_step(config, recipe="fp32", micro_batch=2, seq_len=64)
     flops = [r for r in compare(predictions(bill), measured) if r.line == "flops.step_noncausal"]
     assert len(flops) == 1 and flops[0].error == 0
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_full_recompute_with_attention_dropout_known_gap(family: str) -> None:
+    """Full recompute on CPU's math path: the step peak (in the backward) within 3 %; the forward peak, inside a
+    recomputed layer's S² temporaries, is under-billed (not modelled yet; the bill's convention note says so).
+    Measured: gpt2 fp32 forward −0.9 %, llama fp32 −5.8 %; step +0.6 %, +1.1 %."""
+    config = _config(family)
+    bill = make_bill(from_hf_config(config, "tiny"), make_recipe("fp32", "adamw", 2, 64, "full"), convention="eager")
+    measured = measure_step(config, recipe="fp32", micro_batch=2, seq_len=64, recompute="full", flops=False)
+    errors = {r.line: r.error for r in compare(predictions(bill), measured) if r.line in MEMORY}
+    assert abs(errors["memory.peak"]) <= 0.03 and errors["memory.peak_forward"] < 0, errors
+    assert "not modelled yet" in bill.lines["memory.activations"].convention
