@@ -29,7 +29,7 @@ The ideal convention keeps no dropout masks (activations/rows.py); the megatron 
 
 from __future__ import annotations
 
-from stepbill.engine.activations.eager.attention import FUSED_QKV
+from stepbill.engine.activations.eager.attention import FUSED_QKV, mla_uses_math_path
 from stepbill.engine.activations.eager.dtypes import FP32, INT64, Dt, dt_of
 from stepbill.engine.activations.eager.gemma import EAGER_ATTENTION_FAMILIES
 from stepbill.engine.activations.rows import ActTensor, Recompute, _attn_core
@@ -148,8 +148,12 @@ def kernel_note(spec: ModelSpec, device: str, recompute: str = "none") -> str:
         kernel = (f"attention dropout {p:g} on SDPA's flash / memory-efficient kernel (no S² kept)" if device == "cuda"
                   else f"attention dropout {p:g} sends SDPA to its math path (fp32 S² probabilities, mask and "
                   "dropped copy kept; CPU's flash kernel takes no dropout)")
+    elif spec.family in EAGER_ATTENTION_FAMILIES or spec.attention.sinks:
+        kernel = "transformers' eager attention (S² probabilities kept)"
+    elif spec.attention.kind == "mla" and mla_uses_math_path(spec):
+        kernel = "SDPA's math path (MLA: q/k and v head widths differ; as measured on CPU)"
     else:
-        kernel = "SDPA's flash kernel" if spec.attention.kind == "mha" or device == "cuda" else "SDPA"
+        kernel = "SDPA's flash kernel"
     gap = ""
     if recompute != "none" and device == "cpu" and p > 0 and attention_dropout_modelled(spec):
         # measured on tiny models: activations at the forward peak −4 % to −32 %, step peak within 1.1 %
