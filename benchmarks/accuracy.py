@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from stepbill.check import CATEGORIES, choose_mode, compare, predict, predictions
 from stepbill.measure.step import measure_step
 from stepbill.spec.hf import to_hf_config
+from stepbill.spec.model import DROPOUT_FIELDS
 from stepbill.spec.presets import load_model
 from stepbill.spec.recipe import make_recipe
 
@@ -34,6 +35,7 @@ class Case:
     micro_batch: int = 1
     seq_len: int = 512
     optimizer_impl: str = "single"
+    dropout: float | None = None  # set every ModelSpec dropout field (a user training with dropout); None: as configured
 
 
 SUITE = (
@@ -63,6 +65,12 @@ SUITE = (
     Case("qwen3-30b-a3b pure-bf16 full (MoE)", str(CFG / "qwen3-30b-a3b.json"), "pure-bf16", "full", seq_len=2048),
     Case("deepseek-v2-lite pure-bf16 (MLA)", str(CFG / "deepseek-v2-lite.json"), "pure-bf16", seq_len=1024),
     Case("deepseek-v3 pure-bf16 full (MLA, 671B)", "deepseek-v3", "pure-bf16", "full", seq_len=512),
+    # Dropout (issue 11; engine/activations/eager/dropout.py): GPT-2 1.5B as published (attn/resid/embd_pdrop 0.1:
+    # CPU's SDPA math path keeps three fp32 B·H·S² tensors per layer), Pythia with dropout 0.1 set by the user
+    # (its published config has none).
+    Case("gpt2-xl fp32 dropout 0.1 as published (gpt2)", str(CFG / "gpt2-xl.json"), seq_len=1024),
+    Case("pythia-1.4b pure-bf16 dropout 0.1 (gpt_neox)", str(CFG / "pythia-1.4b.json"), "pure-bf16", seq_len=2048,
+         dropout=0.1),
 )
 
 
@@ -71,6 +79,8 @@ REAL_MAX_PARAMS = 50_000_000  # real tensors up to this size (and when the step 
 
 def run_case(case: Case, real_max_params: int = REAL_MAX_PARAMS) -> tuple[str, list, float, str]:
     spec = load_model(case.model)
+    if case.dropout is not None:
+        spec = replace(spec, **dict.fromkeys(DROPOUT_FIELDS, case.dropout))
     recipe = make_recipe(case.recipe, "adamw", case.micro_batch, case.seq_len, case.recompute,
                          optimizer_impl=case.optimizer_impl)
     bill, note = predict(spec, recipe)

@@ -28,6 +28,7 @@ EXAMPLES = Path(__file__).parent.parent / "examples" / "configs"
 # name: (total, active) as transformers builds it; the totals match the models' published sizes.
 EXPECTED = {
     "gpt2": (124_439_808, 124_439_808),
+    "gpt2-xl": (1_557_611_200, 1_557_611_200),  # openai-community/gpt2-xl: GPT-2's published 1.5B
     "pythia-160m": (162_322_944, 162_322_944),
     "pythia-1.4b": (1_414_647_808, 1_414_647_808),
     "llama-2-7b": (6_738_415_616, 6_738_415_616),

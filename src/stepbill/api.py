@@ -34,7 +34,7 @@ GIB = 2**30
 _CLI_FLAGS = {"gpu_mem_gib": "--gpu-mem", "reserve_gib": "--reserve"}  # where the CLI flag is not "--" + the parameter with dashes
 _POSITIVE_INTS = ("seq", "micro_batch", "tp", "pp", "cp", "ep", "vpp", "micro_batches")
 _OPTIONAL_POSITIVE_INTS = ("dp", "etp", "shard_group", "gpus", "lora_rank")
-_STRINGS = ("recipe", "optimizer", "recompute", "optimizer_impl", "convention", "attention", "pp_schedule")
+_STRINGS = ("recipe", "optimizer", "recompute", "optimizer_impl", "convention", "attention", "pp_schedule", "device")
 _FLAGS = ("sp", "offload_optimizer", "offload_activations")
 
 
@@ -220,6 +220,7 @@ def make_step_bill(
     global_batch_tokens: int | str | None = None,
     train_tokens: int | str | None = None,
     price_per_gpu_hour: float | None = None,
+    device: str = "cpu",
     name: Callable[[str], str] = python_name,
 ) -> BillRun:
     """The engine's Bill for `model` under these options, with its fit verdict (shared by `stepbill.bill` and
@@ -266,7 +267,7 @@ def make_step_bill(
     validate_layout(spec, layout, seq, gpus)
     the_gpu = load_gpu(gpu) if gpu is not None else None
     the_recipe = make_recipe(recipe, optimizer, micro_batch, seq, recompute, lora_rank, targets, layout,
-                             optimizer_impl)
+                             optimizer_impl, device)
     check_bill_inputs(spec, the_recipe)  # cross-field: seq vs learned positions, LoRA targets and rank
     card = gpu_mem_gib * GIB if gpu_mem_gib else (the_gpu.usable_bytes if the_gpu else None)
     result = make_bill(spec, the_recipe, card, convention, attention, gpu=the_gpu, efficiency=efficiency)
@@ -374,6 +375,7 @@ def bill(
     global_batch_tokens: int | str | None = None,
     train_tokens: int | str | None = None,
     price_per_gpu_hour: float | None = None,
+    device: str = "cpu",
 ) -> StepBill:
     """The bill of one training step of `model` (preset, ModelSpec/config.json path, Hub id or ModelSpec).
 

@@ -110,6 +110,9 @@ def bill(
     = False,
     dropout: Annotated[float | None, typer.Option(
         "--dropout", help="0: train without dropout (every dropout probability of the config set to 0)")] = None,
+    device: Annotated[str, typer.Option(
+        "--device", help="eager convention: cpu (default, what `stepbill check` measures) | cuda — the dropout "
+        "masks and the SDPA kernel taking attention dropout differ")] = "cpu",
 ) -> None:
     """The bill of one training step for MODEL under a recipe."""
     from stepbill.api import cli_flag, make_step_bill
@@ -123,7 +126,7 @@ def bill(
         pp_schedule=pp_schedule, vpp=vpp, micro_batches=micro_batches, offload_optimizer=offload_optimizer,
         offload_activations=offload_activations, gpu=gpu, gpus=gpus, efficiency=mfu, dropout=dropout,
         global_batch_tokens=global_batch_tokens, train_tokens=train_tokens, price_per_gpu_hour=price_per_gpu_hour,
-        name=cli_flag)
+        device=device, name=cli_flag)
     result, fit, dp_note = run.bill, run.fit, run.layout_note
     if as_json:
         _emit_json(run.to_json())

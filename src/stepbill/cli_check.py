@@ -60,7 +60,9 @@ def check(
         "--launch", help="start N local ranks with torchrun (python -m torch.distributed.run) and relay rank 0's "
         "output; under torchrun itself, check measures every rank of the launched run")] = None,
     device: Annotated[str, typer.Option("--device", help="launched runs: cpu (gloo, MemTracker) | cuda (nccl, "
-                                                         "torch.cuda max_memory_allocated/reserved)")] = "cpu",
+                                                         "torch.cuda max_memory_allocated/reserved); the bill's "
+                                                         "eager rows follow that device's dropout and SDPA "
+                                                         "kernels")] = "cpu",
     lora_rank: Annotated[int | None, typer.Option(
         "--lora-rank", help="LoRA rank: measure the model wrapped by PEFT's get_peft_model (fp32 | pure-bf16)")] = None,
     lora_targets: Annotated[str | None, typer.Option(
@@ -262,7 +264,7 @@ def _check_launched(spec: Any, config: dict[str, Any], seq: int, micro_batch: in
         return
     backend = "nccl" if device == "cuda" else "gloo"
     results = compare_launched(spec, measured, zero=zero, micro_batch=micro_batch, seq=seq, recipe=recipe,
-                               backend=backend)
+                               backend=backend, device=device)
     stage = {0: "DDP", 1: "ZeRO-1 (ZeroRedundancyOptimizer)", 2: "ZeRO-2 (FSDP2)", 3: "ZeRO-3 (FSDP2)"}[zero]
     tracker = ("torch.cuda max_memory_allocated" if device == "cuda"
                else "FSDPMemTracker" if zero in (2, 3) else "MemTracker")

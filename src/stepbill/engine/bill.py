@@ -130,6 +130,17 @@ def _window_lines(eager: EagerTerms | None, plan: RecomputePlan) -> list[Line]:
                  "(engine/activations/eager/masks.py)")]
 
 
+def _flops_attention(spec: ModelSpec, a_bytes: int, convention: str, attention: str) -> str:
+    """The attention kernel FlopCounterMode sees: the eager convention on CPU with attention dropout runs SDPA's
+    math path ("sdpa-math": its backward reads the saved probabilities, no rebuilt QKᵀ; eager/dropout.py)."""
+    if convention == "eager" and attention == "sdpa":
+        from stepbill.engine.activations.eager.dropout import uses_math_path
+
+        if uses_math_path(spec, a_bytes):
+            return "sdpa-math"
+    return attention
+
+
 def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = None, convention: str = "ideal",
               attention: str = "sdpa", gpu: GPU | None = None, efficiency: float | None = DEFAULT_EFFICIENCY) -> Bill:
     """The bill of one training step of `spec` under `recipe`: global lines (one micro-batch, as if one rank held
@@ -146,7 +157,7 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
     if convention == "eager":  # two widths under amp (bf16 compute, fp32 params); an int otherwise
         from stepbill.engine.activations.eager import from_precision
 
-        a_bytes = from_precision(recipe.precision)
+        a_bytes = from_precision(recipe.precision, recipe.device)
     elif recipe.precision.fp8 is not None and convention == "ideal":  # Linear inputs cached in fp8 (activations/fp8.py)
         a_bytes = Fp8Bytes(a_bytes, recipe.precision.fp8)
     plan = make_plan(spec, recipe.recompute_policy, recipe.seq_len, recipe.micro_batch, a_bytes, convention,
@@ -188,12 +199,18 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
                                         res.formula + " + AdamW step counters (4 B per parameter tensor)", {},
                                         convention="eager: PyTorch's AdamW keeps a 4-byte `step` per tensor")
     lines.update(time_lines)
+    note = CONVENTION_NOTE[convention]
+    if convention == "eager":  # which SDPA kernel and dropout masks the rows follow (eager/dropout.py)
+        from stepbill.engine.activations.eager.dropout import kernel_note
+
+        note += f"; {kernel_note(spec, recipe.device, recipe.recompute)}"
     lines["memory.activations"] = Line("memory.activations", time_lines["memory.activations"].value, "bytes",
                                        " + ".join(x.name for x in activ) or "0", {},
-                                       convention=f"{CONVENTION_NOTE[convention]}; at the forward peak")
+                                       convention=f"{note}; at the forward peak")
     lines["checkpoint.bytes"] = _sum_line("checkpoint.bytes", ckpt)
     lines.update(flops_lines(spec, recipe.seq_len, recipe.micro_batch, inv.active, plan.recompute_flops(True),
-                             plan.recompute_flops(False), attention, plan.recompute_flops_square(),
+                             plan.recompute_flops(False), _flops_attention(spec, a_bytes, convention, attention),
+                             plan.recompute_flops_square(),
                              matmul_params(spec, inv),
                              None if recipe.lora is None else lora_step_terms(spec, inv, recipe.lora, recipe.seq_len,
                                                                               recipe.micro_batch)))

@@ -53,6 +53,8 @@ def palm_flops_per_token(spec: ModelSpec, n_matmul: Any, seq_len: Any, causal: b
 def _kernel(spec: ModelSpec, attention: str) -> str:
     if attention_backward_rescore(spec, attention):
         return "fused SDPA"
+    if attention == "sdpa-math":  # engine/bill.py: CPU SDPA with attention dropout (eager/dropout.py)
+        return "math path: SDPA with attention dropout on CPU"
     return "math path: eager attention" if attention != "sdpa" else "math path: q/k and v heads differ in width"
 
 

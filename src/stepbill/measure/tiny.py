@@ -28,8 +28,7 @@ TINY_CONFIGS: dict[str, dict[str, Any]] = {
         "n_head": 4,
         "n_positions": 512,
         "n_inner": None,  # 4·hidden = 512
-        # trains without dropout: GPT-2's default 0.1 is applied by `check` as configured, and the eager
-        # bill does not model dropout yet
+        # trains without dropout (GPT-2's default is 0.1; tests/measure/test_eager_dropout.py sets it back)
         "attn_pdrop": 0.0,
         "resid_pdrop": 0.0,
         "embd_pdrop": 0.0,

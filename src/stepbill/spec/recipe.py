@@ -91,6 +91,14 @@ OPTIMIZER_IMPLS: dict[str, str] = {
     "fused": "fused kernel (fused=True): no temporaries",
 }
 
+#: The devices whose kernels the eager convention tells apart (engine/activations/eager/dropout.py).
+DEVICES: dict[str, str] = {
+    "cpu": "CPU kernels, what `stepbill check` measures: dropout keeps its mask in the input's dtype; attention "
+    "dropout sends SDPA to its math path (fp32 S×S probabilities, mask and dropped copy kept)",
+    "cuda": "CUDA kernels (not measured here): dropout keeps a 1-byte bool mask; SDPA's flash / memory-efficient "
+    "kernels take attention dropout (no S×S tensor kept)",
+}
+
 
 @dataclass(frozen=True)
 class LoRA:
@@ -128,6 +136,9 @@ class Recipe:
     lora: LoRA | None = None
     parallel: Parallel = field(default_factory=Parallel)  # all-1: one GPU holds everything
     optimizer_impl: str = "single"  # single | foreach | fused (OPTIMIZER_IMPLS)
+    # The device whose kernels the eager convention follows (dropout masks, SDPA with dropout: eager/dropout.py);
+    # cpu by default, what `stepbill check` measures.
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         check_fields(self, "recipe", {"seq_len": "--seq", "micro_batch": "--micro-batch"})
@@ -135,6 +146,8 @@ class Recipe:
             raise unknown_name("optimizer", self.optimizer, OPTIMIZERS)
         if self.optimizer_impl not in OPTIMIZER_IMPLS:
             raise unknown_name("optimizer implementation", self.optimizer_impl, OPTIMIZER_IMPLS)
+        if self.device not in DEVICES:
+            raise unknown_name("device", self.device, DEVICES)
         policy = parse_recompute(self.recompute)  # validates: none | full | every:K | selective:M,... | budget:SIZE
         if policy.kind == "budget":
             require_extra("scipy", "the budget: recompute policy (exact MILP)")
@@ -179,6 +192,7 @@ def make_recipe(
     lora_targets: tuple[str, ...] | None = None,
     parallel: Parallel | None = None,
     optimizer_impl: str = "single",
+    device: str = "cpu",
 ) -> Recipe:
     """A Recipe from plain names and numbers (what the CLI and the API take)."""
     lora = None
@@ -187,4 +201,4 @@ def make_recipe(
     elif lora_targets is not None:
         raise StepbillError("--lora-targets needs --lora-rank")
     return Recipe(precision(recipe), optimizer, micro_batch, seq_len, recompute, lora, parallel or Parallel(),
-                  optimizer_impl)
+                  optimizer_impl, device)

@@ -60,10 +60,11 @@ def layer_rows(spec: ModelSpec, layer_kind: str, activation_bytes: Any, conventi
     """Every tensor one layer of `layer_kind` keeps, in forward order (rows.layer_rows); with `lora` the frozen
     Linears keep no input unless an adapter needs it and each adapter keeps its r-wide A output (lora.py)."""
     # Memoised: a bill asks for the same rows several times, a planner thousands. The key spells out both widths
-    # (an EagerBytes equals its compute width as an int, so the int alone would confuse amp with pure bf16).
+    # (an EagerBytes equals its compute width as an int, so the int alone would confuse amp with pure bf16), and
+    # the device whose kernels the eager rows follow.
     key = (spec, layer_kind, int(activation_bytes), getattr(activation_bytes, "param", None),
-           getattr(activation_bytes, "compute", None), convention, attention, lora,
-           getattr(activation_bytes, "fp8", None))
+           getattr(activation_bytes, "compute", None), getattr(activation_bytes, "device", None), convention,
+           attention, lora, getattr(activation_bytes, "fp8", None))
     cached = _ROWS_CACHE.get(key)
     if cached is None:
         rows = _layer_rows(spec, layer_kind, activation_bytes, convention, attention)

@@ -40,6 +40,7 @@ from itertools import pairwise
 from stepbill.engine import activations as act
 from stepbill.engine.activations import eager
 from stepbill.engine.activations.eager.attention import mla_uses_math_path
+from stepbill.engine.activations.eager.dropout import embedding_dropout
 from stepbill.engine.activations.eager.dtypes import Dt
 from stepbill.engine.activations.eager.families import require_modelled_step
 from stepbill.engine.activations.eager.ffn import GELU_TANH_FAMILIES
@@ -273,7 +274,7 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
     """The eager convention's extra bytes for one micro-batch of `recipe`."""
     require_modelled_step(spec, recipe.seq_len, recipe.recompute)
     p = recipe.precision
-    width = eager.from_precision(p)  # compute bytes, with the parameter bytes (amp: 2 and 4)
+    width = eager.from_precision(p, recipe.device)  # compute bytes, with the parameter bytes (amp: 2 and 4)
     a = p.activation
     b, t = recipe.micro_batch, recipe.seq_len
     n = b * t
@@ -304,10 +305,14 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         layer_inner[kind] = in_layer_forward(spec, kind, width, n, t)
         count = max(1, plan.order.count(kind))
         rows = act.layer_rows(spec, kind, width, "eager")
-        # what the layer keeps (under LoRA fewer rows): only a kept row is freed in its backward
+        # what the layer keeps (under LoRA fewer rows): only a kept row is freed in its backward; the FFN's output
+        # dropout mask (eager/dropout.py) follows the down projection's input in forward order; its backward comes
+        # first, so both are freed at the FFN's first elementwise backward
         kept = {r.name for r in act.layer_rows(spec, kind, width, "eager", lora=lora)} if lora else None
-        last = rows[-1].bytes_at(t) if rows else 0
-        layer_act[kind] = -round(last * n) if kept is None or (rows and rows[-1].name in kept) else 0
+        masks = [r for r in rows if r.name == "mlp.dropout_mask"]
+        body = [r for r in rows if r not in masks]
+        last = body[-1].bytes_at(t) if body and (kept is None or body[-1].name in kept) else 0
+        layer_act[kind] = -round((last + sum(r.bytes_at(t) for r in masks)) * n)
         layer_temp[kind] = round((a * h + 3 * last) * n)
         mats = [x for x in inventory.tensors if x.layer_kind == kind and x.is_matrix]
         layer_grad[kind] = mats[-1].total // count * p.grads if mats and lora is None else 0
@@ -341,7 +346,10 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         loss_temp=2 * FP32 * v * n,
         head_act=loss_act - FP32 * v * n,
         head_temp=head_temp,
-        rope=2 * rope_width(spec) * a * t + held_mask,  # cos and sin tables, rotary width each
+        # cos and sin tables, rotary width each; the embedding dropout's mask (its backward is the last); the
+        # checkpoints' boolean sliding-window mask
+        rope=2 * rope_width(spec) * a * t + round(sum(r.bytes_per_token for r in embedding_dropout(spec, width)) * n)
+        + held_mask,
         layer_act=layer_act,
         layer_temp=layer_temp,
         layer_grad=layer_grad,

@@ -19,6 +19,7 @@ from typing import Any
 
 from stepbill.engine.activations.eager.attention import attention_weights, mla_uses_math_path
 from stepbill.engine.activations.eager.blocks import BLOCKS
+from stepbill.engine.activations.eager.dropout import fixed_rows as dropout_fixed_rows
 from stepbill.engine.activations.eager.dtypes import FP32, EagerBytes, dt_of, from_precision
 from stepbill.engine.activations.eager.ffn import ffn_weights
 from stepbill.engine.activations.eager.gemma import norm_weight_constants
@@ -64,6 +65,7 @@ def layer_fixed_rows(spec: ModelSpec, layer_kind: str, act: int, micro_batch: in
             rows.append(ActTensor("moe.grouped_mm_offs", offs // 4, 4, "aten._grouped_mm: per-expert row offsets "
                                   "(int32)", copy, "moe", per="constant"))
     rows += norm_weight_constants(spec, "layer")
+    rows += dropout_fixed_rows(spec, act, micro_batch)
     if dt.amp and with_casts:
         elems = attention_weights(spec) + (moe_cast_weights(spec) if layer_kind == "moe" else ffn_weights(spec))
         rows.append(ActTensor("amp.weight_casts", elems, dt.compute, "each linear's input grad: autocast's bf16 "

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from stepbill.engine.activations.eager.attention import mha_rows, mla_rows
+from stepbill.engine.activations.eager.dropout import attention_dropout, residual_dropout
 from stepbill.engine.activations.eager.families import require_eager_rows
 from stepbill.engine.activations.eager.ffn import gelu_rows, swiglu_rows
 from stepbill.engine.activations.eager.gemma import (
@@ -38,7 +39,8 @@ def mha_with_post_norm(spec: ModelSpec, act: int) -> list[ActTensor]:
     if spec.attention.sinks:
         return sink_attention_rows(spec, act)
     core = eager_attention_rows if spec.family in EAGER_ATTENTION_FAMILIES else mha_rows
-    return core(spec, act) + post_attention_norm(spec, act)
+    rows = attention_dropout(spec, act, core(spec, act))  # CPU with attention dropout: SDPA's math path
+    return rows + post_attention_norm(spec, act) + residual_dropout("attn", spec, act, "mha")
 
 
 def moe_of_family(spec: ModelSpec, act: int) -> list[ActTensor]:
@@ -50,9 +52,14 @@ def moe_of_family(spec: ModelSpec, act: int) -> list[ActTensor]:
 
 def swiglu_with_post_norm(spec: ModelSpec, act: int) -> list[ActTensor]:
     """swiglu_rows (GeGLU alike), and Gemma's sandwich norm on the MLP output (eager/gemma.py)."""
-    return swiglu_rows(spec, act) + post_ffn_norm(spec, act, "swiglu")
+    return swiglu_rows(spec, act) + post_ffn_norm(spec, act, "swiglu") + residual_dropout("mlp", spec, act, "swiglu")
+
+
+def gelu_with_dropout(spec: ModelSpec, act: int) -> list[ActTensor]:
+    """gelu_rows, and the dropout on the MLP output (GPT-2 resid_pdrop, GPT-NeoX hidden_dropout)."""
+    return gelu_rows(spec, act) + residual_dropout("mlp", spec, act, "gelu_mlp")
 
 
 BLOCKS = {name: _modelled(builder) for name, builder in
-          {"mha": mha_with_post_norm, "mla": mla_rows, "swiglu": swiglu_with_post_norm, "gelu_mlp": gelu_rows,
+          {"mha": mha_with_post_norm, "mla": mla_rows, "swiglu": swiglu_with_post_norm, "gelu_mlp": gelu_with_dropout,
            "moe": moe_of_family}.items()}

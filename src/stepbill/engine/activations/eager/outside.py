@@ -17,6 +17,7 @@ Token ids themselves are the step's input, not an activation.
 from __future__ import annotations
 
 from stepbill.engine.activations.eager.attention import pre_norm
+from stepbill.engine.activations.eager.dropout import embedding_dropout
 from stepbill.engine.activations.eager.dtypes import INT64, dt_of
 from stepbill.engine.activations.eager.gemma import final_softcap_rows, norm_weight_constants, rope_tables
 from stepbill.engine.activations.eager.norms import linear_inputs
@@ -48,6 +49,7 @@ def _outside_rows(spec: ModelSpec, act: int) -> list[ActTensor]:
     dt = dt_of(act)
     d, b = spec.hidden_size, "outside"
     return [
+        *embedding_dropout(spec, act),
         *pre_norm("final", spec, dt.param, b, Recompute("input")),
         *linear_inputs("final", ("lm_head",), d, dt.param, dt, b, Recompute("elementwise", n=d)),
         *final_softcap_rows(spec, act),
