@@ -24,6 +24,10 @@ CASES: list[tuple[str, list[str]]] = [
               "4", "--zero", "1", "--gpus", "8", "--gpu", "h100-sxm", "--json"]),
     ("bill", ["bill", "mixtral-8x7b", "--seq", "4096", "--dp", "2", "--ep", "2", "--zero", "3", "--convention", "eager",
               "--lora-rank", "8", "--recompute", "every:2", "--offload-optimizer", "--gpu", "a100-80gb", "--json"]),
+    # a layout without --gpu: the collectives have no link yet (null), the JSON stays valid
+    ("bill", ["bill", "llama2-13b", "--tp", "2", "--sp", "--gpus", "2", "--json"]),
+    # the sliding-window model as published, eager: its mask line and windowed / executed attention FLOPs
+    ("bill", ["bill", "tests/data/hf_configs/mistral-7b.json", "--seq", "8192", "--convention", "eager", "--json"]),
     ("recompute", ["recompute", "llama3-8b", "--seq", "4096", "--json"]),
     ("models", ["models", "--json"]),
     *[("lab", ["lab", topic, "--json"]) for topic in LAB_TOPICS],

@@ -224,7 +224,7 @@ class CollectiveJson(Strict):
     op: str = Field(description="all-reduce, all-gather, reduce-scatter, all-to-all, send/recv")
     group: int = Field(description="ranks in its group")
     scope: str = Field(description="intra-node or inter-node")
-    link: str = Field(description="the link it uses: nvlink, pcie, infiniband, or ethernet (assumed 100 Gb/s where the GPU has no InfiniBand); "
+    link: str | None = Field(description="the link it uses: nvlink, pcie, infiniband, or ethernet (assumed 100 Gb/s where the GPU has no InfiniBand); null without --gpu (no GPU, no node size to place the group on); "
                       "intra+inter (nvlink+infiniband) for a hierarchical DP / ZeRO collective")
     calls: int = Field(description="calls per step")
     bytes: int = Field(description="bytes per rank per step over that link")
