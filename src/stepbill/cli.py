@@ -42,6 +42,28 @@ def _default(ctx: typer.Context) -> None:
         bill(model=DEFAULT_MODEL, seq=1024, micro_batch=8)
 
 
+# The layout and hardware options `bill` and `fit` share: one declaration each (flag, type, help).
+DpOption = Annotated[int | None, typer.Option("--dp", help="data-parallel degree (default: --gpus ÷ tp·pp·cp, else 1)")]
+TpOption = Annotated[int, typer.Option("--tp", help="tensor-parallel degree")]
+PpOption = Annotated[int, typer.Option("--pp", help="pipeline stages")]
+PpLayersOption = Annotated[str | None, typer.Option(
+    "--pp-layers", help="transformer layers per stage, e.g. 7,8,8,7 (default: even, or Megatron-LM's uneven split)")]
+CpOption = Annotated[int, typer.Option("--cp", help="context-parallel degree")]
+EpOption = Annotated[int, typer.Option("--ep", help="expert-parallel degree (MoE)")]
+EtpOption = Annotated[int | None, typer.Option("--etp", help="expert tensor-parallel degree (default 1)")]
+ZeroOption = Annotated[int, typer.Option("--zero", help="ZeRO stage 0-3 (3 = FSDP full shard)")]
+ShardGroupOption = Annotated[int | None, typer.Option("--shard-group", help="hybrid sharding group size")]
+SpOption = Annotated[bool, typer.Option("--sp", help="sequence parallel (with --tp)")]
+PpScheduleOption = Annotated[str, typer.Option("--pp-schedule", help="gpipe | 1f1b | interleaved")]
+VppOption = Annotated[int, typer.Option("--vpp", help="model chunks per stage (interleaved)")]
+MicroBatchesOption = Annotated[int, typer.Option("--micro-batches", help="micro-batches per step per pipeline")]
+OffloadOptimizerOption = Annotated[bool, typer.Option("--offload-optimizer", help="master + states in CPU memory")]
+OffloadActivationsOption = Annotated[bool, typer.Option("--offload-activations", help="kept activations to CPU")]
+GpuOption = Annotated[str | None, typer.Option(
+    "--gpu", help="catalog GPU (h100-sxm, a100-80gb, mi300x, ...; aliases such as h100, a100; any case)")]
+GpusOption = Annotated[int | None, typer.Option("--gpus", help="GPU count; must equal dp·tp·pp·cp (alone: sets dp)")]
+
+
 @app.command()
 def bill(
     model: Annotated[str, typer.Argument(
@@ -73,29 +95,23 @@ def bill(
     reserve: Annotated[float | None, typer.Option(
         "--reserve", help="GiB kept back per GPU for the CUDA context, NCCL buffers and fragmentation (default: "
         "1 GiB + 1.5 GiB per parallel axis > 1 + 2 % of the card; see docs/parallel.md)")] = None,
-    dp: Annotated[int | None, typer.Option("--dp", help="data-parallel degree (default: --gpus ÷ tp·pp·cp, else 1)")]
-    = None,
-    tp: Annotated[int, typer.Option("--tp", help="tensor-parallel degree")] = 1,
-    pp: Annotated[int, typer.Option("--pp", help="pipeline stages")] = 1,
-    pp_layers: Annotated[str | None, typer.Option("--pp-layers", help="transformer layers per stage, e.g. 7,8,8,7 "
-                                                  "(default: even, or Megatron-LM's uneven split)")] = None,
-    cp: Annotated[int, typer.Option("--cp", help="context-parallel degree")] = 1,
-    ep: Annotated[int, typer.Option("--ep", help="expert-parallel degree (MoE)")] = 1,
-    etp: Annotated[int | None, typer.Option("--etp", help="expert tensor-parallel degree (default 1)")] = None,
-    zero: Annotated[int, typer.Option("--zero", help="ZeRO stage 0-3 (3 = FSDP full shard)")] = 0,
-    shard_group: Annotated[int | None, typer.Option("--shard-group", help="hybrid sharding group size")] = None,
-    sp: Annotated[bool, typer.Option("--sp", help="sequence parallel (with --tp)")] = False,
-    pp_schedule: Annotated[str, typer.Option("--pp-schedule", help="gpipe | 1f1b | interleaved")] = "1f1b",
-    vpp: Annotated[int, typer.Option("--vpp", help="model chunks per stage (interleaved)")] = 1,
-    micro_batches: Annotated[int, typer.Option("--micro-batches", help="micro-batches per step per pipeline")] = 1,
-    offload_optimizer: Annotated[bool, typer.Option("--offload-optimizer", help="master + states in CPU memory")]
-    = False,
-    offload_activations: Annotated[bool, typer.Option("--offload-activations", help="kept activations to CPU")]
-    = False,
-    gpu: Annotated[str | None, typer.Option("--gpu", help="catalog GPU (h100-sxm, a100-80gb, mi300x, ...; aliases "
-                                            "such as h100, a100; any case)")] = None,
-    gpus: Annotated[int | None, typer.Option("--gpus", help="GPU count; must equal dp·tp·pp·cp (alone: sets dp)")]
-    = None,
+    dp: DpOption = None,
+    tp: TpOption = 1,
+    pp: PpOption = 1,
+    pp_layers: PpLayersOption = None,
+    cp: CpOption = 1,
+    ep: EpOption = 1,
+    etp: EtpOption = None,
+    zero: ZeroOption = 0,
+    shard_group: ShardGroupOption = None,
+    sp: SpOption = False,
+    pp_schedule: PpScheduleOption = "1f1b",
+    vpp: VppOption = 1,
+    micro_batches: MicroBatchesOption = 1,
+    offload_optimizer: OffloadOptimizerOption = False,
+    offload_activations: OffloadActivationsOption = False,
+    gpu: GpuOption = None,
+    gpus: GpusOption = None,
     mfu: Annotated[float | None, typer.Option(
         "--efficiency", help="override: one achieved share of dense peak on every matmul (default: per-op model)")] = None,
     global_batch_tokens: Annotated[str | None, typer.Option(
@@ -171,25 +187,23 @@ def fit_cmd(
     gpu_mem: Annotated[float | None, typer.Option("--gpu-mem", help="usable memory per GPU in GiB")] = None,
     reserve: Annotated[float | None, typer.Option("--reserve", help="GiB kept back per GPU (default: see bill)")]
     = None,
-    dp: Annotated[int | None, typer.Option("--dp", help="data-parallel degree")] = None,
-    tp: Annotated[int, typer.Option("--tp", help="tensor-parallel degree")] = 1,
-    pp: Annotated[int, typer.Option("--pp", help="pipeline stages")] = 1,
-    pp_layers: Annotated[str | None, typer.Option("--pp-layers", help="transformer layers per stage")] = None,
-    cp: Annotated[int, typer.Option("--cp", help="context-parallel degree")] = 1,
-    ep: Annotated[int, typer.Option("--ep", help="expert-parallel degree (MoE)")] = 1,
-    etp: Annotated[int | None, typer.Option("--etp", help="expert tensor-parallel degree")] = None,
-    zero: Annotated[int, typer.Option("--zero", help="ZeRO stage 0-3")] = 0,
-    shard_group: Annotated[int | None, typer.Option("--shard-group", help="hybrid sharding group size")] = None,
-    sp: Annotated[bool, typer.Option("--sp", help="sequence parallel (with --tp)")] = False,
-    pp_schedule: Annotated[str, typer.Option("--pp-schedule", help="gpipe | 1f1b | interleaved")] = "1f1b",
-    vpp: Annotated[int, typer.Option("--vpp", help="model chunks per stage (interleaved)")] = 1,
-    micro_batches: Annotated[int, typer.Option("--micro-batches", help="micro-batches per step per pipeline")] = 1,
-    offload_optimizer: Annotated[bool, typer.Option("--offload-optimizer", help="master + states in CPU memory")]
-    = False,
-    offload_activations: Annotated[bool, typer.Option("--offload-activations", help="kept activations to CPU")]
-    = False,
-    gpu: Annotated[str | None, typer.Option("--gpu", help="catalog GPU (h100-sxm, a100-80gb, ...)")] = None,
-    gpus: Annotated[int | None, typer.Option("--gpus", help="GPU count (alone: sets dp)")] = None,
+    dp: DpOption = None,
+    tp: TpOption = 1,
+    pp: PpOption = 1,
+    pp_layers: PpLayersOption = None,
+    cp: CpOption = 1,
+    ep: EpOption = 1,
+    etp: EtpOption = None,
+    zero: ZeroOption = 0,
+    shard_group: ShardGroupOption = None,
+    sp: SpOption = False,
+    pp_schedule: PpScheduleOption = "1f1b",
+    vpp: VppOption = 1,
+    micro_batches: MicroBatchesOption = 1,
+    offload_optimizer: OffloadOptimizerOption = False,
+    offload_activations: OffloadActivationsOption = False,
+    gpu: GpuOption = None,
+    gpus: GpusOption = None,
     dropout: Annotated[float | None, typer.Option("--dropout", help="0: train without dropout")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object (bytes as integers)")] = False,
 ) -> None:
