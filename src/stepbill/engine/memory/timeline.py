@@ -175,13 +175,15 @@ def rank_timeline(view: RankView, plan: RecomputePlan, outside: float = 0,
                   eager: EagerTerms | None = None) -> Timeline:
     """The moments of one rank: `plan`, `outside` and `eager` are the rank's own (see RankView)."""
     moments = _eager_moments(view, plan, outside, eager) if eager is not None else _ideal_moments(view, plan, outside)
-    if view.buffers is None:
-        return Timeline(tuple(moments))
-    return Timeline(tuple(_with_buffers(m, view.buffers) for m in moments))
+    return Timeline(tuple(moments))
 
 
-def _with_buffers(m: Moment, buffers: Buffers) -> Moment:
-    return Moment(m.phase, m.part, {**m.items, "buffers": buffers(m.phase, m.part, m.layer)}, m.layer, m.kind)
+def _with_buffers(items: dict[str, int], buffers: Buffers | None, phase: Phase, part: Part,
+                  layer: int | None) -> dict[str, int]:
+    """A moment's items with the layout's buffers at that moment added last (each moment is built once)."""
+    if buffers is not None:
+        items["buffers"] = buffers(phase, part, layer)
+    return items
 
 
 def _ideal_moments(view: RankView, plan: RecomputePlan, outside: float) -> list[Moment]:
@@ -190,8 +192,8 @@ def _ideal_moments(view: RankView, plan: RecomputePlan, outside: float) -> list[
     def at(phase: Phase, part: Part, grads: int, activations: float, layer: int | None = None) -> Moment:
         kind = plan.order[layer] if layer is not None else None
         live = activations + (flight if phase is not Phase.OPTIMIZER else 0)
-        return Moment(phase, part, {"weights": view.weights, "optimizer": view.optimizer, "grads": grads,
-                                    "activations": round(live)}, layer, kind)
+        items = {"weights": view.weights, "optimizer": view.optimizer, "grads": grads, "activations": round(live)}
+        return Moment(phase, part, _with_buffers(items, view.buffers, phase, part, layer), layer, kind)
 
     fwd, bwd = plan.forward_live(), plan.backward_live()
     kept = plan.kept_after_forward()
@@ -229,9 +231,9 @@ def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: Eager
            layer: int | None = None) -> Moment:
         kind = plan.order[layer] if layer is not None else None
         live = activations + (flight if phase is not Phase.OPTIMIZER else 0)
-        return Moment(phase, part, {"weights": view.weights, "optimizer": view.optimizer, "grads": grads,
-                                    "activations": round(live), "inputs": e.constant,
-                                    "temporaries": temporaries, "autocast_cache": cast}, layer, kind)
+        items = {"weights": view.weights, "optimizer": view.optimizer, "grads": grads, "activations": round(live),
+                 "inputs": e.constant, "temporaries": temporaries, "autocast_cache": cast}
+        return Moment(phase, part, _with_buffers(items, view.buffers, phase, part, layer), layer, kind)
 
     resting = view.grads_resting
     embed_out = e.lora_embed_out if view.first else 0  # LoRA: the embedding output, named in the model's forward
