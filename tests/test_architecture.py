@@ -25,11 +25,12 @@ def import_graph() -> dict[str, set[str]]:
     for name, path in modules.items():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                if node.module in modules:  # `from pkg import sub` runs pkg/__init__ too: an edge to pkg
+                    graph[name].add(node.module)
                 for alias in node.names:
                     full = f"{node.module}.{alias.name}"
-                    target = full if full in modules else node.module
-                    if target in modules:
-                        graph[name].add(target)
+                    if full in modules:
+                        graph[name].add(full)
             elif isinstance(node, ast.Import):
                 graph[name].update(a.name for a in node.names if a.name in modules)
     return graph

@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from stepbill.engine.plan import pareto
 from stepbill.engine.plan.evaluate import Row, budget_bytes, evaluate, resident_bound
-from stepbill.engine.plan.rank import top
+from stepbill.engine.plan.pareto import gpus_vs_time, memory_vs_time
+from stepbill.engine.plan.rank import sort_key, top
 from stepbill.engine.plan.space import PlanRequest, Rejections, enumerate_space
 from stepbill.errors import StepbillError
 
@@ -81,8 +81,6 @@ def search(req: PlanRequest, objective: str = "time", k: int = 10, progress: Pro
     """Plan `req`: every candidate's verdict, the fitting rows ranked by `objective`, the top `k`, the fronts.
     With `deadline_s` (wall-clock seconds) the search stops starting new groups once it has run that long; the
     candidates left are counted in `stats.not_searched` and the answer covers only what was searched."""
-    from stepbill.engine.plan.rank import sort_key
-
     sort_key(objective)  # an unknown objective fails before the search
     start, start_cpu = time.perf_counter(), time.process_time()
     rejected = Rejections()
@@ -119,4 +117,4 @@ def search(req: PlanRequest, objective: str = "time", k: int = 10, progress: Pro
     ranked = top(rows, objective, len(rows), fixed_batch)
     stats = SearchStats(ruled_out + to_decide, by_bill, by_bound, time.perf_counter() - start,
                         time.process_time() - start_cpu, dict(sorted(rejected.counts.items())), to_decide - done)
-    return PlanResult(req, objective, k, ranked, stats, pareto.gpus_vs_time(rows), pareto.memory_vs_time(rows))
+    return PlanResult(req, objective, k, ranked, stats, gpus_vs_time(rows), memory_vs_time(rows))
