@@ -269,8 +269,7 @@ def _per_op(spec: ModelSpec, inv: ParamInventory, recipe: Recipe, worst: RankCla
     kinds = stage_layer_kinds(spec, par)[stage]
     sc = stage_compute(spec, recipe, worst, gpu, peak, kinds, stage == par.pp - 1, executed, recompute,
                        held["dense_weights"] + held["expert_weights"])
-    gemm_eff = next((x.value for x in sc.lines if x.name == "time.gemm_efficiency"), 0.0) or 1.0
-    prec_lines, t_precision = precision_time_lines(spec, inv, recipe, flops, gpu, gemm_eff, stage)
+    prec_lines, t_precision = precision_time_lines(spec, inv, recipe, flops, gpu, sc.gemm_efficiency or 1.0, stage)
     kernels = sc.kernels + t_precision
     ct = comm_timing(timed, gpu.gpus_per_node, par.zero, par.micro_batches, max(sum(kinds.values()), 1),
                      sc.forward, sc.backward, sc.attention)

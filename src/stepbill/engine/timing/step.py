@@ -35,6 +35,7 @@ class StageCompute:
     optimizer: float
     forward: float  # forward kernels (all micro-batches), the window that hides ZeRO-3's forward gathers
     backward: float  # backward kernels + recompute, the window of gradient reductions
+    gemm_efficiency: float  # achieved share of dense peak on the GEMMs (time.gemm_efficiency)
     lines: list[Line]
 
     @property
@@ -105,4 +106,4 @@ def stage_compute(spec: ModelSpec, recipe: Recipe, worst: RankClass, gpu: GPU, p
           {"o": mem["optimizer"], "g": mem["grads"], "w": mem["weights"], "bw": bw}, MEMORY_BOUND_SOURCE,
           "once per step, after the last backward"),
     ]
-    return StageCompute(t_gemm, t_attn, t_mem, t_opt, fwd_s, bwd_s, lines)
+    return StageCompute(t_gemm, t_attn, t_mem, t_opt, fwd_s, bwd_s, gemm_eff, lines)
