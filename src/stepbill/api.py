@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from stepbill.errors import StepbillError
 from stepbill.result import BillRun, RankView, Section, StepBill
+from stepbill.spec.command import cli_flag
 
 if TYPE_CHECKING:
     from stepbill.engine.bill import Bill as EngineBill
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
     from stepbill.spec.model import ModelSpec
 
 GIB = 2**30
-_CLI_FLAGS = {"gpu_mem_gib": "--gpu-mem", "reserve_gib": "--reserve"}  # where the CLI flag is not "--" + the parameter with dashes
 _POSITIVE_INTS = ("seq", "micro_batch", "tp", "pp", "cp", "ep", "vpp", "micro_batches")
 _OPTIONAL_POSITIVE_INTS = ("dp", "etp", "shard_group", "gpus", "lora_rank")
 _STRINGS = ("recipe", "optimizer", "recompute", "optimizer_impl", "convention", "attention", "pp_schedule", "device")
@@ -41,11 +41,6 @@ _FLAGS = ("sp", "offload_optimizer", "offload_activations")
 def python_name(param: str) -> str:
     """How the API's own checks name a parameter: as it is spelled in Python."""
     return param
-
-
-def cli_flag(param: str) -> str:
-    """How the CLI's checks name a parameter: its flag (`micro_batch` → `--micro-batch`)."""
-    return _CLI_FLAGS.get(param, "--" + param.replace("_", "-"))
 
 
 def _check_options(options: Mapping[str, Any], name: Callable[[str], str]) -> None:

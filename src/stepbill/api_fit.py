@@ -15,8 +15,9 @@ import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from stepbill.api import cli_flag, make_step_bill, python_name
+from stepbill.api import make_step_bill, python_name
 from stepbill.errors import StepbillError, unknown_name
+from stepbill.spec.command import bill_command as format_bill_command
 
 if TYPE_CHECKING:
     from stepbill.engine.fit_max import FitMax
@@ -98,18 +99,10 @@ def _smallest_seq(options: dict[str, Any]) -> int:
 
 
 def bill_command(model: Any, answer: dict[str, int], options: dict[str, Any]) -> str:
-    """`stepbill bill MODEL --seq S --micro-batch B` plus every option that differs from `bill`'s default."""
+    """`stepbill bill MODEL --seq S --micro-batch B` plus every option that differs from `bill`'s default, in
+    `bill`'s order (spec/command.py spells it)."""
     defaults = {k: p.default for k, p in inspect.signature(make_step_bill).parameters.items()}
-    words = ["stepbill", "bill", str(getattr(model, "name", model)), "--seq", str(answer["seq"]),
-             "--micro-batch", str(answer["micro_batch"])]
-    for key in defaults:  # in `bill`'s order, whatever order the keywords came in
-        value = options.get(key)
-        if value is None or value == defaults[key] or key not in options:
-            continue
-        flag = cli_flag(key)
-        if isinstance(value, bool):
-            words.append(flag)
-        else:
-            text = ",".join(str(v) for v in value) if isinstance(value, (tuple, list)) else str(value)
-            words += [flag, text]
-    return " ".join(words)
+    rest = {k: options[k] for k in defaults
+            if k in options and k not in ("seq", "micro_batch") and options[k] != defaults[k]}
+    return format_bill_command(str(getattr(model, "name", model)),
+                               {"seq": answer["seq"], "micro_batch": answer["micro_batch"], **rest})

@@ -14,7 +14,6 @@ bills in tests/test_plan_bounds.py).
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +23,7 @@ from stepbill.engine.parallel.holdings import rank_holdings
 from stepbill.engine.plan.space import Candidate, PlanRequest
 from stepbill.engine.run import run_lines
 from stepbill.errors import StepbillError
+from stepbill.spec.command import bill_command
 from stepbill.spec.parallel import Parallel
 from stepbill.spec.recipe import Recipe, make_recipe
 
@@ -151,17 +151,3 @@ def bill_options(req: PlanRequest, cand: Candidate) -> dict[str, Any]:
     return out
 
 
-_FLAG = {"reserve_gib": "--reserve"}
-
-
-def bill_command(model: str, options: dict[str, Any]) -> str:
-    """`stepbill bill MODEL --flag value …` for `options` (booleans as bare flags)."""
-    parts = ["stepbill", "bill", shlex.quote(model)]
-    for key, value in options.items():
-        flag = _FLAG.get(key, "--" + key.replace("_", "-"))
-        if value is True:
-            parts.append(flag)
-        elif value is not False:
-            text = repr(value) if isinstance(value, float) else str(value)
-            parts += [flag, shlex.quote(text.removesuffix(".0"))]
-    return " ".join(parts)
