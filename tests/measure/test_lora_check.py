@@ -120,6 +120,34 @@ def test_cli_lora_check_json(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert any(line.startswith("--lora-dropout 0.05: not modelled") for line in data["unmodelled"])
 
 
+DATA = Path(__file__).parents[1] / "data" / "hf_configs"
+
+
+@pytest.mark.slow
+def test_realistic_size_lora_check_llama_3_2_1b(capsys: pytest.CaptureFixture[str]) -> None:
+    """Llama-3.2-1B as published (fake tensors, seq 1024, q,v r 16, fp32), through the CLI: every memory category
+    within 3 % (exact when measured: 8,893,383,176 B step peak), FLOPs and PEFT's trainable count exactly; the bill's
+    LoRA FLOPs about 2/3 of full fine-tuning's (the attention core, which has no weights, keeps it above)."""
+    code, out, err = run_cli(["check", str(DATA / "llama-3.2-1b.json"), "--fake", "--seq", "1024", "--lora-rank", "16",
+                              "--recipe", "fp32", "--json"], capsys)
+    assert code == 0, err
+    rows = {r["category"]: r for r in json.loads(out)["rows"]}
+    assert all(abs(r["error"]) <= 0.03 for r in rows.values()), rows
+    assert next(r for r in rows.values() if r["unit"] == "FLOPs")["error"] == 0.0
+    assert next(r for r in rows.values() if r["unit"] == "params")["measured"] == 1_703_936
+    lora, full = _bill_1b(16), _bill_1b(None)
+    assert 0.6 < lora["flops.step"].value / full["flops.step"].value < 0.75
+
+
+def _bill_1b(rank: int | None):  # type: ignore[no-untyped-def]
+    from stepbill.engine.bill import make_bill
+    from stepbill.spec.hf import from_hf_config
+    from stepbill.spec.recipe import make_recipe
+
+    spec = from_hf_config(json.loads((DATA / "llama-3.2-1b.json").read_text()), name="llama-3.2-1b")
+    return make_bill(spec, make_recipe("fp32", seq_len=1024, lora_rank=rank))
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["--recipe", "qlora-nf4"], "bitsandbytes' NF4 base weights need a CUDA device"),
     (["--lora-rank", "8", "--recipe", "amp-bf16"], "not modelled exactly yet under LoRA"),
