@@ -130,8 +130,11 @@ def plan(
     if batch is None and micro_batch is None:
         raise StepbillError(f"give {name('global_batch_tokens')} or {name('micro_batch')}")
     if batch is not None and batch % seq:
+        low, high = batch // seq * seq, (batch // seq + 1) * seq
+        near = f"{low:,} or {high:,}" if low else f"{high:,}"
         raise StepbillError(f"{name('global_batch_tokens')} {batch:,} is not a whole number of sequences of "
-                            f"{seq:,} tokens")
+                            f"{seq:,} tokens (nearest: {near}); the planner keeps one global batch for every "
+                            "layout, so it does not round it as `bill` does")
     if price_per_gpu_hour is not None and train is None:
         raise StepbillError(f"{name('price_per_gpu_hour')} needs {name('train_tokens')}")
     if isinstance(model, ModelSpec):
