@@ -229,3 +229,18 @@ def test_memoised_holdings_equal_the_unmemoised_ones() -> None:
             direct = _resident_cached.__wrapped__(spec, recipe.precision, recipe.optimizer, recipe.lora, layout,
                                                   stage)
             assert mine == direct
+
+
+@pytest.mark.slow
+def test_worker_processes_give_the_same_answer() -> None:
+    """jobs=2 spreads the groups over two processes; the answer (top, fronts, counts) is the same as one process."""
+    req = request(load_preset("gpt3-125m"), "h100-sxm", 4, 1024, 16 * 1024,
+                  {"offload_activations": False, "offload_optimizer": False})
+    one, two = search(req, "time", 5), search(req, "time", 5, jobs=2)
+    assert two.stats.jobs == 2 and one.stats.jobs == 1
+    assert [r.command for r in two.rows] == [r.command for r in one.rows]
+    assert [r.step_s for r in two.top] == [r.step_s for r in one.top]
+    assert [r.command for r in two.memory_vs_time] == [r.command for r in one.memory_vs_time]
+    assert (two.stats.by_bill, two.stats.by_bound, two.stats.rejected) == (
+        one.stats.by_bill, one.stats.by_bound, one.stats.rejected)
+    assert two.stats.cpu_seconds > 0

@@ -93,13 +93,15 @@ def plan(
     progress: Callable[[int, int], None] | None = None,
     name: Callable[[str], str] = python_name,
     deadline_s: float | None = None,
+    jobs: int = 1,
 ) -> PlanRun:
     """The layouts of `model` that fit `gpus` (or up to `max_gpus`) × `gpu` at `seq` tokens with a global batch of
     `global_batch_tokens` (or a fixed `micro_batch`), ranked by `objective` (time | gpus | cost | memory); `fix`
     pins axes ("tp=8,pp=16" or {"tp": 8}). Every row carries the `stepbill bill` command that reproduces it.
     `progress(done, total)` is called as the search goes (candidates); `deadline_s` stops the search after that many
-    wall-clock seconds (what was left is `search.not_searched`). `model` may also be a ModelSpec (its rows' commands
-    then name it `config.json`, the file it would be saved to)."""
+    wall-clock seconds (what was left is `search.not_searched`); `jobs` worker processes share the search (the
+    answer does not depend on it; `available_jobs()` is every core this process may use). `model` may also be a
+    ModelSpec (its rows' commands then name it `config.json`, the file it would be saved to)."""
     from stepbill.engine.plan import PlanRequest, parse_fix, search
     from stepbill.engine.plan.rank import OBJECTIVES
     from stepbill.errors import unknown_name
@@ -108,7 +110,7 @@ def plan(
     from stepbill.spec.recipe import make_recipe
     from stepbill.spec.schema import EFFICIENCY, check_value
 
-    for key, value in (("seq", seq), ("top", top), ("micro_batch", micro_batch)):
+    for key, value in (("seq", seq), ("top", top), ("micro_batch", micro_batch), ("jobs", jobs)):
         if value is None and key == "micro_batch":
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -152,7 +154,17 @@ def plan(
                       None if price_per_gpu_hour is None else float(price_per_gpu_hour))
     from stepbill.engine.plan.space import __doc__ as space_doc
 
-    return PlanRun(search(req, objective, top, progress, deadline_s), space_note(space_doc or ""))
+    return PlanRun(search(req, objective, top, progress, deadline_s, jobs), space_note(space_doc or ""))
+
+
+def available_jobs() -> int:
+    """The cores this process may run on (its CPU affinity where the platform reports it)."""
+    import os
+
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS / Windows: no affinity call
+        return max(1, os.cpu_count() or 1)
 
 
 def space_note(doc: str) -> str:

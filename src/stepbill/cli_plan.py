@@ -62,12 +62,15 @@ def plan(
     efficiency: Annotated[float | None, typer.Option(
         "--efficiency", help="override: one achieved share of dense peak on every matmul (default: the per-op "
         "time model)")] = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", help="worker processes (default: every core; 1: this "
+                                             "process only); the answer does not depend on it")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """The layouts that fit MODEL on the GPUs and run fastest (or on fewest GPUs, cheapest, leanest)."""
     import json
 
     from stepbill.api import cli_flag
+    from stepbill.api_plan import available_jobs
     from stepbill.api_plan import plan as run_plan
 
     bar = None if as_json else ProgressBar()
@@ -76,7 +79,8 @@ def plan(
                           global_batch_tokens=global_batch_tokens, micro_batch=micro_batch, recipe=recipe,
                           optimizer=optimizer, train_tokens=train_tokens, price_per_gpu_hour=price_per_gpu_hour,
                           objective=objective, top=top, reserve_gib=reserve, fix=fix, cross_node=cross_node,
-                          efficiency=efficiency, progress=bar, name=cli_flag)
+                          efficiency=efficiency, progress=bar, name=cli_flag,
+                          jobs=available_jobs() if jobs is None else jobs)
     finally:
         if bar is not None:
             bar.close()

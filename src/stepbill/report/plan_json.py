@@ -56,7 +56,7 @@ def plan_to_json(result: PlanResult, space_note: str) -> dict[str, Any]:
         "search": {
             "candidates": stats.candidates, "evaluated": stats.evaluated, "evaluated_by_bill": stats.by_bill,
             "decided_by_bound": stats.by_bound, "seconds": stats.seconds, "layouts_per_s": stats.layouts_per_s,
-            "cpu_seconds": stats.cpu_seconds, "layouts_per_cpu_s": stats.layouts_per_cpu_s,
+            "cpu_seconds": stats.cpu_seconds, "jobs": stats.jobs, "layouts_per_cpu_s": stats.layouts_per_cpu_s,
             "rejected": dict(stats.rejected),
             "not_searched": stats.not_searched, "complete": stats.complete,
         },

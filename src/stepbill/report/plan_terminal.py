@@ -71,7 +71,8 @@ def render_plan(result: PlanResult, space_note: str) -> Group:
         parts.append(_commands(result.memory_vs_time, ranks, shown=result.top))
     parts.append(_rejections(result))
     parts.append(Text(f"search: {stats.evaluated:,} candidates evaluated in {stats.seconds:.2f} s wall-clock, "
-                      f"{stats.cpu_seconds:.2f} s CPU ({stats.layouts_per_cpu_s:,.0f}/CPU-s; {stats.by_bill:,} by "
+                      f"{stats.cpu_seconds:.2f} s CPU in {stats.jobs} process{'es' if stats.jobs > 1 else ''} "
+                      f"({stats.layouts_per_cpu_s:,.0f}/CPU-s; {stats.by_bill:,} by "
                       f"bill, {stats.by_bound:,} decided by the exact resident bound)"))
     parts.append(Text(f"space: {space_note}"))
     return Group(*parts)

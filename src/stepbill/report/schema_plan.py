@@ -51,7 +51,8 @@ class PlanSearchJson(Strict):
                                   "exact; their peak is not computed)")
     seconds: float = Field(description="wall-clock seconds of the search")
     layouts_per_s: float = Field(description="evaluated / seconds")
-    cpu_seconds: float = Field(description="CPU seconds of the search (single-threaded: one core)")
+    cpu_seconds: float = Field(description="CPU seconds of the search: this process and its worker processes")
+    jobs: int = Field(description="worker processes that shared the search (1: the calling process alone)")
     layouts_per_cpu_s: float = Field(description="evaluated / cpu_seconds: the one-core rate on a shared machine")
     rejected: dict[str, int] = Field(description="rejected candidates per reason (keys of `reasons`)")
     not_searched: int = Field(description="candidates left unsearched when a deadline stopped the search (the web "
