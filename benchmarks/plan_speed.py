@@ -5,7 +5,8 @@ Run: python benchmarks/plan_speed.py [--deepseek-sample N]. The issue's target i
 DeepSeek-V3 × 2,048-GPU space in under 5 s; this prints the real figures. The DeepSeek-V3 figure is measured in
 parts: the space's enumeration and the exact resident bound over every group (measured in full), then the bills of
 a random sample of the remaining candidates (their rate measured, the total extrapolated and labelled so).
-llm-analysis (`pip install llm-analysis`, its own venv) is timed per layout in the same run when importable.
+llm-analysis (`pip install llm-analysis` in its own venv, `--llm-analysis-python PATH`) is timed per layout in the
+same run, in that interpreter.
 """
 
 from __future__ import annotations
@@ -13,9 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import random
-import sys
 import time
-from pathlib import Path
 
 from stepbill.engine.plan import PlanRequest, search
 from stepbill.engine.plan.evaluate import budget_bytes, evaluate, resident_bound
@@ -25,13 +24,14 @@ from stepbill.spec.hardware import load_gpu
 from stepbill.spec.presets import load_model
 
 
-def plan_rate(model: str, gpu: str, gpus: int, seq: int, batch_tokens: int, fix: tuple = ()) -> None:
+def plan_rate(model: str, gpu: str, gpus: int, seq: int, batch_tokens: int, fix: tuple = (), jobs: int = 1) -> None:
     req = PlanRequest(load_model(model), load_gpu(gpu), gpu, (gpus,), seq, model, global_batch_tokens=batch_tokens,
                       fixed=fix)
-    result = search(req, "time", 1)
+    result = search(req, "time", 1, jobs=jobs)
     s = result.stats
     print(f"{model:>14} on {gpus:>5,} × {gpu}: {s.evaluated:>7,} evaluated in {s.cpu_seconds:7.2f} CPU-s = "
-          f"{s.layouts_per_cpu_s:9,.0f} layouts/CPU-s ({s.seconds:.2f} s wall-clock; {s.by_bill:,} by bill, "
+          f"{s.layouts_per_cpu_s:9,.0f} layouts/CPU-s ({s.seconds:.2f} s wall-clock in {s.jobs} process"
+          f"{'es' if s.jobs > 1 else ''} = {s.layouts_per_s:,.0f} layouts/s; {s.by_bill:,} by bill, "
           f"{s.by_bound:,} by the bound; {len(result.rows):,} fit)")
 
 
@@ -65,28 +65,56 @@ def deepseek_2048(sample: int) -> None:
           f"each (sample of {len(picked)}) → about {bounded + per_bill * len(survivors):,.0f} CPU-s in all (extrapolated)")
 
 
-def llm_analysis_rate() -> None:
-    """llm-analysis's train() for one layout (bill_latency.py's timing), as layouts per second."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from bill_latency import llm_analysis  # type: ignore[import-not-found]
+#: llm-analysis's train() for one layout (Llama-2-7B from its own config table, 8 × A100 80GB, ZeRO-3, seq 2048),
+#: timed in its own interpreter (it pins its own transformers); prints CPU seconds per layout.
+PEER_SNIPPET = """
+import contextlib, io, time
+from llm_analysis.analysis import train
+def run():
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        train(model_name="NousResearch_Llama-2-7b-hf", gpu_name="a100-sxm-80gb", seq_len=2048,
+              batch_size_per_gpu=1, total_num_gpus=8, ds_zero=3, activation_recomputation=2,
+              flops_efficiency=0.5, log_level="ERROR")
+run()
+start, n = time.process_time(), 50
+for _ in range(n):
+    run()
+print((time.process_time() - start) / n)
+"""
 
-    seconds = llm_analysis(5)
-    if seconds is None:
-        print("llm-analysis: not importable here (pip install llm-analysis, in its own venv): no per-layout rate")
-    else:
-        print(f"llm-analysis train() (llama-2-7b, one layout): {1 / seconds:,.0f} layouts/s")
+
+def llm_analysis_rate(python: str | None) -> None:
+    """llm-analysis's per-layout rate, measured now in the interpreter `python` (its own venv: pip install
+    llm-analysis), so the two rates come from the same run on the same machine."""
+    if python is None:
+        print("llm-analysis: give --llm-analysis-python PATH (a venv with pip install llm-analysis) for its rate")
+        return
+    import os
+    import subprocess
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
+    out = subprocess.run([python, "-c", PEER_SNIPPET], capture_output=True, text=True, env=env, check=False)
+    if out.returncode != 0:
+        print(f"llm-analysis: failed in {python}: {out.stderr.strip().splitlines()[-1] if out.stderr else '?'}")
+        return
+    seconds = float(out.stdout.strip().splitlines()[-1])
+    print(f"llm-analysis train() (Llama-2-7B, 8 × A100, ZeRO-3; one layout per call): {1 / seconds:,.0f} layouts/CPU-s "
+          f"({seconds * 1e3:.2f} ms each; a closed-form estimate with no timeline and no eager terms)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--deepseek-sample", type=int, default=100, help="bills sampled for the DeepSeek-V3 figure")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes for the plan rates (wall-clock)")
+    parser.add_argument("--llm-analysis-python", default=None, help="python of a venv with llm-analysis installed")
     args = parser.parse_args()
-    plan_rate("gpt3-125m", "h100-sxm", 8, 2048, 64 * 2048)
-    plan_rate("llama3-8b", "h100-sxm", 8, 8192, 64 * 8192, (("schedule", "1f1b"), ("zero", 1)))
+    plan_rate("gpt3-125m", "h100-sxm", 8, 2048, 64 * 2048, jobs=args.jobs)
+    plan_rate("llama3-8b", "h100-sxm", 8, 8192, 64 * 8192, (("schedule", "1f1b"), ("zero", 1)), jobs=args.jobs)
     plan_rate("llama3-70b", "h100-sxm", 64, 8192, 512 * 8192, (("offload_activations", False),
-                                                                ("offload_optimizer", False), ("schedule", "1f1b")))
+                                                                ("offload_optimizer", False), ("schedule", "1f1b")),
+              jobs=args.jobs)
     deepseek_2048(args.deepseek_sample)
-    llm_analysis_rate()
+    llm_analysis_rate(args.llm_analysis_python)
 
 
 if __name__ == "__main__":
