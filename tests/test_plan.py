@@ -187,6 +187,8 @@ def test_terminal_output_has_table_fronts_rejections_and_commands(capsys: pytest
     (["--gpu", "h100", "--gpus", "2", "--seq", "1024", "--micro-batch", "1", "--fix", "zero=7"], "0, 1, 2 or 3"),
     (["--gpu", "h9000", "--gpus", "2", "--seq", "1024", "--micro-batch", "1"], "gpu"),
     (["--gpu", "h100", "--gpus", "2", "--seq", "1000", "--global-batch-tokens", "4Ki"], "whole number of sequences"),
+    (["--gpu", "h100", "--gpus", "2", "--seq", "1024", "--micro-batch", "1", "--max-seconds", "0"], "--max-seconds"),
+    (["--gpu", "h100", "--gpus", "2", "--seq", "1024", "--micro-batch", "1", "--jobs", "0"], "--jobs"),
 ])
 def test_bad_input_is_one_line_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_cli(["plan", "gpt3-125m", *argv], capsys)
@@ -244,3 +246,15 @@ def test_worker_processes_give_the_same_answer() -> None:
     assert (two.stats.by_bill, two.stats.by_bound, two.stats.rejected) == (
         one.stats.by_bill, one.stats.by_bound, one.stats.rejected)
     assert two.stats.cpu_seconds > 0
+
+
+def test_a_deadline_says_how_much_of_the_space_was_searched(capsys: pytest.CaptureFixture[str]) -> None:
+    """--max-seconds stops the search; the output says it is incomplete and how much was searched."""
+    code, out, _ = run_cli(["plan", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--seq", "4096",
+                            "--global-batch-tokens", "1Mi", "--max-seconds", "0.3", "--jobs", "1"], capsys)
+    assert code == 0
+    assert "incomplete: the deadline stopped the search with" in out and "of the space searched" in out
+    code, out, _ = run_cli(["plan", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--seq", "4096",
+                            "--global-batch-tokens", "1Mi", "--max-seconds", "0.3", "--jobs", "1", "--json"], capsys)
+    data = json.loads(out)
+    assert data["search"]["complete"] is False and data["search"]["not_searched"] > 0

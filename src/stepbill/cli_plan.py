@@ -62,6 +62,9 @@ def plan(
     efficiency: Annotated[float | None, typer.Option(
         "--efficiency", help="override: one achieved share of dense peak on every matmul (default: the per-op "
         "time model)")] = None,
+    max_seconds: Annotated[float | None, typer.Option(
+        "--max-seconds", help="stop deciding new candidates after this many seconds: the answer then covers a "
+        "random sample of the space, and says how much")] = None,
     jobs: Annotated[int | None, typer.Option("--jobs", help="worker processes (default: every core; 1: this "
                                              "process only); the answer does not depend on it")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
@@ -80,7 +83,7 @@ def plan(
                           optimizer=optimizer, train_tokens=train_tokens, price_per_gpu_hour=price_per_gpu_hour,
                           objective=objective, top=top, reserve_gib=reserve, fix=fix, cross_node=cross_node,
                           efficiency=efficiency, progress=bar, name=cli_flag,
-                          jobs=available_jobs() if jobs is None else jobs)
+                          jobs=available_jobs() if jobs is None else jobs, deadline_s=max_seconds)
     finally:
         if bar is not None:
             bar.close()

@@ -57,6 +57,11 @@ def render_plan(result: PlanResult, space_note: str) -> Group:
     head = (f"{req.model_name} on {gpus} × {req.gpu.display}, seq {req.seq:,}, {batch}, {req.recipe} {req.optimizer}: "
             f"{len(result.rows):,} layouts fit of {stats.candidates:,}; objective {result.objective}")
     parts: list = [Text(head)]
+    if not stats.complete:
+        share = 1 - stats.not_searched / max(stats.candidates, 1)
+        parts.append(Text(f"incomplete: the deadline stopped the search with {stats.not_searched:,} candidates not "
+                          f"decided ({share:.1%} of the space searched, its groups in a fixed random order); a "
+                          "layout not searched may beat these rows", style="bold"))
     run = req.train_tokens is not None
     if not result.rows:
         parts.append(Text("no layout fits: see the rejections below (--reserve, more GPUs, or --fix to widen)"))

@@ -10,6 +10,7 @@ spreads the groups over processes), so layouts per CPU-second is the rate of one
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +20,8 @@ from stepbill.engine.plan.pareto import gpus_vs_time, memory_vs_time
 from stepbill.engine.plan.rank import sort_key, top
 from stepbill.engine.plan.space import Group, PlanRequest, Rejections, enumerate_space
 from stepbill.errors import StepbillError
+
+SAMPLE_SEED = 0  # the shuffle of the groups (fixed: the same request decides the same groups in the same order)
 
 Progress = Callable[[int, int], None]  # (candidates decided, candidates to decide)
 
@@ -81,12 +84,16 @@ def search(req: PlanRequest, objective: str = "time", k: int = 10, progress: Pro
            deadline_s: float | None = None, jobs: int = 1) -> PlanResult:
     """Plan `req`: every candidate's verdict, the fitting rows ranked by `objective`, the top `k`, the fronts.
     With `deadline_s` (wall-clock seconds) the search stops starting new groups once it has run that long; the
-    candidates left are counted in `stats.not_searched` and the answer covers only what was searched. `jobs` > 1
+    candidates left are counted in `stats.not_searched` and the answer covers only what was searched (groups are
+    decided in a fixed random order, so that is a uniform sample of the space's groups). `jobs` > 1
     decides the groups in that many worker processes (the answer is the same: rows are ranked by a total order)."""
     sort_key(objective)  # an unknown objective fails before the search
     start, start_cpu = time.perf_counter(), time.process_time()
     rejected = Rejections()
     groups = list(enumerate_space(req, rejected))
+    # A fixed shuffle: a search stopped by its deadline has decided a uniform random sample of the groups, not the
+    # first corner of the enumeration (tp 1, pp 1, ...); a complete search ranks the same rows either way.
+    random.Random(SAMPLE_SEED).shuffle(groups)
     to_decide = sum(len(g.variants) for g in groups)
     ruled_out = sum(rejected.counts.values())
     deadline_at = None if deadline_s is None else time.time() + deadline_s
