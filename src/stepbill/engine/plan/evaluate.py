@@ -14,20 +14,29 @@ bills in tests/test_plan_bounds.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from typing import Any
 
+from stepbill.engine.activations.eager import from_precision
+from stepbill.engine.activations.fp8 import Fp8Bytes
 from stepbill.engine.bill import make_bill
 from stepbill.engine.fit import Card, Reserve, default_reserve, fit_verdict, user_reserve
 from stepbill.engine.parallel.holdings import rank_holdings
+from stepbill.engine.parallel.layout import stage_layer_indices
+from stepbill.engine.parallel.ranks import in_flight_microbatches
+from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.space import Candidate, PlanRequest
+from stepbill.engine.recompute.budget import floor, peak_of, problem_for_spec
 from stepbill.engine.run import run_lines
 from stepbill.errors import StepbillError
 from stepbill.spec.command import bill_command
 from stepbill.spec.parallel import Parallel
 from stepbill.spec.recipe import Recipe, make_recipe
+from stepbill.spec.recompute_policy import parse_recompute
 
 OPTIMIZER_SIDE = ("master", "optimizer.")
+GIB = 2**30
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,7 @@ class Row:
 
 def recipe_for(req: PlanRequest, cand: Candidate) -> Recipe:
     """The recipe `stepbill bill` builds from the candidate's options (api.make_step_bill's make_recipe call)."""
+    cand = resolve_recompute(req, cand)
     return make_recipe(req.recipe, req.optimizer, cand.micro_batch, req.seq, cand.recompute, None, None,
                        cand.parallel, "single")
 
@@ -94,6 +104,7 @@ def resident_bound(req: PlanRequest, holdings_layout: Parallel, offload_optimize
 
 def evaluate(req: PlanRequest, cand: Candidate) -> Row | None:
     """The candidate's row, or None when a rank's peak exceeds the budget (the fit verdict of `stepbill bill`)."""
+    cand = resolve_recompute(req, cand)
     recipe = recipe_for(req, cand)
     card = Card.from_gpu(req.gpu)
     reserve = reserve_for(req, cand.parallel)
@@ -122,6 +133,7 @@ def evaluate(req: PlanRequest, cand: Candidate) -> Row | None:
 
 def bill_options(req: PlanRequest, cand: Candidate) -> dict[str, Any]:
     """The `stepbill.bill` keywords of the candidate (defaults left out, the layout always spelled)."""
+    cand = resolve_recompute(req, cand)
     par = cand.parallel
     out: dict[str, Any] = {"seq": req.seq, "micro_batch": cand.micro_batch}
     if req.recipe != "mixed-bf16":
@@ -131,7 +143,7 @@ def bill_options(req: PlanRequest, cand: Candidate) -> dict[str, Any]:
     if cand.recompute != "none":
         out["recompute"] = cand.recompute
     out.update(gpu=req.gpu_name, gpus=par.world, dp=par.dp, tp=par.tp, pp=par.pp)
-    for key, default in (("cp", 1), ("ep", 1), ("zero", 0), ("shard_group", None), ("sp", False),
+    for key, default in (("pp_layers", None), ("cp", 1), ("ep", 1), ("etp", None), ("zero", 0), ("shard_group", None), ("sp", False),
                          ("pp_schedule", "1f1b"), ("vpp", 1), ("offload_optimizer", False),
                          ("offload_activations", False)):
         if getattr(par, key) != default:
@@ -151,3 +163,55 @@ def bill_options(req: PlanRequest, cand: Candidate) -> dict[str, Any]:
     return out
 
 
+
+
+def resolve_recompute(req: PlanRequest, cand: Candidate) -> Candidate:
+    """The candidate with the space's "budget solver at the rank's free memory" spelled as the `budget:<GiB>` policy
+    `stepbill bill --recompute` reads (`budget_policy`); any other candidate unchanged."""
+    if cand.recompute != BUDGET_AT_FREE:
+        return cand
+    return replace(cand, recompute=budget_policy(req, cand))
+
+
+def budget_policy(req: PlanRequest, cand: Candidate) -> str:
+    """`budget:<GiB>` for the candidate: the rank's free memory in the solver's units.
+
+    The rank's free memory F = usable − reserve − the worst stage's resident bytes (`resident_bound`). The solver's
+    budget is the activation peak of the whole model on one GPU, one micro-batch (engine/recompute/budget.py); a rank
+    holds about 1/(tp·cp) of each layer's rows and, on stage s, n_s layers × f_s micro-batches in flight
+    (engine/parallel/ranks.in_flight_microbatches), so F is scaled by L·tp·cp / max_s(n_s·f_s). A scale, not an
+    exact map (rows tp does not split without sp, the tensors outside the layers): the bill of the spelled budget
+    judges the candidate like any other. Rounded down to 0.01 GiB, and raised to the solver's floor (every
+    droppable tensor dropped, under both the ideal and the eager convention: the verdict's eager bill solves its own)
+    when F is below it, so the command always runs."""
+    budget_gib, floor_gib, _ = _budget_gib(req, cand)
+    if budget_gib <= floor_gib:
+        return f"budget:{math.ceil(floor_gib * 100 * (1 + 1e-9)) / 100:.2f}GiB"
+    return f"budget:{math.floor(budget_gib * 100) / 100:.2f}GiB"
+
+
+def budget_drops_nothing(req: PlanRequest, cand: Candidate) -> bool:
+    """Whether the candidate's budget (`budget_policy`) is at or above the model's activation peak with nothing
+    dropped under both conventions: the solver then drops nothing and the candidate is its `none` twin."""
+    if cand.recompute != BUDGET_AT_FREE and not cand.recompute.startswith("budget:"):
+        return False
+    policy = budget_policy(req, cand) if cand.recompute == BUDGET_AT_FREE else cand.recompute
+    return parse_recompute(policy).budget_bytes >= _budget_gib(req, cand)[2] * GIB
+
+
+def _budget_gib(req: PlanRequest, cand: Candidate) -> tuple[float, float, float]:
+    """(F scaled to the solver's units, the solver's floor, the peak with nothing dropped), GiB; floor and peak the
+    larger of the ideal and the eager convention's, with the activation widths make_bill gives each."""
+    par = cand.parallel
+    recipe = make_recipe(req.recipe, req.optimizer, cand.micro_batch, req.seq, "none", None, None, par, "single")
+    free = budget_bytes(req, par) - resident_bound(req, par, par.offload_optimizer)
+    loads = [len(layers) * in_flight_microbatches(recipe, s)
+             for s, layers in enumerate(stage_layer_indices(req.spec, par))]
+    ideal: Any = recipe.precision.activation
+    if recipe.precision.fp8 is not None:  # as make_bill: Linear inputs cached in fp8 (ideal convention)
+        ideal = Fp8Bytes(ideal, recipe.precision.fp8)
+    problems = [problem_for_spec(req.spec, 1.0, req.seq, recipe.micro_batch, a_bytes, convention)
+                for convention, a_bytes in (("ideal", ideal), ("eager", from_precision(recipe.precision,
+                                                                                       recipe.device)))]
+    return (free * req.spec.n_layers * par.tp * par.cp / max(loads) / GIB, max(floor(p) for p in problems) / GIB,
+            max(peak_of(p, set()) for p in problems) / GIB)

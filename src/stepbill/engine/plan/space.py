@@ -5,31 +5,57 @@ A candidate is a `Parallel` layout plus the micro-batch size and the recompute p
 
     world        --gpus N, or with --max-gpus N every power of two ≤ N and N itself
     tp           1, 2, 4, … ≤ world                      (a tp group inside a node unless --cross-node)
-    pp           every divisor of world / tp, ≤ layers   (uneven stages: Megatron-LM's split, spec/parallel.py)
+    pp           every divisor of world / tp, ≤ layers
     cp           1, 2, 4, … dividing world / (tp·pp)     (2·cp must divide the sequence: load-balanced causal CP)
     dp           world / (tp·pp·cp)
-    ep           MoE: 1, 2, 4, … ≤ dp·cp·tp               (an ep group inside a node unless --cross-node); etp 1
+    ep           MoE: 1, 2, 4, … ≤ dp·cp·tp               (an ep·etp group inside a node unless --cross-node)
+    etp          MoE: 1, 2, 4, … with ep·etp dividing dp·cp·tp (etp must divide the expert FFN width; an etp group
+                 inside a node unless --cross-node)
     zero         0, 1, 2, 3 when dp·cp > 1 (one replica: 0 only, ZeRO has nothing to shard over); with zero ≥ 1
                  also hybrid sharding over one node's dp·cp ranks (--shard-group)
-    schedule     1f1b; interleaved with 2 chunks per stage when pp > 1
+    schedule     1f1b; with pp > 1 also gpipe, and interleaved with every v ≥ 2 chunks per stage such that pp·v
+                 divides the layers
+    stage split  1f1b and gpipe: the bill's default (Megatron-LM's, spec/parallel.pipeline_stage_layers) and, with
+                 pp ≥ 3, that split with one layer moved from the first and from the last stage (embedding, LM head
+                 + loss) to the lightest middle stages (--pp-layers; engine/plan/axes.ends_lighter)
     offload      optimizer offload off / on; activation offload off / on
     sp           off / on when tp > 1
     micro-batch  --micro-batch B, else 1, 2, 4, … with dp·b·seq dividing --global-batch-tokens
-    recompute    none, selective:core_attn, full
+    recompute    none, selective:core_attn, full; every:K for the divisors K of the segment's layers (the largest
+                 stage's, an interleaved chunk's) nearest √ from below and above (axes.every_segments); the budget
+                 solver at the rank's free memory (usable − reserve − resident, scaled to the solver's whole-model
+                 units: engine/plan/evaluate.budget_policy; with scipy installed). every:K and the budget go without
+                 activation offload (it moves every kept tensor off the GPU, so they change no GPU byte)
     micro-batches  --global-batch-tokens / (dp·b·seq); without a global batch: 1, pp and 4·pp
 
 Rules (each a rejection reason, counted in candidates): the ones `validate_layout` states (heads, kv heads, FFN
-width, experts, layers, sequence for sp and cp), tp and ep groups inside a node, the global batch a whole number
-of micro-batches, interleaving's micro-batches divisible by pp. Not searched yet (say `--fix` to pin them): GPipe
-(its memory is 1F1B's or more at the same bubble), expert tensor parallelism (etp > 1), more than 2 virtual
-chunks, recompute every:K and the budget solver, explicit --pp-layers.
+and expert widths, experts, layers, sequence for sp and cp), tp, etp and ep·etp groups inside a node, the global
+batch a whole number of micro-batches, interleaving's micro-batches divisible by pp. Counting is group-wise: a rule
+on a (tp, pp, cp) point, an ep or an etp rejects the candidates under it by multiplication, and the variants of a
+group (micro-batch × sp × offload × recompute) are a lazy `Variants` sequence, not a tuple each. Not searched yet
+(pin them with `--fix`, e.g. `--fix pp_layers=7,8,8,7` or `--fix recompute=every:5`): other stage splits, every:K
+at other K or every:auto, budgets other than the rank's free memory, recompute modules other than core_attn.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from importlib.util import find_spec
+from typing import overload
 
+from stepbill.engine.plan.axes import (
+    BUDGET_AT_FREE,
+    EVERY_SEARCHED,
+    Pipe,
+    every_segments,
+    expert_tp_degrees,
+    pipes,
+    segment_layers,
+)
+from stepbill.engine.plan.fix import FIX_ALIASES as FIX_ALIASES  # re-exported: `--fix` lives in fix.py
+from stepbill.engine.plan.fix import FIX_KEYS as FIX_KEYS
+from stepbill.engine.plan.fix import parse_fix as parse_fix
 from stepbill.errors import StepbillError
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
@@ -37,20 +63,15 @@ from stepbill.spec.parallel import Parallel, validate_layout
 
 RECOMPUTE_POLICIES = ("none", "selective:core_attn", "full")
 
-#: Fixable axes (`--fix key=value`) and the type of their value.
-FIX_KEYS: dict[str, type] = {
-    "dp": int, "tp": int, "pp": int, "cp": int, "ep": int, "zero": int, "shard_group": int, "vpp": int,
-    "micro_batch": int, "micro_batches": int, "sp": bool, "schedule": str, "recompute": str,
-    "offload_optimizer": bool, "offload_activations": bool,
-}
-FIX_ALIASES = {"mb": "micro_batch", "m": "micro_batches", "pp_schedule": "schedule"}
-
 #: Rejection reasons: key → the rule in words (the keys are what --json reports).
 REASONS: dict[str, str] = {
     "tp_outside_node": "tp group larger than a node (--cross-node to allow)",
-    "ep_outside_node": "ep group larger than a node (--cross-node to allow)",
+    "ep_outside_node": "ep·etp group larger than a node (--cross-node to allow)",
+    "etp_outside_node": "etp group larger than a node (--cross-node to allow)",
     "tp_divides_model": "tp must divide the heads, kv heads and FFN / shared-expert widths",
     "ep_divides_experts": "ep must divide the routed experts",
+    "etp_divides_experts": "etp must divide the expert FFN width",
+    "budget_drops_nothing": "the budget at the rank's free memory drops nothing: the none policy's twin",
     "pp_layers": "pp (× vpp chunks) must fit and divide the layers",
     "seq_divides": "the sequence must divide by tp under sp and by 2·cp under cp",
     "batch_whole": "the global batch must be dp × micro-batch × micro-batches × seq, all whole",
@@ -103,6 +124,43 @@ class Candidate:
 Variant = tuple[bool, int, int, bool, str]  # (sp, micro-batch, micro-batches, activation offload, recompute)
 
 
+class Variants(Sequence[Variant]):
+    """The variants of a group without a tuple per candidate: every (micro-batch, micro-batches) × sp × (activation
+    offload, recompute) combination, in that nesting order. Groups of one pipeline option at one (tp, pp, cp)
+    point share one (it is immutable)."""
+
+    def __init__(self, batches: list[tuple[int, int]], sps: list[bool], pairs: list[tuple[bool, str]]) -> None:
+        self._batches, self._sps, self._pairs = batches, sps, pairs
+        self._inner = len(sps) * len(pairs)
+
+    def __len__(self) -> int:
+        return len(self._batches) * self._inner
+
+    @overload
+    def __getitem__(self, index: int) -> Variant: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Variant]: ...
+
+    def __getitem__(self, index: int | slice) -> Variant | list[Variant]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        batch, rest = divmod(index, self._inner)
+        sp, pair = divmod(rest, len(self._pairs))
+        (b, m), (act, policy) = self._batches[batch], self._pairs[pair]
+        return (self._sps[sp], b, m, act, policy)
+
+    def __iter__(self) -> Iterator[Variant]:
+        for b, m in self._batches:
+            for sp in self._sps:
+                for act, policy in self._pairs:
+                    yield (sp, b, m, act, policy)
+
+
 @dataclass
 class Group:
     """Candidates that share a rank's resident state (every axis but sp, micro-batch, recompute, activation
@@ -111,7 +169,7 @@ class Group:
 
     holdings_layout: Parallel  # the layout with micro-batch-independent fields only (rank_holdings' key)
     offload_optimizer: bool
-    variants: list[Variant] = field(default_factory=list)
+    variants: Sequence[Variant] = field(default_factory=list)
 
     def candidate(self, variant: Variant) -> Candidate:
         """The variant's candidate; a layout rule of spec/parallel.py it breaks raises StepbillError."""
@@ -130,57 +188,6 @@ class Group:
             except StepbillError:
                 continue
         return out
-
-
-def parse_fix(texts: list[str] | tuple[str, ...] | Mapping[str, object] | None) -> tuple[tuple[str, object], ...]:
-    """`["tp=8,pp=16", "zero=1"]` (or a mapping) → sorted (axis, value) pairs; unknown axes and bad values raise."""
-    if not texts:
-        return ()
-    pairs: list[tuple[str, str | object]] = []
-    if isinstance(texts, Mapping):
-        pairs = list(texts.items())
-    else:
-        for text in texts:
-            for part in str(text).split(","):
-                if not part.strip():
-                    continue
-                key, sep, value = part.partition("=")
-                if not sep:
-                    raise StepbillError(f"--fix takes axis=value pairs such as tp=8,pp=16, got {part.strip()!r}")
-                pairs.append((key.strip(), value.strip()))
-    out: dict[str, object] = {}
-    for key, value in pairs:
-        key = FIX_ALIASES.get(key.replace("-", "_"), key.replace("-", "_"))
-        if key not in FIX_KEYS:
-            raise StepbillError(f"--fix: unknown axis {key!r}; axes: {', '.join(FIX_KEYS)}")
-        out[key] = _fix_value(key, value)
-    return tuple(sorted(out.items()))
-
-
-def _fix_value(key: str, value: object) -> object:
-    kind = FIX_KEYS[key]
-    if kind is bool:
-        if isinstance(value, bool):
-            return value
-        if str(value).lower() in ("1", "true", "on", "yes"):
-            return True
-        if str(value).lower() in ("0", "false", "off", "no"):
-            return False
-        raise StepbillError(f"--fix {key} takes on or off, got {value!r}")
-    if kind is int:
-        text = str(value)
-        if isinstance(value, bool) or not text.isdigit() or int(text) < (0 if key == "zero" else 1):
-            raise StepbillError(f"--fix {key} takes a positive integer, got {value!r}")
-        if key == "zero" and int(text) > 3:
-            raise StepbillError(f"--fix zero takes 0, 1, 2 or 3, got {value!r}")
-        return int(text)
-    if key == "schedule" and value not in ("1f1b", "interleaved", "gpipe"):
-        raise StepbillError(f"--fix schedule takes 1f1b, interleaved or gpipe, got {value!r}")
-    if key == "recompute":
-        from stepbill.spec.recompute_policy import parse_recompute
-
-        parse_recompute(str(value))
-    return str(value)
 
 
 def powers_of_two(high: int) -> list[int]:
@@ -244,9 +251,7 @@ def _micro_batch_options(req: PlanRequest, dp: int, pp: int) -> list[tuple[int, 
 def enumerate_space(req: PlanRequest, rejected: Rejections) -> Iterator[Group]:
     """Every group of candidates that passes the stated rules; what fails is counted in `rejected` (one count per
     candidate: a structural rule rejects every micro-batch, recompute and sp variant under it)."""
-    spec, fix, per_node = req.spec, req.fix, req.gpu.gpus_per_node
-    moe = spec.moe
-    policies = _axis(fix, "recompute", list(RECOMPUTE_POLICIES))
+    fix = req.fix
     for world in req.worlds:
         for tp in _axis(fix, "tp", powers_of_two(world)):
             if world % tp:
@@ -260,24 +265,86 @@ def enumerate_space(req: PlanRequest, rejected: Rejections) -> Iterator[Group]:
                     dp = world // (tp * pp * cp)
                     if "dp" in fix and fix["dp"] != dp:
                         continue
-                    yield from _groups(req, world, tp, pp, cp, dp, policies, per_node, moe, rejected)
+                    yield from _groups(req, world, tp, pp, cp, dp, rejected)
 
 
-def _variants(req: PlanRequest, tp: int, pp: int, dp: int, policies: list[str]) -> int:
-    sps = len(_axis(req.fix, "sp", [False, True] if tp > 1 else [False]))
-    return sps * len(_micro_batch_options(req, dp, pp)) * len(policies) * len(
-        _axis(req.fix, "offload_activations", [False, True]))
+@dataclass(frozen=True)
+class _Point:
+    """What every group of one (world, tp, pp, cp) point shares: the variant axes and the pipeline options."""
+
+    world: int
+    tp: int
+    pp: int
+    cp: int
+    dp: int
+    seq: int
+    sps: list[bool]
+    batches: list[tuple[int, int | None]]
+    pipes: list[Pipe]
+    pairs: dict[tuple, list[tuple[bool, str]]]  # pipe key → (activation offload, recompute) pairs
+
+    cache: dict[tuple, tuple[Variants, dict[str, int]]] = field(default_factory=dict)
+
+    def variants(self, pipe: Pipe) -> int:
+        """Candidates one group of `pipe` holds before the batch and sp rules."""
+        return len(self.sps) * len(self.batches) * len(self.pairs[pipe.key])
+
+    def variants_of(self, pipe: Pipe, rejected: Rejections, groups: int) -> Variants:
+        """The variants of a group of `pipe` that pass the batch and sp rules; what fails is counted `groups`
+        times (once per group of the layout)."""
+        if pipe.key not in self.cache:
+            pairs, counts = self.pairs[pipe.key], dict[str, int]()
+            per_batch = len(self.sps) * len(pairs)
+            batches: list[tuple[int, int]] = []
+            for b, m in self.batches:
+                if m is None or m < 1:
+                    counts["batch_whole"] = counts.get("batch_whole", 0) + per_batch
+                elif pipe.schedule == "interleaved" and m % self.pp:
+                    counts["interleaved_micro_batches"] = counts.get("interleaved_micro_batches", 0) + per_batch
+                else:
+                    batches.append((b, m))
+            sps = [sp for sp in self.sps if not (sp and self.seq % self.tp)]
+            if len(sps) < len(self.sps):
+                counts["seq_divides"] = len(batches) * len(pairs)
+            self.cache[pipe.key] = (Variants(batches, sps, pairs), counts)
+        variants, counts = self.cache[pipe.key]
+        for reason, n in counts.items():
+            rejected.add(reason, n * groups)
+        return variants
 
 
-def _groups(req: PlanRequest, world: int, tp: int, pp: int, cp: int, dp: int, policies: list[str], per_node: int,
-            moe: object, rejected: Rejections) -> Iterator[Group]:
-    spec, fix = req.spec, req.fix
-    eps = _axis(fix, "ep", powers_of_two(dp * cp * tp) if moe is not None else [1])
-    zeros = _axis(fix, "zero", [0, 1, 2, 3] if dp * cp > 1 else [0])  # one replica: ZeRO shards nothing
-    schedules = _axis(fix, "schedule", ["1f1b", "interleaved"] if pp > 1 else ["1f1b"])
+def _policy_pairs(req: PlanRequest, pp: int, pipe: Pipe, acts: list[bool]) -> list[tuple[bool, str]]:
+    """(activation offload, recompute policy) pairs of a pipeline option. Unless --fix pins the policy, every:K
+    and the budget solver go without activation offload: under it every kept tensor leaves the GPU, so K and the
+    budget change no GPU byte (every:K is then full's bill; the budget none's peak with more recompute)."""
+    fixed = req.fix.get("recompute")
+    ks = [f"every:{k}" for k in every_segments(segment_layers(req.spec.n_layers, pp, pipe))]
+    budget = [BUDGET_AT_FREE] if find_spec("scipy") is not None else []  # the solver is scipy's HiGHS
+    if fixed is None:
+        base, extra = list(RECOMPUTE_POLICIES), ks + budget
+        return [(a, p) for a in acts for p in base] + [(a, p) for a in acts if not a for p in extra]
+    policies = ks if fixed == EVERY_SEARCHED else [str(fixed)]
+    return [(a, p) for a in acts for p in policies]
+
+
+def _groups(req: PlanRequest, world: int, tp: int, pp: int, cp: int, dp: int,
+            rejected: Rejections) -> Iterator[Group]:
+    spec, fix, per_node = req.spec, req.fix, req.gpu.gpus_per_node
+    moe = spec.moe
+    acts = _axis(fix, "offload_activations", [False, True])
+    schedules = _axis(fix, "schedule", ["1f1b", "gpipe", "interleaved"] if pp > 1 else ["1f1b"])
+    splits = [fix["pp_layers"]] if "pp_layers" in fix else None
+    vpps = [int(fix["vpp"])] if "vpp" in fix else None  # type: ignore[call-overload]
+    options = pipes(spec.n_layers, pp, schedules, vpps, splits)  # type: ignore[arg-type]
+    point = _Point(world, tp, pp, cp, dp, req.seq, _axis(fix, "sp", [False, True] if tp > 1 else [False]),
+                   _micro_batch_options(req, dp, pp), options,
+                   {p.key: _policy_pairs(req, pp, p, acts) for p in options})
+    zero_shards = [(z, s) for z in _axis(fix, "zero", [0, 1, 2, 3] if dp * cp > 1 else [0])  # one replica: 0
+                   for s in _shard_groups(req, tp, dp * cp, z)]
     offloads = _axis(fix, "offload_optimizer", [False, True])
-    n_var = _variants(req, tp, pp, dp, policies)
-    n_struct = len(eps) * len(zeros) * len(schedules) * len(offloads)
+    eps = _axis(fix, "ep", powers_of_two(dp * cp * tp) if moe is not None else [1])
+    etps = {ep: _axis(fix, "etp", expert_tp_degrees(dp * cp * tp, ep) if moe is not None else [1]) for ep in eps}
+    unit = len(zero_shards) * len(offloads) * sum(point.variants(p) for p in options)  # under one (ep, etp)
     # rules of the (tp, pp, cp) triple reject every candidate under it
     reason = ""
     if tp > per_node and not req.cross_node:
@@ -289,58 +356,58 @@ def _groups(req: PlanRequest, world: int, tp: int, pp: int, cp: int, dp: int, po
     elif cp > 1 and req.seq % (2 * cp):
         reason = "seq_divides"
     if reason:
-        rejected.add(reason, n_var * n_struct)
+        rejected.add(reason, unit * sum(len(e) for e in etps.values()))
         return
     for ep in eps:
         if moe is not None and moe.n_routed_experts % ep:
-            rejected.add("ep_divides_experts", n_var * n_struct // len(eps))
+            rejected.add("ep_divides_experts", unit * len(etps[ep]))
             continue
         if ep > per_node and not req.cross_node:
-            rejected.add("ep_outside_node", n_var * n_struct // len(eps))
+            rejected.add("ep_outside_node", unit * len(etps[ep]))
             continue
-        for zero in zeros:
-            shard_groups = [None]
-            if "shard_group" in fix:
-                shard_groups = [fix["shard_group"]]
-            elif zero >= 1 and per_node // tp > 1 and dp * cp > per_node // tp and (dp * cp) % (per_node // tp) == 0:
-                shard_groups = [None, per_node // tp]
-            for shard in shard_groups:
-                for schedule in schedules:
-                    vpp = int(fix.get("vpp", 2)) if schedule == "interleaved" else 1
-                    for offload in offloads:
-                        yield from _group(req, world, tp, pp, cp, dp, ep, zero, shard, schedule, vpp, offload,
-                                          policies, rejected)
+        for etp in etps[ep]:
+            reason = ""
+            if moe is not None and moe.expert_intermediate_size % etp:
+                reason = "etp_divides_experts"
+            elif etp > per_node and not req.cross_node:
+                reason = "etp_outside_node"
+            elif ep * etp > per_node and not req.cross_node:
+                reason = "ep_outside_node"
+            if reason:
+                rejected.add(reason, unit)
+                continue
+            for zero, shard in zero_shards:
+                for pipe in options:
+                    yield from _groups_of_pipe(req, point, ep, etp, zero, shard, pipe, offloads, rejected)
 
 
-def _group(req: PlanRequest, world: int, tp: int, pp: int, cp: int, dp: int, ep: int, zero: int, shard: int | None,
-           schedule: str, vpp: int, offload: bool, policies: list[str], rejected: Rejections) -> Iterator[Group]:
-    fix = req.fix
-    n_var = _variants(req, tp, pp, dp, policies)
-    if schedule == "interleaved" and req.spec.n_layers % (pp * vpp):
+def _shard_groups(req: PlanRequest, tp: int, replicas: int, zero: int) -> list[int | None]:
+    """Hybrid-sharding groups at `zero`: the whole dp·cp group, and one node's dp·cp ranks when that is smaller."""
+    if "shard_group" in req.fix:
+        return [req.fix["shard_group"]]  # type: ignore[list-item]
+    node = req.gpu.gpus_per_node // tp
+    if zero >= 1 and node > 1 and replicas > node and replicas % node == 0:
+        return [None, node]
+    return [None]
+
+
+def _groups_of_pipe(req: PlanRequest, point: _Point, ep: int, etp: int, zero: int, shard: int | None, pipe: Pipe,
+                    offloads: list[bool], rejected: Rejections) -> Iterator[Group]:
+    """The groups of one layout, one per optimizer-offload choice (the layout is built and checked once)."""
+    pp, tp = point.pp, point.tp
+    n_var = point.variants(pipe) * len(offloads)
+    if pipe.schedule == "interleaved" and req.spec.n_layers % (pp * pipe.vpp):
         rejected.add("pp_layers", n_var)
         return
-    base = dict(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero=zero, shard_group=shard, pp_schedule=schedule, vpp=vpp)
+    base = dict(dp=point.dp, tp=tp, pp=pp, cp=point.cp, ep=ep, etp=None if etp == 1 else etp, zero=zero,
+                shard_group=shard, pp_schedule=pipe.schedule, vpp=pipe.vpp, pp_layers=pipe.pp_layers)
     try:
-        holdings_layout = Parallel(**base, micro_batches=pp if schedule == "interleaved" else 1)  # type: ignore[arg-type]
-        validate_layout(req.spec, holdings_layout, req.seq, world)
+        holdings_layout = Parallel(**base, micro_batches=pp if pipe.schedule == "interleaved" else 1)  # type: ignore[arg-type]
+        validate_layout(req.spec, holdings_layout, req.seq, point.world)
     except StepbillError:
         rejected.add("layout_invalid", n_var)
         return
-    group = Group(holdings_layout, offload)
-    sps = _axis(fix, "sp", [False, True] if tp > 1 else [False])
-    acts = _axis(fix, "offload_activations", [False, True])
-    per_batch = len(sps) * len(policies) * len(acts)
-    for b, m in _micro_batch_options(req, dp, pp):
-        if m is None or m < 1:
-            rejected.add("batch_whole", per_batch)
-            continue
-        if schedule == "interleaved" and m % pp:
-            rejected.add("interleaved_micro_batches", per_batch)
-            continue
-        for sp in sps:
-            if sp and req.seq % tp:
-                rejected.add("seq_divides", len(policies) * len(acts))
-                continue
-            group.variants += [(sp, b, m, act, policy) for act in acts for policy in policies]
-    if group.variants:
-        yield group
+    variants = point.variants_of(pipe, rejected, len(offloads))
+    if len(variants):
+        for offload in offloads:
+            yield Group(holdings_layout, offload, variants)
