@@ -50,7 +50,32 @@ CASES = {
     "mla": (small_mla, "l40s", 4, 4096, 8 * 4096,
             {"schedule": "1f1b", "offload_activations": False, "offload_optimizer": False, "sp": False,
              "zero": 1}),
+    # pipelines: GPipe, interleaved at v 2, 3 and 6, the second stage split (2, 4, 4, 2), every:K, the budget
+    "pipeline": (lambda: load_preset("gpt3-125m"), "rtx-4090", 4, 2048, 16 * 2048,
+                 {"tp": 1, "cp": 1, "zero": 1, "sp": False, "offload_activations": False,
+                  "offload_optimizer": False}),
 }
+#: The newer axes each case's space must hold (so the brute-force equality covers them).
+COVERS = {"moe": {"etp"}, "mla": {"etp", "every", "budget"},
+          "pipeline": {"gpipe", "vpp>2", "pp_layers", "every", "budget"}}
+
+
+def features(req: PlanRequest) -> set[str]:
+    """The newer axes present in a request's space: etp > 1, GPipe, more than 2 chunks, an explicit stage split,
+    every:K and the budget."""
+    out: set[str] = set()
+    for group in enumerate_space(req, Rejections()):
+        par = group.holdings_layout
+        out |= {name for name, on in (("etp", par.expert_tp > 1), ("gpipe", par.pp_schedule == "gpipe"),
+                                      ("vpp>2", par.vpp > 2), ("pp_layers", par.pp_layers is not None)) if on}
+        out |= {v[4].split(":")[0] for v in group.variants} & {"every", "budget"}
+    return out
+
+
+@pytest.mark.parametrize("case", sorted(COVERS))
+def test_brute_force_cases_cover_the_newer_axes(case: str) -> None:
+    make, gpu, gpus, seq, batch, fix = CASES[case]
+    assert COVERS[case] <= features(request(make(), gpu, gpus, seq, batch, fix))
 
 
 def brute_force(req: PlanRequest) -> list[dict]:
@@ -144,6 +169,34 @@ def test_printed_commands_reproduce_peak_and_step_time(capsys: pytest.CaptureFix
         worst = min(fit["ranks"], key=lambda r: r["headroom_bytes"])
         assert worst["peak_bytes"] == row["peak_bytes"]
         assert worst["headroom_bytes"] == row["headroom_bytes"]
+        assert bill["time"]["step"]["value"] == pytest.approx(row["step_s"], rel=1e-12)
+
+
+NEWER_AXES = {"etp": "--etp ", "gpipe": "--pp-schedule gpipe", "vpp>2": "--vpp 3", "pp_layers": "--pp-layers ",
+              "every": "--recompute every:", "budget": "--recompute budget:"}
+
+
+@pytest.mark.parametrize("argv", [
+    ["gpt3-125m", "--gpu", "a100-40gb", "--gpus", "4", "--seq", "2048", "--global-batch-tokens", "32Ki",
+     "--fix", "tp=1,cp=1,zero=1,micro_batch=1,offload_optimizer=off,offload_activations=off"],
+    ["mixtral-8x7b", "--gpu", "h100", "--gpus", "8", "--seq", "4096", "--global-batch-tokens", "32Ki",
+     "--fix", "tp=2,pp=1,cp=1,zero=3,sp=on,micro_batch=1,offload_optimizer=on,offload_activations=off,recompute=full"],
+], ids=["pipeline-recompute", "moe-etp"])
+def test_printed_commands_reproduce_the_newer_axes(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """One row per newer axis present (etp, GPipe, 3 chunks, an explicit stage split, every:K, the budget), its
+    command run as `stepbill bill … --json`: the same judged peak, headroom and step time."""
+    code, out, err = run_cli(["plan", *argv, "--top", "500", "--json"], capsys)
+    assert code == 0, err
+    rows = json.loads(out)["top"]
+    picked = {axis: next(r for r in rows if flag in r["command"]) for axis, flag in NEWER_AXES.items()
+              if any(flag in r["command"] for r in rows)}
+    assert set(picked) >= ({"etp"} if "mixtral-8x7b" in argv else {"gpipe", "vpp>2", "pp_layers", "every", "budget"})
+    for row in picked.values():
+        code, out, err = run_cli([*shlex.split(row["command"])[1:], "--json"], capsys)
+        assert code == 0, err
+        bill = json.loads(out)
+        worst = min(bill["fit"]["ranks"], key=lambda r: r["headroom_bytes"])
+        assert (worst["peak_bytes"], worst["headroom_bytes"]) == (row["peak_bytes"], row["headroom_bytes"])
         assert bill["time"]["step"]["value"] == pytest.approx(row["step_s"], rel=1e-12)
 
 
