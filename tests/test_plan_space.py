@@ -130,3 +130,41 @@ def test_budget_at_free_memory_is_a_policy_the_bill_reads() -> None:
     cand = groups[0].candidate(groups[0].variants[0])
     assert not budget_drops_nothing(req, cand)
     assert 0 < parse_recompute(budget_policy(req, cand)).budget_bytes < 80 * GIB
+
+
+def test_budget_at_free_memory_fits_and_beats_full_recompute() -> None:
+    """Llama-3-70B on 16 H100s (tp 8, pp 2, sp, ZeRO-1, seq 8K, micro-batch 1): the budget at the rank's free
+    memory fits, recomputes less than full and so steps faster — the reason the axis is searched."""
+    from stepbill.engine.plan import search
+
+    pinned = {"tp": 8, "pp": 2, "zero": 1, "sp": True, "micro_batch": 1, "schedule": "1f1b", "pp_layers": "default",
+              "offload_optimizer": False, "offload_activations": False}
+    rows = {}
+    for policy in ("budget", "full"):
+        req, _, _ = space("llama3-70b", 16, 8192, 1024 * 1024, {**pinned, "recompute": policy})
+        result = search(req, "time", 1)
+        assert result.best is not None, policy
+        rows[policy] = result.best
+    budget = rows["budget"]
+    assert budget.candidate.recompute.startswith("budget:") and budget.headroom_bytes >= 0
+    assert budget.command.count("--recompute budget:") == 1
+    assert budget.step_s < rows["full"].step_s * 0.95
+
+
+def test_budget_correction_brings_an_overshooting_budget_under_the_card() -> None:
+    """DeepSeek-V3 at DeepSeek's layout (2,048 GPUs, pp 16, ep 64, ZeRO-3, micro-batch 1): the scaled free memory X₀
+    overshoots (the solver sees no buffers, working set nor eager logits); the corrected budget's eager peak fits."""
+    from stepbill.engine.plan.evaluate import _budget_gib, _eager_peak, _spelled, budget_bytes
+
+    req, groups, _ = space("deepseek-v3", 2048, 4096, 15360 * 4096,
+                           {"tp": 1, "pp": 16, "ep": 64, "cp": 1, "etp": 1, "zero": 3,
+                            "micro_batch": 1, "schedule": "1f1b", "pp_layers": "default", "recompute": "budget",
+                            "offload_optimizer": False, "offload_activations": False}, cross_node=True)
+    cand = groups[0].candidate(groups[0].variants[0])
+    scaled, floor_gib, _, _ = _budget_gib(req, cand)
+    budget = budget_bytes(req, cand.parallel)
+    first = _eager_peak(req, cand, _spelled(scaled, floor_gib))
+    assert first is not None and first > budget
+    corrected = parse_recompute(budget_policy(req, cand)).budget_bytes / GIB
+    peak = _eager_peak(req, cand, corrected)
+    assert peak is not None and peak <= budget and corrected < scaled

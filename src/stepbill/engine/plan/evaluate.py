@@ -37,6 +37,7 @@ from stepbill.spec.recompute_policy import parse_recompute
 
 OPTIMIZER_SIDE = ("master", "optimizer.")
 GIB = 2**30
+BUDGET_STEPS = 3  # eager bills the budget's correction may make (budget_policy)
 
 
 @dataclass(frozen=True)
@@ -179,15 +180,50 @@ def budget_policy(req: PlanRequest, cand: Candidate) -> str:
     The rank's free memory F = usable − reserve − the worst stage's resident bytes (`resident_bound`). The solver's
     budget is the activation peak of the whole model on one GPU, one micro-batch (engine/recompute/budget.py); a rank
     holds about 1/(tp·cp) of each layer's rows and, on stage s, n_s layers × f_s micro-batches in flight
-    (engine/parallel/ranks.in_flight_microbatches), so F is scaled by L·tp·cp / max_s(n_s·f_s). A scale, not an
-    exact map (rows tp does not split without sp, the tensors outside the layers): the bill of the spelled budget
-    judges the candidate like any other. Rounded down to 0.01 GiB, and raised to the solver's floor (every
-    droppable tensor dropped, under both the ideal and the eager convention: the verdict's eager bill solves its own)
-    when F is below it, so the command always runs."""
-    budget_gib, floor_gib, _ = _budget_gib(req, cand)
+    (engine/parallel/ranks.in_flight_microbatches), so F is scaled by k = L·tp·cp / max_s(n_s·f_s): X₀ = k·F. That
+    leaves out what the solver does not see (buffers, the working set, the eager convention's logits and loss; rows
+    tp does not split without sp), so while X binds it is corrected by the verdict's own peak, Newton-like, at most
+    BUDGET_STEPS eager bills: P = the worst rank's peak at X, X ← X + k·(usable − reserve − P); it stops at the first
+    corrected X that fits, and the largest X that fitted is kept (X₀ fitting: one step up is tried). Each X is rounded
+    down to 0.01 GiB and raised to the solver's floor (every droppable tensor dropped, under both the ideal and the
+    eager convention) so the command always runs; the bill of the spelled budget judges the candidate like any
+    other."""
+    scaled, floor_gib, none_gib, scale = _budget_gib(req, cand)
+    budget = budget_bytes(req, cand.parallel)
+    x, fitting = _spelled(scaled, floor_gib), None
+    for _ in range(BUDGET_STEPS):
+        if x >= none_gib:  # drops nothing: the none twin, judged as it is
+            break
+        peak = _eager_peak(req, cand, x)
+        if peak is None:  # no eager bill for this model: keep the scaled budget
+            break
+        if peak <= budget:
+            fitting = x if fitting is None else max(fitting, x)
+            if x != _spelled(scaled, floor_gib):  # a corrected budget that fits
+                break
+        step = _spelled(x + scale * (budget - peak) / GIB, floor_gib)
+        if step == x:
+            break
+        x = step
+    return f"budget:{(fitting if fitting is not None else x):.2f}GiB"
+
+
+def _eager_peak(req: PlanRequest, cand: Candidate, budget_gib: float) -> float | None:
+    """The worst rank's peak of the verdict's eager bill with `budget:<budget_gib>GiB` (None: no eager bill)."""
+    recipe = make_recipe(req.recipe, req.optimizer, cand.micro_batch, req.seq, f"budget:{budget_gib:.2f}GiB", None,
+                         None, cand.parallel, "single")
+    try:
+        eager = make_bill(req.spec, recipe, None, "eager", "sdpa")
+    except StepbillError:
+        return None
+    return max(c.memory["peak"] for c in eager.ranks)
+
+
+def _spelled(budget_gib: float, floor_gib: float) -> float:
+    """GiB rounded down to 0.01, or the floor rounded up when the budget is below it."""
     if budget_gib <= floor_gib:
-        return f"budget:{math.ceil(floor_gib * 100 * (1 + 1e-9)) / 100:.2f}GiB"
-    return f"budget:{math.floor(budget_gib * 100) / 100:.2f}GiB"
+        return math.ceil(floor_gib * 100 * (1 + 1e-9)) / 100
+    return math.floor(budget_gib * 100) / 100
 
 
 def budget_drops_nothing(req: PlanRequest, cand: Candidate) -> bool:
@@ -199,9 +235,10 @@ def budget_drops_nothing(req: PlanRequest, cand: Candidate) -> bool:
     return parse_recompute(policy).budget_bytes >= _budget_gib(req, cand)[2] * GIB
 
 
-def _budget_gib(req: PlanRequest, cand: Candidate) -> tuple[float, float, float]:
-    """(F scaled to the solver's units, the solver's floor, the peak with nothing dropped), GiB; floor and peak the
-    larger of the ideal and the eager convention's, with the activation widths make_bill gives each."""
+def _budget_gib(req: PlanRequest, cand: Candidate) -> tuple[float, float, float, float]:
+    """(F scaled to the solver's units, the solver's floor, the peak with nothing dropped) in GiB, and the scale k;
+    floor and peak the larger of the ideal and the eager convention's, with the activation widths make_bill gives
+    each."""
     par = cand.parallel
     recipe = make_recipe(req.recipe, req.optimizer, cand.micro_batch, req.seq, "none", None, None, par, "single")
     free = budget_bytes(req, par) - resident_bound(req, par, par.offload_optimizer)
@@ -213,5 +250,6 @@ def _budget_gib(req: PlanRequest, cand: Candidate) -> tuple[float, float, float]
     problems = [problem_for_spec(req.spec, 1.0, req.seq, recipe.micro_batch, a_bytes, convention)
                 for convention, a_bytes in (("ideal", ideal), ("eager", from_precision(recipe.precision,
                                                                                        recipe.device)))]
-    return (free * req.spec.n_layers * par.tp * par.cp / max(loads) / GIB, max(floor(p) for p in problems) / GIB,
-            max(peak_of(p, set()) for p in problems) / GIB)
+    scale = req.spec.n_layers * par.tp * par.cp / max(loads)
+    return (free * scale / GIB, max(floor(p) for p in problems) / GIB, max(peak_of(p, set()) for p in problems) / GIB,
+            scale)
