@@ -15,15 +15,19 @@ GIB = 2**30
 
 
 def layout_words(row: Row) -> str:
-    """`dp 8 tp 8 pp 16 ep 8 zero 1 sp 1f1b m 64` — the axes that differ from the default, in a short form."""
+    """`dp 8 tp 8 pp 16 ep 8 etp 2 zero 1 sp 1f1b` — the axes that differ from the default, in a short form (an
+    explicit stage split as `stages 2/4/4/2`)."""
     par = row.candidate.parallel
     words = [f"dp {par.dp}", f"tp {par.tp}", f"pp {par.pp}"]
     words += [f"{k} {getattr(par, k)}" for k in ("cp", "ep") if getattr(par, k) > 1]
+    words += [f"etp {par.etp}"] if par.expert_tp > 1 else []
     words.append(f"zero {par.zero}" + (f"/hsdp {par.shard_group}" if par.shard_group else ""))
     if par.sp:
         words.append("sp")
     if par.pp > 1:
-        words.append("interleaved v2" if par.pp_schedule == "interleaved" else par.pp_schedule)
+        words.append(f"interleaved v{par.vpp}" if par.pp_schedule == "interleaved" else par.pp_schedule)
+    if par.pp_layers is not None:
+        words.append("stages " + "/".join(str(n) for n in par.pp_layers))
     words += [w for w, on in (("offload-opt", par.offload_optimizer), ("offload-act", par.offload_activations)) if on]
     return " ".join(words)
 
