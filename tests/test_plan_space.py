@@ -168,3 +168,13 @@ def test_budget_correction_brings_an_overshooting_budget_under_the_card() -> Non
     corrected = parse_recompute(budget_policy(req, cand)).budget_bytes / GIB
     peak = _eager_peak(req, cand, corrected)
     assert peak is not None and peak <= budget and corrected < scaled
+
+
+def test_the_budget_solver_writes_nothing_to_stdout(capfd: pytest.CaptureFixture[str]) -> None:
+    """HiGHS prints a debug line to the C-level stdout on some MIP solves (this one did), which would corrupt
+    `stepbill plan --json` now that plan searches the budget: the solve runs with file descriptor 1 silenced."""
+    from stepbill.api import make_step_bill
+
+    make_step_bill("deepseek-v3", seq=4096, recompute="budget:51.79GiB", convention="eager")
+    out, _ = capfd.readouterr()
+    assert out == ""

@@ -15,7 +15,11 @@ peak any choice reaches — is "drop everything droppable".
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -133,12 +137,34 @@ def solve_milp(problem: Problem) -> Solution:
         rows.append(row)
         upper.append(0.0)
     constraints = LinearConstraint(np.array(rows), -np.inf, np.array(upper) + 1e-9)
-    result = milp(c, constraints=constraints, integrality=np.ones(n), bounds=(0, 1),
-                  options={"mip_rel_gap": 0})
+    with _c_stdout_silenced():
+        result = milp(c, constraints=constraints, integrality=np.ones(n), bounds=(0, 1),
+                      options={"mip_rel_gap": 0})
     if result.x is None:
         raise StepbillError(f"the recompute budget solver found no solution ({result.message})")
     chosen = {(i.group, i.name) for k, i in enumerate(items) if result.x[k] > 0.5}
     return _solution(problem, chosen, "exact MILP (HiGHS)")
+
+
+@contextlib.contextmanager
+def _c_stdout_silenced() -> Iterator[None]:
+    """File descriptor 1 pointed at the null device while HiGHS runs: some MIP solves print a debug line
+    ("HighsMipSolverData::transformNewIntegerFeasibleSolution tmpSolver.run();") to the C-level stdout whatever
+    `disp` says, which would corrupt `--json` output (DeepSeek-V3 at budget:51.79GiB, eager, does)."""
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError):  # no real file descriptor 1 (embedded interpreters): nothing to protect
+        yield
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(null)
 
 
 def solve_brute_force(problem: Problem) -> Solution:
