@@ -15,7 +15,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from stepbill.engine.plan.evaluate import Row, budget_bytes, evaluate, resident_bound
+from stepbill.engine.plan.evaluate import (
+    Row,
+    budget_bytes,
+    budget_drops_nothing,
+    evaluate,
+    resident_bound,
+    resolve_recompute,
+)
 from stepbill.engine.plan.pareto import gpus_vs_time, memory_vs_time
 from stepbill.engine.plan.rank import sort_key, top
 from stepbill.engine.plan.space import Group, PlanRequest, Rejections, enumerate_space
@@ -152,9 +159,12 @@ def _decide(req: PlanRequest, groups: list[Group], deadline_at: float | None, pr
         else:
             for variant in group.variants:
                 try:
-                    cand = group.candidate(variant)
+                    cand = resolve_recompute(req, group.candidate(variant))
                 except StepbillError:
                     rejected.add("layout_invalid")
+                    continue
+                if budget_drops_nothing(req, cand):  # its `none` twin is a candidate of the same group
+                    rejected.add("budget_drops_nothing")
                     continue
                 row = evaluate(req, cand)
                 by_bill += 1
