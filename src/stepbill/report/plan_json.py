@@ -10,6 +10,14 @@ from stepbill.engine.plan.space import REASONS
 
 LAYOUT_KEYS = ("dp", "tp", "pp", "cp", "ep", "zero", "shard_group", "sp", "pp_schedule", "vpp", "micro_batches",
                "offload_optimizer", "offload_activations")
+
+
+def layout_to_json(par: Any) -> dict[str, Any]:
+    """A row's Parallel layout: LAYOUT_KEYS, the expert tensor-parallel degree and the explicit stage split."""
+    out = {k: getattr(par, k) for k in LAYOUT_KEYS}
+    out["etp"] = par.expert_tp
+    out["pp_layers"] = list(par.pp_layers) if par.pp_layers is not None else None
+    return out
 _INT_RUN = ("global_batch_tokens", "train_tokens", "steps")
 
 
@@ -19,7 +27,7 @@ def row_to_json(row: Row, rank: int) -> dict[str, Any]:
     return {
         "rank": rank,
         "gpus": row.world,
-        "layout": {k: getattr(par, k) for k in LAYOUT_KEYS},
+        "layout": layout_to_json(par),
         "micro_batch": row.candidate.micro_batch,
         "recompute": row.candidate.recompute,
         "peak_bytes": round(row.peak_bytes),

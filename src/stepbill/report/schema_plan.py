@@ -21,6 +21,9 @@ class PlanLayoutJson(Strict):
     micro_batches: int = Field(description="micro-batches per step per pipeline")
     offload_optimizer: bool = Field(description="master weights and optimizer states in CPU memory")
     offload_activations: bool = Field(description="kept activations copied to CPU memory")
+    etp: int = Field(description="expert tensor-parallel degree (1: experts whole on a rank; a dense model: 1)")
+    pp_layers: list[int] | None = Field(description="layers per pipeline stage when split explicitly (--pp-layers); "
+                                        "null: the bill's default split")
 
 
 class PlanRowJson(Strict):
