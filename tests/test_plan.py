@@ -244,7 +244,7 @@ def test_terminal_output_has_table_fronts_rejections_and_commands(capsys: pytest
     (["--gpu", "h100", "--gpus", "2", "--seq", "1024", "--micro-batch", "1", "--fix", "zero=7"], "0, 1, 2 or 3"),
     (["--gpu", "h9000", "--gpus", "2", "--seq", "1024", "--micro-batch", "1"], "gpu"),
     (["--gpu", "h100", "--gpus", "2", "--seq", "1000", "--global-batch-tokens", "4Ki"], "whole number of sequences"),
-    (["--gpu", "h100", "--gpus", "2", "--seq", "1024", "--micro-batch", "1", "--max-seconds", "0"], "--max-seconds"),
+    (["--gpu", "h100", "--gpus", "2", "--seq", "1024", "--micro-batch", "1", "--max-seconds", "-1"], "--max-seconds"),
     (["--gpu", "h100", "--gpus", "2", "--seq", "1024", "--micro-batch", "1", "--jobs", "0"], "--jobs"),
 ])
 def test_bad_input_is_one_line_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

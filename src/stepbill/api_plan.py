@@ -119,8 +119,8 @@ def plan(
         raise StepbillError(f"{name('gpu')} must be a catalog GPU name, got {gpu!r}")
     if objective not in OBJECTIVES:
         raise unknown_name("objective", objective, OBJECTIVES)
-    if deadline_s is not None and (not _is_number(deadline_s) or not math.isfinite(deadline_s) or deadline_s <= 0):
-        raise StepbillError(f"{name('deadline_s')} must be a positive number of seconds, got {deadline_s!r}")
+    if deadline_s is not None and (not _is_number(deadline_s) or not math.isfinite(deadline_s) or deadline_s < 0):
+        raise StepbillError(f"{name('deadline_s')} must be >= 0 and finite (seconds), got {deadline_s!r}")
     if efficiency is not None:
         check_value(EFFICIENCY, name("efficiency"), efficiency)
     if reserve_gib is not None and (not _is_number(reserve_gib) or not math.isfinite(reserve_gib) or reserve_gib < 0):

@@ -557,13 +557,16 @@ async function useConfig(text, name) {
 // A plan row's layout → the page's controls (CLI names); the rest of the state (model, recipe, GPU) is kept.
 const PLAN_LAYOUT = {dp: "dp", tp: "tp", pp: "pp", cp: "cp", ep: "ep", zero: "zero", shard_group: "shard-group",
                      sp: "sp", pp_schedule: "pp-schedule", vpp: "vpp", micro_batches: "micro-batches",
-                     offload_optimizer: "offload-optimizer", offload_activations: "offload-activations"};
+                     offload_optimizer: "offload-optimizer", offload_activations: "offload-activations",
+                     etp: "etp", pp_layers: "pp-layers"};
 
 function layoutText(row) {
   const l = row.layout;
-  const axes = ["dp", "tp", "pp", "cp", "ep"].filter(k => l[k] > 1 || k === "dp").map(k => `${k}${l[k]}`);
+  const axes = ["dp", "tp", "pp", "cp", "ep", "etp"].filter(k => l[k] > 1 || k === "dp").map(k => `${k}${l[k]}`);
   if (l.sp) axes.push("sp");
   if (l.pp_schedule === "interleaved") axes.push(`vpp${l.vpp}`);
+  if (l.pp_schedule === "gpipe") axes.push("GPipe");
+  if (l.pp_layers) axes.push(`stages ${l.pp_layers.join("/")}`);
   axes.push(`ZeRO-${l.zero}${l.shard_group ? ` (group ${l.shard_group})` : ""}`);
   axes.push(`mb ${row.micro_batch} × ${l.micro_batches}`, row.recompute);
   if (l.offload_optimizer) axes.push("offload opt");
@@ -576,8 +579,9 @@ function loadPlanRow(row) {
   delete s.gpus;  // dp is given: the row's layout sets the GPU count
   for (const [key, name] of Object.entries(PLAN_LAYOUT)) {
     const v = row.layout[key];
-    if (v === null || v === undefined) delete s[name];
-    else s[name] = String(v);
+    // etp 1 is the default (and a dense model refuses any --etp): leave the control empty
+    if (v === null || v === undefined || (key === "etp" && v === 1)) delete s[name];
+    else s[name] = Array.isArray(v) ? v.join(",") : String(v);
   }
   s["micro-batch"] = String(row.micro_batch);
   s.recompute = row.recompute;
