@@ -23,7 +23,7 @@ from functools import lru_cache
 from stepbill.engine import comm
 from stepbill.engine.line import Line
 from stepbill.engine.parallel.holdings import ResidentRecipe, row_item_elements, slicing_layout
-from stepbill.engine.parallel.layout import row_slice, stage_layer_kinds
+from stepbill.engine.parallel.layout import representative_stage, row_slice, stage_layer_kinds
 from stepbill.engine.params import ParamInventory, param_inventory
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
@@ -82,6 +82,8 @@ def _rank_param_elements(spec: ModelSpec, recipe: Recipe | ResidentRecipe, inv: 
     kinds = stage_layer_kinds(spec, recipe.parallel)
     best: dict[str, float] = {}
     for stage in range(recipe.parallel.pp):
+        if representative_stage(spec, recipe.parallel, stage) != stage:
+            continue  # holds what an earlier stage holds: the same totals, never strictly larger
         tot = {"dense_grads": 0.0, "dense_weights": 0.0, "expert_grads": 0.0, "expert_weights": 0.0}
         for t in inv.tensors:
             sl = row_slice(spec, recipe.parallel, t, stage, kinds)

@@ -9,7 +9,7 @@ from functools import lru_cache
 from typing import Any
 
 from stepbill.engine.fp8 import WEIGHT_CACHE_BYTES, is_fp8_gemm_weight
-from stepbill.engine.parallel.layout import Slice, row_slice, stage_layer_kinds, zero_divisor
+from stepbill.engine.parallel.layout import Slice, representative_stage, row_slice, stage_layer_kinds, zero_divisor
 from stepbill.engine.params import ParamInventory, ParamTensor
 from stepbill.engine.quant import is_quantised
 from stepbill.engine.quant import row_bytes as quant_row_bytes
@@ -90,9 +90,11 @@ class Held:
 def rank_holdings(spec: ModelSpec, recipe: Recipe, stage: int) -> Held:
     """What one rank of `stage` holds (shared, memoised: read it, never change it). It does not depend on the
     sequence, the micro-batch, the recompute policy, sp or offload, which a planner varies most: the memo key is
-    the layout with those fields set to one value (`slicing_layout`)."""
-    return _resident_cached(spec, recipe.precision, recipe.optimizer, recipe.lora, slicing_layout(recipe.parallel),
-                            stage)
+    the layout with those fields set to one value (`slicing_layout`), and stages that hold the same rows share one
+    entry (`representative_stage`: same layer kinds, same ends of the model)."""
+    par = slicing_layout(recipe.parallel)
+    return _resident_cached(spec, recipe.precision, recipe.optimizer, recipe.lora, par,
+                            representative_stage(spec, par, stage))
 
 
 @lru_cache(maxsize=4096)
