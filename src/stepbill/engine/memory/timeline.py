@@ -128,13 +128,15 @@ class Timeline:
                     if key not in best or m.total > best[key].total:  # first of equal totals: the earliest
                         best[key] = m
             return best
-        top: dict[Phase | None, tuple[int, int]] = {}  # key → (total, row index)
-        for i, row in enumerate(self._rows):
-            total = sum(row[4])  # Moment.total: the same ints summed in the same order
-            for key in (None, row[0]):
-                if key not in top or total > top[key][0]:
-                    top[key] = (total, i)
-        return {key: self._moment(i) for key, (_, i) in top.items()}
+        rows = self._rows
+        totals = [sum(row[4]) for row in rows]  # Moment.total: the same numbers summed in the same order
+        peaks = {None: max(range(len(rows)), key=totals.__getitem__)}  # max: the first of equal totals
+        by_phase: dict[Phase, list[int]] = {}
+        for i, row in enumerate(rows):
+            by_phase.setdefault(row[0], []).append(i)
+        for phase, indices in by_phase.items():
+            peaks[phase] = max(indices, key=totals.__getitem__)
+        return {key: self._moment(i) for key, i in peaks.items()}
 
     @property
     def peak(self) -> Moment:

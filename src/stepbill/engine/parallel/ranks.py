@@ -244,22 +244,27 @@ def stage_classes(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, on
                                                          kept_bytes=0.0, checkpoint_bytes=0.0)
                                              for k, lp in plan.layers.items()}, segment=1)
             eager = _rank_eager(one_eager, recipe, held, inventory) if one_eager is not None else None
-            shared[key] = (held, plan, kept, eager, *layout_buffers(spec, recipe, order, held))
-        held, plan, kept, eager, buffers, transient = shared[key]
+            buffers, transient = layout_buffers(spec, recipe, order, held)
+            base, cpu = _rank_view(recipe, held, order, stage, eager, spec.tied_embeddings, 0.0, buffers)
+            gpu_items = _resident_lines(held, par, cpu)
+            weights = sum(x.value for x in gpu_items if x.name.startswith("weights"))
+            optimizer = sum(x.value for x in gpu_items if x.name.startswith(OPTIMIZER_SIDE)) + (
+                eager.step_counters if eager is not None else 0)
+            grads = sum(x.value for x in gpu_items if x.name == "grads")
+            shared[key] = (held, plan, kept, eager, transient, base, cpu, gpu_items, weights, optimizer, grads)
+        held, plan, kept, eager, transient, base, cpu, gpu_items, weights, optimizer, grads = shared[key]
         flight = in_flight_microbatches(recipe, stage)
         last = stage == par.pp - 1
         outside = outside_rows(divisor) if (outside_rows is not None and last) else 0.0
-        cpu_act = kept * flight if par.offload_activations else 0.0
+        cpu = dict(cpu)
+        if par.offload_activations:
+            cpu_act = kept * flight
+            if cpu_act:
+                cpu["activations"] = cpu_act
         flight_bytes = 0.0 if par.offload_activations else (flight - 1) * kept
-        view, cpu = _rank_view(recipe, held, order, stage, eager, spec.tied_embeddings, flight_bytes, buffers)
-        if cpu_act:
-            cpu["activations"] = cpu_act
+        view = RankView(base.weights, base.optimizer, base.grads_head, base.grads_layers, base.grads_embed,
+                        base.grads_resting, base.first, base.last, round(flight_bytes), base.buffers)
         tl = rank_timeline(view, plan, outside, eager)
-        gpu_items = _resident_lines(held, par, cpu)
-        weights = sum(x.value for x in gpu_items if x.name.startswith("weights"))
-        optimizer = sum(x.value for x in gpu_items if x.name.startswith(OPTIMIZER_SIDE)) + (
-            eager.step_counters if eager is not None else 0)
-        grads = sum(x.value for x in gpu_items if x.name == "grads")
         memory = _memory(tl, weights, optimizer, grads)
         activ = _activation_lines(plan, tl, flight, outside)
         tags = [t for t, on in (("first", stage == 0), ("last", last)) if on and par.pp > 1]
@@ -270,7 +275,7 @@ def stage_classes(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, on
             classes[classes.index(same)] = replace(same, name="stages " + ",".join(map(str, stages)), stages=stages,
                                                    ranks=same.ranks + per_stage)
             continue
-        classes.append(RankClass(name, (stage,), per_stage, kinds[stage], flight, gpu_items, activ, list(transient), memory,
+        classes.append(RankClass(name, (stage,), per_stage, kinds[stage], flight, list(gpu_items), activ, list(transient), memory,
                                  cpu, held.owned, APPROXIMATE, (reason,), tl))
     return classes
 
