@@ -215,11 +215,39 @@ class RankView:
 def rank_timeline(view: RankView, plan: RecomputePlan, outside: float = 0,
                   eager: EagerTerms | None = None) -> Timeline:
     """The moments of one rank: `plan`, `outside` and `eager` are the rank's own (see RankView)."""
+    return timeline_template(view, plan, outside, eager).timeline(view.in_flight_bytes)
+
+
+#: A moment before the other micro-batches' kept activations are added: (phase, part, layer, kind, the items before
+#: activations, the activation bytes (unrounded), the items after).
+TemplateRow = tuple[Phase, Part, "int | None", "str | None", tuple[int, ...], float, tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class TimelineTemplate:
+    """A rank's moments with the micro-batches in flight left open: pipeline stages that hold the same rows and
+    run the same layers differ only there (engine/parallel/ranks.stage_classes makes one template per such class)."""
+
+    keys: tuple[str, ...]
+    rows: tuple[TemplateRow, ...]
+
+    def timeline(self, in_flight_bytes: int) -> Timeline:
+        """The timeline with `in_flight_bytes` of other micro-batches' activations alive outside the optimizer step
+        (each moment's activations rounded after the addition, as one rank's own builder does)."""
+        optimizer = Phase.OPTIMIZER
+        return Timeline.from_rows(self.keys, [
+            (phase, part, layer, kind, (*head, round(live + (in_flight_bytes if phase is not optimizer else 0)), *tail))
+            for phase, part, layer, kind, head, live, tail in self.rows])
+
+
+def timeline_template(view: RankView, plan: RecomputePlan, outside: float = 0,
+                      eager: EagerTerms | None = None) -> TimelineTemplate:
+    """rank_timeline's moments for every `in_flight_bytes` (the view's own is not read)."""
     keys = EAGER_KEYS if eager is not None else IDEAL_KEYS
     if view.buffers is not None:
         keys += ("buffers",)  # the layout's buffers at each moment, added last
     rows = _eager_moments(view, plan, outside, eager) if eager is not None else _ideal_moments(view, plan, outside)
-    return Timeline.from_rows(keys, rows)
+    return TimelineTemplate(keys, tuple(rows))
 
 
 #: The items of a moment, in order (each row's values follow it; "buffers" last when the layout has any).
@@ -227,16 +255,13 @@ IDEAL_KEYS = ("weights", "optimizer", "grads", "activations")
 EAGER_KEYS = (*IDEAL_KEYS, "inputs", "temporaries", "autocast_cache")
 
 
-def _ideal_moments(view: RankView, plan: RecomputePlan, outside: float) -> list[Row]:
-    flight = view.in_flight_bytes
+def _ideal_moments(view: RankView, plan: RecomputePlan, outside: float) -> list[TemplateRow]:
     weights, optimizer, buffers, order = view.weights, view.optimizer, view.buffers, plan.order
 
-    def at(phase: Phase, part: Part, grads: int, activations: float, layer: int | None = None) -> Row:
+    def at(phase: Phase, part: Part, grads: int, activations: float, layer: int | None = None) -> TemplateRow:
         kind = order[layer] if layer is not None else None
-        live = activations + (flight if phase is not Phase.OPTIMIZER else 0)
-        if buffers is None:
-            return phase, part, layer, kind, (weights, optimizer, grads, round(live))
-        return phase, part, layer, kind, (weights, optimizer, grads, round(live), buffers(phase, part, layer))
+        tail = () if buffers is None else (buffers(phase, part, layer),)
+        return phase, part, layer, kind, (weights, optimizer, grads), activations, tail
 
     fwd, bwd = plan.forward_live(), plan.backward_live()
     kept = plan.kept_after_forward()
@@ -257,10 +282,9 @@ def _ideal_moments(view: RankView, plan: RecomputePlan, outside: float) -> list[
     return moments
 
 
-def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: EagerTerms) -> list[Row]:
+def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: EagerTerms) -> list[TemplateRow]:
     """The eager convention's moments: as the ideal ones, plus inputs, logits, loss and LM head gradients,
     the largest moment inside each layer's backward, optimizer temporaries and amp's weight-cast cache."""
-    flight = view.in_flight_bytes
     casts = [e.cast_layer.get(k, 0) - (e.lora_first_cast if i == 0 and view.first else 0)
              for i, k in enumerate(plan.order)]
     cast_head = e.cast_head if view.last else 0
@@ -273,13 +297,11 @@ def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: Eager
     weights, optimizer, buffers, order, constant = view.weights, view.optimizer, view.buffers, plan.order, e.constant
 
     def at(phase: Phase, part: Part, grads: int, activations: float, temporaries: int = 0, cast: int = 0,
-           layer: int | None = None) -> Row:
+           layer: int | None = None) -> TemplateRow:
         kind = order[layer] if layer is not None else None
-        live = activations + (flight if phase is not Phase.OPTIMIZER else 0)
-        if buffers is None:
-            return phase, part, layer, kind, (weights, optimizer, grads, round(live), constant, temporaries, cast)
-        return phase, part, layer, kind, (weights, optimizer, grads, round(live), constant, temporaries, cast,
-                                          buffers(phase, part, layer))
+        tail = (constant, temporaries, cast) if buffers is None else (constant, temporaries, cast,
+                                                                      buffers(phase, part, layer))
+        return phase, part, layer, kind, (weights, optimizer, grads), activations, tail
 
     resting = view.grads_resting
     embed_out = e.lora_embed_out if view.first else 0  # LoRA: the embedding output, named in the model's forward

@@ -9,7 +9,7 @@ from functools import lru_cache
 from typing import Any
 
 from stepbill.engine.fp8 import WEIGHT_CACHE_BYTES, is_fp8_gemm_weight
-from stepbill.engine.parallel.layout import Slice, representative_stage, row_slice, stage_layer_kinds, zero_first_stage
+from stepbill.engine.parallel.layout import representative_stage, stage_layer_kinds, stage_slices, zero_first_stage
 from stepbill.engine.params import ParamInventory, ParamTensor
 from stepbill.engine.quant import is_quantised
 from stepbill.engine.quant import row_bytes as quant_row_bytes
@@ -113,9 +113,8 @@ def _resident_cached(spec: ModelSpec, precision: Any, optimizer: str, lora: LoRA
     kinds = stage_layer_kinds(spec, par)
     out = Held()
     params = embeddings = token_embedding = 0.0
-    for t, (weight_elements, grad_elements, items) in zip(inv.tensors, _row_terms(spec, precision, optimizer, lora),
-                                                          strict=True):
-        sl: Slice = row_slice(spec, par, t, stage, kinds)
+    rows = zip(inv.tensors, stage_slices(spec, par, stage), _row_terms(spec, precision, optimizer, lora), strict=True)
+    for t, sl, (weight_elements, grad_elements, items) in rows:
         if sl.fraction == 0:
             continue
         params += t.total * sl.fraction

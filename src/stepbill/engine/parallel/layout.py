@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from stepbill.engine.params import ParamTensor
+from stepbill.engine.params import ParamTensor, param_inventory
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.parallel import Parallel, pipeline_stage_layers
 
@@ -142,3 +142,15 @@ def row_slice(spec: ModelSpec, parallel: Parallel, t: ParamTensor, stage: int,
     if _is_tp_split(t):
         return Slice(on_stage / parallel.tp, dense_dp * stages_holding, parallel.zero_group)
     return Slice(on_stage, dense_dp * parallel.tp * stages_holding, parallel.zero_group)
+
+
+def stage_slices(spec: ModelSpec, parallel: Parallel, stage: int) -> tuple[Slice, ...]:
+    """`row_slice` of every row of the model's own inventory (param_inventory(spec).tensors, in order) on `stage`.
+    Memoised per layout and class of identical stages (representative_stage): shared, read it only."""
+    return _stage_slices(spec, parallel, representative_stage(spec, parallel, stage))
+
+
+@lru_cache(maxsize=2048)
+def _stage_slices(spec: ModelSpec, parallel: Parallel, stage: int) -> tuple[Slice, ...]:
+    kinds = stage_layer_kinds(spec, parallel)
+    return tuple(row_slice(spec, parallel, t, stage, kinds) for t in param_inventory(spec).tensors)

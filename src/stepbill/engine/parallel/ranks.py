@@ -32,7 +32,7 @@ from stepbill.engine.activations import ActTensor
 from stepbill.engine.kinds import Split
 from stepbill.engine.line import Line
 from stepbill.engine.memory.eager import EagerTerms
-from stepbill.engine.memory.timeline import Buffers, RankView, Timeline, rank_timeline
+from stepbill.engine.memory.timeline import Buffers, RankView, Timeline, rank_timeline, timeline_template
 from stepbill.engine.parallel.buffers import layout_buffers
 from stepbill.engine.parallel.fsdp2_ranks import exact_classes, exact_reason
 from stepbill.engine.parallel.holdings import Held, rank_holdings
@@ -251,20 +251,20 @@ def stage_classes(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, on
             optimizer = sum(x.value for x in gpu_items if x.name.startswith(OPTIMIZER_SIDE)) + (
                 eager.step_counters if eager is not None else 0)
             grads = sum(x.value for x in gpu_items if x.name == "grads")
-            shared[key] = (held, plan, kept, eager, transient, base, cpu, gpu_items, weights, optimizer, grads)
-        held, plan, kept, eager, transient, base, cpu, gpu_items, weights, optimizer, grads = shared[key]
+            outside = outside_rows(divisor) if (outside_rows is not None and stage == par.pp - 1) else 0.0
+            template = timeline_template(base, plan, outside, eager)
+            shared[key] = (held, plan, kept, eager, transient, outside, template, cpu, gpu_items, weights, optimizer,
+                           grads)
+        held, plan, kept, eager, transient, outside, template, cpu, gpu_items, weights, optimizer, grads = shared[key]
         flight = in_flight_microbatches(recipe, stage)
         last = stage == par.pp - 1
-        outside = outside_rows(divisor) if (outside_rows is not None and last) else 0.0
         cpu = dict(cpu)
         if par.offload_activations:
             cpu_act = kept * flight
             if cpu_act:
                 cpu["activations"] = cpu_act
         flight_bytes = 0.0 if par.offload_activations else (flight - 1) * kept
-        view = RankView(base.weights, base.optimizer, base.grads_head, base.grads_layers, base.grads_embed,
-                        base.grads_resting, base.first, base.last, round(flight_bytes), base.buffers)
-        tl = rank_timeline(view, plan, outside, eager)
+        tl = template.timeline(round(flight_bytes))  # the RankView's in_flight_bytes
         memory = _memory(tl, weights, optimizer, grads)
         activ = _activation_lines(plan, tl, flight, outside)
         tags = [t for t, on in (("first", stage == 0), ("last", last)) if on and par.pp > 1]
