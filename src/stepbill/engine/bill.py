@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from stepbill.engine import activations as act
 from stepbill.engine import fp8, quant
@@ -15,9 +17,12 @@ from stepbill.engine.memory.eager import EagerTerms, eager_terms
 from stepbill.engine.memory.timeline import Timeline
 from stepbill.engine.parallel import RankClass, SingleRank, one_gpu_timeline, rank_classes
 from stepbill.engine.parallel.collectives import Collective, step_collectives
+from stepbill.engine.parallel.fsdp2_ranks import exact_reason
+from stepbill.engine.parallel.ranks import stage_classes
 from stepbill.engine.params import ParamInventory, param_inventory
 from stepbill.engine.recompute import RecomputePlan, make_plan
 from stepbill.engine.states import (
+    Trainable,
     cards_needed,
     checkpoint_lines,
     is_model_item,
@@ -28,6 +33,7 @@ from stepbill.engine.steptime import DEFAULT_EFFICIENCY, StepTime, step_time
 from stepbill.errors import unknown_name
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
+from stepbill.spec.parallel import validate_layout
 from stepbill.spec.recipe import Recipe
 
 GIB = 2**30
@@ -141,10 +147,22 @@ def _flops_attention(spec: ModelSpec, a_bytes: int, convention: str, attention: 
     return attention
 
 
-def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = None, convention: str = "ideal",
-              attention: str = "sdpa", gpu: GPU | None = None, efficiency: float | None = DEFAULT_EFFICIENCY) -> Bill:
-    """The bill of one training step of `spec` under `recipe`: global lines (one micro-batch, as if one rank held
-    it all), the per-rank classes of `recipe.parallel`, the step's collectives, and with a `gpu` the step time."""
+@dataclass(frozen=True)
+class _Core:
+    """What both the bill and the rank classes are made from: the inventory, the activation width, the recompute
+    plan, the outside-layer bytes and the eager terms (None under ideal / megatron)."""
+
+    inv: ParamInventory
+    split: Trainable
+    a_bytes: Any
+    plan: RecomputePlan
+    outside: float
+    eager: EagerTerms | None
+    outside_rows: Callable[[Callable[[act.ActTensor], float]], float] | None
+
+
+def _core(spec: ModelSpec, recipe: Recipe, convention: str, attention: str, gpu: GPU | None) -> _Core:
+    """make_bill's first steps (the checks of its input, then the engine calls every rank class reads)."""
     if convention not in act.CONVENTIONS:
         raise unknown_name("convention", convention, act.CONVENTIONS)
     if attention not in act.ATTENTIONS:
@@ -152,7 +170,6 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
     fp8.require_fp8(recipe.precision, gpu)  # one line before any arithmetic: no fp8 tensor cores on this GPU
     inv = param_inventory(spec)
     split = trainable_split(inv, recipe.lora)
-    resident = resident_lines(inv, recipe)
     a_bytes = recipe.precision.activation
     if convention == "eager":  # two widths under amp (bf16 compute, fp32 params); an int otherwise
         from stepbill.engine.activations.eager import from_precision
@@ -164,6 +181,43 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
                      attention=attention, lora=recipe.lora)
     outside = act.outside_bytes(spec, a_bytes, recipe.seq_len, recipe.micro_batch, convention, recipe.lora)
     eager = eager_terms(spec, recipe, inv, plan) if convention == "eager" else None
+    outside_rows = None
+    if convention == "eager":
+        from stepbill.engine.activations.eager import outside_bytes_on_rank
+
+        def outside_rows(divisor):  # type: ignore[no-untyped-def]
+            return outside_bytes_on_rank(spec, a_bytes, recipe.seq_len, recipe.micro_batch, divisor,
+                                         recipe.parallel.cp, recipe.lora)
+    return _Core(inv, split, a_bytes, plan, outside, eager, outside_rows)
+
+
+def verdict_ranks(spec: ModelSpec, recipe: Recipe, convention: str = "eager", attention: str = "sdpa") -> list[RankClass]:
+    """`make_bill(spec, recipe, None, convention, attention).ranks` — the same rank classes, numbers and lines —
+    without the bill's other lines where the layout allows: under the approximate per-stage model the classes
+    read only the plan, the eager terms and the holdings, so the one-GPU timeline, FLOPs, collectives and
+    checkpoint lines are not made (what a fit verdict needs: engine/plan/evaluate.py). The one-GPU layout and the
+    layouts the measured FSDP2 / ZeRO-1 rules cover read the one-GPU bill: there, the bill is made."""
+    par = recipe.parallel
+    if par.is_trivial or recipe.precision.quant is not None or not exact_reason(spec, recipe, convention):
+        return make_bill(spec, recipe, None, convention, attention).ranks
+    core = _core(spec, recipe, convention, attention, None)
+    validate_layout(spec, par, recipe.seq_len)
+    return stage_classes(spec, recipe, core.inv, core.plan, core.eager, core.outside_rows,
+                         exact_reason(spec, recipe, convention))
+
+
+def rank_peaks(spec: ModelSpec, recipe: Recipe, convention: str = "eager", attention: str = "sdpa") -> list[float]:
+    """Each rank class's peak (bytes), as make_bill's `ranks[i].memory["peak"]` (see verdict_ranks)."""
+    return [c.memory["peak"] for c in verdict_ranks(spec, recipe, convention, attention)]
+
+
+def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = None, convention: str = "ideal",
+              attention: str = "sdpa", gpu: GPU | None = None, efficiency: float | None = DEFAULT_EFFICIENCY) -> Bill:
+    """The bill of one training step of `spec` under `recipe`: global lines (one micro-batch, as if one rank held
+    it all), the per-rank classes of `recipe.parallel`, the step's collectives, and with a `gpu` the step time."""
+    core = _core(spec, recipe, convention, attention, gpu)
+    inv, split, a_bytes, plan, outside, eager = core.inv, core.split, core.a_bytes, core.plan, core.outside, core.eager
+    resident = resident_lines(inv, recipe)
     timeline = one_gpu_timeline(spec, recipe, inv, plan, outside, eager)
     if recipe.precision.quant is not None:  # QLoRA: one Linear's dequantised bf16 copy inside each layer
         quant.check_supported(spec, recipe.precision)
@@ -223,15 +277,8 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
                 "ceil({bytes} B / {card} B per card)", {"bytes": int(total), "card": int(gpu_mem_bytes)})
     rows = {kind: act.layer_rows(spec, kind, a_bytes, convention, attention, recipe.lora)
             for kind in act.layer_kinds(spec)}
-    outside_rows = None
-    if convention == "eager":
-        from stepbill.engine.activations.eager import outside_bytes_on_rank
-
-        def outside_rows(divisor):  # type: ignore[no-untyped-def]
-            return outside_bytes_on_rank(spec, a_bytes, recipe.seq_len, recipe.micro_batch, divisor,
-                                         recipe.parallel.cp, recipe.lora)
     one = SingleRank(spec, recipe, inv, plan, timeline, eager, convention, attention, lines, resident, activ,
-                     outside_rows)
+                     core.outside_rows)
     ranks = rank_classes(one)
     collectives = step_collectives(spec, recipe, inv, gpu)
     timing = None

@@ -24,6 +24,7 @@ from stepbill.engine.parallel import RankClass
 from stepbill.errors import StepbillError
 from stepbill.spec.hardware import GPU
 from stepbill.spec.parallel import Parallel
+from stepbill.spec.recipe import Recipe
 
 GIB = 2**30
 MIB = 2**20
@@ -207,8 +208,15 @@ def fit_verdict(bill: Bill, bill_eager: Bill | None, card: Card, reserve: Reserv
         judged = bill
         fallback = (f"no eager bill for this model ({eager_missing or 'not modelled'}), so the ideal peak, which "
                     "leaves the logits and outside-layer tensors out: an optimistic verdict")
+    return fit_of_ranks(judged.ranks, judged.recipe, judged.convention, bill.convention, card, reserve, fallback)
+
+
+def fit_of_ranks(classes: list[RankClass], recipe: Recipe, convention: str, shown_convention: str, card: Card,
+                 reserve: Reserve, fallback: str = "") -> Fit:
+    """fit_verdict on the judged rank classes themselves (`classes` of a bill of `convention` for `recipe`, e.g.
+    engine.bill.verdict_ranks's): the planner judges them without making the judged bill's other lines."""
     budget = card.usable_bytes - reserve.total_bytes
-    ranks = tuple(_rank_fit(c, budget) for c in judged.ranks)
+    ranks = tuple(_rank_fit(c, budget) for c in classes)
     worst = min(ranks, key=lambda r: r.headroom_bytes)
     lines = {
         "fit.usable": Line("fit.usable", card.usable_bytes, "bytes", "{mib} MiB × 2^20 B as the driver reports it",
@@ -220,10 +228,11 @@ def fit_verdict(bill: Bill, bill_eager: Bill | None, card: Card, reserve: Reserv
         "fit.headroom": Line("fit.headroom", worst.headroom_bytes, "bytes",
                              "budget {budget} B − peak {peak} B of {rank_class}",
                              {"budget": int(budget), "peak": int(worst.peak_bytes), "rank_class": worst.rank_class},
-                             convention=f"{judged.convention} convention"),
+                             convention=f"{convention} convention"),
     }
-    advice = per_gpu_advice(judged.worst_rank, judged.recipe.parallel, judged.recipe.recompute, budget)
-    return Fit(card, reserve, judged.convention, bill.convention, fallback, ranks, lines, advice)
+    worst_class = max(classes, key=lambda c: c.memory["peak"])  # Bill.worst_rank
+    advice = per_gpu_advice(worst_class, recipe.parallel, recipe.recompute, budget)
+    return Fit(card, reserve, convention, shown_convention, fallback, ranks, lines, advice)
 
 
 def _rank_fit(rank: RankClass, budget: float) -> RankFit:

@@ -83,19 +83,60 @@ class Moment:
         return f"{self.phase.value}, {where} {part.value}"
 
 
+#: One moment before it is made a Moment: (phase, part, layer, kind, item bytes in the timeline's key order).
+Row = tuple[Phase, Part, "int | None", "str | None", tuple[int, ...]]
+
+
 @dataclass(frozen=True)
 class Timeline:
-    moments: tuple[Moment, ...]
+    """The moments of one step. Built from rows (`from_rows`), a Moment object is made only when it is read: the
+    peaks read three, the planner reads nothing else; `moments` makes them all (the same objects the peaks are)."""
+
+    _moments: tuple[Moment, ...] | None = None
+    _keys: tuple[str, ...] = field(default=(), repr=False)
+    _rows: tuple[Row, ...] = field(default=(), repr=False)
+
+    @classmethod
+    def from_rows(cls, keys: tuple[str, ...], rows: list[Row]) -> Timeline:
+        """A timeline whose moment i has items dict(zip(keys, rows[i][4])) (made on demand)."""
+        return cls(None, keys, tuple(rows))
+
+    @cached_property
+    def _made(self) -> dict[int, Moment]:
+        return {}
+
+    def _moment(self, index: int) -> Moment:
+        made = self._made
+        if index not in made:
+            phase, part, layer, kind, values = self._rows[index]
+            made[index] = Moment(phase, part, dict(zip(self._keys, values, strict=True)), layer, kind)
+        return made[index]
+
+    @cached_property
+    def moments(self) -> tuple[Moment, ...]:
+        if self._moments is not None:
+            return self._moments
+        return tuple(self._moment(i) for i in range(len(self._rows)))
 
     @cached_property
     def _peaks(self) -> dict[Phase | None, Moment]:
         """The first moment of the largest total overall (key None) and per phase, in one pass."""
-        best: dict[Phase | None, Moment] = {}
-        for m in self.moments:
-            for key in (None, m.phase):
-                if key not in best or m.total > best[key].total:  # first of equal totals: the earliest
-                    best[key] = m
-        return best
+        if self._moments is not None:
+            best: dict[Phase | None, Moment] = {}
+            for m in self._moments:
+                for key in (None, m.phase):
+                    if key not in best or m.total > best[key].total:  # first of equal totals: the earliest
+                        best[key] = m
+            return best
+        rows = self._rows
+        totals = [sum(row[4]) for row in rows]  # Moment.total: the same numbers summed in the same order
+        peaks = {None: max(range(len(rows)), key=totals.__getitem__)}  # max: the first of equal totals
+        by_phase: dict[Phase, list[int]] = {}
+        for i, row in enumerate(rows):
+            by_phase.setdefault(row[0], []).append(i)
+        for phase, indices in by_phase.items():
+            peaks[phase] = max(indices, key=totals.__getitem__)
+        return {key: self._moment(i) for key, i in peaks.items()}
 
     @property
     def peak(self) -> Moment:
@@ -174,26 +215,53 @@ class RankView:
 def rank_timeline(view: RankView, plan: RecomputePlan, outside: float = 0,
                   eager: EagerTerms | None = None) -> Timeline:
     """The moments of one rank: `plan`, `outside` and `eager` are the rank's own (see RankView)."""
-    moments = _eager_moments(view, plan, outside, eager) if eager is not None else _ideal_moments(view, plan, outside)
-    return Timeline(tuple(moments))
+    return timeline_template(view, plan, outside, eager).timeline(view.in_flight_bytes)
 
 
-def _with_buffers(items: dict[str, int], buffers: Buffers | None, phase: Phase, part: Part,
-                  layer: int | None) -> dict[str, int]:
-    """A moment's items with the layout's buffers at that moment added last (each moment is built once)."""
-    if buffers is not None:
-        items["buffers"] = buffers(phase, part, layer)
-    return items
+#: A moment before the other micro-batches' kept activations are added: (phase, part, layer, kind, the items before
+#: activations, the activation bytes (unrounded), the items after).
+TemplateRow = tuple[Phase, Part, "int | None", "str | None", tuple[int, ...], float, tuple[int, ...]]
 
 
-def _ideal_moments(view: RankView, plan: RecomputePlan, outside: float) -> list[Moment]:
-    flight = view.in_flight_bytes
+@dataclass(frozen=True)
+class TimelineTemplate:
+    """A rank's moments with the micro-batches in flight left open: pipeline stages that hold the same rows and
+    run the same layers differ only there (engine/parallel/ranks.stage_classes makes one template per such class)."""
 
-    def at(phase: Phase, part: Part, grads: int, activations: float, layer: int | None = None) -> Moment:
-        kind = plan.order[layer] if layer is not None else None
-        live = activations + (flight if phase is not Phase.OPTIMIZER else 0)
-        items = {"weights": view.weights, "optimizer": view.optimizer, "grads": grads, "activations": round(live)}
-        return Moment(phase, part, _with_buffers(items, view.buffers, phase, part, layer), layer, kind)
+    keys: tuple[str, ...]
+    rows: tuple[TemplateRow, ...]
+
+    def timeline(self, in_flight_bytes: int) -> Timeline:
+        """The timeline with `in_flight_bytes` of other micro-batches' activations alive outside the optimizer step
+        (each moment's activations rounded after the addition, as one rank's own builder does)."""
+        optimizer = Phase.OPTIMIZER
+        return Timeline.from_rows(self.keys, [
+            (phase, part, layer, kind, (*head, round(live + (in_flight_bytes if phase is not optimizer else 0)), *tail))
+            for phase, part, layer, kind, head, live, tail in self.rows])
+
+
+def timeline_template(view: RankView, plan: RecomputePlan, outside: float = 0,
+                      eager: EagerTerms | None = None) -> TimelineTemplate:
+    """rank_timeline's moments for every `in_flight_bytes` (the view's own is not read)."""
+    keys = EAGER_KEYS if eager is not None else IDEAL_KEYS
+    if view.buffers is not None:
+        keys += ("buffers",)  # the layout's buffers at each moment, added last
+    rows = _eager_moments(view, plan, outside, eager) if eager is not None else _ideal_moments(view, plan, outside)
+    return TimelineTemplate(keys, tuple(rows))
+
+
+#: The items of a moment, in order (each row's values follow it; "buffers" last when the layout has any).
+IDEAL_KEYS = ("weights", "optimizer", "grads", "activations")
+EAGER_KEYS = (*IDEAL_KEYS, "inputs", "temporaries", "autocast_cache")
+
+
+def _ideal_moments(view: RankView, plan: RecomputePlan, outside: float) -> list[TemplateRow]:
+    weights, optimizer, buffers, order = view.weights, view.optimizer, view.buffers, plan.order
+
+    def at(phase: Phase, part: Part, grads: int, activations: float, layer: int | None = None) -> TemplateRow:
+        kind = order[layer] if layer is not None else None
+        tail = () if buffers is None else (buffers(phase, part, layer),)
+        return phase, part, layer, kind, (weights, optimizer, grads), activations, tail
 
     fwd, bwd = plan.forward_live(), plan.backward_live()
     kept = plan.kept_after_forward()
@@ -214,10 +282,9 @@ def _ideal_moments(view: RankView, plan: RecomputePlan, outside: float) -> list[
     return moments
 
 
-def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: EagerTerms) -> list[Moment]:
+def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: EagerTerms) -> list[TemplateRow]:
     """The eager convention's moments: as the ideal ones, plus inputs, logits, loss and LM head gradients,
     the largest moment inside each layer's backward, optimizer temporaries and amp's weight-cast cache."""
-    flight = view.in_flight_bytes
     casts = [e.cast_layer.get(k, 0) - (e.lora_first_cast if i == 0 and view.first else 0)
              for i, k in enumerate(plan.order)]
     cast_head = e.cast_head if view.last else 0
@@ -227,13 +294,14 @@ def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: Eager
     ckpt = plan.policy.kind in ("full", "every")
     fixed = [0 if ckpt else e.layer_fixed.get(k, 0) for k in plan.order]
 
+    weights, optimizer, buffers, order, constant = view.weights, view.optimizer, view.buffers, plan.order, e.constant
+
     def at(phase: Phase, part: Part, grads: int, activations: float, temporaries: int = 0, cast: int = 0,
-           layer: int | None = None) -> Moment:
-        kind = plan.order[layer] if layer is not None else None
-        live = activations + (flight if phase is not Phase.OPTIMIZER else 0)
-        items = {"weights": view.weights, "optimizer": view.optimizer, "grads": grads, "activations": round(live),
-                 "inputs": e.constant, "temporaries": temporaries, "autocast_cache": cast}
-        return Moment(phase, part, _with_buffers(items, view.buffers, phase, part, layer), layer, kind)
+           layer: int | None = None) -> TemplateRow:
+        kind = order[layer] if layer is not None else None
+        tail = (constant, temporaries, cast) if buffers is None else (constant, temporaries, cast,
+                                                                      buffers(phase, part, layer))
+        return phase, part, layer, kind, (weights, optimizer, grads), activations, tail
 
     resting = view.grads_resting
     embed_out = e.lora_embed_out if view.first else 0  # LoRA: the embedding output, named in the model's forward

@@ -23,7 +23,7 @@ from functools import lru_cache
 from stepbill.engine import comm
 from stepbill.engine.line import Line
 from stepbill.engine.parallel.holdings import ResidentRecipe, row_item_elements, slicing_layout
-from stepbill.engine.parallel.layout import row_slice, stage_layer_kinds
+from stepbill.engine.parallel.layout import representative_stage, row_slice, stage_layer_kinds, stage_slices
 from stepbill.engine.params import ParamInventory, param_inventory
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
@@ -82,9 +82,12 @@ def _rank_param_elements(spec: ModelSpec, recipe: Recipe | ResidentRecipe, inv: 
     kinds = stage_layer_kinds(spec, recipe.parallel)
     best: dict[str, float] = {}
     for stage in range(recipe.parallel.pp):
+        if representative_stage(spec, recipe.parallel, stage) != stage:
+            continue  # holds what an earlier stage holds: the same totals, never strictly larger
         tot = {"dense_grads": 0.0, "dense_weights": 0.0, "expert_grads": 0.0, "expert_weights": 0.0}
-        for t in inv.tensors:
-            sl = row_slice(spec, recipe.parallel, t, stage, kinds)
+        slices = stage_slices(spec, recipe.parallel, stage) if inv is param_inventory(spec) else \
+            [row_slice(spec, recipe.parallel, t, stage, kinds) for t in inv.tensors]
+        for t, sl in zip(inv.tensors, slices, strict=True):
             items = row_item_elements(t, recipe)
             side = "expert" if t.component == "experts" else "dense"
             tot[f"{side}_grads"] += items["grads"] * sl.fraction

@@ -9,7 +9,7 @@ from functools import lru_cache
 from typing import Any
 
 from stepbill.engine.fp8 import WEIGHT_CACHE_BYTES, is_fp8_gemm_weight
-from stepbill.engine.parallel.layout import Slice, row_slice, stage_layer_kinds, zero_divisor
+from stepbill.engine.parallel.layout import representative_stage, stage_layer_kinds, stage_slices, zero_first_stage
 from stepbill.engine.params import ParamInventory, ParamTensor
 from stepbill.engine.quant import is_quantised
 from stepbill.engine.quant import row_bytes as quant_row_bytes
@@ -90,9 +90,11 @@ class Held:
 def rank_holdings(spec: ModelSpec, recipe: Recipe, stage: int) -> Held:
     """What one rank of `stage` holds (shared, memoised: read it, never change it). It does not depend on the
     sequence, the micro-batch, the recompute policy, sp or offload, which a planner varies most: the memo key is
-    the layout with those fields set to one value (`slicing_layout`)."""
-    return _resident_cached(spec, recipe.precision, recipe.optimizer, recipe.lora, slicing_layout(recipe.parallel),
-                            stage)
+    the layout with those fields set to one value (`slicing_layout`), and stages that hold the same rows share one
+    entry (`representative_stage`: same layer kinds, same ends of the model)."""
+    par = slicing_layout(recipe.parallel)
+    return _resident_cached(spec, recipe.precision, recipe.optimizer, recipe.lora, par,
+                            representative_stage(spec, par, stage))
 
 
 @lru_cache(maxsize=4096)
@@ -107,29 +109,26 @@ def _resident_cached(spec: ModelSpec, precision: Any, optimizer: str, lora: LoRA
                      stage: int) -> Held:
     from stepbill.engine.params import param_inventory
 
-    recipe = ResidentRecipe(precision, optimizer, lora, par)
     inv = param_inventory(spec)
     kinds = stage_layer_kinds(spec, par)
     out = Held()
     params = embeddings = token_embedding = 0.0
-    for t in inv.tensors:
-        sl: Slice = row_slice(spec, par, t, stage, kinds)
+    rows = zip(inv.tensors, stage_slices(spec, par, stage), _row_terms(spec, precision, optimizer, lora), strict=True)
+    for t, sl, (weight_elements, grad_elements, items) in rows:
         if sl.fraction == 0:
             continue
         params += t.total * sl.fraction
         if t.component == "embedding":
             embeddings += t.total * sl.fraction
             token_embedding += t.total * sl.fraction if t.name == "embed_tokens.weight" else 0.0
-        elements = row_item_elements(t, recipe)
         unit = f"layer.{t.layer_kind}" if t.layer_kind else "root"
         per_unit = kinds[stage][t.layer_kind] if t.layer_kind else 1
-        out.unit_weights[unit] = out.unit_weights.get(unit, 0.0) + sum(
-            v for k, v in elements.items() if k.startswith("weights")) * sl.fraction / per_unit
-        out.unit_grads[unit] = out.unit_grads.get(unit, 0.0) + elements["grads"] * sl.fraction / per_unit
+        out.unit_weights[unit] = out.unit_weights.get(unit, 0.0) + weight_elements * sl.fraction / per_unit
+        out.unit_grads[unit] = out.unit_grads.get(unit, 0.0) + grad_elements * sl.fraction / per_unit
         group = unit if t.layer_kind else ("embed" if t.component == "embedding" else "head")
-        for item, n in elements.items():
-            b = n * item_bytes_per_element(item, recipe) * sl.fraction
-            mine = b / zero_divisor(item, par.zero, sl.zero_group)
+        for item, item_bytes, zero_from in items:
+            b = item_bytes * sl.fraction
+            mine = b / (sl.zero_group if par.zero >= zero_from else 1)  # zero_divisor
             out.held[item] = out.held.get(item, 0.0) + mine
             out.unsharded[item] = out.unsharded.get(item, 0.0) + b
             out.owned[item] = out.owned.get(item, 0.0) + b / sl.holders
@@ -139,3 +138,21 @@ def _resident_cached(spec: ModelSpec, precision: Any, optimizer: str, lora: LoRA
     out.params_share = params / inv.total if inv.total else 0.0
     out.token_embedding_share = token_embedding / embeddings if embeddings else 1.0
     return out
+
+
+@lru_cache(maxsize=256)
+def _row_terms(spec: ModelSpec, precision: Any, optimizer: str, lora: LoRA | None
+               ) -> tuple[tuple[float, float, tuple[tuple[str, float, int], ...]], ...]:
+    """Per parameter row of the model's inventory: its weight elements (every weights* item), its grad elements, and
+    for each resident item (item, elements × bytes per element, first ZeRO stage that shards it): what
+    _resident_cached multiplies by a rank's slice, computed once per model and recipe."""
+    from stepbill.engine.params import param_inventory
+
+    recipe = ResidentRecipe(precision, optimizer, lora, None)
+    out = []
+    for t in param_inventory(spec).tensors:
+        elements = row_item_elements(t, recipe)
+        items = tuple((item, n * item_bytes_per_element(item, recipe), zero_first_stage(item))
+                      for item, n in elements.items())
+        out.append((sum(v for k, v in elements.items() if k.startswith("weights")), elements["grads"], items))
+    return tuple(out)

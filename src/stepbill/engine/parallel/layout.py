@@ -18,8 +18,9 @@ Elements are floats (exact fractions), so per-rank numbers sum back to the globa
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
-from stepbill.engine.params import ParamTensor
+from stepbill.engine.params import ParamTensor, param_inventory
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.parallel import Parallel, pipeline_stage_layers
 
@@ -57,26 +58,42 @@ def zero_item_bytes(item_bytes: dict[str, float], stage: int, group: int) -> dic
 
 def stage_layer_indices(spec: ModelSpec, parallel: Parallel) -> list[list[int]]:
     """Layer indices (0-based) held by each pipeline stage, in execution order of its chunks (uneven stages:
-    spec.parallel.pipeline_stage_layers)."""
-    if parallel.vpp == 1:
-        counts = pipeline_stage_layers(spec.n_layers, parallel.pp, parallel.pp_layers)
-        starts = [sum(counts[:s]) for s in range(parallel.pp)]
-        return [list(range(start, start + n)) for start, n in zip(starts, counts, strict=True)]
-    chunks = parallel.pp * parallel.vpp
-    per_chunk = spec.n_layers // chunks
-    stages: list[list[int]] = [[] for _ in range(parallel.pp)]
-    for chunk in range(chunks):
-        stages[chunk % parallel.pp] += list(range(chunk * per_chunk, (chunk + 1) * per_chunk))
-    return stages
+    spec.parallel.pipeline_stage_layers). Shared (memoised on what it reads): read it, never change it."""
+    return _stage_layers(spec, parallel.pp, parallel.vpp, parallel.pp_layers)[0]
 
 
 def stage_layer_kinds(spec: ModelSpec, parallel: Parallel) -> list[dict[str, int]]:
-    """{layer kind: count} on each pipeline stage."""
-    out = []
-    for layers in stage_layer_indices(spec, parallel):
+    """{layer kind: count} on each pipeline stage. Shared (memoised): read it, never change it."""
+    return _stage_layers(spec, parallel.pp, parallel.vpp, parallel.pp_layers)[1]
+
+
+def representative_stage(spec: ModelSpec, parallel: Parallel, stage: int) -> int:
+    """The first pipeline stage that holds exactly what `stage` holds of every parameter row: the same layer
+    kinds and counts, and the same ends of the model (first: the embedding; last: final norm and LM head).
+    `row_slice` reads a stage through nothing else, so per-stage holdings can be computed once per class."""
+    return _stage_layers(spec, parallel.pp, parallel.vpp, parallel.pp_layers)[2][stage]
+
+
+@lru_cache(maxsize=4096)
+def _stage_layers(spec: ModelSpec, pp: int, vpp: int, pp_layers: tuple[int, ...] | None
+                  ) -> tuple[list[list[int]], list[dict[str, int]], tuple[int, ...]]:
+    if vpp == 1:
+        counts = pipeline_stage_layers(spec.n_layers, pp, pp_layers)
+        starts = [sum(counts[:s]) for s in range(pp)]
+        indices = [list(range(start, start + n)) for start, n in zip(starts, counts, strict=True)]
+    else:
+        chunks = pp * vpp
+        per_chunk = spec.n_layers // chunks
+        indices = [[] for _ in range(pp)]
+        for chunk in range(chunks):
+            indices[chunk % pp] += list(range(chunk * per_chunk, (chunk + 1) * per_chunk))
+    kinds = []
+    for layers in indices:
         moe = sum(1 for i in layers if spec.is_moe_layer(i))
-        out.append({k: n for k, n in (("dense", len(layers) - moe), ("moe", moe)) if n})
-    return out
+        kinds.append({k: n for k, n in (("dense", len(layers) - moe), ("moe", moe)) if n})
+    first_of: dict[tuple, int] = {}
+    reps = tuple(first_of.setdefault((s == 0, s == pp - 1, tuple(sorted(kinds[s].items()))), s) for s in range(pp))
+    return indices, kinds, reps
 
 
 @dataclass(frozen=True)
@@ -125,3 +142,15 @@ def row_slice(spec: ModelSpec, parallel: Parallel, t: ParamTensor, stage: int,
     if _is_tp_split(t):
         return Slice(on_stage / parallel.tp, dense_dp * stages_holding, parallel.zero_group)
     return Slice(on_stage, dense_dp * parallel.tp * stages_holding, parallel.zero_group)
+
+
+def stage_slices(spec: ModelSpec, parallel: Parallel, stage: int) -> tuple[Slice, ...]:
+    """`row_slice` of every row of the model's own inventory (param_inventory(spec).tensors, in order) on `stage`.
+    Memoised per layout and class of identical stages (representative_stage): shared, read it only."""
+    return _stage_slices(spec, parallel, representative_stage(spec, parallel, stage))
+
+
+@lru_cache(maxsize=2048)
+def _stage_slices(spec: ModelSpec, parallel: Parallel, stage: int) -> tuple[Slice, ...]:
+    kinds = stage_layer_kinds(spec, parallel)
+    return tuple(row_slice(spec, parallel, t, stage, kinds) for t in param_inventory(spec).tensors)

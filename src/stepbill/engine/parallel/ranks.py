@@ -32,11 +32,11 @@ from stepbill.engine.activations import ActTensor
 from stepbill.engine.kinds import Split
 from stepbill.engine.line import Line
 from stepbill.engine.memory.eager import EagerTerms
-from stepbill.engine.memory.timeline import Buffers, RankView, Timeline, rank_timeline
+from stepbill.engine.memory.timeline import Buffers, RankView, Timeline, rank_timeline, timeline_template
 from stepbill.engine.parallel.buffers import layout_buffers
 from stepbill.engine.parallel.fsdp2_ranks import exact_classes, exact_reason
 from stepbill.engine.parallel.holdings import Held, rank_holdings
-from stepbill.engine.parallel.layout import stage_layer_indices, stage_layer_kinds
+from stepbill.engine.parallel.layout import representative_stage, stage_layer_indices, stage_layer_kinds
 from stepbill.engine.parallel.rank_class import (
     APPROXIMATE,
     IDEAL,
@@ -213,39 +213,58 @@ def rank_classes(one: SingleRank) -> list[RankClass]:
     reason = approximate_reason(one)
     if not reason:
         return exact_classes(one)
+    return stage_classes(spec, recipe, one.inventory, one.plan, one.eager, one.outside_rows, reason)
+
+
+def stage_classes(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, one_plan: RecomputePlan,
+                  one_eager: EagerTerms | None, outside_rows: Callable[[Callable[[ActTensor], float]], float] | None,
+                  reason: str) -> list[RankClass]:
+    """The approximate per-stage model (`rank_classes` when the measured rules do not cover the layout): one class
+    per pipeline stage, identical stages merged, from the one-GPU plan and eager terms (nothing else of the one-GPU
+    bill: `engine.bill.verdict_ranks` calls it without making one)."""
+    par = recipe.parallel
     kinds = stage_layer_kinds(spec, par)
     indices = stage_layer_indices(spec, par)
     divisor = row_divisor(recipe)
     input_divisor = par.cp * (par.tp if par.sp else 1)
     per_stage = par.dp * par.tp * par.cp
     classes: list[RankClass] = []
+    # Stages that hold the same rows (representative_stage) and run the same layer order share everything but
+    # their micro-batches in flight: each such part is made once per call.
+    shared: dict[tuple[int, tuple[str, ...]], tuple[Any, ...]] = {}
     for stage in range(par.pp):
-        held = rank_holdings(spec, recipe, stage)
-        order = tuple(one.plan.order[i] for i in indices[stage])
-        plan = one.plan.for_rank(divisor, input_divisor, par.cp * par.tp, order)
+        order = tuple(one_plan.order[i] for i in indices[stage])
+        key = (representative_stage(spec, par, stage), order)
+        if key not in shared:
+            held = rank_holdings(spec, recipe, stage)
+            plan = one_plan.for_rank(divisor, input_divisor, par.cp * par.tp, order)
+            kept = plan.kept_after_forward()
+            if par.offload_activations:  # kept tensors go to CPU after each layer: only the running layer stays
+                plan = replace(plan, layers={k: replace(lp, dropped_bytes=lp.kept_bytes + lp.dropped_bytes + lp.checkpoint_bytes,
+                                                         kept_bytes=0.0, checkpoint_bytes=0.0)
+                                             for k, lp in plan.layers.items()}, segment=1)
+            eager = _rank_eager(one_eager, recipe, held, inventory) if one_eager is not None else None
+            buffers, transient = layout_buffers(spec, recipe, order, held)
+            base, cpu = _rank_view(recipe, held, order, stage, eager, spec.tied_embeddings, 0.0, buffers)
+            gpu_items = _resident_lines(held, par, cpu)
+            weights = sum(x.value for x in gpu_items if x.name.startswith("weights"))
+            optimizer = sum(x.value for x in gpu_items if x.name.startswith(OPTIMIZER_SIDE)) + (
+                eager.step_counters if eager is not None else 0)
+            grads = sum(x.value for x in gpu_items if x.name == "grads")
+            outside = outside_rows(divisor) if (outside_rows is not None and stage == par.pp - 1) else 0.0
+            template = timeline_template(base, plan, outside, eager)
+            shared[key] = (held, plan, kept, eager, transient, outside, template, cpu, gpu_items, weights, optimizer,
+                           grads)
+        held, plan, kept, eager, transient, outside, template, cpu, gpu_items, weights, optimizer, grads = shared[key]
         flight = in_flight_microbatches(recipe, stage)
         last = stage == par.pp - 1
-        outside = one.outside_rows(divisor) if (one.outside_rows is not None and last) else 0.0
-        eager = _rank_eager(one.eager, recipe, held, one.inventory) if one.eager is not None else None
-        cpu_act = 0.0
-        if par.offload_activations:  # kept tensors go to CPU after each layer: only the running layer stays
-            cpu_act = plan.kept_after_forward() * flight
-            plan = replace(plan, layers={k: replace(lp, dropped_bytes=lp.kept_bytes + lp.dropped_bytes + lp.checkpoint_bytes,
-                                                     kept_bytes=0.0, checkpoint_bytes=0.0)
-                                         for k, lp in plan.layers.items()}, segment=1)
-            flight_bytes = 0.0
-        else:
-            flight_bytes = (flight - 1) * plan.kept_after_forward()
-        buffers, transient = layout_buffers(spec, recipe, order, held)
-        view, cpu = _rank_view(recipe, held, order, stage, eager, spec.tied_embeddings, flight_bytes, buffers)
-        if cpu_act:
-            cpu["activations"] = cpu_act
-        tl = rank_timeline(view, plan, outside, eager)
-        gpu_items = _resident_lines(held, par, cpu)
-        weights = sum(x.value for x in gpu_items if x.name.startswith("weights"))
-        optimizer = sum(x.value for x in gpu_items if x.name.startswith(OPTIMIZER_SIDE)) + (
-            eager.step_counters if eager is not None else 0)
-        grads = sum(x.value for x in gpu_items if x.name == "grads")
+        cpu = dict(cpu)
+        if par.offload_activations:
+            cpu_act = kept * flight
+            if cpu_act:
+                cpu["activations"] = cpu_act
+        flight_bytes = 0.0 if par.offload_activations else (flight - 1) * kept
+        tl = template.timeline(round(flight_bytes))  # the RankView's in_flight_bytes
         memory = _memory(tl, weights, optimizer, grads)
         activ = _activation_lines(plan, tl, flight, outside)
         tags = [t for t, on in (("first", stage == 0), ("last", last)) if on and par.pp > 1]
@@ -256,7 +275,7 @@ def rank_classes(one: SingleRank) -> list[RankClass]:
             classes[classes.index(same)] = replace(same, name="stages " + ",".join(map(str, stages)), stages=stages,
                                                    ranks=same.ranks + per_stage)
             continue
-        classes.append(RankClass(name, (stage,), per_stage, kinds[stage], flight, gpu_items, activ, transient, memory,
+        classes.append(RankClass(name, (stage,), per_stage, kinds[stage], flight, list(gpu_items), activ, list(transient), memory,
                                  cpu, held.owned, APPROXIMATE, (reason,), tl))
     return classes
 

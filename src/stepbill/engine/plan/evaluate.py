@@ -20,8 +20,8 @@ from typing import Any
 
 from stepbill.engine.activations.eager import from_precision
 from stepbill.engine.activations.fp8 import Fp8Bytes
-from stepbill.engine.bill import make_bill
-from stepbill.engine.fit import Card, Reserve, default_reserve, fit_verdict, user_reserve
+from stepbill.engine.bill import make_bill, verdict_ranks
+from stepbill.engine.fit import Card, Reserve, default_reserve, fit_of_ranks, fit_verdict, user_reserve
 from stepbill.engine.parallel.holdings import rank_holdings
 from stepbill.engine.parallel.layout import stage_layer_indices
 from stepbill.engine.parallel.ranks import in_flight_microbatches
@@ -109,17 +109,20 @@ def evaluate(req: PlanRequest, cand: Candidate) -> Row | None:
     recipe = recipe_for(req, cand)
     card = Card.from_gpu(req.gpu)
     reserve = reserve_for(req, cand.parallel)
-    try:
-        eager = make_bill(req.spec, recipe, None, "eager", "sdpa")
+    try:  # the eager bill's rank classes, without its other lines (engine/bill.verdict_ranks)
+        eager_ranks = verdict_ranks(req.spec, recipe, "eager", "sdpa")
         missing = ""
     except StepbillError as exc:  # no eager bill for this model: the verdict falls back to the ideal peaks
-        eager, missing = None, str(exc)
-    if eager is not None:
+        eager_ranks, missing = None, str(exc)
+    if eager_ranks is not None:
         budget = card.usable_bytes - reserve.total_bytes
-        if max(c.memory["peak"] for c in eager.ranks) > budget:
+        if max(c.memory["peak"] for c in eager_ranks) > budget:
             return None
     bill = make_bill(req.spec, recipe, req.gpu.usable_bytes, "ideal", "sdpa", gpu=req.gpu, efficiency=req.efficiency)
-    fit = fit_verdict(bill, eager, card, reserve, missing)
+    if eager_ranks is None:
+        fit = fit_verdict(bill, None, card, reserve, missing)
+    else:
+        fit = fit_of_ranks(eager_ranks, recipe, "eager", bill.convention, card, reserve)
     if not fit.fits:
         return None
     assert bill.time is not None
@@ -213,10 +216,10 @@ def _eager_peak(req: PlanRequest, cand: Candidate, budget_gib: float) -> float |
     recipe = make_recipe(req.recipe, req.optimizer, cand.micro_batch, req.seq, f"budget:{budget_gib:.2f}GiB", None,
                          None, cand.parallel, "single")
     try:
-        eager = make_bill(req.spec, recipe, None, "eager", "sdpa")
+        ranks = verdict_ranks(req.spec, recipe, "eager", "sdpa")
     except StepbillError:
         return None
-    return max(c.memory["peak"] for c in eager.ranks)
+    return max(c.memory["peak"] for c in ranks)
 
 
 def _spelled(budget_gib: float, floor_gib: float) -> float:

@@ -1,0 +1,109 @@
+"""Milliseconds per bill on the planner's own candidates, and where they go (cProfile).
+
+For each request (DeepSeek-V3 × 2,048 H100, seq 4,096, 15.7M-token batch; Llama-3-70B × 64; Mixtral-8x7B × 64;
+GPT-3 125M × 8) the planner's space is enumerated (engine/plan/space.py), the candidates the exact resident bound
+leaves are sampled at random (seed 0), and each sampled candidate goes through `evaluate` once (the eager bill for
+the fit verdict, then the ideal bill with the GPU: what the planner pays per candidate). Reported: CPU ms per
+candidate (process time; one core), and with --profile the top functions by tottime and by cumtime.
+
+Run: python benchmarks/bill_profile.py [--sample N] [--repeat N] [--profile] [--only NAME]. Compare with another\ncheckout: PYTHONPATH=<its src> python benchmarks/bill_profile.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import io
+import pstats
+import random
+import sys
+import time
+
+from stepbill.engine.plan import PlanRequest
+from stepbill.engine.plan.evaluate import budget_bytes, evaluate, resident_bound
+from stepbill.engine.plan.space import Candidate, Rejections, enumerate_space
+from stepbill.errors import StepbillError
+from stepbill.spec.hardware import load_gpu
+from stepbill.spec.presets import load_model
+
+#: name → (model, gpu, gpus, seq, global batch tokens)
+REQUESTS = {
+    "deepseek-v3": ("deepseek-v3", "h100-sxm", 2048, 4096, 15_728_640),
+    "llama3-70b": ("llama3-70b", "h100-sxm", 64, 4096, 4096 * 512),
+    "mixtral": ("mixtral-8x7b", "h100-sxm", 64, 4096, 4096 * 512),
+    "gpt3-125m": ("gpt3-125m", "h100-sxm", 8, 2048, 2048 * 256),
+}
+
+
+def request(name: str) -> PlanRequest:
+    model, gpu, gpus, seq, batch = REQUESTS[name]
+    return PlanRequest(load_model(model), load_gpu(gpu), gpu, (gpus,), seq, model, global_batch_tokens=batch)
+
+
+def sample_candidates(req: PlanRequest, n: int) -> list[Candidate]:
+    """n candidates the resident bound does not decide, drawn at random (seed 0) from the whole space."""
+    survivors = []
+    for g in enumerate_space(req, Rejections()):
+        budget = budget_bytes(req, g.holdings_layout)
+        if resident_bound(req, g.holdings_layout, g.offload_optimizer, budget) <= budget:
+            survivors += [(g, v) for v in g.variants]
+    out = []
+    for g, v in random.Random(0).sample(survivors, min(n, len(survivors))):
+        with contextlib.suppress(StepbillError):
+            out.append(g.candidate(v))
+    return out
+
+
+def clear_engine_caches() -> None:
+    """Empty every functools cache of stepbill's modules (param inventory, holdings, rows …): each repeat then
+    starts as a planner does on its first candidates of a layout."""
+    for name, module in list(sys.modules.items()):
+        if name.startswith("stepbill"):
+            for obj in list(vars(module).values()):
+                if callable(getattr(obj, "cache_clear", None)):
+                    obj.cache_clear()
+
+
+def ms_per_candidate(req: PlanRequest, cands: list[Candidate], repeat: int = 1) -> float:
+    """CPU milliseconds per `evaluate` call over the sample (each candidate once, as the planner does), the best
+    of `repeat` passes, each from empty caches (the machine is shared: the minimum is the least disturbed)."""
+    best = float("inf")
+    for _ in range(repeat):
+        clear_engine_caches()
+        start = time.process_time()
+        for cand in cands:
+            with contextlib.suppress(StepbillError):
+                evaluate(req, cand)
+        best = min(best, time.process_time() - start)
+    return best / max(len(cands), 1) * 1e3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--sample", type=int, default=200)
+    ap.add_argument("--profile", action="store_true", help="print cProfile's top functions by tottime and cumtime")
+    ap.add_argument("--only", choices=list(REQUESTS), action="append")
+    ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--repeat", type=int, default=3, help="passes over the sample (the best is reported)")
+    args = ap.parse_args()
+    for name in args.only or list(REQUESTS):
+        req = request(name)
+        cands = sample_candidates(req, args.sample)
+        if not args.profile:
+            print(f"{name:>12}: {ms_per_candidate(req, cands, args.repeat):6.2f} ms per candidate (eager + ideal bills, "
+                  f"{len(cands)} candidates, CPU time, best of {args.repeat} from empty caches)")
+            continue
+        prof = cProfile.Profile()
+        prof.enable()
+        ms_per_candidate(req, cands)
+        prof.disable()
+        for key in ("tottime", "cumtime"):
+            out = io.StringIO()
+            pstats.Stats(prof, stream=out).sort_stats(key).print_stats(args.top)
+            print(f"--- {name}, by {key} ---")
+            print("\n".join(out.getvalue().splitlines()[6:]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""The planner's fit verdict from `verdict_ranks` (the eager bill's rank classes without its other lines) is the
+verdict of the full eager bill: the same rank classes or the same error, and the same planner rows, on candidates
+drawn from the planner's own spaces (dense, MoE, pipeline, ZeRO, offload, every recompute policy it searches)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from stepbill.engine.bill import make_bill, verdict_ranks
+from stepbill.engine.fit import Card, fit_verdict
+from stepbill.engine.plan import PlanRequest
+from stepbill.engine.plan.evaluate import Row, evaluate, recipe_for, reserve_for
+from stepbill.engine.plan.space import Candidate, Rejections, enumerate_space
+from stepbill.errors import StepbillError
+from stepbill.spec.hardware import load_gpu
+from stepbill.spec.presets import load_model
+
+SPACES = [("gpt3-125m", 8, 2048, 2048 * 64), ("mixtral-8x7b", 16, 4096, 4096 * 64), ("llama3-8b", 16, 4096, 4096 * 64)]
+
+
+def _candidates(model: str, gpus: int, seq: int, batch: int, n: int) -> tuple[PlanRequest, list[Candidate]]:
+    req = PlanRequest(load_model(model), load_gpu("h100-sxm"), "h100-sxm", (gpus,), seq, model,
+                      global_batch_tokens=batch)
+    cands = []
+    for group in enumerate_space(req, Rejections()):
+        for variant in group.variants:
+            try:
+                cands.append(group.candidate(variant))
+            except StepbillError:
+                continue
+    return req, random.Random(1).sample(cands, min(n, len(cands)))
+
+
+def _outcome(fn):  # type: ignore[no-untyped-def]
+    try:
+        return fn()
+    except StepbillError as exc:
+        return f"error: {exc}"
+
+
+def _full_bill_evaluate(req: PlanRequest, cand: Candidate) -> Row | None:
+    """evaluate as it was: the full eager bill for the verdict, then fit_verdict on both bills."""
+    recipe = recipe_for(req, cand)
+    card, reserve = Card.from_gpu(req.gpu), reserve_for(req, cand.parallel)
+    try:
+        eager, missing = make_bill(req.spec, recipe, None, "eager", "sdpa"), ""
+    except StepbillError as exc:
+        eager, missing = None, str(exc)
+    if eager is not None and max(c.memory["peak"] for c in eager.ranks) > card.usable_bytes - reserve.total_bytes:
+        return None
+    bill = make_bill(req.spec, recipe, req.gpu.usable_bytes, "ideal", "sdpa", gpu=req.gpu, efficiency=req.efficiency)
+    fit = fit_verdict(bill, eager, card, reserve, missing)
+    row = evaluate(req, cand)
+    assert (row is not None) == fit.fits
+    if row is not None:
+        assert (row.peak_bytes, row.headroom_bytes, row.budget_bytes) == (fit.worst.peak_bytes,
+                                                                         fit.worst.headroom_bytes, fit.budget_bytes)
+    return row
+
+
+@pytest.mark.parametrize("space", SPACES, ids=[s[0] for s in SPACES])
+def test_verdict_ranks_equal_the_eager_bills(space: tuple) -> None:  # type: ignore[type-arg]
+    req, cands = _candidates(*space, n=12)
+    for cand in cands:
+        recipe = recipe_for(req, cand)
+        fast = _outcome(lambda recipe=recipe: verdict_ranks(req.spec, recipe, "eager", "sdpa"))
+        full = _outcome(lambda recipe=recipe: make_bill(req.spec, recipe, None, "eager", "sdpa").ranks)
+        assert fast == full, cand
+        _full_bill_evaluate(req, cand)
