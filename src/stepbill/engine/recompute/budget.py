@@ -16,6 +16,7 @@ peak any choice reaches — is "drop everything droppable".
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 import sys
@@ -204,6 +205,9 @@ def problem_for_spec(spec: ModelSpec, budget: float, seq_len: int, micro_batch: 
     return Problem(tuple(items), op_cost, layers, prefix, full, budget)
 
 
+@functools.lru_cache(maxsize=4096)
 def solve_for_spec(spec: ModelSpec, budget: float, seq_len: int, micro_batch: int, activation_bytes: int,
                    convention: str = "ideal", attention: str = "sdpa") -> Solution:
+    """The exact optimum for a model (memoised: the planner asks the same budget of the fit verdict, the budget's
+    correction and the bill; a Solution is read-only)."""
     return solve_milp(problem_for_spec(spec, budget, seq_len, micro_batch, activation_bytes, convention, attention))
