@@ -1,0 +1,40 @@
+"""Small output fixes found re-running the first-user trial (docs/user-trial-rerun.md): messages, help texts and
+notes of the CLI and the report layer, each pinned here."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from stepbill.cli_plan import ProgressBar, plan, progress_bar
+from stepbill.engine.plan.fix import FIX_ALIASES, FIX_KEYS
+from tests.conftest import run_cli
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_plan_progress_bar_only_on_a_terminal() -> None:
+    # `stepbill plan ... 2> log` collected hundreds of carriage-return progress lines in the log
+    assert progress_bar(False, io.StringIO()) is None
+    assert progress_bar(True, _Tty()) is None
+    assert isinstance(progress_bar(False, _Tty()), ProgressBar)
+
+
+def test_plan_fix_help_names_every_fixable_axis() -> None:
+    from typing import get_type_hints
+
+    help_text = get_type_hints(plan, include_extras=True)["fix"].__metadata__[0].help
+    named = set(help_text.split(":", 1)[1].split())
+    short = {alias for alias, key in FIX_ALIASES.items() if alias in named}
+    covered = named | {FIX_ALIASES[a] for a in short}
+    assert set(FIX_KEYS) <= covered, set(FIX_KEYS) - covered  # etp and pp_layers were missing
+
+
+def test_fit_max_says_one_sequence_in_the_singular(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(["fit", "gpt3-125m", "--max", "micro-batch", "--seq", "1024", "--gpu-mem", "4"], capsys)
+    assert code == 0
+    assert ": 1 sequence (" in out and "1 sequences" not in out
