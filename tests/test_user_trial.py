@@ -38,3 +38,33 @@ def test_fit_max_says_one_sequence_in_the_singular(capsys: pytest.CaptureFixture
     code, out, _ = run_cli(["fit", "gpt3-125m", "--max", "micro-batch", "--seq", "1024", "--gpu-mem", "4"], capsys)
     assert code == 0
     assert ": 1 sequence (" in out and "1 sequences" not in out
+
+
+def test_attention_eager_gap_of_the_eager_convention_is_said(capsys: pytest.CaptureFixture[str]) -> None:
+    # the eager convention's rows follow SDPA whatever --attention says: the fit verdict of
+    # `bill llama3-8b --seq 4096 --attention eager --gpu h100-sxm` was the SDPA one, below the ideal peak
+    import json
+
+    from stepbill.report.schema import validate
+
+    code, out, _ = run_cli(["bill", "gpt3-125m", "--seq", "512", "--attention", "eager", "--convention", "eager",
+                            "--json"], capsys)
+    assert code == 0
+    data = json.loads(out)
+    validate("bill", data)
+    assert any(n.startswith("--attention eager: the eager convention") for n in data["unmodelled"])
+    code, out, _ = run_cli(["bill", "gpt3-125m", "--seq", "512", "--attention", "eager", "--gpu", "h100-sxm"], capsys)
+    assert code == 0
+    assert "note: --attention eager: the fit verdict (judged on the eager convention)" in out
+    assert "un-fused attention (--attention eager" in out and "fused attention (no S×S scores)" not in out
+    code, out, _ = run_cli(["bill", "gpt3-125m", "--seq", "512", "--gpu", "h100-sxm"], capsys)
+    assert "--attention eager" not in out and "fused attention (no S×S scores)" in out
+
+
+def test_counted_flops_below_causal_under_full_recompute_say_why(capsys: pytest.CaptureFixture[str]) -> None:
+    # `bill gpt3-175b --seq 2048 --recompute full`: 2.71 PFLOP "as FlopCounterMode counts it" below the causal
+    # 2.90 PFLOP, with no reason given (PyTorch's checkpoint early stop, engine/flops.py)
+    code, out, _ = run_cli(["bill", "gpt3-125m", "--seq", "512", "--recompute", "full"], capsys)
+    assert code == 0 and "early stop" in " ".join(out.split())
+    code, out, _ = run_cli(["bill", "gpt3-125m", "--seq", "512", "--recompute", "every:1"], capsys)
+    assert code == 0 and "early stop" not in out
