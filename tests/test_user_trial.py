@@ -68,3 +68,13 @@ def test_counted_flops_below_causal_under_full_recompute_say_why(capsys: pytest.
     assert code == 0 and "early stop" in " ".join(out.split())
     code, out, _ = run_cli(["bill", "gpt3-125m", "--seq", "512", "--recompute", "every:1"], capsys)
     assert code == 0 and "early stop" not in out
+
+
+def test_a_large_pipeline_bubble_names_the_flags_that_shrink_it(capsys: pytest.CaptureFixture[str]) -> None:
+    # the trial: "PP with the default --micro-batches 1 gives a 50 % bubble without warning"
+    base = ["bill", "gpt3-125m", "--seq", "512", "--pp", "2", "--gpus", "2", "--gpu", "h100-sxm"]
+    code, out, _ = run_cli(base, capsys)
+    assert code == 0
+    assert "bubble 50.0 % of the step: pp 2 with 1 micro-batch per step" in " ".join(out.split())
+    code, out, _ = run_cli([*base, "--micro-batches", "8"], capsys)  # bubble 1/9
+    assert code == 0 and "of the step: pp 2" not in out

@@ -101,6 +101,7 @@ def time_lines(bill: Bill) -> list[Text]:
                          f"  ·  HFU {100 * t['time.hfu'].value:.1f} %  ·  bubble {100 * t['time.bubble'].value:.1f} %"
                          f"  ·  {t['time.tokens_per_s'].value:,.0f} tokens/s"
                          f" ({t['time.tokens_per_s_per_gpu'].value:,.0f} per GPU)")]
+    out += bubble_hint(bill)
     keys = ["time.model_flops", "time.rank_flops", "time.peak", "time.compute", "time.memory", "time.bubble"]
     precision = [k for k in ("time.dequant", "time.fp8_bf16_share") if k in t.lines]  # engine/precision_time.py
     keys[5:5] = [*precision, "time.roofline"] if precision else []
@@ -112,6 +113,25 @@ def time_lines(bill: Bill) -> list[Text]:
         note = f" — {line.convention}" if key in ("time.peak", "time.mfu", "time.hfu", *precision) and line.convention else ""
         out.append(Text(escape(f"  {key}: {line.explain()}{note}"), style="dim"))
     return out
+
+
+#: Bubble share above which the step line is followed by a hint (Megatron-LM keeps m ≫ p; at m = 4·p the 1F1B
+#: bubble (p − 1)/(m + p − 1) is under 20 %).
+BUBBLE_HINT_SHARE = 0.25
+
+
+def bubble_hint(bill: Bill) -> list[Text]:
+    """One line when the pipeline bubble takes a large share of the step (pp > 1 with few micro-batches: the
+    default --micro-batches 1 idles half of a pp 2 pipeline), naming the flags that shrink it."""
+    assert bill.time is not None
+    share = bill.time["time.bubble"].value
+    par = bill.recipe.parallel
+    if par.pp < 2 or share <= BUBBLE_HINT_SHARE:
+        return []
+    more = "" if par.pp_schedule == "interleaved" else " or interleaving (--pp-schedule interleaved --vpp V)"
+    return [Text(f"  bubble {100 * share:.1f} % of the step: pp {par.pp} with {par.micro_batches} micro-batch"
+                 f"{'es' if par.micro_batches != 1 else ''} per step; more micro-batches (--micro-batches, or "
+                 f"--global-batch-tokens){more} shrink it", style="yellow")]
 
 
 def run_text(bill: Bill) -> list[Text]:
