@@ -78,3 +78,12 @@ def test_a_large_pipeline_bubble_names_the_flags_that_shrink_it(capsys: pytest.C
     assert "bubble 50.0 % of the step: pp 2 with 1 micro-batch per step" in " ".join(out.split())
     code, out, _ = run_cli([*base, "--micro-batches", "8"], capsys)  # bubble 1/9
     assert code == 0 and "of the step: pp 2" not in out
+
+
+def test_bytes_per_param_column_has_four_significant_digits(capsys: pytest.CaptureFixture[str]) -> None:
+    # QLoRA's NF4 constants printed as 0.0158932 B/param
+    code, out, _ = run_cli(["bill", "gpt3-125m", "--seq", "512", "--recipe", "qlora-nf4", "--lora-rank", "8"], capsys)
+    assert code == 0
+    row = next(line for line in out.splitlines() if "weights.nf4_constants" in line)
+    cell = row.split("│")[2].strip()
+    assert cell == f"{float(cell):.4g}" and len(cell) <= len("0.01589"), cell

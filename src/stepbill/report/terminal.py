@@ -64,8 +64,8 @@ def render_bill(bill: Bill, explain: bool = False, fit: Fit | None = None, layou
         per = item.inputs.get("bytes")
         if item.name.startswith("optimizer.") and n_train:
             per = item.value / n_train
-        row(item, f"{per:g}" if per is not None else "")
-    row(lines["memory.resident"], f"{lines['memory.resident'].value / max(n_train, 1):g}"
+        row(item, f"{per:.4g}" if per is not None else "")  # 4 digits: NF4 constants 0.01589, not 0.0158932
+    row(lines["memory.resident"], f"{lines['memory.resident'].value / max(n_train, 1):.4g}"
         if not recipe.lora else "", "bold")
     for item in bill.activation_items:
         row(item)
