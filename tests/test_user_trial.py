@@ -87,3 +87,13 @@ def test_bytes_per_param_column_has_four_significant_digits(capsys: pytest.Captu
     row = next(line for line in out.splitlines() if "weights.nf4_constants" in line)
     cell = row.split("│")[2].strip()
     assert cell == f"{float(cell):.4g}" and len(cell) <= len("0.01589"), cell
+
+
+def test_plan_with_pins_that_empty_the_space_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    # `plan ... --gpus 1 --fix tp=3` printed "no layout fits: see the rejections below" above "rejected: none"
+    code, out, _ = run_cli(["plan", "gpt3-125m", "--gpu", "h100", "--gpus", "1", "--seq", "512", "--micro-batch", "1",
+                            "--fix", "tp=3", "--jobs", "1"], capsys)
+    assert code == 0
+    text = " ".join(out.split())
+    assert "no candidate at all: the space has no layout with --fix tp=3 at 1 GPU (" in text
+    assert "see the rejections below" not in text
