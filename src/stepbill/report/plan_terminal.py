@@ -70,9 +70,9 @@ def render_plan(result: PlanResult, space_note: str) -> Group:
     if not result.rows and not stats.candidates and req.fixed:
         pins = ",".join(f"{k}={v}" for k, v in req.fixed)
         plural = "s" if req.worlds != (1,) else ""
-        parts.append(Text(f"no candidate at all: the space has no layout with --fix {pins} at {gpus} GPU{plural} (a pinned "
-                          "value the space never takes: a degree that does not divide the GPUs, a ZeRO stage without "
-                          "data parallelism, ...); loosen the pins"))
+        parts.append(Text(f"no candidate at all: the space has no layout with --fix {pins} at {gpus} GPU{plural} "
+                          "(a pinned value the space never takes: a degree that does not divide the GPUs, a ZeRO "
+                          "stage without data parallelism, ...); loosen the pins"))
     elif not result.rows:
         parts.append(Text("no layout fits: see the rejections below (--reserve, more GPUs, or --fix to widen)"))
     else:
