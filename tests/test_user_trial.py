@@ -97,3 +97,19 @@ def test_plan_with_pins_that_empty_the_space_says_so(capsys: pytest.CaptureFixtu
     text = " ".join(out.split())
     assert "no candidate at all: the space has no layout with --fix tp=3 at 1 GPU (" in text
     assert "see the rejections below" not in text
+
+
+@pytest.mark.slow  # imports torch and transformers
+def test_check_builds_gpt2_without_the_loss_type_warning(capfd: pytest.CaptureFixture[str]) -> None:
+    # `stepbill check gpt3-125m` ended with "[transformers] `loss_type=None` was set in the config but it is
+    # unrecognized. Using the default loss: `ForCausalLMLoss`." — the loss it then uses is set up front
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from stepbill.measure.build import build_model
+    from stepbill.measure.tiny import TINY_CONFIGS
+
+    model = build_model(TINY_CONFIGS["gpt2"])
+    assert model.loss_type == "ForCausalLM"
+    ids = torch.randint(0, TINY_CONFIGS["gpt2"]["vocab_size"], (1, 8))
+    model(input_ids=ids, labels=ids).loss.backward()
+    assert "loss_type" not in capfd.readouterr().err
