@@ -113,3 +113,17 @@ def test_check_builds_gpt2_without_the_loss_type_warning(capfd: pytest.CaptureFi
     ids = torch.randint(0, TINY_CONFIGS["gpt2"]["vocab_size"], (1, 8))
     model(input_ids=ids, labels=ids).loss.backward()
     assert "loss_type" not in capfd.readouterr().err
+
+
+def test_plan_md_json_example_has_every_key_of_the_schema() -> None:
+    # docs/plan.md's `--json` example lacked the layout's etp and pp_layers, added to plan --json since
+    import json
+    from pathlib import Path
+
+    from stepbill.report.schema_plan import PlanRowJson, PlanSearchJson
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "plan.md").read_text()
+    block = doc.split("<!-- out:plan-json -->")[1].split("<!-- /out:plan-json -->")[0].strip().strip("`").strip()
+    data = json.loads(block)
+    PlanRowJson.model_validate(data["top[0]"])  # strict: a missing or unknown key fails
+    PlanSearchJson.model_validate(data["search"])
