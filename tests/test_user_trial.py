@@ -127,3 +127,15 @@ def test_plan_md_json_example_has_every_key_of_the_schema() -> None:
     data = json.loads(block)
     PlanRowJson.model_validate(data["top[0]"])  # strict: a missing or unknown key fails
     PlanSearchJson.model_validate(data["search"])
+
+
+def test_budget_under_a_layout_says_what_it_bounds(capsys: pytest.CaptureFixture[str]) -> None:
+    # `bill gpt3-175b ... --tp 8 --pp 8 --recompute budget:40GiB` printed a 46.91 GiB per-GPU peak with nothing
+    # saying that 40 GiB bounds the one-GPU view's activations, not a GPU
+    base = ["bill", "gpt3-125m", "--seq", "512", "--recompute", "budget:0.1GiB"]
+    code, out, _ = run_cli([*base, "--tp", "2", "--gpus", "2"], capsys)
+    assert code == 0
+    assert "recompute budget:0.1GiB: bounds the whole model's activations of one micro-batch on one GPU" in \
+        " ".join(out.split())
+    code, out, _ = run_cli(base, capsys)
+    assert code == 0 and "bounds the whole model's" not in out

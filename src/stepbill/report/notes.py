@@ -45,3 +45,14 @@ def counted_flops_note(bill: Bill) -> str:
         return ""
     return (" (its recompute is smaller: the checkpoint's early stop does not rerun each layer's trailing down "
             "projection)")
+
+
+def budget_note(bill: Bill) -> str:
+    """What `--recompute budget:X` bounds when a parallel layout is given: the solver (engine/recompute) bounds the
+    single-GPU view's activation peak of one micro-batch, which a rank's peak under tp / pp / cp is not."""
+    recipe = bill.recipe
+    if not recipe.recompute.startswith("budget:") or recipe.parallel.is_trivial:
+        return ""
+    return (f"recompute {recipe.recompute}: bounds the whole model's activations of one micro-batch on one GPU (the "
+            "table above), not a GPU's peak under this layout (a rank keeps its stage's layers, about 1/(tp·cp) of "
+            "each row, for every micro-batch in flight; see docs/plan.md 'budget')")

@@ -9,7 +9,7 @@ from rich.text import Text
 from stepbill.engine.bill import Bill, peak_phase
 from stepbill.engine.fit import Fit, per_gpu_advice
 from stepbill.engine.line import Line
-from stepbill.report.notes import activations_note, counted_flops_note
+from stepbill.report.notes import activations_note, budget_note, counted_flops_note
 from stepbill.report.units import fmt_bytes, fmt_count, fmt_flops
 
 RECIPE_NOTES = ("transient.dequant", "recipe.qlora_fp32_upcast", "recipe.fp8", "recipe.fp8_activations")
@@ -108,6 +108,8 @@ def render_bill(bill: Bill, explain: bool = False, fit: Fit | None = None, layou
         if key in lines:
             notes.append(f"{key}: {lines[key].value:.0f} cards ({lines[key].explain()})"
                          + (f"; {bill.convention} convention, no reserve: the fit below is the verdict" if fit else ""))
+    if budget_note(bill):
+        notes.append(budget_note(bill))
     if per_gpu:
         parts.append(Text.assemble(("hint ", "bold"), top_advice(bill, fit)))
     parts += [Text(n, style="dim") for n in notes]
