@@ -139,3 +139,20 @@ def test_budget_under_a_layout_says_what_it_bounds(capsys: pytest.CaptureFixture
         " ".join(out.split())
     code, out, _ = run_cli(base, capsys)
     assert code == 0 and "bounds the whole model's" not in out
+
+
+def test_offload_host_memory_is_in_the_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    # the trial: host RAM under --offload-optimizer (98.56 GiB per rank for llama3-70b ZeRO-3 × 8) was JSON-only
+    import json
+
+    argv = ["bill", "gpt3-125m", "--seq", "512", "--dp", "2", "--gpus", "2", "--zero", "1", "--offload-optimizer"]
+    code, out, _ = run_cli(argv, capsys)
+    assert code == 0
+    line = " ".join(out.split())
+    code, js, _ = run_cli([*argv, "--json"], capsys)
+    cpu = json.loads(js)["ranks"][0]["cpu"]
+    from stepbill.report.units import fmt_bytes
+
+    assert f"host memory (offloaded) for each GPU of all ranks: {fmt_bytes(sum(cpu.values()))} (" in line
+    code, out, _ = run_cli(argv[:-1], capsys)
+    assert "host memory (offloaded)" not in out

@@ -172,6 +172,18 @@ def model_notes(bill: Bill) -> list[Text]:
     return [Text(escape(t), style="dim") for t in seen]
 
 
+def host_lines(bill: Bill) -> list[Text]:
+    """Host memory each GPU's process holds under offload (ranks[].cpu in the JSON), one line per rank class: what
+    the node's RAM must hold for every GPU it serves."""
+    out = []
+    for c in bill.ranks:
+        if c.cpu:
+            items = " + ".join(f"{k} {fmt_bytes(v)}" for k, v in c.cpu.items())
+            out.append(Text(escape(f"host memory (offloaded) for each GPU of {c.name}: {fmt_bytes(sum(c.cpu.values()))} "
+                                   f"({items}); a node holds this for each of its GPUs"), style="dim"))
+    return out
+
+
 def rank_explain(bill: Bill) -> list[Text]:
     """--explain for the per-GPU table: every item of every rank class with its formula and inputs."""
     out = []
@@ -196,7 +208,8 @@ def fit_explain(fit: Fit) -> list[Text]:
 def render_parallel(bill: Bill, fit: Fit | None = None, layout_note: str = "", explain: bool = False) -> list:
     """Renderables appended to the bill when a layout or a GPU is given; `fit` adds the verdict, `explain` every
     rank item's and the fit's formulas."""
-    parts: list = [Text(escape(_layout(bill, layout_note)), style="bold"), rank_table(bill, fit), *model_notes(bill)]
+    parts: list = [Text(escape(_layout(bill, layout_note)), style="bold"), rank_table(bill, fit), *model_notes(bill),
+                   *host_lines(bill)]
     if explain:
         parts += rank_explain(bill)
     if fit is not None:
