@@ -147,12 +147,13 @@ def bill(
     if as_json:
         _emit_json(run.to_json())
     else:
+        from stepbill.report.notes import attention_unmodelled
         from stepbill.report.terminal import print_bill
 
         if dropout is not None:
             print(DROPOUT_OFF_HEADER)
         print_bill(result, explain=explain, fit=fit, layout_note=dp_note)
-        for note in unmodelled(result.model):
+        for note in unmodelled(result.model) + attention_unmodelled(result, fit):
             print(f"note: {note}")
         if run.seed_notes:
             print("This is one of seed 000's worked examples; where the seed prints another number "

@@ -34,6 +34,13 @@ class ProgressBar:
             sys.stderr.flush()
 
 
+def progress_bar(as_json: bool, stream=None) -> ProgressBar | None:
+    """The progress bar, only for a person watching: none under --json or when stderr is not a terminal (a
+    redirected stderr would otherwise collect hundreds of carriage-return lines)."""
+    stream = sys.stderr if stream is None else stream
+    return None if as_json or not stream.isatty() else ProgressBar()
+
+
 def plan(
     model: Annotated[str, typer.Argument(help="preset name, ModelSpec JSON, HF config.json or Hub id")],
     gpu: Annotated[str, typer.Option("--gpu", help="catalog GPU (h100-sxm, a100-80gb, ...)")],
@@ -56,8 +63,8 @@ def plan(
     reserve: Annotated[float | None, typer.Option("--reserve", help="GiB kept back per GPU (default: engine/fit.py)")]
     = None,
     fix: Annotated[list[str] | None, typer.Option("--fix", help="pin axes, e.g. tp=8,pp=16 (repeatable): dp tp pp "
-                                                  "cp ep zero shard_group vpp mb m sp schedule recompute "
-                                                  "offload_optimizer offload_activations")] = None,
+                                                  "cp ep etp zero shard_group vpp pp_layers mb m sp schedule "
+                                                  "recompute offload_optimizer offload_activations")] = None,
     cross_node: Annotated[bool, typer.Option("--cross-node", help="let tp and ep groups span nodes")] = False,
     efficiency: Annotated[float | None, typer.Option(
         "--efficiency", help="override: one achieved share of dense peak on every matmul (default: the per-op "
@@ -76,7 +83,7 @@ def plan(
     from stepbill.api_plan import available_jobs
     from stepbill.api_plan import plan as run_plan
 
-    bar = None if as_json else ProgressBar()
+    bar = progress_bar(as_json)
     try:
         result = run_plan(model, gpu=gpu, seq=seq, gpus=gpus, max_gpus=max_gpus,
                           global_batch_tokens=global_batch_tokens, micro_batch=micro_batch, recipe=recipe,

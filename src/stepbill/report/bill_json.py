@@ -9,6 +9,7 @@ from stepbill.engine.bill import Bill, peak_items, peak_phase
 from stepbill.engine.fit import Fit
 from stepbill.engine.line import Line
 from stepbill.engine.unmodelled import unmodelled
+from stepbill.report.notes import attention_unmodelled
 from stepbill.report.parallel_json import parallel_to_json
 from stepbill.spec.model import ModelSpec
 
@@ -99,7 +100,8 @@ def bill_to_json(bill: Bill, fit: Fit | None = None, layout_note: str = "") -> d
             },
         },
         "checkpoint": {"bytes": _int(lines["checkpoint.bytes"]), "items": [x.to_json() for x in bill.checkpoint_items]},
-        "unmodelled": unmodelled(spec),  # configured fields the bill does not model yet (engine/unmodelled.py)
+        # configured fields the bill does not model yet (engine/unmodelled.py), and --attention eager's gap
+        "unmodelled": unmodelled(spec) + attention_unmodelled(bill, fit),
         "lines": {name: line.to_json() for name, line in lines.items()},
     }
     out["memory"]["peak_phase"] = peak_phase(bill)

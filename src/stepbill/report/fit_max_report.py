@@ -46,13 +46,13 @@ def fit_max_to_json(result: FitMax, model: str, command: str) -> dict[str, Any]:
 def fit_max_lines(result: FitMax, model: str, command: str) -> list[str]:
     """The terminal text: the answer, one line per rank class, the budget, the command that reproduces it."""
     word = AXIS_WORDS[result.axis]
-    unit = "sequences" if result.axis == "micro_batch" else "tokens"
+    largest = result.largest
+    assert largest is not None  # the API raises "nothing fits" before anything is printed
+    unit = ("sequence" if largest == 1 else "sequences") if result.axis == "micro_batch" else "tokens"
     fixed = ", ".join(f"{AXIS_WORDS.get(k, k)} {v:,}" for k, v in result.fixed.items())  # type: ignore[call-overload]
     budget = (f"budget {result.budget_bytes / GIB:.2f} GiB per GPU = {result.card.name} usable "
               f"{result.card.usable_bytes / GIB:.2f} GiB − reserve {result.reserve_bytes / GIB:.2f} GiB; judged on "
               f"the {result.convention} peak (GiB = 2^30 B)")
-    largest = result.largest
-    assert largest is not None  # the API raises "nothing fits" before anything is printed
     why = (f"{word} {largest + result.step:,} does not fit" if result.limited_by_memory
            else f"the limit: {result.limit_reason}; memory would take more")
     out = [f"{model}: largest {word} that fits, {fixed}: {largest:,} {unit} ({why})", budget]

@@ -101,6 +101,7 @@ def time_lines(bill: Bill) -> list[Text]:
                          f"  ·  HFU {100 * t['time.hfu'].value:.1f} %  ·  bubble {100 * t['time.bubble'].value:.1f} %"
                          f"  ·  {t['time.tokens_per_s'].value:,.0f} tokens/s"
                          f" ({t['time.tokens_per_s_per_gpu'].value:,.0f} per GPU)")]
+    out += bubble_hint(bill)
     keys = ["time.model_flops", "time.rank_flops", "time.peak", "time.compute", "time.memory", "time.bubble"]
     precision = [k for k in ("time.dequant", "time.fp8_bf16_share") if k in t.lines]  # engine/precision_time.py
     keys[5:5] = [*precision, "time.roofline"] if precision else []
@@ -112,6 +113,25 @@ def time_lines(bill: Bill) -> list[Text]:
         note = f" — {line.convention}" if key in ("time.peak", "time.mfu", "time.hfu", *precision) and line.convention else ""
         out.append(Text(escape(f"  {key}: {line.explain()}{note}"), style="dim"))
     return out
+
+
+#: Bubble share above which the step line is followed by a hint (Megatron-LM keeps m ≫ p; at m = 4·p the 1F1B
+#: bubble (p − 1)/(m + p − 1) is under 20 %).
+BUBBLE_HINT_SHARE = 0.25
+
+
+def bubble_hint(bill: Bill) -> list[Text]:
+    """One line when the pipeline bubble takes a large share of the step (pp > 1 with few micro-batches: the
+    default --micro-batches 1 idles half of a pp 2 pipeline), naming the flags that shrink it."""
+    assert bill.time is not None
+    share = bill.time["time.bubble"].value
+    par = bill.recipe.parallel
+    if par.pp < 2 or share <= BUBBLE_HINT_SHARE:
+        return []
+    more = "" if par.pp_schedule == "interleaved" else " or interleaving (--pp-schedule interleaved --vpp V)"
+    return [Text(f"  bubble {100 * share:.1f} % of the step: pp {par.pp} with {par.micro_batches} micro-batch"
+                 f"{'es' if par.micro_batches != 1 else ''} per step; more micro-batches (--micro-batches, or "
+                 f"--global-batch-tokens){more} shrink it", style="yellow")]
 
 
 def run_text(bill: Bill) -> list[Text]:
@@ -152,6 +172,18 @@ def model_notes(bill: Bill) -> list[Text]:
     return [Text(escape(t), style="dim") for t in seen]
 
 
+def host_lines(bill: Bill) -> list[Text]:
+    """Host memory each GPU's process holds under offload (ranks[].cpu in the JSON), one line per rank class: what
+    the node's RAM must hold for every GPU it serves."""
+    out = []
+    for c in bill.ranks:
+        if c.cpu:
+            items = " + ".join(f"{k} {fmt_bytes(v)}" for k, v in c.cpu.items())
+            out.append(Text(escape(f"host memory (offloaded) for each GPU of {c.name}: {fmt_bytes(sum(c.cpu.values()))} "
+                                   f"({items}); a node holds this for each of its GPUs"), style="dim"))
+    return out
+
+
 def rank_explain(bill: Bill) -> list[Text]:
     """--explain for the per-GPU table: every item of every rank class with its formula and inputs."""
     out = []
@@ -176,7 +208,8 @@ def fit_explain(fit: Fit) -> list[Text]:
 def render_parallel(bill: Bill, fit: Fit | None = None, layout_note: str = "", explain: bool = False) -> list:
     """Renderables appended to the bill when a layout or a GPU is given; `fit` adds the verdict, `explain` every
     rank item's and the fit's formulas."""
-    parts: list = [Text(escape(_layout(bill, layout_note)), style="bold"), rank_table(bill, fit), *model_notes(bill)]
+    parts: list = [Text(escape(_layout(bill, layout_note)), style="bold"), rank_table(bill, fit), *model_notes(bill),
+                   *host_lines(bill)]
     if explain:
         parts += rank_explain(bill)
     if fit is not None:

@@ -67,7 +67,13 @@ def render_plan(result: PlanResult, space_note: str) -> Group:
                           f"decided ({share:.1%} of the space searched, its groups in a fixed random order); a "
                           "layout not searched may beat these rows", style="bold"))
     run = req.train_tokens is not None
-    if not result.rows:
+    if not result.rows and not stats.candidates and req.fixed:
+        pins = ",".join(f"{k}={v}" for k, v in req.fixed)
+        plural = "s" if req.worlds != (1,) else ""
+        parts.append(Text(f"no candidate at all: the space has no layout with --fix {pins} at {gpus} GPU{plural} "
+                          "(a pinned value the space never takes: a degree that does not divide the GPUs, a ZeRO "
+                          "stage without data parallelism, ...); loosen the pins"))
+    elif not result.rows:
         parts.append(Text("no layout fits: see the rejections below (--reserve, more GPUs, or --fix to widen)"))
     else:
         parts.append(_table(f"Top {len(result.top)} by {result.objective} (peak: the fit verdict's worst rank, eager "

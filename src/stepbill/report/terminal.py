@@ -9,6 +9,7 @@ from rich.text import Text
 from stepbill.engine.bill import Bill, peak_phase
 from stepbill.engine.fit import Fit, per_gpu_advice
 from stepbill.engine.line import Line
+from stepbill.report.notes import activations_note, budget_note, counted_flops_note
 from stepbill.report.units import fmt_bytes, fmt_count, fmt_flops
 
 RECIPE_NOTES = ("transient.dequant", "recipe.qlora_fp32_upcast", "recipe.fp8", "recipe.fp8_activations")
@@ -63,8 +64,8 @@ def render_bill(bill: Bill, explain: bool = False, fit: Fit | None = None, layou
         per = item.inputs.get("bytes")
         if item.name.startswith("optimizer.") and n_train:
             per = item.value / n_train
-        row(item, f"{per:g}" if per is not None else "")
-    row(lines["memory.resident"], f"{lines['memory.resident'].value / max(n_train, 1):g}"
+        row(item, f"{per:.4g}" if per is not None else "")  # 4 digits: NF4 constants 0.01589, not 0.0158932
+    row(lines["memory.resident"], f"{lines['memory.resident'].value / max(n_train, 1):.4g}"
         if not recipe.lora else "", "bold")
     for item in bill.activation_items:
         row(item)
@@ -82,10 +83,11 @@ def render_bill(bill: Bill, explain: bool = False, fit: Fit | None = None, layou
         + ("" if per_gpu else f" → {tl.advice}"),
         f"forward peak {fmt_bytes(tl.peak_forward.total)} ({tl.peak_forward.label}) · backward peak "
         f"{fmt_bytes(tl.peak_backward.total)} ({tl.peak_backward.label})",
-        f"activations: {lines['memory.activations'].convention}",
+        f"activations: {activations_note(bill)}",
         f"FLOPs (decimal, one micro-batch): step {fmt_flops(lines['flops.step'].value)} causal-halved attention, "
         f"{fmt_flops(lines['flops.step_full_square'].value)} full square, "
-        f"{fmt_flops(lines['flops.step_noncausal'].value)} as FlopCounterMode counts it; recompute "
+        f"{fmt_flops(lines['flops.step_noncausal'].value)} as FlopCounterMode counts it{counted_flops_note(bill)}; "
+        "recompute "
         f"{fmt_flops(lines['flops.recompute'].value)}; model (PaLM appendix B) "
         f"{fmt_flops(lines['flops.model'].value)} full square, {fmt_flops(lines['flops.model_causal'].value)} causal; "
         f"6ND {fmt_flops(lines['flops.6nd'].value)} "
@@ -106,6 +108,8 @@ def render_bill(bill: Bill, explain: bool = False, fit: Fit | None = None, layou
         if key in lines:
             notes.append(f"{key}: {lines[key].value:.0f} cards ({lines[key].explain()})"
                          + (f"; {bill.convention} convention, no reserve: the fit below is the verdict" if fit else ""))
+    if budget_note(bill):
+        notes.append(budget_note(bill))
     if per_gpu:
         parts.append(Text.assemble(("hint ", "bold"), top_advice(bill, fit)))
     parts += [Text(n, style="dim") for n in notes]

@@ -1,0 +1,58 @@
+"""One-line notes the bill's terminal and JSON output add where an option and a convention meet in a way the
+engine's own convention notes do not say (no arithmetic: they read the bill's lines)."""
+
+from __future__ import annotations
+
+from stepbill.engine.bill import Bill
+from stepbill.engine.fit import Fit
+
+#: `--attention eager` under the eager convention: engine/activations keeps the S² softmax output only in the
+#: ideal rows (rows.eager_attention_rows); the eager rows follow SDPA's kernels (activations/eager/attention.py).
+EAGER_ATTENTION_UNMODELLED = (
+    "--attention eager: {where} follows SDPA's kernels, not transformers' eager attention; the softmax output "
+    "that attention keeps (B·H·S² per layer) is not modelled there yet (the ideal convention's figures include it)")
+
+
+def attention_unmodelled(bill: Bill, fit: Fit | None = None) -> list[str]:
+    """The `--attention eager` limitation of the eager convention, when this bill shows a figure made on it: its own
+    rows (`--convention eager`) or the fit verdict (always judged on the eager convention when it can be)."""
+    if bill.attention != "eager":
+        return []
+    if bill.convention == "eager":
+        return [EAGER_ATTENTION_UNMODELLED.format(where="the eager convention")]
+    if fit is not None and fit.convention == "eager":
+        return [EAGER_ATTENTION_UNMODELLED.format(where="the fit verdict (judged on the eager convention)")]
+    return []
+
+
+def activations_note(bill: Bill) -> str:
+    """The activations' convention note, corrected for `--attention eager` under the ideal convention (whose note
+    says "fused attention (no S×S scores)" while the rows then hold the softmax output)."""
+    note = bill.lines["memory.activations"].convention
+    if bill.attention != "eager" or bill.convention != "ideal":
+        return note
+    eager = "un-fused attention (--attention eager: the B·H·S² softmax output kept per layer)"
+    fused = "fused attention (no S×S scores)"
+    return note.replace(fused, eager) if fused in note else f"{note}; {eager}"
+
+
+def counted_flops_note(bill: Bill) -> str:
+    """Why FlopCounterMode's count can fall below the causal figure: under full recompute PyTorch's non-reentrant
+    checkpoint stops early and does not rerun each layer's trailing matmul (engine/flops.py)."""
+    lines = bill.lines
+    counted, bill_recompute = lines["flops.recompute_noncausal"].value, lines["flops.recompute"].value
+    if counted >= bill_recompute:
+        return ""
+    return (" (its recompute is smaller: the checkpoint's early stop does not rerun each layer's trailing down "
+            "projection)")
+
+
+def budget_note(bill: Bill) -> str:
+    """What `--recompute budget:X` bounds when a parallel layout is given: the solver (engine/recompute) bounds the
+    single-GPU view's activation peak of one micro-batch, which a rank's peak under tp / pp / cp is not."""
+    recipe = bill.recipe
+    if not recipe.recompute.startswith("budget:") or recipe.parallel.is_trivial:
+        return ""
+    return (f"recompute {recipe.recompute}: bounds the whole model's activations of one micro-batch on one GPU (the "
+            "table above), not a GPU's peak under this layout (a rank keeps its stage's layers, about 1/(tp·cp) of "
+            "each row, for every micro-batch in flight; see docs/plan.md 'budget')")
