@@ -315,3 +315,20 @@ def test_a_deadline_says_how_much_of_the_space_was_searched(capsys: pytest.Captu
                             "--global-batch-tokens", "1Mi", "--max-seconds", "0.3", "--jobs", "1", "--json"], capsys)
     data = json.loads(out)
     assert data["search"]["complete"] is False and data["search"]["not_searched"] > 0
+
+
+def test_without_a_global_batch_the_fronts_use_time_per_token(capsys: pytest.CaptureFixture[str]) -> None:
+    """--micro-batch only: steps carry different token counts, so the fronts (as the ranking) compare tokens/s."""
+    req = PlanRequest(load_preset("gpt3-125m"), load_gpu("h100-sxm"), "h100-sxm", (1, 2), 1024, "gpt3-125m",
+                      micro_batch=1, fixed=parse_fix({"zero": 1, "schedule": "1f1b", "offload_optimizer": False,
+                                                      "offload_activations": False, "recompute": "none"}))
+    result = search(req, "time", 3)
+    for front, x in ((result.gpus_vs_time, lambda r: r.world), (result.memory_vs_time, lambda r: r.peak_bytes)):
+        assert front
+        for row in front:  # no fitting row is at least as good on both axes and better on one
+            assert not any(x(o) <= x(row) and o.tokens_per_s >= row.tokens_per_s
+                           and (x(o) < x(row) or o.tokens_per_s > row.tokens_per_s) for o in result.rows)
+    code, out, _ = run_cli(["plan", "gpt3-125m", "--gpu", "h100", "--max-gpus", "2", "--seq", "1024",
+                            "--micro-batch", "1", "--fix", "zero=1,schedule=1f1b,recompute=none", "--jobs", "1"],
+                           capsys)
+    assert code == 0 and "Pareto front: GPUs vs time per token (1 / tokens/s)" in out

@@ -67,6 +67,8 @@ def render_plan(result: PlanResult, space_note: str) -> Group:
                           f"decided ({share:.1%} of the space searched, its groups in a fixed random order); a "
                           "layout not searched may beat these rows", style="bold"))
     run = req.train_tokens is not None
+    # without a global batch steps carry different token counts: the fronts (as the ranking) use time per token
+    pace = "step time" if req.global_batch_tokens is not None else "time per token (1 / tokens/s)"
     if not result.rows and not stats.candidates and req.fixed:
         pins = ",".join(f"{k}={v}" for k, v in req.fixed)
         plural = "s" if req.worlds != (1,) else ""
@@ -80,9 +82,9 @@ def render_plan(result: PlanResult, space_note: str) -> Group:
                             "convention; headroom: usable − reserve − peak)", result.top, ranks, run))
         parts.append(_commands(result.top, ranks))
         if len({r.world for r in result.rows}) > 1:
-            parts.append(_table("Pareto front: GPUs vs step time", result.gpus_vs_time, ranks, run))
+            parts.append(_table(f"Pareto front: GPUs vs {pace}", result.gpus_vs_time, ranks, run))
             parts.append(_commands(result.gpus_vs_time, ranks, shown=result.top))
-        parts.append(_table("Pareto front: per-GPU peak vs step time", result.memory_vs_time, ranks, run))
+        parts.append(_table(f"Pareto front: per-GPU peak vs {pace}", result.memory_vs_time, ranks, run))
         parts.append(_commands(result.memory_vs_time, ranks, shown=result.top))
     parts.append(_rejections(result))
     parts.append(Text(f"search: {stats.evaluated:,} candidates evaluated in {stats.seconds:.2f} s wall-clock, "

@@ -2,6 +2,9 @@
 
     gpus_vs_time    (GPUs, step time)        — how much faster more GPUs make the step
     memory_vs_time  (per-GPU peak, step time) — how much memory buys speed (recompute, micro-batch, sharding)
+
+"Time" is the ranking's: the step time when the global batch is fixed (every row's step carries the same tokens);
+without one (`--micro-batch` only) steps carry different token counts, so seconds per token (1 / tokens/s).
 """
 
 from __future__ import annotations
@@ -22,9 +25,13 @@ def front(rows: list[Row], x: Callable[[Row], float], y: Callable[[Row], float])
     return best
 
 
-def gpus_vs_time(rows: list[Row]) -> list[Row]:
-    return front(rows, lambda r: r.world, lambda r: r.step_s)
+def _time(fixed_batch: bool) -> Callable[[Row], float]:
+    return (lambda r: r.step_s) if fixed_batch else (lambda r: 1.0 / r.tokens_per_s)
 
 
-def memory_vs_time(rows: list[Row]) -> list[Row]:
-    return front(rows, lambda r: r.peak_bytes, lambda r: r.step_s)
+def gpus_vs_time(rows: list[Row], fixed_batch: bool = True) -> list[Row]:
+    return front(rows, lambda r: r.world, _time(fixed_batch))
+
+
+def memory_vs_time(rows: list[Row], fixed_batch: bool = True) -> list[Row]:
+    return front(rows, lambda r: r.peak_bytes, _time(fixed_batch))

@@ -121,7 +121,8 @@ def search(req: PlanRequest, objective: str = "time", k: int = 10, progress: Pro
     stats = SearchStats(ruled_out + to_decide, by_bill, by_bound, time.perf_counter() - start,
                         time.process_time() - start_cpu + workers_cpu, dict(sorted(rejected.counts.items())),
                         to_decide - done, jobs)
-    return PlanResult(req, objective, k, ranked, stats, gpus_vs_time(rows), memory_vs_time(rows))
+    return PlanResult(req, objective, k, ranked, stats, gpus_vs_time(rows, fixed_batch),
+                      memory_vs_time(rows, fixed_batch))
 
 
 #: Below this many candidates to decide, worker processes cost more to start than they save.
