@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from stepbill.engine import activations as act
@@ -33,8 +34,8 @@ from stepbill.engine.steptime import DEFAULT_EFFICIENCY, StepTime, step_time
 from stepbill.errors import unknown_name
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
-from stepbill.spec.parallel import validate_layout
-from stepbill.spec.recipe import Recipe
+from stepbill.spec.parallel import Parallel, validate_layout
+from stepbill.spec.recipe import LoRA, Precision, Recipe
 
 GIB = 2**30
 CONVENTION_NOTE = {
@@ -170,17 +171,9 @@ def _core(spec: ModelSpec, recipe: Recipe, convention: str, attention: str, gpu:
     fp8.require_fp8(recipe.precision, gpu)  # one line before any arithmetic: no fp8 tensor cores on this GPU
     inv = param_inventory(spec)
     split = trainable_split(inv, recipe.lora)
-    a_bytes = recipe.precision.activation
-    if convention == "eager":  # two widths under amp (bf16 compute, fp32 params); an int otherwise
-        from stepbill.engine.activations.eager import from_precision
-
-        a_bytes = from_precision(recipe.precision, recipe.device)
-    elif recipe.precision.fp8 is not None and convention == "ideal":  # Linear inputs cached in fp8 (activations/fp8.py)
-        a_bytes = Fp8Bytes(a_bytes, recipe.precision.fp8)
-    plan = make_plan(spec, recipe.recompute_policy, recipe.seq_len, recipe.micro_batch, a_bytes, convention,
-                     attention=attention, lora=recipe.lora)
-    outside = act.outside_bytes(spec, a_bytes, recipe.seq_len, recipe.micro_batch, convention, recipe.lora)
-    eager = eager_terms(spec, recipe, inv, plan) if convention == "eager" else None
+    a_bytes, plan, outside, eager = _convention_terms(spec, recipe.precision, recipe.device, recipe.micro_batch,
+                                                      recipe.seq_len, recipe.recompute, recipe.lora, recipe.optimizer,
+                                                      recipe.optimizer_impl, convention, attention)
     outside_rows = None
     if convention == "eager":
         from stepbill.engine.activations.eager import outside_bytes_on_rank
@@ -189,6 +182,28 @@ def _core(spec: ModelSpec, recipe: Recipe, convention: str, attention: str, gpu:
             return outside_bytes_on_rank(spec, a_bytes, recipe.seq_len, recipe.micro_batch, divisor,
                                          recipe.parallel.cp, recipe.lora)
     return _Core(inv, split, a_bytes, plan, outside, eager, outside_rows)
+
+
+@lru_cache(maxsize=512)
+def _convention_terms(spec: ModelSpec, precision: Precision, device: str, micro_batch: int, seq_len: int,
+                      recompute: str, lora: LoRA | None, optimizer: str, optimizer_impl: str, convention: str,
+                      attention: str) -> tuple[Any, RecomputePlan, float, EagerTerms | None]:
+    """The activation width, recompute plan, outside-layer bytes and eager terms of a recipe: they read every recipe
+    field but the parallel layout (memoised on exactly those fields: a planner asks once per micro-batch and
+    recompute policy, not once per layout). Shared results: read them, never change them."""
+    a_bytes = precision.activation
+    if convention == "eager":  # two widths under amp (bf16 compute, fp32 params); an int otherwise
+        from stepbill.engine.activations.eager import from_precision
+
+        a_bytes = from_precision(precision, device)
+    elif precision.fp8 is not None and convention == "ideal":  # Linear inputs cached in fp8 (activations/fp8.py)
+        a_bytes = Fp8Bytes(a_bytes, precision.fp8)
+    one_gpu = Recipe(precision, optimizer, micro_batch, seq_len, recompute, lora, Parallel(), optimizer_impl, device)
+    plan = make_plan(spec, one_gpu.recompute_policy, seq_len, micro_batch, a_bytes, convention, attention=attention,
+                     lora=lora)
+    outside = act.outside_bytes(spec, a_bytes, seq_len, micro_batch, convention, lora)
+    eager = eager_terms(spec, one_gpu, param_inventory(spec), plan) if convention == "eager" else None
+    return a_bytes, plan, outside, eager
 
 
 def verdict_ranks(spec: ModelSpec, recipe: Recipe, convention: str = "eager", attention: str = "sdpa") -> list[RankClass]:
