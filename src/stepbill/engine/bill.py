@@ -226,12 +226,21 @@ def rank_peaks(spec: ModelSpec, recipe: Recipe, convention: str = "eager", atten
     return [c.memory["peak"] for c in verdict_ranks(spec, recipe, convention, attention)]
 
 
-def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = None, convention: str = "ideal",
-              attention: str = "sdpa", gpu: GPU | None = None, efficiency: float | None = DEFAULT_EFFICIENCY) -> Bill:
-    """The bill of one training step of `spec` under `recipe`: global lines (one micro-batch, as if one rank held
-    it all), the per-rank classes of `recipe.parallel`, the step's collectives, and with a `gpu` the step time."""
-    core = _core(spec, recipe, convention, attention, gpu)
-    inv, split, a_bytes, plan, outside, eager = core.inv, core.split, core.a_bytes, core.plan, core.outside, core.eager
+@lru_cache(maxsize=256)
+def _one_gpu_part(spec: ModelSpec, precision: Precision, device: str, micro_batch: int, seq_len: int, recompute: str,
+                  lora: LoRA | None, optimizer: str, optimizer_impl: str, convention: str, attention: str,
+                  micro_batches: int, gpu_mem_bytes: float | None
+                  ) -> tuple[list[Line], Timeline, list[Line], list[Line], dict[str, Line], dict[str, list[act.ActTensor]]]:
+    """make_bill's global part (one micro-batch as if one rank held it all): resident, activation and checkpoint
+    lines, the one-GPU timeline, the bill's lines and the layer rows. It reads no field of the layout but its
+    micro-batches (gradient accumulation): memoised on exactly the fields it reads, a planner makes it once per
+    micro-batch, recompute policy and micro-batch count. Shared: make_bill copies the containers."""
+    recipe = Recipe(precision, optimizer, micro_batch, seq_len, recompute, lora, Parallel(micro_batches=micro_batches),
+                    optimizer_impl, device)
+    inv = param_inventory(spec)
+    split = trainable_split(inv, lora)
+    a_bytes, plan, outside, eager = _convention_terms(spec, precision, device, micro_batch, seq_len, recompute, lora,
+                                                      optimizer, optimizer_impl, convention, attention)
     resident = resident_lines(inv, recipe)
     timeline = one_gpu_timeline(spec, recipe, inv, plan, outside, eager)
     if recipe.precision.quant is not None:  # QLoRA: one Linear's dequantised bf16 copy inside each layer
@@ -292,6 +301,19 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
                 "ceil({bytes} B / {card} B per card)", {"bytes": int(total), "card": int(gpu_mem_bytes)})
     rows = {kind: act.layer_rows(spec, kind, a_bytes, convention, attention, recipe.lora)
             for kind in act.layer_kinds(spec)}
+    return resident, timeline, activ, ckpt, lines, rows
+
+
+def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = None, convention: str = "ideal",
+              attention: str = "sdpa", gpu: GPU | None = None, efficiency: float | None = DEFAULT_EFFICIENCY) -> Bill:
+    """The bill of one training step of `spec` under `recipe`: global lines (one micro-batch, as if one rank held
+    it all), the per-rank classes of `recipe.parallel`, the step's collectives, and with a `gpu` the step time."""
+    core = _core(spec, recipe, convention, attention, gpu)
+    inv, plan, eager = core.inv, core.plan, core.eager
+    resident, timeline, activ, ckpt, lines, rows = _one_gpu_part(
+        spec, recipe.precision, recipe.device, recipe.micro_batch, recipe.seq_len, recipe.recompute, recipe.lora,
+        recipe.optimizer, recipe.optimizer_impl, convention, attention, recipe.parallel.micro_batches, gpu_mem_bytes)
+    resident, activ, ckpt, lines, rows = list(resident), list(activ), list(ckpt), dict(lines), dict(rows)
     one = SingleRank(spec, recipe, inv, plan, timeline, eager, convention, attention, lines, resident, activ,
                      core.outside_rows)
     ranks = rank_classes(one)

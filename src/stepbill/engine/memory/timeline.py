@@ -95,11 +95,17 @@ class Timeline:
     _moments: tuple[Moment, ...] | None = None
     _keys: tuple[str, ...] = field(default=(), repr=False)
     _rows: tuple[Row, ...] = field(default=(), repr=False)
+    _totals: tuple[int, ...] = field(default=(), repr=False)  # Moment.total of each row
+    _phases: dict[Phase, list[int]] | None = field(default=None, repr=False, compare=False)  # row indices per phase
 
     @classmethod
-    def from_rows(cls, keys: tuple[str, ...], rows: list[Row]) -> Timeline:
-        """A timeline whose moment i has items dict(zip(keys, rows[i][4])) (made on demand)."""
-        return cls(None, keys, tuple(rows))
+    def from_rows(cls, keys: tuple[str, ...], rows: list[Row], totals: list[int] | None = None,
+                  phases: dict[Phase, list[int]] | None = None) -> Timeline:
+        """A timeline whose moment i has items dict(zip(keys, rows[i][4])) (made on demand); `totals` (each row's
+        sum, in its order) and `phases` (row indices of each phase) when the builder has them already."""
+        if totals is None:
+            totals = [sum(row[4]) for row in rows]  # Moment.total: the same numbers summed in the same order
+        return cls(None, keys, tuple(rows), tuple(totals), phases)
 
     @cached_property
     def _made(self) -> dict[int, Moment]:
@@ -128,12 +134,13 @@ class Timeline:
                     if key not in best or m.total > best[key].total:  # first of equal totals: the earliest
                         best[key] = m
             return best
-        rows = self._rows
-        totals = [sum(row[4]) for row in rows]  # Moment.total: the same numbers summed in the same order
+        rows, totals = self._rows, self._totals
         peaks = {None: max(range(len(rows)), key=totals.__getitem__)}  # max: the first of equal totals
-        by_phase: dict[Phase, list[int]] = {}
-        for i, row in enumerate(rows):
-            by_phase.setdefault(row[0], []).append(i)
+        by_phase = self._phases
+        if by_phase is None:
+            by_phase = {}
+            for i, row in enumerate(rows):
+                by_phase.setdefault(row[0], []).append(i)
         for phase, indices in by_phase.items():
             peaks[phase] = max(indices, key=totals.__getitem__)
         return {key: self._moment(i) for key, i in peaks.items()}
@@ -235,9 +242,20 @@ class TimelineTemplate:
         """The timeline with `in_flight_bytes` of other micro-batches' activations alive outside the optimizer step
         (each moment's activations rounded after the addition, as one rank's own builder does)."""
         optimizer = Phase.OPTIMIZER
-        return Timeline.from_rows(self.keys, [
-            (phase, part, layer, kind, (*head, round(live + (in_flight_bytes if phase is not optimizer else 0)), *tail))
-            for phase, part, layer, kind, head, live, tail in self.rows])
+        rows, totals = [], []
+        for phase, part, layer, kind, head, live, tail in self.rows:
+            values = (*head, round(live + (in_flight_bytes if phase is not optimizer else 0)), *tail)
+            rows.append((phase, part, layer, kind, values))
+            totals.append(sum(values))  # Moment.total: the same numbers summed in the same order
+        return Timeline.from_rows(self.keys, rows, totals, self.phases)
+
+    @cached_property
+    def phases(self) -> dict[Phase, list[int]]:
+        """The moments of each phase (row indices, in step order). Shared: read it only."""
+        out: dict[Phase, list[int]] = {}
+        for i, row in enumerate(self.rows):
+            out.setdefault(row[0], []).append(i)
+        return out
 
 
 def timeline_template(view: RankView, plan: RecomputePlan, outside: float = 0,
