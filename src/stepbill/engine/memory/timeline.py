@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from stepbill.engine.kinds import Part, Phase
 from stepbill.engine.line import Line
@@ -222,7 +223,10 @@ class RankView:
 def rank_timeline(view: RankView, plan: RecomputePlan, outside: float = 0,
                   eager: EagerTerms | None = None) -> Timeline:
     """The moments of one rank: `plan`, `outside` and `eager` are the rank's own (see RankView)."""
-    return timeline_template(view, plan, outside, eager).timeline(view.in_flight_bytes)
+    flight = view.in_flight_bytes
+    rows = _eager_moments(view, plan, outside, eager, flight) if eager is not None else \
+        _ideal_moments(view, plan, outside, flight)
+    return Timeline.from_rows(_keys(view, eager), rows)  # type: ignore[arg-type]
 
 
 #: A moment before the other micro-batches' kept activations are added: (phase, part, layer, kind, the items before
@@ -261,11 +265,13 @@ class TimelineTemplate:
 def timeline_template(view: RankView, plan: RecomputePlan, outside: float = 0,
                       eager: EagerTerms | None = None) -> TimelineTemplate:
     """rank_timeline's moments for every `in_flight_bytes` (the view's own is not read)."""
-    keys = EAGER_KEYS if eager is not None else IDEAL_KEYS
-    if view.buffers is not None:
-        keys += ("buffers",)  # the layout's buffers at each moment, added last
     rows = _eager_moments(view, plan, outside, eager) if eager is not None else _ideal_moments(view, plan, outside)
-    return TimelineTemplate(keys, tuple(rows))
+    return TimelineTemplate(_keys(view, eager), tuple(rows))  # type: ignore[arg-type]
+
+
+def _keys(view: RankView, eager: EagerTerms | None) -> tuple[str, ...]:
+    keys = EAGER_KEYS if eager is not None else IDEAL_KEYS
+    return (*keys, "buffers") if view.buffers is not None else keys  # the layout's buffers, added last
 
 
 #: The items of a moment, in order (each row's values follow it; "buffers" last when the layout has any).
@@ -273,11 +279,18 @@ IDEAL_KEYS = ("weights", "optimizer", "grads", "activations")
 EAGER_KEYS = (*IDEAL_KEYS, "inputs", "temporaries", "autocast_cache")
 
 
-def _ideal_moments(view: RankView, plan: RecomputePlan, outside: float) -> list[TemplateRow]:
+def _ideal_moments(view: RankView, plan: RecomputePlan, outside: float,
+                   flight: int | None = None) -> list[TemplateRow] | list[Row]:
+    """Template rows, or with `flight` (the in-flight bytes) the timeline's rows."""
     weights, optimizer, buffers, order = view.weights, view.optimizer, view.buffers, plan.order
 
-    def at(phase: Phase, part: Part, grads: int, activations: float, layer: int | None = None) -> TemplateRow:
+    def at(phase: Phase, part: Part, grads: int, activations: float, layer: int | None = None) -> Any:
         kind = order[layer] if layer is not None else None
+        if flight is not None:
+            live = round(activations + (flight if phase is not Phase.OPTIMIZER else 0))
+            if buffers is None:
+                return phase, part, layer, kind, (weights, optimizer, grads, live)
+            return phase, part, layer, kind, (weights, optimizer, grads, live, buffers(phase, part, layer))
         tail = () if buffers is None else (buffers(phase, part, layer),)
         return phase, part, layer, kind, (weights, optimizer, grads), activations, tail
 
@@ -300,9 +313,11 @@ def _ideal_moments(view: RankView, plan: RecomputePlan, outside: float) -> list[
     return moments
 
 
-def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: EagerTerms) -> list[TemplateRow]:
+def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: EagerTerms,
+                   flight: int | None = None) -> list[TemplateRow] | list[Row]:
     """The eager convention's moments: as the ideal ones, plus inputs, logits, loss and LM head gradients,
-    the largest moment inside each layer's backward, optimizer temporaries and amp's weight-cast cache."""
+    the largest moment inside each layer's backward, optimizer temporaries and amp's weight-cast cache. Template
+    rows, or with `flight` (the in-flight bytes) the timeline's rows."""
     casts = [e.cast_layer.get(k, 0) - (e.lora_first_cast if i == 0 and view.first else 0)
              for i, k in enumerate(plan.order)]
     cast_head = e.cast_head if view.last else 0
@@ -315,8 +330,14 @@ def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: Eager
     weights, optimizer, buffers, order, constant = view.weights, view.optimizer, view.buffers, plan.order, e.constant
 
     def at(phase: Phase, part: Part, grads: int, activations: float, temporaries: int = 0, cast: int = 0,
-           layer: int | None = None) -> TemplateRow:
+           layer: int | None = None) -> Any:
         kind = order[layer] if layer is not None else None
+        if flight is not None:
+            live = round(activations + (flight if phase is not Phase.OPTIMIZER else 0))
+            if buffers is None:
+                return phase, part, layer, kind, (weights, optimizer, grads, live, constant, temporaries, cast)
+            return phase, part, layer, kind, (weights, optimizer, grads, live, constant, temporaries, cast,
+                                              buffers(phase, part, layer))
         tail = (constant, temporaries, cast) if buffers is None else (constant, temporaries, cast,
                                                                       buffers(phase, part, layer))
         return phase, part, layer, kind, (weights, optimizer, grads), activations, tail
