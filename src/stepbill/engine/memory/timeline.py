@@ -22,7 +22,7 @@ size 1 of the same code (engine/parallel.one_gpu_timeline).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -97,11 +97,11 @@ class Timeline:
     _keys: tuple[str, ...] = field(default=(), repr=False)
     _rows: tuple[Row, ...] = field(default=(), repr=False)
     _totals: tuple[int, ...] = field(default=(), repr=False)  # Moment.total of each row
-    _phases: dict[Phase, list[int]] | None = field(default=None, repr=False, compare=False)  # row indices per phase
+    _phases: dict[Phase, Sequence[int]] | None = field(default=None, repr=False, compare=False)  # rows of each phase
 
     @classmethod
     def from_rows(cls, keys: tuple[str, ...], rows: list[Row], totals: list[int] | None = None,
-                  phases: dict[Phase, list[int]] | None = None) -> Timeline:
+                  phases: dict[Phase, Sequence[int]] | None = None) -> Timeline:
         """A timeline whose moment i has items dict(zip(keys, rows[i][4])) (made on demand); `totals` (each row's
         sum, in its order) and `phases` (row indices of each phase) when the builder has them already."""
         if totals is None:
@@ -136,14 +136,18 @@ class Timeline:
                         best[key] = m
             return best
         rows, totals = self._rows, self._totals
-        peaks = {None: max(range(len(rows)), key=totals.__getitem__)}  # max: the first of equal totals
+        peaks = {None: totals.index(max(totals))}  # index: the first of equal totals
         by_phase = self._phases
         if by_phase is None:
             by_phase = {}
             for i, row in enumerate(rows):
                 by_phase.setdefault(row[0], []).append(i)
         for phase, indices in by_phase.items():
-            peaks[phase] = max(indices, key=totals.__getitem__)
+            if isinstance(indices, range) and indices.step == 1:  # a run of rows: the first largest in a slice
+                run = totals[indices.start:indices.stop]
+                peaks[phase] = indices.start + run.index(max(run))
+            else:
+                peaks[phase] = max(indices, key=totals.__getitem__)
         return {key: self._moment(i) for key, i in peaks.items()}
 
     @property
@@ -226,7 +230,19 @@ def rank_timeline(view: RankView, plan: RecomputePlan, outside: float = 0,
     flight = view.in_flight_bytes
     rows = _eager_moments(view, plan, outside, eager, flight) if eager is not None else \
         _ideal_moments(view, plan, outside, flight)
-    return Timeline.from_rows(_keys(view, eager), rows)  # type: ignore[arg-type]
+    return Timeline.from_rows(_keys(view, eager), rows, None, _phase_runs(rows))  # type: ignore[arg-type]
+
+
+def _phase_runs(rows: list[Row] | tuple[TemplateRow, ...]) -> dict[Phase, Sequence[int]]:
+    """Row indices of each phase, in order of first appearance: a range when the phase's rows are contiguous (the
+    builders' order: forward, backward, optimizer step), else a list."""
+    phases = [row[0] for row in rows]
+    out: dict[Phase, Sequence[int]] = {}
+    for phase in dict.fromkeys(phases):
+        first, last = phases.index(phase), len(phases) - 1 - phases[::-1].index(phase)
+        out[phase] = range(first, last + 1) if last - first + 1 == phases.count(phase) else \
+            [i for i, p in enumerate(phases) if p is phase]
+    return out
 
 
 #: A moment before the other micro-batches' kept activations are added: (phase, part, layer, kind, the items before
@@ -254,12 +270,9 @@ class TimelineTemplate:
         return Timeline.from_rows(self.keys, rows, totals, self.phases)
 
     @cached_property
-    def phases(self) -> dict[Phase, list[int]]:
+    def phases(self) -> dict[Phase, Sequence[int]]:
         """The moments of each phase (row indices, in step order). Shared: read it only."""
-        out: dict[Phase, list[int]] = {}
-        for i, row in enumerate(self.rows):
-            out.setdefault(row[0], []).append(i)
-        return out
+        return _phase_runs(self.rows)
 
 
 def timeline_template(view: RankView, plan: RecomputePlan, outside: float = 0,
@@ -283,11 +296,12 @@ def _ideal_moments(view: RankView, plan: RecomputePlan, outside: float,
                    flight: int | None = None) -> list[TemplateRow] | list[Row]:
     """Template rows, or with `flight` (the in-flight bytes) the timeline's rows."""
     weights, optimizer, buffers, order = view.weights, view.optimizer, view.buffers, plan.order
+    optimizer_step = Phase.OPTIMIZER
 
     def at(phase: Phase, part: Part, grads: int, activations: float, layer: int | None = None) -> Any:
         kind = order[layer] if layer is not None else None
         if flight is not None:
-            live = round(activations + (flight if phase is not Phase.OPTIMIZER else 0))
+            live = round(activations + (flight if phase is not optimizer_step else 0))
             if buffers is None:
                 return phase, part, layer, kind, (weights, optimizer, grads, live)
             return phase, part, layer, kind, (weights, optimizer, grads, live, buffers(phase, part, layer))
@@ -328,12 +342,13 @@ def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: Eager
     fixed = [0 if ckpt else e.layer_fixed.get(k, 0) for k in plan.order]
 
     weights, optimizer, buffers, order, constant = view.weights, view.optimizer, view.buffers, plan.order, e.constant
+    optimizer_step = Phase.OPTIMIZER
 
     def at(phase: Phase, part: Part, grads: int, activations: float, temporaries: int = 0, cast: int = 0,
            layer: int | None = None) -> Any:
         kind = order[layer] if layer is not None else None
         if flight is not None:
-            live = round(activations + (flight if phase is not Phase.OPTIMIZER else 0))
+            live = round(activations + (flight if phase is not optimizer_step else 0))
             if buffers is None:
                 return phase, part, layer, kind, (weights, optimizer, grads, live, constant, temporaries, cast)
             return phase, part, layer, kind, (weights, optimizer, grads, live, constant, temporaries, cast,
@@ -353,13 +368,13 @@ def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: Eager
         fix += fixed[i]
         if ckpt and e.layer_inner.get(k, 0):
             moments.append(at(Phase.FORWARD, Part.LAYER_INNER, resting, kept + fix + e.embed_locals
-                              + e.layer_inner[k], cast=cast, layer=i))
-        moments.append(at(Phase.FORWARD, Part.LAYER, resting, kept + fix + embed_out, cast=cast, layer=i))
+                              + e.layer_inner[k], 0, cast, i))
+        moments.append(at(Phase.FORWARD, Part.LAYER, resting, kept + fix + embed_out, 0, cast, i))
     saved = plan.kept_after_forward() + (outside if view.last else 0) + fix
     # autocast's cache is cleared when the forward leaves autocast: what remains is what graphs saved.
     cast = cast_all if not ckpt else cast_head
     if view.last:
-        moments.append(at(Phase.FORWARD, Part.HEAD, resting, saved + e.forward_end + embed_out, cast=cast_all))
+        moments.append(at(Phase.FORWARD, Part.HEAD, resting, saved + e.forward_end + embed_out, 0, cast_all))
         moments.append(at(Phase.BACKWARD, Part.LOSS, resting, saved + e.loss_act, e.loss_temp, cast))
         moments.append(at(Phase.BACKWARD, Part.HEAD_BACKWARD, resting, saved + e.head_act, e.head_temp, cast))
     cast -= cast_head
@@ -369,10 +384,10 @@ def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: Eager
         mine = casts[i] if ckpt else 0  # the recomputed forward casts this layer's weights again
         live = bwd[i] + e.rope + fix + (e.layer_fixed.get(k, 0) if ckpt else 0)
         moments.append(at(Phase.BACKWARD, Part.LAYER, grads + e.layer_grad.get(k, 0), live + e.layer_act.get(k, 0),
-                          e.layer_temp.get(k, 0), cast + mine, layer=i))
+                          e.layer_temp.get(k, 0), cast + mine, i))
         if e.norm_temp:
             moments.append(at(Phase.BACKWARD, Part.LAYER_NORM, grads + e.norm_grad.get(k, 0),
-                              live + e.norm_act.get(k, 0), e.norm_temp, cast + mine, layer=i))
+                              live + e.norm_act.get(k, 0), e.norm_temp, cast + mine, i))
         grads += view.grads_layers[i]
         fix -= fixed[i]
         cast -= 0 if ckpt else casts[i]
