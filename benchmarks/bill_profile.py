@@ -124,6 +124,8 @@ def ms_per_candidate(req: PlanRequest, cands: list[Candidate], repeat: int = 1) 
 
 
 def main() -> None:
+    with contextlib.suppress(ImportError):  # the budget solver's first import (≈1.4 s) is not a bill's cost
+        import scipy.optimize  # noqa: F401
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--sample", type=int, default=200)
     ap.add_argument("--profile", action="store_true", help="print cProfile's top functions by tottime and cumtime")
