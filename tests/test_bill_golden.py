@@ -231,6 +231,18 @@ def test_bill_twice_is_the_same() -> None:
     assert snapshot(build(case)) == snapshot(build(case))
 
 
+def test_memoised_parts_are_copied_per_bill() -> None:
+    """A caller that edits one bill's containers leaves the next bill of the same recipe untouched."""
+    case = next(c for c in CASES if c[0] == "70b-tp8")
+    first = build(case)
+    want = snapshot(build(case))
+    first.lines.clear()
+    first.resident_items.clear()
+    first.activation_items.clear()
+    first.ranks[0].resident_items.clear()
+    assert snapshot(build(case)) == want
+
+
 if __name__ == "__main__" and "--write" in sys.argv:
     cases = (f"{json.dumps(c[0])}: {json.dumps(snapshot(build(c)), ensure_ascii=False)}" for c in CASES)
     GOLDEN.write_text("{\n" + ",\n".join(cases) + "\n}\n")  # one bill per line: diffs name the case

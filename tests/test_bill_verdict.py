@@ -17,7 +17,7 @@ from stepbill.errors import StepbillError
 from stepbill.spec.hardware import load_gpu
 from stepbill.spec.presets import load_model
 
-SPACES = [("gpt3-125m", 8, 2048, 2048 * 64), ("mixtral-8x7b", 16, 4096, 4096 * 64), ("llama3-8b", 16, 4096, 4096 * 64)]
+SPACES = [("gpt3-125m", 8, 2048, 2048 * 64), ("mixtral-8x7b", 8, 4096, 4096 * 32), ("llama3-8b", 16, 4096, 4096 * 64)]
 
 
 def _candidates(model: str, gpus: int, seq: int, batch: int, n: int) -> tuple[PlanRequest, list[Candidate]]:

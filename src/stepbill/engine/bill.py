@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from stepbill.engine import activations as act
@@ -33,8 +34,8 @@ from stepbill.engine.steptime import DEFAULT_EFFICIENCY, StepTime, step_time
 from stepbill.errors import unknown_name
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
-from stepbill.spec.parallel import validate_layout
-from stepbill.spec.recipe import Recipe
+from stepbill.spec.parallel import Parallel, validate_layout
+from stepbill.spec.recipe import LoRA, Precision, Recipe
 
 GIB = 2**30
 CONVENTION_NOTE = {
@@ -170,17 +171,9 @@ def _core(spec: ModelSpec, recipe: Recipe, convention: str, attention: str, gpu:
     fp8.require_fp8(recipe.precision, gpu)  # one line before any arithmetic: no fp8 tensor cores on this GPU
     inv = param_inventory(spec)
     split = trainable_split(inv, recipe.lora)
-    a_bytes = recipe.precision.activation
-    if convention == "eager":  # two widths under amp (bf16 compute, fp32 params); an int otherwise
-        from stepbill.engine.activations.eager import from_precision
-
-        a_bytes = from_precision(recipe.precision, recipe.device)
-    elif recipe.precision.fp8 is not None and convention == "ideal":  # Linear inputs cached in fp8 (activations/fp8.py)
-        a_bytes = Fp8Bytes(a_bytes, recipe.precision.fp8)
-    plan = make_plan(spec, recipe.recompute_policy, recipe.seq_len, recipe.micro_batch, a_bytes, convention,
-                     attention=attention, lora=recipe.lora)
-    outside = act.outside_bytes(spec, a_bytes, recipe.seq_len, recipe.micro_batch, convention, recipe.lora)
-    eager = eager_terms(spec, recipe, inv, plan) if convention == "eager" else None
+    a_bytes, plan, outside, eager = _convention_terms(spec, recipe.precision, recipe.device, recipe.micro_batch,
+                                                      recipe.seq_len, recipe.recompute, recipe.lora, recipe.optimizer,
+                                                      recipe.optimizer_impl, convention, attention)
     outside_rows = None
     if convention == "eager":
         from stepbill.engine.activations.eager import outside_bytes_on_rank
@@ -189,6 +182,28 @@ def _core(spec: ModelSpec, recipe: Recipe, convention: str, attention: str, gpu:
             return outside_bytes_on_rank(spec, a_bytes, recipe.seq_len, recipe.micro_batch, divisor,
                                          recipe.parallel.cp, recipe.lora)
     return _Core(inv, split, a_bytes, plan, outside, eager, outside_rows)
+
+
+@lru_cache(maxsize=512)
+def _convention_terms(spec: ModelSpec, precision: Precision, device: str, micro_batch: int, seq_len: int,
+                      recompute: str, lora: LoRA | None, optimizer: str, optimizer_impl: str, convention: str,
+                      attention: str) -> tuple[Any, RecomputePlan, float, EagerTerms | None]:
+    """The activation width, recompute plan, outside-layer bytes and eager terms of a recipe: they read every recipe
+    field but the parallel layout (memoised on exactly those fields: a planner asks once per micro-batch and
+    recompute policy, not once per layout). Shared results: read them, never change them."""
+    a_bytes = precision.activation
+    if convention == "eager":  # two widths under amp (bf16 compute, fp32 params); an int otherwise
+        from stepbill.engine.activations.eager import from_precision
+
+        a_bytes = from_precision(precision, device)
+    elif precision.fp8 is not None and convention == "ideal":  # Linear inputs cached in fp8 (activations/fp8.py)
+        a_bytes = Fp8Bytes(a_bytes, precision.fp8)
+    one_gpu = Recipe(precision, optimizer, micro_batch, seq_len, recompute, lora, Parallel(), optimizer_impl, device)
+    plan = make_plan(spec, one_gpu.recompute_policy, seq_len, micro_batch, a_bytes, convention, attention=attention,
+                     lora=lora)
+    outside = act.outside_bytes(spec, a_bytes, seq_len, micro_batch, convention, lora)
+    eager = eager_terms(spec, one_gpu, param_inventory(spec), plan) if convention == "eager" else None
+    return a_bytes, plan, outside, eager
 
 
 def verdict_ranks(spec: ModelSpec, recipe: Recipe, convention: str = "eager", attention: str = "sdpa") -> list[RankClass]:
@@ -211,12 +226,21 @@ def rank_peaks(spec: ModelSpec, recipe: Recipe, convention: str = "eager", atten
     return [c.memory["peak"] for c in verdict_ranks(spec, recipe, convention, attention)]
 
 
-def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = None, convention: str = "ideal",
-              attention: str = "sdpa", gpu: GPU | None = None, efficiency: float | None = DEFAULT_EFFICIENCY) -> Bill:
-    """The bill of one training step of `spec` under `recipe`: global lines (one micro-batch, as if one rank held
-    it all), the per-rank classes of `recipe.parallel`, the step's collectives, and with a `gpu` the step time."""
-    core = _core(spec, recipe, convention, attention, gpu)
-    inv, split, a_bytes, plan, outside, eager = core.inv, core.split, core.a_bytes, core.plan, core.outside, core.eager
+@lru_cache(maxsize=256)
+def _one_gpu_part(spec: ModelSpec, precision: Precision, device: str, micro_batch: int, seq_len: int, recompute: str,
+                  lora: LoRA | None, optimizer: str, optimizer_impl: str, convention: str, attention: str,
+                  micro_batches: int, gpu_mem_bytes: float | None
+                  ) -> tuple[list[Line], Timeline, list[Line], list[Line], dict[str, Line], dict[str, list[act.ActTensor]]]:
+    """make_bill's global part (one micro-batch as if one rank held it all): resident, activation and checkpoint
+    lines, the one-GPU timeline, the bill's lines and the layer rows. It reads no field of the layout but its
+    micro-batches (gradient accumulation): memoised on exactly the fields it reads, a planner makes it once per
+    micro-batch, recompute policy and micro-batch count. Shared: make_bill copies the containers."""
+    recipe = Recipe(precision, optimizer, micro_batch, seq_len, recompute, lora, Parallel(micro_batches=micro_batches),
+                    optimizer_impl, device)
+    inv = param_inventory(spec)
+    split = trainable_split(inv, lora)
+    a_bytes, plan, outside, eager = _convention_terms(spec, precision, device, micro_batch, seq_len, recompute, lora,
+                                                      optimizer, optimizer_impl, convention, attention)
     resident = resident_lines(inv, recipe)
     timeline = one_gpu_timeline(spec, recipe, inv, plan, outside, eager)
     if recipe.precision.quant is not None:  # QLoRA: one Linear's dequantised bf16 copy inside each layer
@@ -277,6 +301,19 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
                 "ceil({bytes} B / {card} B per card)", {"bytes": int(total), "card": int(gpu_mem_bytes)})
     rows = {kind: act.layer_rows(spec, kind, a_bytes, convention, attention, recipe.lora)
             for kind in act.layer_kinds(spec)}
+    return resident, timeline, activ, ckpt, lines, rows
+
+
+def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = None, convention: str = "ideal",
+              attention: str = "sdpa", gpu: GPU | None = None, efficiency: float | None = DEFAULT_EFFICIENCY) -> Bill:
+    """The bill of one training step of `spec` under `recipe`: global lines (one micro-batch, as if one rank held
+    it all), the per-rank classes of `recipe.parallel`, the step's collectives, and with a `gpu` the step time."""
+    core = _core(spec, recipe, convention, attention, gpu)
+    inv, plan, eager = core.inv, core.plan, core.eager
+    resident, timeline, activ, ckpt, lines, rows = _one_gpu_part(
+        spec, recipe.precision, recipe.device, recipe.micro_batch, recipe.seq_len, recipe.recompute, recipe.lora,
+        recipe.optimizer, recipe.optimizer_impl, convention, attention, recipe.parallel.micro_batches, gpu_mem_bytes)
+    resident, activ, ckpt, lines, rows = list(resident), list(activ), list(ckpt), dict(lines), dict(rows)
     one = SingleRank(spec, recipe, inv, plan, timeline, eager, convention, attention, lines, resident, activ,
                      core.outside_rows)
     ranks = rank_classes(one)

@@ -22,9 +22,10 @@ size 1 of the same code (engine/parallel.one_gpu_timeline).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from stepbill.engine.kinds import Part, Phase
 from stepbill.engine.line import Line
@@ -95,11 +96,17 @@ class Timeline:
     _moments: tuple[Moment, ...] | None = None
     _keys: tuple[str, ...] = field(default=(), repr=False)
     _rows: tuple[Row, ...] = field(default=(), repr=False)
+    _totals: tuple[int, ...] = field(default=(), repr=False)  # Moment.total of each row
+    _phases: dict[Phase, Sequence[int]] | None = field(default=None, repr=False, compare=False)  # rows of each phase
 
     @classmethod
-    def from_rows(cls, keys: tuple[str, ...], rows: list[Row]) -> Timeline:
-        """A timeline whose moment i has items dict(zip(keys, rows[i][4])) (made on demand)."""
-        return cls(None, keys, tuple(rows))
+    def from_rows(cls, keys: tuple[str, ...], rows: list[Row], totals: list[int] | None = None,
+                  phases: dict[Phase, Sequence[int]] | None = None) -> Timeline:
+        """A timeline whose moment i has items dict(zip(keys, rows[i][4])) (made on demand); `totals` (each row's
+        sum, in its order) and `phases` (row indices of each phase) when the builder has them already."""
+        if totals is None:
+            totals = [sum(row[4]) for row in rows]  # Moment.total: the same numbers summed in the same order
+        return cls(None, keys, tuple(rows), tuple(totals), phases)
 
     @cached_property
     def _made(self) -> dict[int, Moment]:
@@ -128,14 +135,19 @@ class Timeline:
                     if key not in best or m.total > best[key].total:  # first of equal totals: the earliest
                         best[key] = m
             return best
-        rows = self._rows
-        totals = [sum(row[4]) for row in rows]  # Moment.total: the same numbers summed in the same order
-        peaks = {None: max(range(len(rows)), key=totals.__getitem__)}  # max: the first of equal totals
-        by_phase: dict[Phase, list[int]] = {}
-        for i, row in enumerate(rows):
-            by_phase.setdefault(row[0], []).append(i)
+        rows, totals = self._rows, self._totals
+        peaks = {None: totals.index(max(totals))}  # index: the first of equal totals
+        by_phase = self._phases
+        if by_phase is None:
+            by_phase = {}
+            for i, row in enumerate(rows):
+                by_phase.setdefault(row[0], []).append(i)
         for phase, indices in by_phase.items():
-            peaks[phase] = max(indices, key=totals.__getitem__)
+            if isinstance(indices, range) and indices.step == 1:  # a run of rows: the first largest in a slice
+                run = totals[indices.start:indices.stop]
+                peaks[phase] = indices.start + run.index(max(run))
+            else:
+                peaks[phase] = max(indices, key=totals.__getitem__)
         return {key: self._moment(i) for key, i in peaks.items()}
 
     @property
@@ -215,7 +227,22 @@ class RankView:
 def rank_timeline(view: RankView, plan: RecomputePlan, outside: float = 0,
                   eager: EagerTerms | None = None) -> Timeline:
     """The moments of one rank: `plan`, `outside` and `eager` are the rank's own (see RankView)."""
-    return timeline_template(view, plan, outside, eager).timeline(view.in_flight_bytes)
+    flight = view.in_flight_bytes
+    rows = _eager_moments(view, plan, outside, eager, flight) if eager is not None else \
+        _ideal_moments(view, plan, outside, flight)
+    return Timeline.from_rows(_keys(view, eager), rows, None, _phase_runs(rows))  # type: ignore[arg-type]
+
+
+def _phase_runs(rows: list[Row] | tuple[TemplateRow, ...]) -> dict[Phase, Sequence[int]]:
+    """Row indices of each phase, in order of first appearance: a range when the phase's rows are contiguous (the
+    builders' order: forward, backward, optimizer step), else a list."""
+    phases = [row[0] for row in rows]
+    out: dict[Phase, Sequence[int]] = {}
+    for phase in dict.fromkeys(phases):
+        first, last = phases.index(phase), len(phases) - 1 - phases[::-1].index(phase)
+        out[phase] = range(first, last + 1) if last - first + 1 == phases.count(phase) else \
+            [i for i, p in enumerate(phases) if p is phase]
+    return out
 
 
 #: A moment before the other micro-batches' kept activations are added: (phase, part, layer, kind, the items before
@@ -235,19 +262,29 @@ class TimelineTemplate:
         """The timeline with `in_flight_bytes` of other micro-batches' activations alive outside the optimizer step
         (each moment's activations rounded after the addition, as one rank's own builder does)."""
         optimizer = Phase.OPTIMIZER
-        return Timeline.from_rows(self.keys, [
-            (phase, part, layer, kind, (*head, round(live + (in_flight_bytes if phase is not optimizer else 0)), *tail))
-            for phase, part, layer, kind, head, live, tail in self.rows])
+        rows, totals = [], []
+        for phase, part, layer, kind, head, live, tail in self.rows:
+            values = (*head, round(live + (in_flight_bytes if phase is not optimizer else 0)), *tail)
+            rows.append((phase, part, layer, kind, values))
+            totals.append(sum(values))  # Moment.total: the same numbers summed in the same order
+        return Timeline.from_rows(self.keys, rows, totals, self.phases)
+
+    @cached_property
+    def phases(self) -> dict[Phase, Sequence[int]]:
+        """The moments of each phase (row indices, in step order). Shared: read it only."""
+        return _phase_runs(self.rows)
 
 
 def timeline_template(view: RankView, plan: RecomputePlan, outside: float = 0,
                       eager: EagerTerms | None = None) -> TimelineTemplate:
     """rank_timeline's moments for every `in_flight_bytes` (the view's own is not read)."""
-    keys = EAGER_KEYS if eager is not None else IDEAL_KEYS
-    if view.buffers is not None:
-        keys += ("buffers",)  # the layout's buffers at each moment, added last
     rows = _eager_moments(view, plan, outside, eager) if eager is not None else _ideal_moments(view, plan, outside)
-    return TimelineTemplate(keys, tuple(rows))
+    return TimelineTemplate(_keys(view, eager), tuple(rows))  # type: ignore[arg-type]
+
+
+def _keys(view: RankView, eager: EagerTerms | None) -> tuple[str, ...]:
+    keys = EAGER_KEYS if eager is not None else IDEAL_KEYS
+    return (*keys, "buffers") if view.buffers is not None else keys  # the layout's buffers, added last
 
 
 #: The items of a moment, in order (each row's values follow it; "buffers" last when the layout has any).
@@ -255,11 +292,19 @@ IDEAL_KEYS = ("weights", "optimizer", "grads", "activations")
 EAGER_KEYS = (*IDEAL_KEYS, "inputs", "temporaries", "autocast_cache")
 
 
-def _ideal_moments(view: RankView, plan: RecomputePlan, outside: float) -> list[TemplateRow]:
+def _ideal_moments(view: RankView, plan: RecomputePlan, outside: float,
+                   flight: int | None = None) -> list[TemplateRow] | list[Row]:
+    """Template rows, or with `flight` (the in-flight bytes) the timeline's rows."""
     weights, optimizer, buffers, order = view.weights, view.optimizer, view.buffers, plan.order
+    optimizer_step = Phase.OPTIMIZER
 
-    def at(phase: Phase, part: Part, grads: int, activations: float, layer: int | None = None) -> TemplateRow:
+    def at(phase: Phase, part: Part, grads: int, activations: float, layer: int | None = None) -> Any:
         kind = order[layer] if layer is not None else None
+        if flight is not None:
+            live = round(activations + (flight if phase is not optimizer_step else 0))
+            if buffers is None:
+                return phase, part, layer, kind, (weights, optimizer, grads, live)
+            return phase, part, layer, kind, (weights, optimizer, grads, live, buffers(phase, part, layer))
         tail = () if buffers is None else (buffers(phase, part, layer),)
         return phase, part, layer, kind, (weights, optimizer, grads), activations, tail
 
@@ -282,9 +327,11 @@ def _ideal_moments(view: RankView, plan: RecomputePlan, outside: float) -> list[
     return moments
 
 
-def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: EagerTerms) -> list[TemplateRow]:
+def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: EagerTerms,
+                   flight: int | None = None) -> list[TemplateRow] | list[Row]:
     """The eager convention's moments: as the ideal ones, plus inputs, logits, loss and LM head gradients,
-    the largest moment inside each layer's backward, optimizer temporaries and amp's weight-cast cache."""
+    the largest moment inside each layer's backward, optimizer temporaries and amp's weight-cast cache. Template
+    rows, or with `flight` (the in-flight bytes) the timeline's rows."""
     casts = [e.cast_layer.get(k, 0) - (e.lora_first_cast if i == 0 and view.first else 0)
              for i, k in enumerate(plan.order)]
     cast_head = e.cast_head if view.last else 0
@@ -295,10 +342,17 @@ def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: Eager
     fixed = [0 if ckpt else e.layer_fixed.get(k, 0) for k in plan.order]
 
     weights, optimizer, buffers, order, constant = view.weights, view.optimizer, view.buffers, plan.order, e.constant
+    optimizer_step = Phase.OPTIMIZER
 
     def at(phase: Phase, part: Part, grads: int, activations: float, temporaries: int = 0, cast: int = 0,
-           layer: int | None = None) -> TemplateRow:
+           layer: int | None = None) -> Any:
         kind = order[layer] if layer is not None else None
+        if flight is not None:
+            live = round(activations + (flight if phase is not optimizer_step else 0))
+            if buffers is None:
+                return phase, part, layer, kind, (weights, optimizer, grads, live, constant, temporaries, cast)
+            return phase, part, layer, kind, (weights, optimizer, grads, live, constant, temporaries, cast,
+                                              buffers(phase, part, layer))
         tail = (constant, temporaries, cast) if buffers is None else (constant, temporaries, cast,
                                                                       buffers(phase, part, layer))
         return phase, part, layer, kind, (weights, optimizer, grads), activations, tail
@@ -314,13 +368,13 @@ def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: Eager
         fix += fixed[i]
         if ckpt and e.layer_inner.get(k, 0):
             moments.append(at(Phase.FORWARD, Part.LAYER_INNER, resting, kept + fix + e.embed_locals
-                              + e.layer_inner[k], cast=cast, layer=i))
-        moments.append(at(Phase.FORWARD, Part.LAYER, resting, kept + fix + embed_out, cast=cast, layer=i))
+                              + e.layer_inner[k], 0, cast, i))
+        moments.append(at(Phase.FORWARD, Part.LAYER, resting, kept + fix + embed_out, 0, cast, i))
     saved = plan.kept_after_forward() + (outside if view.last else 0) + fix
     # autocast's cache is cleared when the forward leaves autocast: what remains is what graphs saved.
     cast = cast_all if not ckpt else cast_head
     if view.last:
-        moments.append(at(Phase.FORWARD, Part.HEAD, resting, saved + e.forward_end + embed_out, cast=cast_all))
+        moments.append(at(Phase.FORWARD, Part.HEAD, resting, saved + e.forward_end + embed_out, 0, cast_all))
         moments.append(at(Phase.BACKWARD, Part.LOSS, resting, saved + e.loss_act, e.loss_temp, cast))
         moments.append(at(Phase.BACKWARD, Part.HEAD_BACKWARD, resting, saved + e.head_act, e.head_temp, cast))
     cast -= cast_head
@@ -330,10 +384,10 @@ def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: Eager
         mine = casts[i] if ckpt else 0  # the recomputed forward casts this layer's weights again
         live = bwd[i] + e.rope + fix + (e.layer_fixed.get(k, 0) if ckpt else 0)
         moments.append(at(Phase.BACKWARD, Part.LAYER, grads + e.layer_grad.get(k, 0), live + e.layer_act.get(k, 0),
-                          e.layer_temp.get(k, 0), cast + mine, layer=i))
+                          e.layer_temp.get(k, 0), cast + mine, i))
         if e.norm_temp:
             moments.append(at(Phase.BACKWARD, Part.LAYER_NORM, grads + e.norm_grad.get(k, 0),
-                              live + e.norm_act.get(k, 0), e.norm_temp, cast + mine, layer=i))
+                              live + e.norm_act.get(k, 0), e.norm_temp, cast + mine, i))
         grads += view.grads_layers[i]
         fix -= fixed[i]
         cast -= 0 if ckpt else casts[i]

@@ -80,7 +80,15 @@ def layout_buffers(spec: ModelSpec, recipe: Recipe, order: tuple[str, ...], held
                           {"tokens": seq_tokens / (par.tp if par.sp else 1), "k": spec.moe.top_k,
                            "hidden": spec.hidden_size, "bytes": p.activation}))
 
+    made: dict[tuple[Phase, Part, str | None, bool], int] = {}  # a layer counts through its kind only
+
     def buffers(phase: Phase, part: Part, layer: int | None) -> int:
+        key = (phase, part, None if layer is None else order[layer], layer is None)
+        if key not in made:
+            made[key] = _buffers_at(phase, part, layer)
+        return made[key]
+
+    def _buffers_at(phase: Phase, part: Part, layer: int | None) -> int:
         total = float(bucket)
         in_layer = part in LAYER_PARTS and layer is not None
         kind = order[layer] if in_layer and layer is not None else None

@@ -232,9 +232,10 @@ def stage_classes(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, on
     # Stages that hold the same rows (representative_stage) and run the same layer order share everything but
     # their micro-batches in flight: each such part is made once per call.
     shared: dict[tuple[int, tuple[str, ...]], tuple[Any, ...]] = {}
+    orders = [tuple(one_plan.order[i] for i in indices[stage]) for stage in range(par.pp)]
+    keys = [(representative_stage(spec, par, stage), orders[stage]) for stage in range(par.pp)]
     for stage in range(par.pp):
-        order = tuple(one_plan.order[i] for i in indices[stage])
-        key = (representative_stage(spec, par, stage), order)
+        order, key = orders[stage], keys[stage]
         if key not in shared:
             held = rank_holdings(spec, recipe, stage)
             plan = one_plan.for_rank(divisor, input_divisor, par.cp * par.tp, order)
@@ -252,7 +253,8 @@ def stage_classes(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, on
                 eager.step_counters if eager is not None else 0)
             grads = sum(x.value for x in gpu_items if x.name == "grads")
             outside = outside_rows(divisor) if (outside_rows is not None and stage == par.pp - 1) else 0.0
-            template = timeline_template(base, plan, outside, eager)
+            # a template when other stages share it; a stage of its own builds its timeline directly
+            template = timeline_template(base, plan, outside, eager) if keys.count(key) > 1 else None
             shared[key] = (held, plan, kept, eager, transient, outside, template, cpu, gpu_items, weights, optimizer,
                            grads)
         held, plan, kept, eager, transient, outside, template, cpu, gpu_items, weights, optimizer, grads = shared[key]
@@ -264,7 +266,10 @@ def stage_classes(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, on
             if cpu_act:
                 cpu["activations"] = cpu_act
         flight_bytes = 0.0 if par.offload_activations else (flight - 1) * kept
-        tl = template.timeline(round(flight_bytes))  # the RankView's in_flight_bytes
+        if template is not None:
+            tl = template.timeline(round(flight_bytes))  # the RankView's in_flight_bytes
+        else:
+            tl = rank_timeline(replace(base, in_flight_bytes=round(flight_bytes)), plan, outside, eager)
         memory = _memory(tl, weights, optimizer, grads)
         activ = _activation_lines(plan, tl, flight, outside)
         tags = [t for t, on in (("first", stage == 0), ("last", last)) if on and par.pp > 1]
