@@ -52,7 +52,7 @@ from stepbill.engine.params import ParamInventory
 from stepbill.engine.recompute import RecomputePlan
 from stepbill.engine.states import lora_adapter_groups
 from stepbill.spec.model import ModelSpec
-from stepbill.spec.recipe import Recipe
+from stepbill.spec.recipe import LoRA, Recipe
 
 FP32 = 4
 INT64 = 8
@@ -99,6 +99,10 @@ class EagerTerms:
     lora_embed_out: int = 0
     #: LoRA under amp: layer 0's q/k/v weight casts, which no matmul saves (their input needs no gradient)
     lora_first_cast: int = 0
+    #: LoRA under amp: the A weight casts of layer 0's q/k/v adapters — cached by autocast (A requires grad) but
+    #: saved by no matmul (A's input, the frozen embedding's normed output, needs no gradient): alive through the
+    #: forward, freed when the forward leaves autocast
+    lora_first_a_cast: int = 0
 
     def for_rank(self, tokens: float, width: float, vocab: float, grads: float, counters: float = 1.0,
                  optimizer: float = 1.0, weights: float = 1.0) -> EagerTerms:
@@ -138,6 +142,7 @@ class EagerTerms:
             window=round(self.window / tokens),
             lora_embed_out=round(self.lora_embed_out / tokens),
             lora_first_cast=round(self.lora_first_cast / weights),
+            lora_first_a_cast=round(self.lora_first_a_cast / weights),
         )
 
 
@@ -265,6 +270,20 @@ def _first_layer_unsaved_casts(inventory: ParamInventory, plan: RecomputePlan, c
                and x.name in ("attn.q_proj.weight", "attn.k_proj.weight", "attn.v_proj.weight")) * compute_bytes
 
 
+def _first_layer_adapter_a_casts(inventory: ParamInventory, plan: RecomputePlan, lora: LoRA, compute_bytes: int) -> int:
+    """amp under LoRA: bytes of the A weight casts of layer 0's q/k/v adapters (one layer's share): autocast caches
+    them (a leaf that requires grad), but A's matmul saves no weight, its input needing no gradient (measured with
+    saved_tensors_hooks on a PEFT-wrapped tiny Llama: layer 0's lora_A saves its input cast only)."""
+    if not plan.order:
+        return 0
+    first = plan.order[0]
+    n = max(1, plan.order.count(first))
+    mine = ParamInventory(tuple(x for x in inventory.tensors if x.layer_kind == first
+                                and x.name in ("attn.q_proj.weight", "attn.k_proj.weight", "attn.v_proj.weight")))
+    a_casts = lora_adapter_groups(mine, lora)[0::2]  # (A, B) per targeted matrix: A of (r, in)
+    return sum(math.prod(shape) * copies for shape, copies, _ in a_casts) // n * compute_bytes
+
+
 @lru_cache(maxsize=64)  # a pure function of the frozen spec; the planner asks for it many times
 def _torch_sizes(spec: ModelSpec) -> list[int]:
     return torch_tensor_sizes(spec)
@@ -340,8 +359,9 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         step_counters=FP32 * (n_tensors if lora is None else sum(c for _, c, _ in lora_adapter_groups(inventory, lora)))
         if recipe.optimizer in ("adamw", "adam") else 0,
         # amp: the final norm's fp32 output is alive until the causal LM's forward returns (the LM head saves
-        # its bf16 cast instead); otherwise it is the LM head's saved input, counted in the outside rows.
-        forward_end=logits + padded + FP32 + (width.param * h * n if amp else 0) + held_mask,
+        # its bf16 cast instead); LoRA: the same output, which the frozen LM head does not save (outside.py
+        # LORA_FROZEN_OUTSIDE); otherwise it is the LM head's saved input, counted in the outside rows.
+        forward_end=logits + padded + FP32 + (width.param * h * n if amp or lora is not None else 0) + held_mask,
         loss_act=loss_act,
         loss_temp=2 * FP32 * v * n,
         head_act=loss_act - FP32 * v * n,
@@ -365,4 +385,5 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         window=window_total_bytes(spec, width, t, b),
         lora_embed_out=width.param * h * n if plan.first_unsaved else 0,
         lora_first_cast=_first_layer_unsaved_casts(inventory, plan, a) if lora is not None and amp else 0,
+        lora_first_a_cast=_first_layer_adapter_a_casts(inventory, plan, lora, a) if lora is not None and amp else 0,
     )

@@ -251,8 +251,12 @@ def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: Eager
     saved = plan.kept_after_forward() + (outside if view.last else 0) + fix
     # autocast's cache is cleared when the forward leaves autocast: what remains is what graphs saved.
     cast = cast_all if not ckpt else cast_head
+    # LoRA under amp: layer 0's adapter A casts, cached but saved by nothing, go with the autocast cache
+    cast -= e.lora_first_a_cast if view.first and not ckpt else 0
     if view.last:
-        moments.append(at(Phase.FORWARD, Part.HEAD, resting, saved + e.forward_end + embed_out, cast=cast_all))
+        # the embedding output is no longer named once the decoder's forward returned (LoRA: the final norm's
+        # output, which the frozen head does not save, is in forward_end instead)
+        moments.append(at(Phase.FORWARD, Part.HEAD, resting, saved + e.forward_end, cast=cast_all))
         moments.append(at(Phase.BACKWARD, Part.LOSS, resting, saved + e.loss_act, e.loss_temp, cast))
         moments.append(at(Phase.BACKWARD, Part.HEAD_BACKWARD, resting, saved + e.head_act, e.head_temp, cast))
     cast -= cast_head
