@@ -213,7 +213,8 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
                              plan.recompute_flops_square(),
                              matmul_params(spec, inv),
                              None if recipe.lora is None else lora_step_terms(spec, inv, recipe.lora, recipe.seq_len,
-                                                                              recipe.micro_batch)))
+                                                                              recipe.micro_batch,
+                                                                              plan.policy.kind in ("full", "every"))))
     lines.update(_recipe_lines(inv, recipe))
     if gpu_mem_bytes:
         for key in ("memory.resident", "memory.peak"):

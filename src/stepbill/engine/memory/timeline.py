@@ -221,11 +221,13 @@ def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: Eager
     casts = [e.cast_layer.get(k, 0) - (e.lora_first_cast if i == 0 and view.first else 0)
              for i, k in enumerate(plan.order)]
     cast_head = e.cast_head if view.last else 0
-    cast_all = sum(casts) + cast_head
     # A checkpointed layer saves nothing in its forward (its rows, fixed ones and weight casts included); its
     # backward rebuilds them. Otherwise its fixed rows and casts live from its forward to its backward.
     ckpt = plan.policy.kind in ("full", "every")
     fixed = [0 if ckpt else e.layer_fixed.get(k, 0) for k in plan.order]
+    # LoRA: a checkpointed layer's forward leaves only the adapters' casts in autocast's cache (lora_cast_layer)
+    fwd_casts = [e.lora_cast_layer.get(k, c) for k, c in zip(plan.order, casts, strict=True)] if ckpt else casts
+    cast_all = sum(fwd_casts) + cast_head
 
     def at(phase: Phase, part: Part, grads: int, activations: float, temporaries: int = 0, cast: int = 0,
            layer: int | None = None) -> Moment:
@@ -242,7 +244,7 @@ def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: Eager
     moments = []
     for i, k in enumerate(plan.order):
         kept += plan.kept_bytes(i) * plan.tokens
-        cast += casts[i]
+        cast += fwd_casts[i]
         fix += fixed[i]
         if ckpt and e.layer_inner.get(k, 0):
             moments.append(at(Phase.FORWARD, Part.LAYER_INNER, resting, kept + fix + e.embed_locals
