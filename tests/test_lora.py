@@ -80,7 +80,7 @@ def test_lora_optimizer_temporaries_are_the_adapters() -> None:
     """AdamW (single tensor) under LoRA steps the adapters only: its largest temporaries are 2·s_j + s_{j−1} over
     consecutive adapter tensors (A then B), never a frozen embedding's (measured on the tiny Llama, q,v r 8, fp32:
     OPT at the optimizer peak 69,664 B = 57,376 B of states + 12,288 B)."""
-    from stepbill.engine.memory.eager import lora_optimizer_temporaries
+    from stepbill.engine.memory.eager_lora import lora_optimizer_temporaries
     from stepbill.engine.params import param_inventory
     from stepbill.spec.hf import from_hf_config
     from stepbill.spec.recipe import LoRA

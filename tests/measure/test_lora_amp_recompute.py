@@ -72,18 +72,21 @@ def test_amp_full_recompute_lora_forward_as_full_finetuning() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("recipe", ["fp32", "amp-bf16"])
-def test_realistic_size_lora_full_recompute_llama_3_2_1b(recipe: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """Llama-3.2-1B as published (fake tensors, seq 1024, q,v r 16) under full recompute, through the CLI: every memory
-    category within 8,192 B of MemTracker (the position ids' int64 that the checkpointed step leaves out, as under
-    full fine-tuning), params, grads, optimizer states, FLOPs and PEFT's trainable count exact."""
+@pytest.mark.parametrize(("recipe", "recompute", "slack_bytes"), [
+    ("amp-bf16", "none", 0), ("fp32", "full", 8192), ("amp-bf16", "full", 8192)])
+def test_realistic_size_lora_llama_3_2_1b(recipe: str, recompute: str, slack_bytes: int,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Llama-3.2-1B as published (fake tensors, seq 1024, q,v r 16), through the CLI: amp-bf16 every category to the
+    byte (10,381,443,592 B step peak); under full recompute every memory category within 8,192 B of MemTracker (the
+    position ids' int64 that the checkpointed step leaves out, as under full fine-tuning); params, grads, optimizer
+    states, FLOPs and PEFT's trainable count exact. About 75 s each on a loaded 2-core machine."""
     code, out, err = run_cli(["check", str(DATA / "llama-3.2-1b.json"), "--fake", "--seq", "1024", "--lora-rank", "16",
-                              "--recipe", recipe, "--recompute", "full", "--json"], capsys)
+                              "--recipe", recipe, "--recompute", recompute, "--json"], capsys)
     assert code == 0, err
     data = json.loads(out)
-    assert data["settings"]["peft_input_require_grads"] is True
+    assert data["settings"]["peft_input_require_grads"] is (recompute == "full")
     for row in data["rows"]:
         if row["unit"] == "bytes":
-            assert abs(row["predicted"] - row["measured"]) <= 8192, row
+            assert abs(row["predicted"] - row["measured"]) <= slack_bytes, row
         else:
             assert row["predicted"] == row["measured"], row

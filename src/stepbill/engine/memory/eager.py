@@ -48,11 +48,12 @@ from stepbill.engine.activations.eager.masks import bool_mask_bytes, window_fixe
 from stepbill.engine.activations.eager.moe import RENORMALISE
 from stepbill.engine.activations.eager.outside import rope_buffer_bytes, rope_width
 from stepbill.engine.activations.eager.torch_params import torch_tensor_sizes
+from stepbill.engine.memory.eager_lora import first_layer_adapter_a_casts, lora_optimizer_temporaries
 from stepbill.engine.params import ParamInventory
 from stepbill.engine.recompute import RecomputePlan
 from stepbill.engine.states import lora_adapter_groups
 from stepbill.spec.model import ModelSpec
-from stepbill.spec.recipe import LoRA, Recipe
+from stepbill.spec.recipe import Recipe
 
 FP32 = 4
 INT64 = 8
@@ -264,22 +265,6 @@ def optimizer_temporaries(inventory: ParamInventory, impl: str, state_bytes: int
     return best
 
 
-def lora_optimizer_temporaries(inventory: ParamInventory, lora: LoRA, impl: str, state_bytes: int) -> int:
-    """optimizer_temporaries under LoRA: AdamW steps the adapters only (A then B of each targeted Linear, in module
-    order, layer after layer), never the frozen base (whose embedding/LM head would otherwise set the single-tensor
-    maximum: measured on Llama-3.2-1B, LoRA q,v under full recompute, where the optimizer moment was the bill's
-    step peak, +5.8 %)."""
-    groups = lora_adapter_groups(inventory, lora)
-    if impl == "fused" or state_bytes == 0 or not groups:
-        return 0
-    if impl == "foreach":
-        return sum(math.prod(shape) * copies for shape, copies, _ in groups) * state_bytes
-    layer = [math.prod(shape) * state_bytes for shape, copies, _ in groups if copies > 1]
-    rest = [math.prod(shape) * state_bytes for shape, copies, _ in groups if copies <= 1]
-    seq = layer + layer[:1] + rest if layer else rest  # one layer read cyclically gives every consecutive pair
-    return max([2 * seq[0], *(2 * cur + prev for prev, cur in pairwise(seq))])
-
-
 def _first_layer_unsaved_casts(inventory: ParamInventory, plan: RecomputePlan, compute_bytes: int) -> int:
     """amp under LoRA: bytes of layer 0's q/k/v weight casts (one layer's share of each), which autocast does not
     cache (frozen) and no matmul saves (the frozen embedding's output needs no gradient)."""
@@ -289,20 +274,6 @@ def _first_layer_unsaved_casts(inventory: ParamInventory, plan: RecomputePlan, c
     n = max(1, plan.order.count(first))
     return sum(x.total // n for x in inventory.tensors if x.layer_kind == first
                and x.name in ("attn.q_proj.weight", "attn.k_proj.weight", "attn.v_proj.weight")) * compute_bytes
-
-
-def _first_layer_adapter_a_casts(inventory: ParamInventory, plan: RecomputePlan, lora: LoRA, compute_bytes: int) -> int:
-    """amp under LoRA: bytes of the A weight casts of layer 0's q/k/v adapters (one layer's share): autocast caches
-    them (a leaf that requires grad), but A's matmul saves no weight, its input needing no gradient (measured with
-    saved_tensors_hooks on a PEFT-wrapped tiny Llama: layer 0's lora_A saves its input cast only)."""
-    if not plan.order:
-        return 0
-    first = plan.order[0]
-    n = max(1, plan.order.count(first))
-    mine = ParamInventory(tuple(x for x in inventory.tensors if x.layer_kind == first
-                                and x.name in ("attn.q_proj.weight", "attn.k_proj.weight", "attn.v_proj.weight")))
-    a_casts = lora_adapter_groups(mine, lora)[0::2]  # (A, B) per targeted matrix: A of (r, in)
-    return sum(math.prod(shape) * copies for shape, copies, _ in a_casts) // n * compute_bytes
 
 
 @lru_cache(maxsize=64)  # a pure function of the frozen spec; the planner asks for it many times
@@ -416,5 +387,5 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         # under checkpointing transformers makes the embedding output require grad (enable_input_require_grads), so
         # the recomputed layer 0 saves its q/k/v casts like any layer
         lora_first_cast=_first_layer_unsaved_casts(inventory, plan, a) if lora is not None and amp and not ckpt else 0,
-        lora_first_a_cast=_first_layer_adapter_a_casts(inventory, plan, lora, a) if lora is not None and amp else 0,
+        lora_first_a_cast=first_layer_adapter_a_casts(inventory, plan, lora, a) if lora is not None and amp else 0,
     )
