@@ -90,3 +90,22 @@ def test_realistic_size_lora_llama_3_2_1b(recipe: str, recompute: str, slack_byt
             assert abs(row["predicted"] - row["measured"]) <= slack_bytes, row
         else:
             assert row["predicted"] == row["measured"], row
+
+
+def test_cli_amp_full_all_linear_is_measured_with_its_unmodelled_line(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """`check CONFIG --lora-rank 8 --lora-targets all-linear --recipe amp-bf16 --recompute full --fake --json`: measured,
+    the JSON names the checkpointing path (settings.peft_input_require_grads) and says in `unmodelled` that the
+    rebuild's moment at down_proj's adapter is not modelled; FLOPs exact (the rebuild reruns the frozen down
+    projection and A when down carries an adapter)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(TINY_CONFIGS["llama"]))
+    code, out, err = run_cli(["check", str(path), "--seq", "64", "--micro-batch", "2", "--lora-rank", "8",
+                              "--lora-targets", "all-linear", "--recipe", "amp-bf16", "--recompute", "full", "--fake",
+                              "--json"], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["settings"]["peft_input_require_grads"] is True
+    assert any("down_proj" in line and "not modelled" in line for line in data["unmodelled"])
+    flops = next(r for r in data["rows"] if r["unit"] == "FLOPs")
+    assert flops["predicted"] == flops["measured"]

@@ -37,6 +37,8 @@ class PeftLoRA:
     #: get_peft_model then call enable_input_require_grads, a hook that makes the embedding output require grad —
     #: what a PEFT + Trainer fine-tuning run does. Recorded for the header and JSON settings.
     checkpointing: bool = False
+    #: what the bill does not model in this setup, one line each (check_lora.full_unmodelled); printed as notes
+    unmodelled: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1:
