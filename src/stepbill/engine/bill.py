@@ -291,7 +291,8 @@ def _one_gpu_part(spec: ModelSpec, precision: Precision, device: str, micro_batc
                              plan.recompute_flops_square(),
                              matmul_params(spec, inv),
                              None if recipe.lora is None else lora_step_terms(spec, inv, recipe.lora, recipe.seq_len,
-                                                                              recipe.micro_batch)))
+                                                                              recipe.micro_batch,
+                                                                              plan.policy.kind in ("full", "every"))))
     lines.update(_recipe_lines(inv, recipe))
     if gpu_mem_bytes:
         for key in ("memory.resident", "memory.peak"):

@@ -306,17 +306,39 @@ def lora_first_layer_dgrad_per_token(spec: ModelSpec, lora: LoRA) -> int:
     return skipped
 
 
-def lora_step_terms(spec: ModelSpec, inv: ParamInventory, lora: LoRA, seq_len: int, micro_batch: int) -> dict[str, int]:
+def lora_recompute_flops_per_token(inv: ParamInventory, lora: LoRA, layer_kind: str, n_layers: int,
+                                   skip_trailing: bool) -> float:
+    """Adapter FLOPs a checkpointed layer's rebuild reruns, per layer per token: every adapter's forward (A and B);
+    with `skip_trailing` (transformers' non-reentrant checkpoint, as FlopCounterMode counts it) the rebuild stops
+    once the layer's last saved tensor is packed, before the op that saves it runs: without an adapter on down_proj
+    that is the frozen down projection (not rerun, as under full fine-tuning: layer_recompute_flops), with one it is
+    B's matmul. Measured with FlopCounterMode on a PEFT-wrapped tiny Llama: q,v and all-linear exact."""
+    total = lora_adapter_flops_per_token(inv, lora, layer_kind)
+    if skip_trailing:
+        for t in inv.tensors:
+            if (t.layer_kind == layer_kind and len(t.shape) == 2 and t.name.endswith("down_proj.weight")
+                    and t.component != "experts" and lora.targets_matrix(t.name, t.component)):
+                out_dim, in_dim = t.shape
+                # B's pack comes after the base down projection and A ran (PEFT: base first, then B(A(x))): those
+                # two are rerun (the base one beyond layer_recompute_flops' count), only B is not
+                total += 2 * (out_dim * in_dim - lora.rank * out_dim) * t.active_copies
+    return total / max(n_layers, 1)
+
+
+def lora_step_terms(spec: ModelSpec, inv: ParamInventory, lora: LoRA, seq_len: int, micro_batch: int,
+                    input_requires_grad: bool = False) -> dict[str, int]:
     """What LoRA changes in one micro-batch's step FLOPs: the frozen base skips every weight-gradient GEMM (each
     costs what its forward costs: `frozen_wgrad` = the forward's matmuls with weights, LM head included —
     everything but the attention core), the first layer skips the input gradients nothing needs
     (`first_layer_dgrad`), and the adapters add 3 × their forward (`adapters`). Step ≈ 2/3 of full fine-tuning
-    when the attention core is small."""
+    when the attention core is small. `input_requires_grad`: transformers' gradient checkpointing (and PEFT with it)
+    calls enable_input_require_grads, so the embedding output requires grad and the first layer computes every
+    input gradient (first_layer_dgrad 0; measured with FlopCounterMode on a PEFT-wrapped tiny Llama)."""
     tokens = seq_len * micro_batch
     linear = forward_flops(spec, seq_len, micro_batch, True) - attention_flops(spec, seq_len, micro_batch, True)
     adapter_fwd = lora_adapter_flops_per_token(inv, lora)
     return {"frozen_wgrad": int(linear), "adapters": 3 * tokens * adapter_fwd,
-            "first_layer_dgrad": tokens * lora_first_layer_dgrad_per_token(spec, lora),
+            "first_layer_dgrad": 0 if input_requires_grad else tokens * lora_first_layer_dgrad_per_token(spec, lora),
             "adapter_params_active": adapter_fwd // 2}
 
 
@@ -327,7 +349,7 @@ def lora_adapter_flops_per_layer_token(inv: ParamInventory, lora: LoRA, layer_ki
 
 def stage_step_flops(spec: ModelSpec, inv: ParamInventory, seq_len: int, micro_batch: int, kinds: dict[str, int],
                      first: bool, last: bool, recompute_per_token: dict[str, float],
-                     lora: LoRA | None = None) -> float:
+                     lora: LoRA | None = None, input_requires_grad: bool = False) -> float:
     """Executed FLOPs of one pipeline stage for one micro-batch (causal attention, as flops.step counts them):
     its layers' forward + backward + recompute (`recompute_per_token`: per layer per token, by kind), the LM head
     on the last stage; under LoRA no weight gradients, no input gradient for the first layer's q/k/v, adapters
@@ -344,7 +366,7 @@ def stage_step_flops(spec: ModelSpec, inv: ParamInventory, seq_len: int, micro_b
     if last:
         head = tokens * lm_head_op(spec).flops_per_token
         total += (1 + BACKWARD_FACTOR) * head - (head if lora is not None else 0)
-    if first and lora is not None:
+    if first and lora is not None and not input_requires_grad:  # checkpointing: see lora_step_terms
         total -= tokens * lora_first_layer_dgrad_per_token(spec, lora)
     return total
 

@@ -148,7 +148,8 @@ def slowest_stage(spec: ModelSpec, inv: ParamInventory, recipe: Recipe,
     best = (0, -1.0, 0.0)
     for stage, stage_kinds in enumerate(kinds):
         work = fl.stage_step_flops(spec, inv, recipe.seq_len, recipe.micro_batch, stage_kinds, stage == 0,
-                                   stage == par.pp - 1, per_token, recipe.lora)
+                                   stage == par.pp - 1, per_token, recipe.lora,
+                                   plan is not None and plan.policy.kind in ("full", "every"))
         if work > best[1]:
             rc = sum(n * per_token.get(k, 0.0) for k, n in stage_kinds.items()) * recipe.tokens
             best = (stage, work, rc)

@@ -32,6 +32,13 @@ class PeftLoRA:
     #: `check --recipe pure-bf16` passes False so that the adapters, their grads and AdamW states are bf16 as the
     #: recipe says.
     autocast_adapter_dtype: bool = True
+    #: `check --recompute full`: the model's gradient checkpointing is on when PEFT wraps it (measure.session calls
+    #: transformers' gradient_checkpointing_enable(use_reentrant=False) first); both transformers and PEFT's
+    #: get_peft_model then call enable_input_require_grads, a hook that makes the embedding output require grad —
+    #: what a PEFT + Trainer fine-tuning run does. Recorded for the header and JSON settings.
+    checkpointing: bool = False
+    #: what the bill does not model in this setup, one line each (check_lora.full_unmodelled); printed as notes
+    unmodelled: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1:
@@ -43,15 +50,16 @@ class PeftLoRA:
 
     @classmethod
     def for_recipe(cls, recipe: str, rank: int, targets: tuple[str, ...] | None = None, alpha: float | None = None,
-                   dropout: float | None = None) -> PeftLoRA:
+                   dropout: float | None = None, checkpointing: bool = False) -> PeftLoRA:
         """The PEFT setup `check --recipe RECIPE --lora-rank R` measures (pure-bf16: bf16 adapters)."""
         return cls(rank, targets or DEFAULT_LORA_TARGETS, alpha, 0.0 if dropout is None else float(dropout),
-                   autocast_adapter_dtype=recipe != "pure-bf16")
+                   autocast_adapter_dtype=recipe != "pure-bf16", checkpointing=checkpointing)
 
     def settings(self) -> dict[str, Any]:
         """The flat JSON settings of a LoRA check (scalars only)."""
         return {"lora_rank": self.rank, "lora_targets": ",".join(self.targets), "lora_alpha": self.alpha,
-                "lora_dropout": self.dropout, "peft_autocast_adapter_dtype": self.autocast_adapter_dtype}
+                "lora_dropout": self.dropout, "peft_autocast_adapter_dtype": self.autocast_adapter_dtype,
+                "peft_input_require_grads": self.checkpointing}
 
 
 def require_peft() -> None:

@@ -70,7 +70,7 @@ def layer_rows(spec: ModelSpec, layer_kind: str, activation_bytes: Any, conventi
         rows = _layer_rows(spec, layer_kind, activation_bytes, convention, attention)
         if lora is not None:
             rows = apply_lora(spec, layer_kind, rows, lora, getattr(activation_bytes, "compute", activation_bytes),
-                              convention)
+                              convention, int(getattr(activation_bytes, "param", 0)))
         if getattr(activation_bytes, "fp8", None) and convention == "ideal":  # Linear inputs cached in fp8 (fp8.py)
             rows = apply_fp8(spec, rows, activation_bytes.fp8)  # type: ignore[attr-defined]
         if len(_ROWS_CACHE) > 4096:

@@ -85,9 +85,29 @@ def adapter_rows(spec: ModelSpec, layer_kind: str, lora: LoRA, compute_bytes: in
     return rows
 
 
+def amp_adapter_copies(spec: ModelSpec, block_rows: list[ActTensor], lora: LoRA, compute_bytes: int,
+                       param_bytes: int) -> list[ActTensor]:
+    """Under autocast (fp32 weights, bf16 compute), the bf16 copy of the attention output that o_proj's adapter keeps
+    beside SDPA's own saved output: PEFT's LoRA layer casts its input to A's dtype (fp32: `_cast_input_dtype`) and
+    autocast casts it back to bf16 for A's matmul, which saves that new copy for A's weight gradient (measured with
+    saved_tensors_hooks on a PEFT-wrapped tiny Llama, all-linear). The fp32 norm outputs q/k/v/gate/up read are
+    cast once per adapter as well: the `_in_cast` rows, kept by A instead of the frozen base; down_proj's copy
+    replaces the SwiGLU product, which nothing else keeps (the `mlp.product` row stands for it)."""
+    if param_bytes <= compute_bytes or spec.family in _FUSED_QKV or not lora.targets_matrix("attn.o_proj.weight"):
+        return []
+    core = next((r for r in block_rows if r.name == "attn.core_out"), None)
+    if core is None:
+        return []
+    return [ActTensor("lora.attn.o_proj_in_cast", core.width, compute_bytes,
+                      "LoRA A weight grad (autocast's bf16 copy of PEFT's fp32 upcast of o_proj's input)",
+                      Recompute("copy"), core.block, split=core.split)]
+
+
 def apply_lora(spec: ModelSpec, layer_kind: str, rows: list[ActTensor], lora: LoRA, compute_bytes: int,
-               convention: str) -> list[ActTensor]:
-    """`rows` of one layer under LoRA: frozen-only Linear inputs dropped, adapter rows added."""
+               convention: str, param_bytes: int = 0) -> list[ActTensor]:
+    """`rows` of one layer under LoRA: frozen-only Linear inputs dropped, adapter rows added (eager under autocast:
+    o_proj's adapter input copy, amp_adapter_copies; `param_bytes` the weights' dtype bytes)."""
+    copies = amp_adapter_copies(spec, rows, lora, compute_bytes, param_bytes) if convention == "eager" else []
     out = []
     for row in rows:
         if convention == "eager" and row.name.endswith("norm_xhat"):
@@ -96,4 +116,4 @@ def apply_lora(spec: ModelSpec, layer_kind: str, rows: list[ActTensor], lora: Lo
         if readers is not None and not any(lora.targets_matrix(name) for name in readers):
             continue
         out.append(row)
-    return out + adapter_rows(spec, layer_kind, lora, compute_bytes)
+    return out + copies + adapter_rows(spec, layer_kind, lora, compute_bytes)

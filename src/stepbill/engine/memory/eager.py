@@ -48,6 +48,7 @@ from stepbill.engine.activations.eager.masks import bool_mask_bytes, window_fixe
 from stepbill.engine.activations.eager.moe import RENORMALISE
 from stepbill.engine.activations.eager.outside import rope_buffer_bytes, rope_width
 from stepbill.engine.activations.eager.torch_params import torch_tensor_sizes
+from stepbill.engine.memory.eager_lora import first_layer_adapter_a_casts, lora_optimizer_temporaries
 from stepbill.engine.params import ParamInventory
 from stepbill.engine.recompute import RecomputePlan
 from stepbill.engine.states import lora_adapter_groups
@@ -99,6 +100,14 @@ class EagerTerms:
     lora_embed_out: int = 0
     #: LoRA under amp: layer 0's q/k/v weight casts, which no matmul saves (their input needs no gradient)
     lora_first_cast: int = 0
+    #: LoRA under amp: the A weight casts of layer 0's q/k/v adapters — cached by autocast (A requires grad) but
+    #: saved by no matmul (A's input, the frozen embedding's normed output, needs no gradient): alive through the
+    #: forward, freed when the forward leaves autocast
+    lora_first_a_cast: int = 0
+    #: LoRA under amp, per layer kind: the adapters' share of cast_layer (A and B of each adapter), the only casts
+    #: autocast caches (leaves that require grad); a checkpointed layer's forward keeps these alone, its frozen
+    #: weights' casts being saved by matmuls whose saves the checkpoint discards
+    lora_cast_layer: dict[str, int] = field(default_factory=dict)
 
     def for_rank(self, tokens: float, width: float, vocab: float, grads: float, counters: float = 1.0,
                  optimizer: float = 1.0, weights: float = 1.0) -> EagerTerms:
@@ -131,6 +140,7 @@ class EagerTerms:
             norm_grad=per(self.norm_grad, grads),
             optimizer_temp=round(self.optimizer_temp / optimizer),
             cast_layer=per(self.cast_layer, weights),
+            lora_cast_layer=per(self.lora_cast_layer, weights),
             cast_head=round(self.cast_head / weights),
             layer_fixed=per(self.layer_fixed, tokens),
             layer_inner=per(self.layer_inner, width),
@@ -138,6 +148,7 @@ class EagerTerms:
             window=round(self.window / tokens),
             lora_embed_out=round(self.lora_embed_out / tokens),
             lora_first_cast=round(self.lora_first_cast / weights),
+            lora_first_a_cast=round(self.lora_first_a_cast / weights),
         )
 
 
@@ -297,6 +308,7 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
     layer_temp: dict[str, int] = {}
     layer_grad: dict[str, int] = {}
     cast_layer: dict[str, int] = {}
+    lora_cast_layer: dict[str, int] = {}
     norm_act: dict[str, int] = {}
     norm_grad: dict[str, int] = {}
     layer_fixed: dict[str, int] = {}
@@ -313,7 +325,10 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         body = [r for r in rows if r not in masks]
         last = body[-1].bytes_at(t) if body and (kept is None or body[-1].name in kept) else 0
         layer_act[kind] = -round((last + sum(r.bytes_at(t) for r in masks)) * n)
-        layer_temp[kind] = round((a * h + 3 * last) * n)
+        # the FFN's gradients are as wide as its last row whether or not LoRA keeps that row (down's input, freed
+        # unsaved when down has no adapter): the product's gradient and its two factors' (measured, tiny Llama q,v)
+        ffn_wide = body[-1].bytes_at(t) if body else 0
+        layer_temp[kind] = round((a * h + 3 * ffn_wide) * n)
         mats = [x for x in inventory.tensors if x.layer_kind == kind and x.is_matrix]
         layer_grad[kind] = mats[-1].total // count * p.grads if mats and lora is None else 0
         ffn_block = rows[-1].block if rows else ""
@@ -328,20 +343,23 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
             # cast is not cached but saved by its matmul for the input gradient: the same bytes, freed in that
             # layer's backward (measured with saved_tensors_hooks on a PEFT-wrapped Llama)
             mine = ParamInventory(tuple(x for x in inventory.tensors if x.layer_kind == kind))
-            cast_layer[kind] += sum(math.prod(shape) * c for shape, c, _ in lora_adapter_groups(mine, lora)) \
+            lora_cast_layer[kind] = sum(math.prod(shape) * c for shape, c, _ in lora_adapter_groups(mine, lora)) \
                 // count * a
+            cast_layer[kind] += lora_cast_layer[kind]
         layer_fixed[kind] = (eager.fixed_bytes(eager.layer_fixed_rows(spec, kind, width, b, with_casts=False), t)
                              + window_fixed_bytes(spec, kind, width, t, b))  # sliding-window masks (eager/masks.py)
     # Checkpointed layers hold their arguments for the rebuild, transformers' boolean sliding-window mask among
     # them (one S×S storage shared by the layers, eager/masks.py): alive at the loss and through the backward.
-    held_mask = bool_mask_bytes(spec, t) if plan.policy.kind in ("full", "every") else 0
+    ckpt = plan.policy.kind in ("full", "every")
+    held_mask = bool_mask_bytes(spec, t) if ckpt else 0
     return EagerTerms(
         constant=INT64 * n + buffers,
         step_counters=FP32 * (n_tensors if lora is None else sum(c for _, c, _ in lora_adapter_groups(inventory, lora)))
         if recipe.optimizer in ("adamw", "adam") else 0,
         # amp: the final norm's fp32 output is alive until the causal LM's forward returns (the LM head saves
-        # its bf16 cast instead); otherwise it is the LM head's saved input, counted in the outside rows.
-        forward_end=logits + padded + FP32 + (width.param * h * n if amp else 0) + held_mask,
+        # its bf16 cast instead); LoRA: the same output, which the frozen LM head does not save (outside.py
+        # LORA_FROZEN_OUTSIDE); otherwise it is the LM head's saved input, counted in the outside rows.
+        forward_end=logits + padded + FP32 + (width.param * h * n if amp or lora is not None else 0) + held_mask,
         loss_act=loss_act,
         loss_temp=2 * FP32 * v * n,
         head_act=loss_act - FP32 * v * n,
@@ -356,7 +374,8 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         norm_act=norm_act,
         norm_temp=(a + 5 * FP32) * h * n if spec.norm == "rmsnorm" else 0,
         norm_grad=norm_grad,
-        optimizer_temp=optimizer_temporaries(inventory, recipe.optimizer_impl, p.state, sizes),
+        optimizer_temp=optimizer_temporaries(inventory, recipe.optimizer_impl, p.state, sizes) if lora is None
+        else lora_optimizer_temporaries(inventory, lora, recipe.optimizer_impl, p.state),
         cast_layer=cast_layer,
         layer_fixed=layer_fixed,
         cast_head=AMP_CAST * v * h if amp else 0,
@@ -364,5 +383,9 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         embed_locals=embedding_locals(spec, width, b, t),
         window=window_total_bytes(spec, width, t, b),
         lora_embed_out=width.param * h * n if plan.first_unsaved else 0,
-        lora_first_cast=_first_layer_unsaved_casts(inventory, plan, a) if lora is not None and amp else 0,
+        lora_cast_layer=lora_cast_layer,
+        # under checkpointing transformers makes the embedding output require grad (enable_input_require_grads), so
+        # the recomputed layer 0 saves its q/k/v casts like any layer
+        lora_first_cast=_first_layer_unsaved_casts(inventory, plan, a) if lora is not None and amp and not ckpt else 0,
+        lora_first_a_cast=first_layer_adapter_a_casts(inventory, plan, lora, a) if lora is not None and amp else 0,
     )

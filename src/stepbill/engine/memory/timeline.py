@@ -335,11 +335,13 @@ def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: Eager
     casts = [e.cast_layer.get(k, 0) - (e.lora_first_cast if i == 0 and view.first else 0)
              for i, k in enumerate(plan.order)]
     cast_head = e.cast_head if view.last else 0
-    cast_all = sum(casts) + cast_head
     # A checkpointed layer saves nothing in its forward (its rows, fixed ones and weight casts included); its
     # backward rebuilds them. Otherwise its fixed rows and casts live from its forward to its backward.
     ckpt = plan.policy.kind in ("full", "every")
     fixed = [0 if ckpt else e.layer_fixed.get(k, 0) for k in plan.order]
+    # LoRA: a checkpointed layer's forward leaves only the adapters' casts in autocast's cache (lora_cast_layer)
+    fwd_casts = [e.lora_cast_layer.get(k, c) for k, c in zip(plan.order, casts, strict=True)] if ckpt else casts
+    cast_all = sum(fwd_casts) + cast_head
 
     weights, optimizer, buffers, order, constant = view.weights, view.optimizer, view.buffers, plan.order, e.constant
     optimizer_step = Phase.OPTIMIZER
@@ -364,7 +366,7 @@ def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: Eager
     moments = []
     for i, k in enumerate(plan.order):
         kept += plan.kept_bytes(i) * plan.tokens
-        cast += casts[i]
+        cast += fwd_casts[i]
         fix += fixed[i]
         if ckpt and e.layer_inner.get(k, 0):
             moments.append(at(Phase.FORWARD, Part.LAYER_INNER, resting, kept + fix + e.embed_locals
@@ -373,8 +375,12 @@ def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: Eager
     saved = plan.kept_after_forward() + (outside if view.last else 0) + fix
     # autocast's cache is cleared when the forward leaves autocast: what remains is what graphs saved.
     cast = cast_all if not ckpt else cast_head
+    # LoRA under amp: layer 0's adapter A casts, cached but saved by nothing, go with the autocast cache
+    cast -= e.lora_first_a_cast if view.first and not ckpt else 0
     if view.last:
-        moments.append(at(Phase.FORWARD, Part.HEAD, resting, saved + e.forward_end + embed_out, 0, cast_all))
+        # the embedding output is no longer named once the decoder's forward returned (LoRA: the final norm's
+        # output, which the frozen head does not save, is in forward_end instead)
+        moments.append(at(Phase.FORWARD, Part.HEAD, resting, saved + e.forward_end, 0, cast_all))
         moments.append(at(Phase.BACKWARD, Part.LOSS, resting, saved + e.loss_act, e.loss_temp, cast))
         moments.append(at(Phase.BACKWARD, Part.HEAD_BACKWARD, resting, saved + e.head_act, e.head_temp, cast))
     cast -= cast_head

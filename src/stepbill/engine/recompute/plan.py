@@ -25,6 +25,7 @@ from typing import Any
 from stepbill.engine import activations as act
 from stepbill.engine import flops as fl
 from stepbill.engine.activations import ActTensor, layer_order
+from stepbill.engine.params import param_inventory
 from stepbill.engine.recompute.budget import solve_for_spec
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
@@ -211,6 +212,12 @@ def make_plan(spec: ModelSpec, policy: RecomputePolicy, seq_len: int, micro_batc
             per_tok = (fl.layer_forward_flops(spec, k, seq_len, 1, True) / seq_len,
                        fl.layer_recompute_flops(spec, k, seq_len, 1, False, policy.kind == "full") / seq_len,
                        fl.layer_forward_flops(spec, k, seq_len, 1, False) / seq_len)
+            if lora is not None:  # the rebuild reruns the adapters' forward too (flops.lora_recompute_flops_per_token)
+                inv, n_kind = param_inventory(spec), max(1, order.count(k))
+                every = fl.lora_recompute_flops_per_token(inv, lora, k, n_kind, False)
+                per_tok = (per_tok[0] + every,
+                           per_tok[1] + fl.lora_recompute_flops_per_token(inv, lora, k, n_kind, policy.kind == "full"),
+                           per_tok[2] + every)
             layers[k] = _plan(k, r, r, seq_len, input_bytes, per_tok)
         if policy.kind == "every":
             segment = policy.every or best_segment(spec, seq_len, micro_batch, activation_bytes, convention, lora)
