@@ -338,7 +338,7 @@ def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: Eager
         fix -= fixed[i]
         cast -= 0 if ckpt else casts[i]
     grads += view.grads_embed
-    if view.first:
-        moments.append(at(Phase.BACKWARD, Part.EMBEDDING, grads, 0))
+    if view.first:  # tied embeddings on one rank: the shared weight's gradient summed (eager.tied_gradient_sum)
+        moments.append(at(Phase.BACKWARD, Part.EMBEDDING, grads, 0, e.tied_sum if view.last else 0))
     moments.append(at(Phase.OPTIMIZER, Part.STEP, grads, 0, e.optimizer_temp))
     return moments
