@@ -83,16 +83,17 @@ def predictions(bill: Bill) -> dict[str, float]:
     return {line: bill.lines[line].value for _, line, _, _ in CATEGORIES + LORA_CATEGORIES if line in bill.lines}
 
 
-def predict(spec: Any, recipe: Any) -> tuple[Bill, str]:
+def predict(spec: Any, recipe: Any, attention: str = "sdpa") -> tuple[Bill, str]:
     """The bill `check` holds to the measurement: the `eager` convention (what eager PyTorch + transformers
-    keep, with their transients), or `ideal` with a note where the family has no eager rows yet."""
+    keep, with their transients), or `ideal` with a note where the family has no eager rows yet. `attention`:
+    the attention implementation the model is built with (sdpa, or eager: transformers' eager attention)."""
     from stepbill.engine.bill import make_bill
 
     try:
-        return make_bill(spec, recipe, convention="eager"), ""
+        return make_bill(spec, recipe, convention="eager", attention=attention), ""
     except StepbillError as exc:
         note = f"note: no eager convention for {spec.name} ({exc}); predicting with the ideal convention"
-        return make_bill(spec, recipe, convention="ideal"), note
+        return make_bill(spec, recipe, convention="ideal", attention=attention), note
 
 
 def available_ram_bytes() -> int:

@@ -257,7 +257,7 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
     if convention == "eager":  # which SDPA kernel and dropout masks the rows follow (eager/dropout.py)
         from stepbill.engine.activations.eager.dropout import kernel_note
 
-        note += f"; {kernel_note(spec, recipe.device, recipe.recompute)}"
+        note += f"; {kernel_note(spec, recipe.device, recipe.recompute, attention)}"
     lines["memory.activations"] = Line("memory.activations", time_lines["memory.activations"].value, "bytes",
                                        " + ".join(x.name for x in activ) or "0", {},
                                        convention=f"{note}; at the forward peak")
