@@ -334,6 +334,9 @@ def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: Eager
         if e.norm_temp:
             moments.append(at(Phase.BACKWARD, Part.LAYER_NORM, grads + e.norm_grad.get(k, 0),
                               live + e.norm_act.get(k, 0), e.norm_temp, cast + mine, layer=i))
+        if e.attn_temp.get(k, 0):  # --attention eager: the softmax backward (eager.eager_attention_backward)
+            moments.append(at(Phase.BACKWARD, Part.LAYER_INNER, grads + e.attn_grad[k], live + e.attn_act[k],
+                              e.attn_temp[k], cast + mine, layer=i))
         grads += view.grads_layers[i]
         fix -= fixed[i]
         cast -= 0 if ckpt else casts[i]
