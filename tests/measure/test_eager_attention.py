@@ -10,6 +10,7 @@ import pytest
 
 from stepbill.check import compare, predictions
 from stepbill.engine.bill import make_bill
+from stepbill.engine.kinds import Part
 from stepbill.measure.step import measure_step
 from stepbill.measure.tiny import TINY_CONFIGS
 from stepbill.spec.hf import from_hf_config
@@ -61,15 +62,15 @@ def test_check_attention_eager_cli(tmp_path, capsys: pytest.CaptureFixture[str])
 
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["fp32", "pure-bf16"])
-def test_eager_attention_softmax_backward_holds_the_long_sequence_peak(recipe: str) -> None:
-    """Seq 512 (fake): the softmax backward's dP and dS inside the last layer are the backward's peak; the forward's
-    in-layer B·H·S² temporaries are not modelled yet (the forward peak is low, said in the convention note)."""
+def test_eager_attention_long_sequence_moments(recipe: str) -> None:
+    """Seq 512, B = 2 (fake): the last layer's scores / softmax hold the forward's peak and its softmax backward (dP,
+    dS) the backward's (engine/memory/eager.eager_attention_forward_peak, eager_attention_backward)."""
     config = TINY_CONFIGS["llama"]
-    bill = make_bill(from_hf_config(config, "tiny"), make_recipe(recipe, "adamw", 1, 512), convention="eager",
+    bill = make_bill(from_hf_config(config, "tiny"), make_recipe(recipe, "adamw", 2, 512), convention="eager",
                      attention="eager")
-    measured = measure_step(config, recipe=recipe, micro_batch=1, seq_len=512, attention="eager", mode="fake",
+    measured = measure_step(config, recipe=recipe, micro_batch=2, seq_len=512, attention="eager", mode="fake",
                             flops=False)
-    errors = {r.line: r.error for r in compare(predictions(bill), measured)}
-    assert abs(errors["memory.peak_backward"]) <= 1e-4 and abs(errors["memory.peak"]) <= 1e-4, errors
-    assert -0.08 <= errors["memory.peak_forward"] < 0, errors
-    assert "not modelled yet" in bill.lines["memory.activations"].convention
+    errors = {r.line: r.error for r in compare(predictions(bill), measured) if r.line.startswith("memory.")}
+    assert bill.timeline is not None and bill.timeline.peak_forward.part is Part.LAYER_INNER
+    bound = 1e-6 if recipe == "fp32" else 0.007  # pure-bf16: forward −0.6 % (a local not traced yet)
+    assert all(abs(e) <= bound for e in errors.values()), errors

@@ -106,6 +106,9 @@ class EagerTerms:
     attn_act: dict[str, int] = field(default_factory=dict)
     attn_temp: dict[str, int] = field(default_factory=dict)
     attn_grad: dict[str, int] = field(default_factory=dict)
+    #: --attention eager (eager_attention_forward_peak): per layer kind, a layer's largest forward op (scores or the
+    #: softmax) against the moment after its forward
+    attn_fwd: dict[str, int] = field(default_factory=dict)
 
     def for_rank(self, tokens: float, width: float, vocab: float, grads: float, counters: float = 1.0,
                  optimizer: float = 1.0, weights: float = 1.0) -> EagerTerms:
@@ -149,6 +152,7 @@ class EagerTerms:
             attn_act=per(self.attn_act, width),
             attn_temp=per(self.attn_temp, width),
             attn_grad=per(self.attn_grad, grads),
+            attn_fwd=per(self.attn_fwd, width),
         )
 
 
@@ -322,6 +326,36 @@ def eager_attention_backward(spec: ModelSpec, rows: list, width: object, invento
     return -round(freed * n), round(temps * n), (ffn // count + spec.hidden_size + o_proj) * grad_bytes
 
 
+def eager_attention_forward_peak(spec: ModelSpec, rows: list, width: object, n: int, t: int, b: int) -> int:
+    """--attention eager: bytes a layer's forward holds at its largest attention op, against the moment after its
+    forward (whole micro-batch); 0 for other rows. Traced op by op on tiny llama (torch 2.13 CPU): the rows from P
+    on do not exist yet; the scores and their scaled copy (2 × B·H·S², compute dtype) or, when softmax upcasts, the
+    masked scores, their fp32 copy and P; the additive mask (B·S², compute dtype) is alive through the forward.
+    Measured: tiny llama fp32 seq 512-1024 exact; pure-bf16 −0.7 to −1.8 %, gpt2 −1.3 % (locals not traced yet)."""
+    from stepbill.engine.activations.eager.eager_attention import eager_attention_modelled
+
+    names = [r.name for r in rows]
+    if "attn.probs" not in names or "attn.q_scaled" in names or not eager_attention_modelled(spec):
+        return 0
+    dt = eager.dt_of(width)
+    c = dt.compute
+    at = names.index("attn.probs")
+    probs = rows[at]
+    # P and what follows it do not exist yet, but v expanded (repeat_kv runs first)
+    later = sum(r.bytes_at(t) for r in rows[at:] if r.name not in ("attn.v_rep", "attn.v"))
+    sb = probs.dtype_bytes
+    a = spec.attention
+    s2 = a.n_heads * t * n
+    transient = max(2 * c, c + (sb if sb != c else 0) + sb) * s2
+    # the attention's locals: k after RoPE and v at kv-head width (under GQA the matmuls save their expansions)
+    kv_locals = c * a.kv_heads * (a.qk_head_dim + a.v_dim) * n if a.kv_heads != a.n_heads and spec.family != "gpt2" \
+        else 0
+    rope = 2 * rope_width(spec) * c * t + INT64 * t if spec.positions == "rotary" else 0  # cos, sin; position ids
+    # the additive mask (B·S², compute dtype) and, at B > 1, the boolean mask it was made from (B·S², 1 B)
+    masks = b * t * t * c + (b * t * t if b > 1 else 0)
+    return round(transient - later * n) + kv_locals + rope + masks
+
+
 @lru_cache(maxsize=64)  # a pure function of the frozen spec; the planner asks for it many times
 def _torch_sizes(spec: ModelSpec) -> list[int]:
     return torch_tensor_sizes(spec)
@@ -361,6 +395,7 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
     attn_act: dict[str, int] = {}
     attn_temp: dict[str, int] = {}
     attn_grad: dict[str, int] = {}
+    attn_fwd: dict[str, int] = {}
     for kind in plan.layers:
         layer_inner[kind] = in_layer_forward(spec, kind, width, n, t)
         count = max(1, plan.order.count(kind))
@@ -383,6 +418,8 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         ffn_params = sum(x.total for x in inventory.tensors if x.layer_kind == kind and x.component == "ffn")
         norm_grad[kind] = 0 if lora is not None else (ffn_params // count + h) * p.grads
         cast_layer[kind] = eager.layer_cast_bytes(spec, kind, width)
+        attn_fwd[kind] = eager_attention_forward_peak(spec, [*plan.layers[kind].kept, *plan.layers[kind].dropped],
+                                                      width, n, t, b)
         attn_act[kind], attn_temp[kind], attn_grad[kind] = eager_attention_backward(
             spec, [*plan.layers[kind].kept, *plan.layers[kind].dropped], width, inventory, kind, count, p.grads, n, t)
         if lora is not None and amp:
@@ -431,4 +468,5 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         attn_act=attn_act,
         attn_temp=attn_temp,
         attn_grad=attn_grad,
+        attn_fwd=attn_fwd,
     )

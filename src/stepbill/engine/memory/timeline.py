@@ -315,6 +315,9 @@ def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: Eager
         if ckpt and e.layer_inner.get(k, 0):
             moments.append(at(Phase.FORWARD, Part.LAYER_INNER, resting, kept + fix + e.embed_locals
                               + e.layer_inner[k], cast=cast, layer=i))
+        if not ckpt and e.attn_fwd.get(k, 0):  # --attention eager: the scores / softmax (eager_attention_forward_peak)
+            moments.append(at(Phase.FORWARD, Part.LAYER_INNER, resting, kept + fix + embed_out + e.attn_fwd[k],
+                              cast=cast, layer=i))
         moments.append(at(Phase.FORWARD, Part.LAYER, resting, kept + fix + embed_out, cast=cast, layer=i))
     saved = plan.kept_after_forward() + (outside if view.last else 0) + fix
     # autocast's cache is cleared when the forward leaves autocast: what remains is what graphs saved.

@@ -148,11 +148,10 @@ def kernel_note(spec: ModelSpec, device: str, recompute: str = "none", attention
     masks = "bool masks (1 B)" if device == "cuda" else "masks in the input's dtype"
     dropped = any(getattr(spec, f) > 0 for f in ("hidden_dropout", "embedding_dropout"))
     if attention == "eager" and eager_attention_modelled(spec):
-        # tiny llama, MemTracker, recompute none: backward and step peaks exact at seq 64-1024; the forward's
-        # activations at seq 512-1024: -2 % (16 layers) to -7 % (2 layers)
-        kernel = ("--attention eager: transformers' eager attention (S² probabilities kept, the softmax backward's "
-                  "dP and dS billed; not modelled yet: its B·H·S² temporaries inside a layer's forward and the "
-                  "additive mask that checkpoints keep: the forward peak is under-billed at long sequences)")
+        # tiny llama, MemTracker, recompute none, seq 64-1024: every peak within 0.6 % (fp32 exact), amp +2.3 %
+        kernel = ("--attention eager: transformers' eager attention (S² probabilities kept; the scores, softmax and "
+                  "its backward's dP and dS billed at their moments; not modelled yet: the additive mask that "
+                  "checkpoints keep under recompute)")
     elif p > 0 and attention_dropout_modelled(spec):
         kernel = (f"attention dropout {p:g} on SDPA's flash / memory-efficient kernel (no S² kept)" if device == "cuda"
                   else f"attention dropout {p:g} sends SDPA to its math path (fp32 S² probabilities, mask and "
