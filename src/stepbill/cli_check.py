@@ -148,6 +148,9 @@ def check(
     if as_json:
         out = single_check_json(spec, mode, bill, measured, rows, verdict(rows)) | notes_json(spec, recipe, dropout)
         out["unmodelled"] += lora_unmodelled(lora)
+        from stepbill.report.notes import attention_unmodelled
+
+        out["unmodelled"] += attention_unmodelled(bill)  # --attention eager where not modelled yet
         print(json.dumps(out, indent=2))
         return
     _print_header(dropout, recipe)

@@ -74,3 +74,17 @@ def test_eager_attention_long_sequence_moments(recipe: str) -> None:
     assert bill.timeline is not None and bill.timeline.peak_forward.part is Part.LAYER_INNER
     bound = 1e-6 if recipe == "fp32" else 0.007  # pure-bf16: forward −0.6 % (a local not traced yet)
     assert all(abs(e) <= bound for e in errors.values()), errors
+
+
+@pytest.mark.slow
+def test_check_api_attention_eager(tmp_path) -> None:
+    import stepbill
+    from stepbill.errors import StepbillError
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(TINY_CONFIGS["gpt2"]))
+    result = stepbill.check(str(config), seq=64, micro_batch=2, mode="real", attention="eager")
+    assert result.json["settings"]["attention"] == "eager"
+    assert result.verdict.startswith("8 of 8")
+    with pytest.raises(StepbillError, match="one process"):
+        stepbill.check(str(config), dp=2, zero=1, attention="eager")
