@@ -33,3 +33,17 @@ def test_tied_embedding_backward_exact(recipe: str, recompute: str) -> None:
     assert bill.timeline is not None
     if bill.timeline.peak_backward.part is Part.EMBEDDING:  # the shared weight's three gradients, as MemTracker sees
         assert measured.phase_breakdown["backward"]["temp"] == 3 * 8192 * 128 * (2 if recipe == "pure-bf16" else 4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("zero", [2, 3])
+def test_tied_embedding_backward_fsdp2_rank(zero: int) -> None:
+    """FSDP2 (fake process group, one rank of 2): the same three unsharded bf16 gradients of the tied weight at the
+    embedding's backward (engine/parallel/fsdp2_moments.py); `check gpt3-125m --dp 2 --zero 3` was −11.07 %."""
+    from stepbill.engine.check_rank import predict_rank
+    from stepbill.measure.sharded import measure_rank
+
+    measured = measure_rank(GPT2_WIDE_VOCAB, world=2, zero=zero, rank=0, seq_len=64)
+    predicted = predict_rank(from_hf_config(GPT2_WIDE_VOCAB), 2, zero, 0, 1, 64)
+    for key in ("peak_backward", "peak"):
+        assert getattr(predicted, key) == pytest.approx(getattr(measured, key), rel=1e-6), key
