@@ -418,10 +418,15 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         ffn_params = sum(x.total for x in inventory.tensors if x.layer_kind == kind and x.component == "ffn")
         norm_grad[kind] = 0 if lora is not None else (ffn_params // count + h) * p.grads
         cast_layer[kind] = eager.layer_cast_bytes(spec, kind, width)
-        attn_fwd[kind] = eager_attention_forward_peak(spec, [*plan.layers[kind].kept, *plan.layers[kind].dropped],
-                                                      width, n, t, b)
+        # --attention eager: the plan's rows hold P (not SDPA's math path: q_scaled); the layer's rows in forward
+        # order (the plan splits them into kept and dropped)
+        planned = [*plan.layers[kind].kept, *plan.layers[kind].dropped]
+        names = {r.name for r in planned}
+        eager_attn = "attn.probs" in names and "attn.q_scaled" not in names
+        ordered = act.layer_rows(spec, kind, width, "eager", "eager", lora=lora) if eager_attn else planned
+        attn_fwd[kind] = eager_attention_forward_peak(spec, ordered, width, n, t, b)
         attn_act[kind], attn_temp[kind], attn_grad[kind] = eager_attention_backward(
-            spec, [*plan.layers[kind].kept, *plan.layers[kind].dropped], width, inventory, kind, count, p.grads, n, t)
+            spec, ordered, width, inventory, kind, count, p.grads, n, t)
         if lora is not None and amp:
             # autocast caches casts of leaf tensors that require grad only: the adapters' A and B. A frozen weight's
             # cast is not cached but saved by its matmul for the input gradient: the same bytes, freed in that
