@@ -83,16 +83,17 @@ def predictions(bill: Bill) -> dict[str, float]:
     return {line: bill.lines[line].value for _, line, _, _ in CATEGORIES + LORA_CATEGORIES if line in bill.lines}
 
 
-def predict(spec: Any, recipe: Any) -> tuple[Bill, str]:
+def predict(spec: Any, recipe: Any, attention: str = "sdpa") -> tuple[Bill, str]:
     """The bill `check` holds to the measurement: the `eager` convention (what eager PyTorch + transformers
-    keep, with their transients), or `ideal` with a note where the family has no eager rows yet."""
+    keep, with their transients), or `ideal` with a note where the family has no eager rows yet. `attention`:
+    the attention implementation the model is built with (sdpa, or eager: transformers' eager attention)."""
     from stepbill.engine.bill import make_bill
 
     try:
-        return make_bill(spec, recipe, convention="eager"), ""
+        return make_bill(spec, recipe, convention="eager", attention=attention), ""
     except StepbillError as exc:
         note = f"note: no eager convention for {spec.name} ({exc}); predicting with the ideal convention"
-        return make_bill(spec, recipe, convention="ideal"), note
+        return make_bill(spec, recipe, convention="ideal", attention=attention), note
 
 
 def available_ram_bytes() -> int:
@@ -232,6 +233,7 @@ def measure_and_compare(
     lora_targets: str | tuple[str, ...] | None = None,
     lora_alpha: float | None = None,
     lora_dropout: float | None = None,
+    attention: str = "sdpa",
 ) -> CheckResult:
     """Measure a training step of `model` in PyTorch and compare it with the bill (needs the `measure` extra).
 
@@ -242,6 +244,8 @@ def measure_and_compare(
     measure is refused. A config file is measured as given (`dropout=0`: without dropout, in bill and model).
     `lora_rank` (with `lora_targets`, default q_proj,v_proj, or "all-linear"; `lora_alpha`, `lora_dropout`: PEFT's
     defaults when None) measures the model wrapped by PEFT's `get_peft_model` (the `measure` extra's peft).
+    `attention` "eager" builds the model with transformers' eager attention and bills `--attention eager` (one
+    process, no LoRA).
     """
     from stepbill.report.check_json import sharded_check_json, single_check_json
 
@@ -257,6 +261,10 @@ def measure_and_compare(
     if recipe == "qlora-nf4":
         raise StepbillError(QLORA_REFUSED)
     recipe = measured_recipe(zero, recipe, flag="recipe")
+    if attention not in ("sdpa", "eager"):
+        raise StepbillError(f"attention must be 'sdpa' or 'eager', got {attention!r}")
+    if attention != "sdpa" and (dp > 1 or zero or lora_rank is not None):
+        raise StepbillError("attention='eager' is measured in one process without LoRA")
     if mode not in ("auto", "real", "fake"):
         raise StepbillError(f"mode must be 'auto', 'real' or 'fake', got {mode!r}")
     sharded = dp > 1 or zero != 0
@@ -294,14 +302,18 @@ def measure_and_compare(
         return CheckResult([row for rows in by_rank.values() for row in rows], summary, modes, json_out,
                            by_rank=by_rank)
     engine_bill, note = predict(spec, make_recipe(recipe, "adamw", micro_batch, seq, recompute,
-                                                  optimizer_impl=optimizer_impl, **bill_lora(lora)))
+                                                  optimizer_impl=optimizer_impl, **bill_lora(lora)), attention)
     chosen = choose_mode(mode, engine_bill.lines["memory.peak"].value)
     measured = measure_step(config, mode=chosen, recipe=recipe, optimizer_impl=optimizer_impl,
-                            micro_batch=micro_batch, seq_len=seq, recompute=recompute, lora=lora)
+                            micro_batch=micro_batch, seq_len=seq, recompute=recompute, lora=lora,
+                            attention=attention)
     rows = compare(predictions(engine_bill), measured)
     summary = verdict(rows)
     json_out = single_check_json(spec, chosen, engine_bill, measured, rows, summary) | notes_json(spec, recipe, dropout)
     json_out["unmodelled"] += lora_unmodelled(lora)
+    from stepbill.report.notes import attention_unmodelled
+
+    json_out["unmodelled"] += attention_unmodelled(engine_bill)  # --attention eager where not modelled yet
     return CheckResult(rows, summary, chosen, json_out, note or None)
 
 

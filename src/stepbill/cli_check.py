@@ -73,6 +73,9 @@ def check(
     lora_dropout: Annotated[float | None, typer.Option(
         "--lora-dropout", help="LoraConfig lora_dropout (default: PEFT's, 0.0; > 0 is measured, not billed yet)")]
     = None,
+    attention: Annotated[str, typer.Option(
+        "--attention", help="sdpa | eager: the model built with attn_implementation=\"eager\" (transformers' "
+        "eager_attention_forward), billed with --attention eager; one process only")] = "sdpa",
 ) -> None:
     """Measure a real training step in PyTorch and compare it with the bill, category by category.
 
@@ -90,6 +93,11 @@ def check(
 
     if real and fake:
         raise StepbillError("choose one of --real and --fake")
+    if attention not in ("sdpa", "eager"):
+        raise StepbillError(f"--attention must be sdpa or eager, got {attention!r}")
+    if attention != "sdpa" and (dp > 1 or zero or launch is not None or lora_rank is not None):
+        raise StepbillError("--attention eager is measured in one process without LoRA; drop --dp/--zero/--launch/"
+                            "--lora-rank")
     from stepbill.check_lora import QLORA_REFUSED, bill_lora, lora_header, lora_setup, lora_unmodelled
     from stepbill.measure.distributed import launched_world
 
@@ -128,18 +136,21 @@ def check(
     from stepbill.spec.recipe import make_recipe
 
     bill, note = predict(spec, make_recipe(recipe, "adamw", micro_batch, seq, recompute,
-                                           optimizer_impl=optimizer_impl, **bill_lora(lora)))
+                                           optimizer_impl=optimizer_impl, **bill_lora(lora)), attention)
     if note:
         typer.echo(note, err=True)
     mode = choose_mode("real" if real else "fake" if fake else "auto", bill.lines["memory.peak"].value)
     measured = _measure_with_progress(
         config, mode, recipe=recipe, optimizer_impl=optimizer_impl, micro_batch=micro_batch,
-        seq_len=seq, recompute=recompute, **({} if lora is None else {"lora": lora}),
+        seq_len=seq, recompute=recompute, attention=attention, **({} if lora is None else {"lora": lora}),
     )
     rows = compare(predictions(bill), measured)
     if as_json:
         out = single_check_json(spec, mode, bill, measured, rows, verdict(rows)) | notes_json(spec, recipe, dropout)
         out["unmodelled"] += lora_unmodelled(lora)
+        from stepbill.report.notes import attention_unmodelled
+
+        out["unmodelled"] += attention_unmodelled(bill)  # --attention eager where not modelled yet
         print(json.dumps(out, indent=2))
         return
     _print_header(dropout, recipe)
@@ -147,6 +158,10 @@ def check(
         typer.echo(lora_header(lora))
     _print_rows(spec.name, mode, bill.convention, rows, verdict(rows))
     _print_notes(spec)
+    from stepbill.report.notes import attention_unmodelled
+
+    for line in attention_unmodelled(bill):
+        typer.echo(f"note: {line}")
     for line in lora_unmodelled(lora):
         typer.echo(f"note: {line}")
     from stepbill.report.units import fmt_flops

@@ -281,7 +281,7 @@ def _one_gpu_part(spec: ModelSpec, precision: Precision, device: str, micro_batc
     if convention == "eager":  # which SDPA kernel and dropout masks the rows follow (eager/dropout.py)
         from stepbill.engine.activations.eager.dropout import kernel_note
 
-        note += f"; {kernel_note(spec, recipe.device, recipe.recompute)}"
+        note += f"; {kernel_note(spec, recipe.device, recipe.recompute, attention)}"
     lines["memory.activations"] = Line("memory.activations", time_lines["memory.activations"].value, "bytes",
                                        " + ".join(x.name for x in activ) or "0", {},
                                        convention=f"{note}; at the forward peak")

@@ -3,11 +3,12 @@ engine's own convention notes do not say (no arithmetic: they read the bill's li
 
 from __future__ import annotations
 
+from stepbill.engine.activations.eager.eager_attention import eager_attention_modelled
 from stepbill.engine.bill import Bill
 from stepbill.engine.fit import Fit
 
-#: `--attention eager` under the eager convention: engine/activations keeps the S² softmax output only in the
-#: ideal rows (rows.eager_attention_rows); the eager rows follow SDPA's kernels (activations/eager/attention.py).
+#: `--attention eager` under the eager convention for the families eager/eager_attention.py does not model yet
+#: (GPT-NeoX, Phi-3's fused qkv, MLA, sinks): their eager rows follow SDPA's kernels (activations/eager/attention.py).
 EAGER_ATTENTION_UNMODELLED = (
     "--attention eager: {where} follows SDPA's kernels, not transformers' eager attention; the softmax output "
     "that attention keeps (B·H·S² per layer) is not modelled there yet (the ideal convention's figures include it)")
@@ -16,7 +17,7 @@ EAGER_ATTENTION_UNMODELLED = (
 def attention_unmodelled(bill: Bill, fit: Fit | None = None) -> list[str]:
     """The `--attention eager` limitation of the eager convention, when this bill shows a figure made on it: its own
     rows (`--convention eager`) or the fit verdict (always judged on the eager convention when it can be)."""
-    if bill.attention != "eager":
+    if bill.attention != "eager" or eager_attention_modelled(bill.model):  # eager/eager_attention.py models it
         return []
     if bill.convention == "eager":
         return [EAGER_ATTENTION_UNMODELLED.format(where="the eager convention")]

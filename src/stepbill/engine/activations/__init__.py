@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from stepbill.engine.activations import eager as _eager
-from stepbill.engine.activations.eager.blocks import BLOCKS
+from stepbill.engine.activations.eager.blocks import BLOCKS, EAGER_ATTENTION_BLOCKS
 from stepbill.engine.activations.fp8 import apply_fp8
 from stepbill.engine.activations.lora import apply_lora
 from stepbill.engine.activations.megatron import BLOCKS as MEGATRON_BLOCKS
@@ -51,6 +51,8 @@ __all__ = [
 
 for _block, _builder in BLOCKS.items():
     BLOCK_ROWS[("eager", _block)] = _builder
+for _block, _builder in EAGER_ATTENTION_BLOCKS.items():  # --attention eager (eager/eager_attention.py)
+    BLOCK_ROWS[("eager_attention", _block)] = _builder
 for _block, _builder in MEGATRON_BLOCKS.items():  # Korthikanti et al. 2022 Table 2 (activations/megatron.py)
     BLOCK_ROWS[("megatron", _block)] = _builder
 

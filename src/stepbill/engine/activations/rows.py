@@ -235,6 +235,8 @@ def layer_rows(spec: ModelSpec, layer_kind: str, activation_bytes: int, conventi
     rows: list[ActTensor] = []
     for block in layer_blocks(spec, layer_kind):
         builder = BLOCK_ROWS.get((convention, block))
+        if attention == "eager" and convention == "eager" and block == spec.attention.kind:
+            builder = BLOCK_ROWS.get(("eager_attention", block), builder)  # eager/eager_attention.py
         if builder is None:
             raise StepbillError(f"no {convention!r} activation rows for block kind {block!r}")
         block_rows = builder(spec, activation_bytes)

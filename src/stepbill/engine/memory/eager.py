@@ -108,6 +108,16 @@ class EagerTerms:
     #: autocast caches (leaves that require grad); a checkpointed layer's forward keeps these alone, its frozen
     #: weights' casts being saved by matmuls whose saves the checkpoint discards
     lora_cast_layer: dict[str, int] = field(default_factory=dict)
+    #: tied embeddings: the shared weight's extra gradient copies at the embedding's backward (tied_gradient_sum)
+    tied_sum: int = 0
+    #: --attention eager (eager_attention_backward): per layer kind, the softmax backward's moment inside the layer's
+    #: backward: activation change, temporaries, gradients made by then
+    attn_act: dict[str, int] = field(default_factory=dict)
+    attn_temp: dict[str, int] = field(default_factory=dict)
+    attn_grad: dict[str, int] = field(default_factory=dict)
+    #: --attention eager (eager_attention_forward_peak): per layer kind, a layer's largest forward op (scores or the
+    #: softmax) against the moment after its forward
+    attn_fwd: dict[str, int] = field(default_factory=dict)
 
     def for_rank(self, tokens: float, width: float, vocab: float, grads: float, counters: float = 1.0,
                  optimizer: float = 1.0, weights: float = 1.0) -> EagerTerms:
@@ -149,6 +159,11 @@ class EagerTerms:
             lora_embed_out=round(self.lora_embed_out / tokens),
             lora_first_cast=round(self.lora_first_cast / weights),
             lora_first_a_cast=round(self.lora_first_a_cast / weights),
+            tied_sum=round(self.tied_sum / vocab),
+            attn_act=per(self.attn_act, width),
+            attn_temp=per(self.attn_temp, width),
+            attn_grad=per(self.attn_grad, grads),
+            attn_fwd=per(self.attn_fwd, width),
         )
 
 
@@ -276,6 +291,82 @@ def _first_layer_unsaved_casts(inventory: ParamInventory, plan: RecomputePlan, c
                and x.name in ("attn.q_proj.weight", "attn.k_proj.weight", "attn.v_proj.weight")) * compute_bytes
 
 
+def tied_gradient_sum(spec: ModelSpec, recipe: Recipe) -> int:
+    """Tied embeddings: bytes beyond the gradients alive at the token embedding's backward.
+
+    The LM head and the embedding feed one AccumulateGrad node (one Parameter); autograd's engine sums the two
+    contributions in the node's input buffer before it runs (torch/csrc/autograd/input_buffer.cpp). The head's
+    contribution (billed as the head's gradient) is buffered first; the embedding's backward then makes its own
+    V·h gradient, and the head's is a transposed view (linear's weight.t()), which the buffer cannot add into in
+    place: the sum is a third V·h tensor. Measured (MemTracker, gpt3-125m fp32 seq 128): the backward peak holds
+    3 × V·h·4 B besides the other gradients, 2 × V·h·4 B above the bill's grads. 0 without tied embeddings or
+    under LoRA (frozen embedding)."""
+    if not spec.tied_embeddings or recipe.lora is not None:
+        return 0
+    return 2 * spec.vocab_size * spec.hidden_size * recipe.precision.grads
+
+
+def eager_attention_backward(spec: ModelSpec, rows: list, width: object, inventory: ParamInventory, kind: str,
+                             count: int, grad_bytes: int, n: int, t: int) -> tuple[int, int, int]:
+    """--attention eager (activations/eager/eager_attention.py): the moment of a layer's softmax backward, as
+    (activation change, temporaries, gradients), bytes for the whole micro-batch; (0, 0, 0) for other rows.
+
+    Traced op by op on tiny llama (torch 2.13 CPU, transformers 5.24): the FFN's rows, o_proj's input, v expanded
+    and P's cast are freed (their backwards ran); P·V's backward made dP (B·H·S²) — cast to the softmax's dtype —
+    and `_softmax_backward_data` makes dS (B·H·S², the softmax's dtype); the residual gradient and the gradient of
+    the attention output are alive; the FFN's and o_proj's weight gradients exist. Tiny llama and gpt2, seq 256-512,
+    fp32 and pure-bf16: the backward peak within 0.03 %."""
+    from stepbill.engine.activations.eager.eager_attention import eager_attention_modelled
+
+    names = {r.name for r in rows}  # SDPA's math path (attention dropout on CPU) keeps attn.probs too: not this one
+    if "attn.probs" not in names or "attn.q_scaled" in names or not eager_attention_modelled(spec):
+        return 0, 0, 0
+    a = spec.attention
+    dt = eager.dt_of(width)
+    probs = next(r for r in rows if r.name == "attn.probs")
+    ffn_block = rows[-1].block
+    freed = sum(r.bytes_at(t) for r in rows if r.block == ffn_block or r.name in ("attn.o_in", "attn.v_rep", "attn.v",
+                                                                                   "attn.probs_cast"))
+    s2 = a.n_heads * t  # B·H·S² elements per token
+    # dP (cast to the softmax's dtype) and dS; the residual gradient; the attention output's gradient (GPT-2: a
+    # token-major and a head-major copy; the llama family: one, measured)
+    grad_out = (2 if spec.family == "gpt2" else 1) * dt.compute * a.n_heads * a.v_dim
+    temps = 2 * probs.dtype_bytes * s2 + dt.param * spec.hidden_size + grad_out
+    ffn = sum(x.total for x in inventory.tensors if x.layer_kind == kind and x.component == "ffn")
+    o_proj = spec.hidden_size * a.n_heads * a.v_dim
+    return -round(freed * n), round(temps * n), (ffn // count + spec.hidden_size + o_proj) * grad_bytes
+
+
+def eager_attention_forward_peak(spec: ModelSpec, rows: list, width: object, n: int, t: int, b: int) -> int:
+    """--attention eager: bytes a layer's forward holds at its largest attention op, against the moment after its
+    forward (whole micro-batch); 0 for other rows. Traced op by op on tiny llama (torch 2.13 CPU): the rows from P
+    on do not exist yet; the scores and their scaled copy (2 × B·H·S², compute dtype) or, when softmax upcasts, the
+    masked scores, their fp32 copy and P; the additive mask (B·S², compute dtype) is alive through the forward.
+    Measured: tiny llama fp32 seq 512-1024 exact; pure-bf16 −0.7 to −1.8 %, gpt2 −1.3 % (locals not traced yet)."""
+    from stepbill.engine.activations.eager.eager_attention import eager_attention_modelled
+
+    names = [r.name for r in rows]
+    if "attn.probs" not in names or "attn.q_scaled" in names or not eager_attention_modelled(spec):
+        return 0
+    dt = eager.dt_of(width)
+    c = dt.compute
+    at = names.index("attn.probs")
+    probs = rows[at]
+    # P and what follows it do not exist yet, but v expanded (repeat_kv runs first)
+    later = sum(r.bytes_at(t) for r in rows[at:] if r.name not in ("attn.v_rep", "attn.v"))
+    sb = probs.dtype_bytes
+    a = spec.attention
+    s2 = a.n_heads * t * n
+    transient = max(2 * c, c + (sb if sb != c else 0) + sb) * s2
+    # the attention's locals: k after RoPE and v at kv-head width (under GQA the matmuls save their expansions)
+    kv_locals = c * a.kv_heads * (a.qk_head_dim + a.v_dim) * n if a.kv_heads != a.n_heads and spec.family != "gpt2" \
+        else 0
+    rope = 2 * rope_width(spec) * c * t + INT64 * t if spec.positions == "rotary" else 0  # cos, sin; position ids
+    # the additive mask (B·S², compute dtype) and, at B > 1, the boolean mask it was made from (B·S², 1 B)
+    masks = b * t * t * c + (b * t * t if b > 1 else 0)
+    return round(transient - later * n) + kv_locals + rope + masks
+
+
 @lru_cache(maxsize=64)  # a pure function of the frozen spec; the planner asks for it many times
 def _torch_sizes(spec: ModelSpec) -> list[int]:
     return torch_tensor_sizes(spec)
@@ -313,6 +404,10 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
     norm_grad: dict[str, int] = {}
     layer_fixed: dict[str, int] = {}
     layer_inner: dict[str, int] = {}
+    attn_act: dict[str, int] = {}
+    attn_temp: dict[str, int] = {}
+    attn_grad: dict[str, int] = {}
+    attn_fwd: dict[str, int] = {}
     for kind in plan.layers:
         layer_inner[kind] = in_layer_forward(spec, kind, width, n, t)
         count = max(1, plan.order.count(kind))
@@ -338,6 +433,15 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         ffn_params = sum(x.total for x in inventory.tensors if x.layer_kind == kind and x.component == "ffn")
         norm_grad[kind] = 0 if lora is not None else (ffn_params // count + h) * p.grads
         cast_layer[kind] = eager.layer_cast_bytes(spec, kind, width)
+        # --attention eager: the plan's rows hold P (not SDPA's math path: q_scaled); the layer's rows in forward
+        # order (the plan splits them into kept and dropped)
+        planned = [*plan.layers[kind].kept, *plan.layers[kind].dropped]
+        names = {r.name for r in planned}
+        eager_attn = "attn.probs" in names and "attn.q_scaled" not in names
+        ordered = act.layer_rows(spec, kind, width, "eager", "eager", lora=lora) if eager_attn else planned
+        attn_fwd[kind] = eager_attention_forward_peak(spec, ordered, width, n, t, b)
+        attn_act[kind], attn_temp[kind], attn_grad[kind] = eager_attention_backward(
+            spec, ordered, width, inventory, kind, count, p.grads, n, t)
         if lora is not None and amp:
             # autocast caches casts of leaf tensors that require grad only: the adapters' A and B. A frozen weight's
             # cast is not cached but saved by its matmul for the input gradient: the same bytes, freed in that
@@ -388,4 +492,9 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         # the recomputed layer 0 saves its q/k/v casts like any layer
         lora_first_cast=_first_layer_unsaved_casts(inventory, plan, a) if lora is not None and amp and not ckpt else 0,
         lora_first_a_cast=first_layer_adapter_a_casts(inventory, plan, lora, a) if lora is not None and amp else 0,
+        tied_sum=tied_gradient_sum(spec, recipe),
+        attn_act=attn_act,
+        attn_temp=attn_temp,
+        attn_grad=attn_grad,
+        attn_fwd=attn_fwd,
     )

@@ -371,6 +371,9 @@ def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: Eager
         if ckpt and e.layer_inner.get(k, 0):
             moments.append(at(Phase.FORWARD, Part.LAYER_INNER, resting, kept + fix + e.embed_locals
                               + e.layer_inner[k], 0, cast, i))
+        if not ckpt and e.attn_fwd.get(k, 0):  # --attention eager: the scores / softmax (eager_attention_forward_peak)
+            moments.append(at(Phase.FORWARD, Part.LAYER_INNER, resting, kept + fix + embed_out + e.attn_fwd[k], 0,
+                              cast, i))
         moments.append(at(Phase.FORWARD, Part.LAYER, resting, kept + fix + embed_out, 0, cast, i))
     saved = plan.kept_after_forward() + (outside if view.last else 0) + fix
     # autocast's cache is cleared when the forward leaves autocast: what remains is what graphs saved.
@@ -394,11 +397,14 @@ def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: Eager
         if e.norm_temp:
             moments.append(at(Phase.BACKWARD, Part.LAYER_NORM, grads + e.norm_grad.get(k, 0),
                               live + e.norm_act.get(k, 0), e.norm_temp, cast + mine, i))
+        if e.attn_temp.get(k, 0):  # --attention eager: the softmax backward (eager.eager_attention_backward)
+            moments.append(at(Phase.BACKWARD, Part.LAYER_INNER, grads + e.attn_grad[k], live + e.attn_act[k],
+                              e.attn_temp[k], cast + mine, i))
         grads += view.grads_layers[i]
         fix -= fixed[i]
         cast -= 0 if ckpt else casts[i]
     grads += view.grads_embed
-    if view.first:
-        moments.append(at(Phase.BACKWARD, Part.EMBEDDING, grads, 0))
+    if view.first:  # tied embeddings on one rank: the shared weight's gradient summed (eager.tied_gradient_sum)
+        moments.append(at(Phase.BACKWARD, Part.EMBEDDING, grads, 0, e.tied_sum if view.last else 0))
     moments.append(at(Phase.OPTIMIZER, Part.STEP, grads, 0, e.optimizer_temp))
     return moments

@@ -39,7 +39,7 @@ from typing import Any
 
 from stepbill.engine.kinds import Part, Phase
 
-INT64, LOSS_AND_SEED = 8, 8
+INT64, LOSS_AND_SEED, BF16 = 8, 8, 2
 
 
 @dataclass(frozen=True)
@@ -127,8 +127,11 @@ def fsdp_moments(bill: Any, units: Units, zero: int, base: float, rope: int,
             add("backward", f"backward, layer {i} reduce-scatter (gloo: input cloned)", g[-1], others, nxt,
                 finished, head, 2 * rs[i], done[i], last.get(i, 0), after)
     finished = done_before[layers]
+    # tied embeddings: the shared weight's LM head contribution, the embedding's and their sum, bf16 and unsharded
+    # (engine/memory/eager.tied_gradient_sum; here full[-1] counts one of them)
+    tied = 2 * BF16 * spec.vocab_size * spec.hidden_size if spec.tied_embeddings and recipe.lora is None else 0
     add("backward", "backward, embedding and root post-backward", g[-1], rs[0], finished, full[-1],
-        LOSS_AND_SEED)
+        LOSS_AND_SEED, tied)
     if gloo:  # the root resharded, rs[0] freed: the root's input, its clone and its shard
         add("backward", "backward, root reduce-scatter (gloo: input cloned)", finished, 2 * rs[-1], done[-1],
             last.get(-1, 0), LOSS_AND_SEED)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from stepbill.engine.activations.eager.attention import mha_rows, mla_rows
 from stepbill.engine.activations.eager.dropout import attention_dropout, residual_dropout
+from stepbill.engine.activations.eager.eager_attention import eager_attention_forward_rows, eager_attention_modelled
 from stepbill.engine.activations.eager.families import require_eager_rows
 from stepbill.engine.activations.eager.ffn import gelu_rows, swiglu_rows
 from stepbill.engine.activations.eager.gemma import (
@@ -43,6 +44,15 @@ def mha_with_post_norm(spec: ModelSpec, act: int) -> list[ActTensor]:
     return rows + post_attention_norm(spec, act) + residual_dropout("attn", spec, act, "mha")
 
 
+def mha_eager_attention(spec: ModelSpec, act: int) -> list[ActTensor]:
+    """`--attention eager`: transformers' eager_attention_forward (eager/eager_attention.py) where modelled, else
+    mha_with_post_norm's rows (SDPA's; the bill says so in a note)."""
+    if not eager_attention_modelled(spec):
+        return mha_with_post_norm(spec, act)
+    return (eager_attention_forward_rows(spec, act) + post_attention_norm(spec, act)
+            + residual_dropout("attn", spec, act, "mha"))
+
+
 def moe_of_family(spec: ModelSpec, act: int) -> list[ActTensor]:
     """moe_rows, or gpt-oss's biased experts with the clamped SwiGLU (eager/gpt_oss.py)."""
     m = spec.moe
@@ -63,3 +73,5 @@ def gelu_with_dropout(spec: ModelSpec, act: int) -> list[ActTensor]:
 BLOCKS = {name: _modelled(builder) for name, builder in
           {"mha": mha_with_post_norm, "mla": mla_rows, "swiglu": swiglu_with_post_norm, "gelu_mlp": gelu_with_dropout,
            "moe": moe_of_family}.items()}
+#: The eager convention's attention blocks under `--attention eager` (rows.layer_rows reads them under "eager_attention").
+EAGER_ATTENTION_BLOCKS = {"mha": _modelled(mha_eager_attention)}
