@@ -51,6 +51,16 @@ def mask_bytes(dt: Dt, input_bytes: int) -> int:
     return BOOL if dt.device == "cuda" else input_bytes
 
 
+def eager_attention_modelled(spec: ModelSpec) -> bool:
+    """Whether `--attention eager` changes the eager rows of this family (else they stay SDPA's, said in a note).
+    (Here, not in eager_attention.py, which imports
+    this module.) The families that always run eager attention (Gemma2, gpt-oss) have their own rows already."""
+    a = spec.attention
+    if a.kind != "mha" or a.sinks or spec.family in EAGER_ATTENTION_FAMILIES:
+        return False
+    return spec.family == "gpt2" or (spec.family != "gpt_neox" and not a.fused_qkv)
+
+
 def attention_dropout_modelled(spec: ModelSpec) -> bool:
     """Whether the eager rows follow attention-probability dropout for this family (SDPA, MHA/GQA)."""
     a = spec.attention
@@ -142,8 +152,6 @@ def kernel_note(spec: ModelSpec, device: str, recompute: str = "none", attention
     """Which SDPA kernel and dropout masks the eager rows assume on `device` (one clause, for the bill's
     activation convention); under recompute on CPU's math path, what is not modelled yet. `attention` "eager":
     transformers' eager attention where eager/eager_attention.py models it."""
-    from stepbill.engine.activations.eager.eager_attention import eager_attention_modelled
-
     p = spec.attention_dropout
     masks = "bool masks (1 B)" if device == "cuda" else "masks in the input's dtype"
     dropped = any(getattr(spec, f) > 0 for f in ("hidden_dropout", "embedding_dropout"))

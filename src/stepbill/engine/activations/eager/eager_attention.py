@@ -29,22 +29,13 @@ the bill says so in one line (report/notes.py, `eager_attention_modelled`).
 from __future__ import annotations
 
 from stepbill.engine.activations.eager.attention import pre_norm, xhat_bytes
+from stepbill.engine.activations.eager.dropout import eager_attention_modelled as eager_attention_modelled
 from stepbill.engine.activations.eager.dropout import mask_bytes
 from stepbill.engine.activations.eager.dtypes import FP32, Dt, dt_of
-from stepbill.engine.activations.eager.gemma import EAGER_ATTENTION_FAMILIES
 from stepbill.engine.activations.eager.norms import linear_inputs, rmsnorm
 from stepbill.engine.activations.rows import ActTensor, Recompute, _attn_core
 from stepbill.engine.kinds import Split
 from stepbill.spec.model import ModelSpec
-
-
-def eager_attention_modelled(spec: ModelSpec) -> bool:
-    """Whether `--attention eager` changes the eager rows of this family (else they stay SDPA's, said in a note).
-    The families that always run eager attention (Gemma2, gpt-oss) have their own rows already."""
-    a = spec.attention
-    if a.kind != "mha" or a.sinks or spec.family in EAGER_ATTENTION_FAMILIES:
-        return False
-    return spec.family == "gpt2" or (spec.family != "gpt_neox" and not a.fused_qkv)
 
 
 def _probabilities(spec: ModelSpec, dt: Dt, softmax_bytes: int) -> list[ActTensor]:
