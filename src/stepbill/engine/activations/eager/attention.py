@@ -41,6 +41,23 @@ def xhat_bytes(spec: ModelSpec) -> int | None:
     return FP32 if spec.family in FP32_XHAT_FAMILIES else None
 
 
+def qkv_projection_rows(spec: ModelSpec, dt: Dt) -> list[ActTensor]:
+    """The separate q / k / v projections' saved input and, with qk-norm, the norms' rows — the same whatever the
+    attention kernel (the norms run before RoPE): per head (Qwen3, Gemma3: one 1/rms per head) or over the whole
+    projection (OLMo2: one)."""
+    a, d, c, b = spec.attention, spec.hidden_size, dt.compute, "mha"
+    h, kv, dh = a.n_heads, a.kv_heads, a.qk_head_dim
+    rows = linear_inputs("attn", ("q_proj", "k_proj", "v_proj"), d, dt.param, dt, b, Recompute("elementwise", n=d))
+    if a.qk_norm:
+        whole = a.qk_norm_scope == "projection"
+        xb = xhat_bytes(spec)
+        rows += rmsnorm("attn.q", h * dh, 1 if whole else h, c, b, Recompute("linear", d, h * dh), split=Split.TP,
+                        xhat_bytes=xb)
+        rows += rmsnorm("attn.k", kv * dh, 1 if whole else kv, c, b, Recompute("linear", d, kv * dh),
+                        split=Split.TP, xhat_bytes=xb)
+    return rows
+
+
 def mha_rows(spec: ModelSpec, act: int) -> list[ActTensor]:
     dt = dt_of(act)
     a, d, c = spec.attention, spec.hidden_size, dt.compute
@@ -74,14 +91,7 @@ def mha_rows(spec: ModelSpec, act: int) -> list[ActTensor]:
         return [*rows, lse, out]
     if a.fused_qkv:  # Phi-3
         return rows + phi3_attention(spec, dt, lse, out)
-    rows += linear_inputs("attn", ("q_proj", "k_proj", "v_proj"), d, dt.param, dt, b, Recompute("elementwise", n=d))
-    if a.qk_norm:  # per head (Qwen3, Gemma3: one 1/rms per head) or over the whole projection (OLMo2: one)
-        whole = a.qk_norm_scope == "projection"
-        xb = xhat_bytes(spec)
-        rows += rmsnorm("attn.q", h * dh, 1 if whole else h, c, b, Recompute("linear", d, h * dh), split=Split.TP,
-                        xhat_bytes=xb)
-        rows += rmsnorm("attn.k", kv * dh, 1 if whole else kv, c, b, Recompute("linear", d, kv * dh),
-                        split=Split.TP, xhat_bytes=xb)
+    rows += qkv_projection_rows(spec, dt)
     return [
         *rows,
         ActTensor("attn.q", h * dh, c, "SDPA q (after RoPE: a new tensor)", Recompute("linear", d, h * dh), b, split=Split.TP),

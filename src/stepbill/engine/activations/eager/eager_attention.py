@@ -28,11 +28,11 @@ the bill says so in one line (report/notes.py, `eager_attention_modelled`).
 
 from __future__ import annotations
 
-from stepbill.engine.activations.eager.attention import pre_norm, xhat_bytes
+from stepbill.engine.activations.eager.attention import pre_norm, qkv_projection_rows
 from stepbill.engine.activations.eager.dropout import eager_attention_modelled as eager_attention_modelled
 from stepbill.engine.activations.eager.dropout import mask_bytes
 from stepbill.engine.activations.eager.dtypes import FP32, Dt, dt_of
-from stepbill.engine.activations.eager.norms import linear_inputs, rmsnorm
+from stepbill.engine.activations.eager.norms import linear_inputs
 from stepbill.engine.activations.rows import ActTensor, Recompute, _attn_core
 from stepbill.engine.kinds import Split
 from stepbill.spec.model import ModelSpec
@@ -75,15 +75,7 @@ def eager_attention_forward_rows(spec: ModelSpec, act: int) -> list[ActTensor]:
                       split=Split.TP),
         ]
     else:
-        rows += linear_inputs("attn", ("q_proj", "k_proj", "v_proj"), d, dt.param, dt, b,
-                              Recompute("elementwise", n=d))
-        if a.qk_norm:  # as eager/attention.mha_rows: the norms run before RoPE, whatever the kernel
-            whole = a.qk_norm_scope == "projection"
-            xb = xhat_bytes(spec)
-            rows += rmsnorm("attn.q", h * dh, 1 if whole else h, c, b, Recompute("linear", d, h * dh), split=Split.TP,
-                            xhat_bytes=xb)
-            rows += rmsnorm("attn.k", kv * dh, 1 if whole else kv, c, b, Recompute("linear", d, kv * dh),
-                            split=Split.TP, xhat_bytes=xb)
+        rows += qkv_projection_rows(spec, dt)  # as eager/attention.mha_rows, whatever the kernel
         rows += [
             ActTensor("attn.q", h * dh, c, "q·kᵀ: q after RoPE (the matmul's contiguous copy)",
                       Recompute("linear", d, h * dh), b, split=Split.TP),
