@@ -1,0 +1,162 @@
+"""What a layer holds inside itself beyond the rows it saves, under the eager convention: the largest op of a
+checkpointed layer's forward (its working set, as torch runs it: FFN activations, MoE's fp32 fallback, MLA's math
+path) and, under `--attention eager`, the scores / softmax moment of the forward and the softmax backward's dP / dS
+moment. Split out of engine/memory/eager.py (which assembles them into EagerTerms) to keep that module small.
+"""
+
+from __future__ import annotations
+
+from stepbill.engine import activations as act
+from stepbill.engine.activations import eager
+from stepbill.engine.activations.eager.attention import mla_uses_math_path
+from stepbill.engine.activations.eager.dtypes import Dt
+from stepbill.engine.activations.eager.ffn import GELU_TANH_FAMILIES
+from stepbill.engine.activations.eager.moe import RENORMALISE
+from stepbill.engine.activations.eager.outside import rope_width
+from stepbill.engine.params import ParamInventory
+from stepbill.spec.model import ModelSpec
+
+FP32 = 4
+INT64 = 8
+
+AMP_CAST = 2  # autocast's bf16 weight copies
+FALLBACK_MOE_FAMILIES = ("mixtral", "qwen2_moe")  # in-layer MoE forward traced (transformers' fp32 fallback)
+SHARED_FIRST = ("qwen2_moe",)  # the shared expert runs before the routed ones: its output is alive meanwhile
+
+
+def in_layer_forward(spec: ModelSpec, kind: str, width: int, n: int, t: int) -> int:
+    """Bytes a checkpointed layer's forward (no tensors saved) holds at its largest op, beyond its input.
+
+    GPT-2's `gelu_new` (`0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`, written as elementwise ops) holds
+    four FFN-wide tensors at once: the up projection's output x, `0.5·x`, `x³` and `0.044715·x³`; the block
+    keeps alive the attention's output (`attn_output`, a local the block reuses for the residual add), the
+    residual sum and `ln_2`'s output (the MLP's input). 0: no in-layer model for this layer (see module doc).
+    Under autocast the moment's weight casts are those made so far (the result can be net of the later ones).
+    """
+    dt = eager.dt_of(width)
+    d, f = spec.hidden_size, spec.ffn.intermediate_size
+    attn, ffn = act.layer_blocks(spec, kind)
+    attn_peak = mla_math_forward(spec, dt, n, t) if attn == "mla" else 0
+    return max(attn_peak, _ffn_forward(spec, dt, ffn, d, f, n))
+
+
+def mla_math_forward(spec: ModelSpec, dt: Dt, n: int, t: int) -> int:
+    """MLA on SDPA's math path (q/k and v head widths differ), at its Q·Kᵀ (`bmm`): everything the attention
+    has named so far plus the math path's own copies. fp32 only: in bf16 CPU's math path upcasts q, k and v to
+    fp32 and keeps further copies after the softmax, and under autocast the rotary products promote to fp32
+    (neither modelled yet: 0)."""
+    if not mla_uses_math_path(spec) or dt.amp or dt.compute != FP32:
+        return 0
+    a, d, c = spec.attention, spec.hidden_size, dt.compute
+    heads, qk, rope = a.n_heads, a.qk_head_dim, a.qk_rope_head_dim
+    norm_out = c * d  # input_layernorm's output, the attention's input
+    q_states = c * heads * qk  # q_b_proj(q_a_layernorm(q_a_proj(x))): q_pass is a view of it
+    compressed_kv = c * (a.kv_lora_rank + rope)  # kv_a_proj_with_mqa's output (k_pass and k_rot views)
+    kv_normed = c * a.kv_lora_rank  # kv_a_layernorm(k_pass), named until kv_b_proj
+    rotated = c * (heads * rope + rope)  # q_rot and k_rot after RoPE
+    query = c * heads * qk  # cat(q_pass, q_rot)
+    kv_b = c * heads * (a.qk_nope_head_dim + a.v_head_dim)  # kv_b_proj's output: k_pass and value_states views
+    key = c * heads * qk  # cat(k_pass, k_rot expanded to every head)
+    scaled = c * heads * qk  # the math path's q·√scale (and k·√scale)
+    scores = c * heads * t  # Q·Kᵀ: heads × T scores per token
+    mask = c * t * t  # the causal mask built by the math path (where(tril(ones)), T×T, shared by the batch)
+    # the largest of: at Q·Kᵀ (both scaled copies and the scores), and at the mask's addition (a second scores
+    # tensor, q·√scale released)
+    core = scaled + max(scaled + scores, 2 * scores)
+    return (norm_out + q_states + compressed_kv + kv_normed + rotated + query + kv_b + key + core) * n + mask
+
+
+def _ffn_forward(spec: ModelSpec, dt: Dt, ffn: str, d: int, f: int, n: int) -> int:
+    if ffn == "gelu_mlp" and spec.family in GELU_TANH_FAMILIES:
+        attn_output = dt.compute * d  # c_proj's output, still named by the block
+        residual = dt.param * d  # attn_output + residual: the stream the MLP's output is added to
+        ln_2_out = dt.param * d  # the MLP's input
+        up_out = dt.compute * f  # c_fc's output x
+        gelu_temps = 3 * dt.compute * f  # 0.5·x, x³, 0.044715·x³
+        # autocast: the layer's moment counts all its weight casts; the down projection's (c_proj, f×d weight
+        # and d bias) is made after the GELU, so it is not there yet.
+        down_cast = AMP_CAST * (f * d + d) if dt.amp else 0
+        return (attn_output + residual + ln_2_out + up_out + gelu_temps) * n - down_cast
+    if ffn == "moe" and spec.family in FALLBACK_MOE_FAMILIES and spec.moe is not None and dt.param == FP32:
+        # fp32 experts (fp32, and amp: autocast leaves grouped_mm alone) run transformers' per-expert fallback;
+        # its largest op is either the product of SiLU(gate) and up over all top_k·tokens dispatched rows, or
+        # the combine (down outputs, their weighted copies and the rows put back in token order).
+        m = spec.moe
+        k, e, fe = m.top_k, m.n_routed_experts, m.expert_intermediate_size
+        residual = dt.param * d  # residual + attention output: the stream the MoE output is added to
+        norm_out = dt.param * d  # post_attention_layernorm's output (the router's and experts' input)
+        shared = dt.param * d if spec.family in SHARED_FIRST and m.shared_intermediate_size else 0  # its output
+        router = dt.compute * e + FP32 * k + INT64 * k  # router logits; top-k weights (fp32) and ids
+        renormalised = FP32 * k if RENORMALISE.get(spec.family) else 0  # the top-k weights divided by their sum
+        permutation = 2 * INT64 * k  # sort of the flat expert ids: values and order
+        token_index = INT64 * k  # order // top_k: the token of each dispatched row
+        dispatched = dt.param * k * d  # the gathered hidden states, top_k rows per token
+        before = residual + norm_out + shared + router + renormalised + permutation + token_index + dispatched
+        gate_up = dt.param * k * 2 * fe  # gate_up projection of every dispatched row
+        silu_and_product = 2 * dt.param * k * fe  # SiLU(gate), SiLU(gate)·up
+        down_and_weighted = 2 * dt.param * k * d  # down projection's outputs and their routing-weighted copies
+        inverse = INT64 * k  # the inverse permutation
+        combined = dt.param * k * d  # the weighted rows in token order (summed over top_k next)
+        return (before + max(gate_up + silu_and_product, down_and_weighted + inverse + combined)) * n
+    return 0
+
+
+def eager_attention_backward(spec: ModelSpec, rows: list, width: object, inventory: ParamInventory, kind: str,
+                             count: int, grad_bytes: int, n: int, t: int) -> tuple[int, int, int]:
+    """--attention eager (activations/eager/eager_attention.py): the moment of a layer's softmax backward, as
+    (activation change, temporaries, gradients), bytes for the whole micro-batch; (0, 0, 0) for other rows.
+
+    Traced op by op on tiny llama (torch 2.13 CPU, transformers 5.24): the FFN's rows, o_proj's input, v expanded
+    and P's cast are freed (their backwards ran); P·V's backward made dP (B·H·S²) — cast to the softmax's dtype —
+    and `_softmax_backward_data` makes dS (B·H·S², the softmax's dtype); the residual gradient and the gradient of
+    the attention output are alive; the FFN's and o_proj's weight gradients exist. Tiny llama and gpt2, seq 256-512,
+    fp32 and pure-bf16: the backward peak within 0.03 %."""
+    from stepbill.engine.activations.eager.eager_attention import eager_attention_modelled
+
+    names = {r.name for r in rows}  # SDPA's math path (attention dropout on CPU) keeps attn.probs too: not this one
+    if "attn.probs" not in names or "attn.q_scaled" in names or not eager_attention_modelled(spec):
+        return 0, 0, 0
+    a = spec.attention
+    dt = eager.dt_of(width)
+    probs = next(r for r in rows if r.name == "attn.probs")
+    ffn_block = rows[-1].block
+    freed = sum(r.bytes_at(t) for r in rows if r.block == ffn_block or r.name in ("attn.o_in", "attn.v_rep", "attn.v",
+                                                                                   "attn.probs_cast"))
+    s2 = a.n_heads * t  # B·H·S² elements per token
+    # dP (cast to the softmax's dtype) and dS; the residual gradient; the attention output's gradient (GPT-2: a
+    # token-major and a head-major copy; the llama family: one, measured)
+    grad_out = (2 if spec.family == "gpt2" else 1) * dt.compute * a.n_heads * a.v_dim
+    temps = 2 * probs.dtype_bytes * s2 + dt.param * spec.hidden_size + grad_out
+    ffn = sum(x.total for x in inventory.tensors if x.layer_kind == kind and x.component == "ffn")
+    o_proj = spec.hidden_size * a.n_heads * a.v_dim
+    return -round(freed * n), round(temps * n), (ffn // count + spec.hidden_size + o_proj) * grad_bytes
+
+
+def eager_attention_forward_peak(spec: ModelSpec, rows: list, width: object, n: int, t: int, b: int) -> int:
+    """--attention eager: bytes a layer's forward holds at its largest attention op, against the moment after its
+    forward (whole micro-batch); 0 for other rows. Traced op by op on tiny llama (torch 2.13 CPU): the rows from P
+    on do not exist yet; the scores and their scaled copy (2 × B·H·S², compute dtype) or, when softmax upcasts, the
+    masked scores, their fp32 copy and P; the additive mask (B·S², compute dtype) is alive through the forward.
+    Measured: tiny llama fp32 seq 512-1024 exact; pure-bf16 −0.7 to −1.8 %, gpt2 −1.3 % (locals not traced yet)."""
+    from stepbill.engine.activations.eager.eager_attention import eager_attention_modelled
+
+    names = [r.name for r in rows]
+    if "attn.probs" not in names or "attn.q_scaled" in names or not eager_attention_modelled(spec):
+        return 0
+    dt = eager.dt_of(width)
+    c = dt.compute
+    at = names.index("attn.probs")
+    probs = rows[at]
+    # P and what follows it do not exist yet, but v expanded (repeat_kv runs first)
+    later = sum(r.bytes_at(t) for r in rows[at:] if r.name not in ("attn.v_rep", "attn.v"))
+    sb = probs.dtype_bytes
+    a = spec.attention
+    s2 = a.n_heads * t * n
+    transient = max(2 * c, c + (sb if sb != c else 0) + sb) * s2
+    # the attention's locals: k after RoPE and v at kv-head width (under GQA the matmuls save their expansions)
+    kv_locals = c * a.kv_heads * (a.qk_head_dim + a.v_dim) * n if a.kv_heads != a.n_heads and spec.family != "gpt2" \
+        else 0
+    rope = 2 * rope_width(spec) * c * t + INT64 * t if spec.positions == "rotary" else 0  # cos, sin; position ids
+    # the additive mask (B·S², compute dtype) and, at B > 1, the boolean mask it was made from (B·S², 1 B)
+    masks = b * t * t * c + (b * t * t if b > 1 else 0)
+    return round(transient - later * n) + kv_locals + rope + masks
