@@ -44,17 +44,12 @@ from stepbill.engine.activations.eager.families import require_modelled_step
 from stepbill.engine.activations.eager.masks import bool_mask_bytes, window_fixed_bytes, window_total_bytes
 from stepbill.engine.activations.eager.outside import rope_buffer_bytes, rope_width
 from stepbill.engine.activations.eager.torch_params import torch_tensor_sizes
-from stepbill.engine.memory.eager_layer import AMP_CAST as AMP_CAST
-from stepbill.engine.memory.eager_layer import FALLBACK_MOE_FAMILIES as FALLBACK_MOE_FAMILIES
-from stepbill.engine.memory.eager_layer import SHARED_FIRST as SHARED_FIRST
 from stepbill.engine.memory.eager_layer import (
-    eager_attention_backward as eager_attention_backward,
+    AMP_CAST,
+    eager_attention_backward,
+    eager_attention_forward_peak,
+    in_layer_forward,
 )
-from stepbill.engine.memory.eager_layer import (
-    eager_attention_forward_peak as eager_attention_forward_peak,
-)
-from stepbill.engine.memory.eager_layer import in_layer_forward as in_layer_forward
-from stepbill.engine.memory.eager_layer import mla_math_forward as mla_math_forward
 from stepbill.engine.memory.eager_lora import first_layer_adapter_a_casts, lora_optimizer_temporaries
 from stepbill.engine.params import ParamInventory
 from stepbill.engine.recompute import RecomputePlan
