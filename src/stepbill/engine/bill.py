@@ -38,9 +38,10 @@ from stepbill.spec.parallel import Parallel, validate_layout
 from stepbill.spec.recipe import LoRA, Precision, Recipe
 
 GIB = 2**30
+FUSED_ATTENTION = "fused attention (no S×S scores)"
+UNFUSED_ATTENTION = "un-fused attention (--attention eager: the B·H·S² softmax output kept per layer)"
 CONVENTION_NOTE = {
-    "ideal": "ideal convention (the seed's): each kept tensor once, fused attention (no S×S scores), no logits, "
-    "no dropout masks",
+    "ideal": f"ideal convention (the seed's): each kept tensor once, {FUSED_ATTENTION}, no logits, no dropout masks",
     "eager": "eager convention: what eager PyTorch + transformers keeps (fp32 upcasts, SDPA outputs, logits)",
     "megatron": "megatron convention: Korthikanti et al. 2022 Table 2, sbh(34 + 5as/h) per layer (1-byte dropout "
     "masks; un-fused attention, its a·s² tensors stored whatever --attention says)",
@@ -278,6 +279,8 @@ def _one_gpu_part(spec: ModelSpec, precision: Precision, device: str, micro_batc
                                         convention="eager: PyTorch's AdamW keeps a 4-byte `step` per tensor")
     lines.update(time_lines)
     note = CONVENTION_NOTE[convention]
+    if convention == "ideal" and attention == "eager":  # the rows then hold the softmax output (activations/rows.py)
+        note = note.replace(FUSED_ATTENTION, UNFUSED_ATTENTION)
     if convention == "eager":  # which SDPA kernel and dropout masks the rows follow (eager/dropout.py)
         from stepbill.engine.activations.eager.dropout import kernel_note
 

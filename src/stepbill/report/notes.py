@@ -26,17 +26,6 @@ def attention_unmodelled(bill: Bill, fit: Fit | None = None) -> list[str]:
     return []
 
 
-def activations_note(bill: Bill) -> str:
-    """The activations' convention note, corrected for `--attention eager` under the ideal convention (whose note
-    says "fused attention (no S×S scores)" while the rows then hold the softmax output)."""
-    note = bill.lines["memory.activations"].convention
-    if bill.attention != "eager" or bill.convention != "ideal":
-        return note
-    eager = "un-fused attention (--attention eager: the B·H·S² softmax output kept per layer)"
-    fused = "fused attention (no S×S scores)"
-    return note.replace(fused, eager) if fused in note else f"{note}; {eager}"
-
-
 def counted_flops_note(bill: Bill) -> str:
     """Why FlopCounterMode's count can fall below the causal figure: under full recompute PyTorch's non-reentrant
     checkpoint stops early and does not rerun each layer's trailing matmul (engine/flops.py)."""

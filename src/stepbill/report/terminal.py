@@ -9,7 +9,7 @@ from rich.text import Text
 from stepbill.engine.bill import Bill, peak_phase
 from stepbill.engine.fit import Fit, per_gpu_advice
 from stepbill.engine.line import Line
-from stepbill.report.notes import activations_note, budget_note, counted_flops_note
+from stepbill.report.notes import budget_note, counted_flops_note
 from stepbill.report.units import fmt_bytes, fmt_count, fmt_flops
 
 RECIPE_NOTES = ("transient.dequant", "recipe.qlora_fp32_upcast", "recipe.fp8", "recipe.fp8_activations")
@@ -83,7 +83,7 @@ def render_bill(bill: Bill, explain: bool = False, fit: Fit | None = None, layou
         + ("" if per_gpu else f" → {tl.advice}"),
         f"forward peak {fmt_bytes(tl.peak_forward.total)} ({tl.peak_forward.label}) · backward peak "
         f"{fmt_bytes(tl.peak_backward.total)} ({tl.peak_backward.label})",
-        f"activations: {activations_note(bill)}",
+        f"activations: {lines['memory.activations'].convention}",
         f"FLOPs (decimal, one micro-batch): step {fmt_flops(lines['flops.step'].value)} causal-halved attention, "
         f"{fmt_flops(lines['flops.step_full_square'].value)} full square, "
         f"{fmt_flops(lines['flops.step_noncausal'].value)} as FlopCounterMode counts it{counted_flops_note(bill)}; "
