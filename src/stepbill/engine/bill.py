@@ -185,6 +185,19 @@ def _core(spec: ModelSpec, recipe: Recipe, convention: str, attention: str, gpu:
     return _Core(inv, split, a_bytes, plan, outside, eager, outside_rows)
 
 
+def activation_width(precision: Precision, device: str, convention: str) -> Any:
+    """The activation width a convention's rows are priced at: eager, two widths under amp (bf16 compute, fp32
+    params) and an int otherwise (activations/eager); ideal under fp8, Linear inputs cached in fp8
+    (activations/fp8.py); else the recipe's activation bytes."""
+    if convention == "eager":
+        from stepbill.engine.activations.eager import from_precision
+
+        return from_precision(precision, device)
+    if precision.fp8 is not None and convention == "ideal":
+        return Fp8Bytes(precision.activation, precision.fp8)
+    return precision.activation
+
+
 @lru_cache(maxsize=512)
 def _convention_terms(spec: ModelSpec, precision: Precision, device: str, micro_batch: int, seq_len: int,
                       recompute: str, lora: LoRA | None, optimizer: str, optimizer_impl: str, convention: str,
@@ -192,13 +205,7 @@ def _convention_terms(spec: ModelSpec, precision: Precision, device: str, micro_
     """The activation width, recompute plan, outside-layer bytes and eager terms of a recipe: they read every recipe
     field but the parallel layout (memoised on exactly those fields: a planner asks once per micro-batch and
     recompute policy, not once per layout). Shared results: read them, never change them."""
-    a_bytes = precision.activation
-    if convention == "eager":  # two widths under amp (bf16 compute, fp32 params); an int otherwise
-        from stepbill.engine.activations.eager import from_precision
-
-        a_bytes = from_precision(precision, device)
-    elif precision.fp8 is not None and convention == "ideal":  # Linear inputs cached in fp8 (activations/fp8.py)
-        a_bytes = Fp8Bytes(a_bytes, precision.fp8)
+    a_bytes = activation_width(precision, device, convention)
     one_gpu = Recipe(precision, optimizer, micro_batch, seq_len, recompute, lora, Parallel(), optimizer_impl, device)
     plan = make_plan(spec, one_gpu.recompute_policy, seq_len, micro_batch, a_bytes, convention, attention=attention,
                      lora=lora)

@@ -18,9 +18,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from stepbill.engine.activations.eager import from_precision
-from stepbill.engine.activations.fp8 import Fp8Bytes
-from stepbill.engine.bill import make_bill, verdict_ranks
+from stepbill.engine.bill import activation_width, make_bill, verdict_ranks
 from stepbill.engine.fit import Card, Reserve, default_reserve, fit_of_ranks, fit_verdict, user_reserve
 from stepbill.engine.parallel.holdings import rank_holdings
 from stepbill.engine.parallel.layout import stage_layer_indices
@@ -247,12 +245,9 @@ def _budget_gib(req: PlanRequest, cand: Candidate) -> tuple[float, float, float,
     free = budget_bytes(req, par) - resident_bound(req, par, par.offload_optimizer)
     loads = [len(layers) * in_flight_microbatches(recipe, s)
              for s, layers in enumerate(stage_layer_indices(req.spec, par))]
-    ideal: Any = recipe.precision.activation
-    if recipe.precision.fp8 is not None:  # as make_bill: Linear inputs cached in fp8 (ideal convention)
-        ideal = Fp8Bytes(ideal, recipe.precision.fp8)
-    problems = [problem_for_spec(req.spec, 1.0, req.seq, recipe.micro_batch, a_bytes, convention)
-                for convention, a_bytes in (("ideal", ideal), ("eager", from_precision(recipe.precision,
-                                                                                       recipe.device)))]
+    problems = [problem_for_spec(req.spec, 1.0, req.seq, recipe.micro_batch,
+                                 activation_width(recipe.precision, recipe.device, convention), convention)
+                for convention in ("ideal", "eager")]
     scale = req.spec.n_layers * par.tp * par.cp / max(loads)
     return (free * scale / GIB, max(floor(p) for p in problems) / GIB, max(peak_of(p, set()) for p in problems) / GIB,
             scale)
