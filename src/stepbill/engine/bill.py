@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
@@ -35,7 +35,7 @@ from stepbill.errors import unknown_name
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.parallel import Parallel, validate_layout
-from stepbill.spec.recipe import LoRA, Precision, Recipe
+from stepbill.spec.recipe import Precision, Recipe
 
 GIB = 2**30
 FUSED_ATTENTION = "fused attention (no S×S scores)"
@@ -172,9 +172,7 @@ def _core(spec: ModelSpec, recipe: Recipe, convention: str, attention: str, gpu:
     fp8.require_fp8(recipe.precision, gpu)  # one line before any arithmetic: no fp8 tensor cores on this GPU
     inv = param_inventory(spec)
     split = trainable_split(inv, recipe.lora)
-    a_bytes, plan, outside, eager = _convention_terms(spec, recipe.precision, recipe.device, recipe.micro_batch,
-                                                      recipe.seq_len, recipe.recompute, recipe.lora, recipe.optimizer,
-                                                      recipe.optimizer_impl, convention, attention)
+    a_bytes, plan, outside, eager = _convention_terms(spec, without_layout(recipe), convention, attention)
     outside_rows = None
     if convention == "eager":
         from stepbill.engine.activations.eager import outside_bytes_on_rank
@@ -198,15 +196,19 @@ def activation_width(precision: Precision, device: str, convention: str) -> Any:
     return precision.activation
 
 
+def without_layout(recipe: Recipe, micro_batches: int = 1) -> Recipe:
+    """The recipe on one GPU (keeping only `micro_batches` of its layout): the memo key of a bill's parts that do
+    not read the layout, so a planner makes them once per micro-batch and recompute policy, not once per layout."""
+    return replace(recipe, parallel=Parallel(micro_batches=micro_batches))
+
+
 @lru_cache(maxsize=512)
-def _convention_terms(spec: ModelSpec, precision: Precision, device: str, micro_batch: int, seq_len: int,
-                      recompute: str, lora: LoRA | None, optimizer: str, optimizer_impl: str, convention: str,
+def _convention_terms(spec: ModelSpec, one_gpu: Recipe, convention: str,
                       attention: str) -> tuple[Any, RecomputePlan, float, EagerTerms | None]:
-    """The activation width, recompute plan, outside-layer bytes and eager terms of a recipe: they read every recipe
-    field but the parallel layout (memoised on exactly those fields: a planner asks once per micro-batch and
-    recompute policy, not once per layout). Shared results: read them, never change them."""
-    a_bytes = activation_width(precision, device, convention)
-    one_gpu = Recipe(precision, optimizer, micro_batch, seq_len, recompute, lora, Parallel(), optimizer_impl, device)
+    """The activation width, recompute plan, outside-layer bytes and eager terms of a recipe: they read no field of
+    the layout (`one_gpu` is `without_layout(recipe)`). Shared results: read them, never change them."""
+    a_bytes = activation_width(one_gpu.precision, one_gpu.device, convention)
+    seq_len, micro_batch, lora = one_gpu.seq_len, one_gpu.micro_batch, one_gpu.lora
     plan = make_plan(spec, one_gpu.recompute_policy, seq_len, micro_batch, a_bytes, convention, attention=attention,
                      lora=lora)
     outside = act.outside_bytes(spec, a_bytes, seq_len, micro_batch, convention, lora)
@@ -235,20 +237,15 @@ def rank_peaks(spec: ModelSpec, recipe: Recipe, convention: str = "eager", atten
 
 
 @lru_cache(maxsize=256)
-def _one_gpu_part(spec: ModelSpec, precision: Precision, device: str, micro_batch: int, seq_len: int, recompute: str,
-                  lora: LoRA | None, optimizer: str, optimizer_impl: str, convention: str, attention: str,
-                  micro_batches: int, gpu_mem_bytes: float | None
+def _one_gpu_part(spec: ModelSpec, recipe: Recipe, convention: str, attention: str, gpu_mem_bytes: float | None
                   ) -> tuple[list[Line], Timeline, list[Line], list[Line], dict[str, Line], dict[str, list[act.ActTensor]]]:
     """make_bill's global part (one micro-batch as if one rank held it all): resident, activation and checkpoint
     lines, the one-GPU timeline, the bill's lines and the layer rows. It reads no field of the layout but its
-    micro-batches (gradient accumulation): memoised on exactly the fields it reads, a planner makes it once per
-    micro-batch, recompute policy and micro-batch count. Shared: make_bill copies the containers."""
-    recipe = Recipe(precision, optimizer, micro_batch, seq_len, recompute, lora, Parallel(micro_batches=micro_batches),
-                    optimizer_impl, device)
+    micro-batches (gradient accumulation): `recipe` is `without_layout(recipe, micro_batches)`, so a planner makes it
+    once per micro-batch, recompute policy and micro-batch count. Shared: make_bill copies the containers."""
     inv = param_inventory(spec)
-    split = trainable_split(inv, lora)
-    a_bytes, plan, outside, eager = _convention_terms(spec, precision, device, micro_batch, seq_len, recompute, lora,
-                                                      optimizer, optimizer_impl, convention, attention)
+    split = trainable_split(inv, recipe.lora)
+    a_bytes, plan, outside, eager = _convention_terms(spec, without_layout(recipe), convention, attention)
     resident = resident_lines(inv, recipe)
     timeline = one_gpu_timeline(spec, recipe, inv, plan, outside, eager)
     if recipe.precision.quant is not None:  # QLoRA: one Linear's dequantised bf16 copy inside each layer
@@ -322,8 +319,7 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
     core = _core(spec, recipe, convention, attention, gpu)
     inv, plan, eager = core.inv, core.plan, core.eager
     resident, timeline, activ, ckpt, lines, rows = _one_gpu_part(
-        spec, recipe.precision, recipe.device, recipe.micro_batch, recipe.seq_len, recipe.recompute, recipe.lora,
-        recipe.optimizer, recipe.optimizer_impl, convention, attention, recipe.parallel.micro_batches, gpu_mem_bytes)
+        spec, without_layout(recipe, recipe.parallel.micro_batches), convention, attention, gpu_mem_bytes)
     resident, activ, ckpt, lines, rows = list(resident), list(activ), list(ckpt), dict(lines), dict(rows)
     one = SingleRank(spec, recipe, inv, plan, timeline, eager, convention, attention, lines, resident, activ,
                      core.outside_rows)
