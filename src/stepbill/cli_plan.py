@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Annotated
+from typing import Annotated, TextIO
 
 import typer
 
@@ -34,7 +34,7 @@ class ProgressBar:
             sys.stderr.flush()
 
 
-def progress_bar(as_json: bool, stream=None) -> ProgressBar | None:
+def progress_bar(as_json: bool, stream: TextIO | None = None) -> ProgressBar | None:
     """The progress bar, only for a person watching: none under --json or when stderr is not a terminal (a
     redirected stderr would otherwise collect hundreds of carriage-return lines)."""
     stream = sys.stderr if stream is None else stream
