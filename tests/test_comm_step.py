@@ -115,3 +115,47 @@ def test_ep_all_to_all_closed_form(ep: int, m: int, cp: int) -> None:
     (a2a,) = [c for c in step_collectives(spec, r, param_inventory(spec)) if c.axis == "ep"]
     expected = 4 * spec.n_moe_layers * m * (ep - 1) / ep * 4096 / cp * 2 * spec.hidden_size * 2
     assert a2a.bytes == pytest.approx(expected)
+
+
+def _via_bill(spec_name: str, recompute: str, parallel: Parallel, seq_len: int = 4096) -> dict[str, tuple[int, float]]:
+    """{axis: (calls, bytes)} of the bill's collectives (make_bill passes the plan's Rerun)."""
+    bill = make_bill(load_preset(spec_name), make_recipe(seq_len=seq_len, recompute=recompute, parallel=parallel),
+                     gpu=load_gpu("h100-sxm"))
+    out: dict[str, tuple[int, float]] = {}
+    for c in bill.collectives:
+        calls, total = out.get(c.axis, (0, 0.0))
+        out[c.axis] = (calls + c.calls, total + c.bytes)
+    return out
+
+
+@pytest.mark.parametrize("recompute", ["full", "every:4"])
+def test_rebuilt_layers_rerun_their_tp_collectives(recompute: str) -> None:
+    """Full / every-K recompute reruns each layer's forward inside its backward (Megatron-LM's
+    tensor_parallel.CheckpointFunction.backward calls the wrapped forward): its 2 forward all-reduces run again,
+    6 per layer per micro-batch instead of 4 — the seed's 448 MiB per layer at tp 8 and 8,192 tokens becomes 672."""
+    spec = load_preset("llama2-7b")
+    calls, total = _via_bill("llama2-7b", recompute, Parallel(tp=8, micro_batches=2))["tp"]
+    assert calls == 6 * spec.n_layers * 2
+    # 4,096 tokens per micro-batch (half the seed's 8,192) × 2 micro-batches: 672 MiB per layer
+    assert total == pytest.approx(672 * MIB * spec.n_layers)
+    assert _via_bill("llama2-7b", "none", Parallel(tp=8, micro_batches=2))["tp"][0] == 4 * spec.n_layers * 2
+
+
+def test_selective_core_attention_reruns_the_cp_ring_not_tp() -> None:
+    """selective:core_attn rebuilds only the attention core: no TP collective runs again, but under context
+    parallelism its K/V ring does (cp − 1 more hops per layer): 4(cp − 1) per layer per micro-batch, not 3(cp − 1)."""
+    spec = load_preset("llama2-7b")
+    par = Parallel(tp=2, cp=4)
+    none, selective = (_via_bill("llama2-7b", r, par) for r in ("none", "selective:core_attn"))
+    assert selective["tp"] == none["tp"]
+    assert none["cp"][0] == 3 * 3 * spec.n_layers and selective["cp"][0] == 4 * 3 * spec.n_layers
+    assert selective["cp"][1] == pytest.approx(none["cp"][1] * 4 / 3)
+
+
+def test_rebuilt_moe_layers_rerun_their_all_to_alls() -> None:
+    """Under full recompute a MoE layer's dispatch + combine run again: 6 all-to-alls per MoE layer per
+    micro-batch (test_ep_all_to_all_closed_form's 4, plus the rebuilt forward's 2)."""
+    spec = load_preset("mixtral-8x7b")
+    calls, total = _via_bill("mixtral-8x7b", "full", Parallel(dp=8, ep=4))["ep"]
+    assert calls == 6 * spec.n_moe_layers
+    assert total == pytest.approx(6 * spec.n_moe_layers * 3 / 4 * 4096 * 2 * spec.hidden_size * 2)

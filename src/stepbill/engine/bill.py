@@ -324,7 +324,7 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
     one = SingleRank(spec, recipe, inv, plan, timeline, eager, convention, attention, lines, resident, activ,
                      core.outside_rows)
     ranks = rank_classes(one)
-    collectives = step_collectives(spec, recipe, inv, gpu)
+    collectives = step_collectives(spec, recipe, inv, gpu, plan.rerun)
     timing = None
     if gpu is not None:
         worst = max(ranks, key=lambda c: c.memory["peak"])

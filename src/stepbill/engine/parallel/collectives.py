@@ -11,6 +11,13 @@ or 4 all-gathers + 4 reduce-scatters with SP (same volume); PP one activation fo
 per micro-batch per chunk; CP ring attention passes K/V cp−1 times in forward and K/V + dK/dV in backward; EP
 4 all-to-alls (dispatch + combine, forward and backward) per MoE layer per micro-batch, balanced routing.
 
+Recompute reruns forward collectives (engine/recompute/plan.Rerun): a checkpointed layer (full / every-K) runs its
+whole forward again inside its backward — Megatron-LM's tensor_parallel.CheckpointFunction.backward calls the
+wrapped forward, its TP all-reduces (or SP all-gather + reduce-scatter) and EP dispatch + combine included: 2 more
+TP calls of each kind and 2 more all-to-alls per rebuilt layer per micro-batch. A rebuilt attention core (full,
+every-K, selective core_attn, a budget that drops its output) passes its K/V ring once more: cp−1 more hops.
+Selective / budget drop sets are taken to rerun no TP or EP collective (the ops they rebuild sit between them).
+
 Placement (Megatron order tp, cp, dp, pp; experts etp, ep): a group of n ranks at stride k spans n·k
 consecutive ranks and stays inside a node when n·k ≤ GPUs per node. Bytes are per rank, per step.
 """
@@ -25,6 +32,7 @@ from stepbill.engine.line import Line
 from stepbill.engine.parallel.holdings import ResidentRecipe, row_item_elements, slicing_layout
 from stepbill.engine.parallel.layout import representative_stage, row_slice, stage_layer_kinds, stage_slices
 from stepbill.engine.params import ParamInventory, param_inventory
+from stepbill.engine.recompute.plan import NO_RERUN, Rerun
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.recipe import Recipe
@@ -136,8 +144,10 @@ def _data_parallel(recipe: Recipe, side: str, group: int, stride: int, grads: fl
     return rows
 
 
-def step_collectives(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, gpu: GPU | None = None) -> list[Collective]:
-    """Every collective of one step on one rank of the largest pipeline stage."""
+def step_collectives(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, gpu: GPU | None = None,
+                     rerun: Rerun = NO_RERUN) -> list[Collective]:
+    """Every collective of one step on one rank of the largest pipeline stage; `rerun` (the recompute plan's
+    RecomputePlan.rerun) adds the forward collectives its backward runs again."""
     par, p = recipe.parallel, recipe.precision
     if par.world == 1:  # one GPU talks to nobody (offload traffic is PCIe to the host, not a collective)
         return []
@@ -147,6 +157,10 @@ def step_collectives(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, gpu: 
     kinds = stage_layer_kinds(spec, par)
     layers = max(sum(k.values()) for k in kinds)
     moe_layers = max(k.get("moe", 0) for k in kinds)
+    # layers of the largest stage whose forward (TP, EP) or attention core (CP) the backward reruns
+    rebuilt = max(sum(n for kind, n in k.items() if kind in rerun.forward) for k in kinds)
+    rebuilt_moe = max(k.get("moe", 0) for k in kinds) if "moe" in rerun.forward else 0
+    rebuilt_attn = max(sum(n for kind, n in k.items() if kind in rerun.attention_core) for k in kinds)
     local_tokens = tokens / par.cp
     rows = _data_parallel(recipe, "dense", par.dp * par.cp, par.tp, elems["dense_grads"], elems["dense_weights"],
                           per_node)
@@ -156,14 +170,16 @@ def step_collectives(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, gpu: 
     act = local_tokens * h * p.activation
     if par.tp > 1:
         sc = _scope(par.tp, 1, per_node)
+        calls = (4 * layers + 2 * rebuilt) * m
+        per = "4 per layer" + (" + 2 per rebuilt layer (recompute)" if rebuilt else "") + " per micro-batch"
         if par.sp:
             for op in ("all-gather", "reduce-scatter"):
-                rows.append((f"tp.{op}", "tp", op, par.tp, sc, 4 * layers * m, comm.ring_half_link_bytes(par.tp, act),
-                             "no", "(t−1)/t × {act_bytes} B, 4 per layer per micro-batch", {"act_bytes": act}))
+                rows.append((f"tp.{op}", "tp", op, par.tp, sc, calls, comm.ring_half_link_bytes(par.tp, act),
+                             "no", "(t−1)/t × {act_bytes} B, " + per, {"act_bytes": act}))
         else:
-            rows.append(("tp.allreduce", "tp", "all-reduce", par.tp, sc, 4 * layers * m,
+            rows.append(("tp.allreduce", "tp", "all-reduce", par.tp, sc, calls,
                          comm.ring_allreduce_link_bytes(par.tp, act), "no",
-                         "2(t−1)/t × {act_bytes} B, 4 per layer per micro-batch", {"act_bytes": act}))
+                         "2(t−1)/t × {act_bytes} B, " + per, {"act_bytes": act}))
     if par.pp > 1:
         msg = act / (par.tp if par.sp else 1)
         rows.append(("pp.p2p", "pp", "send/recv", 2, _scope(2, par.tp * par.cp * par.dp, per_node),
@@ -172,14 +188,17 @@ def step_collectives(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, gpu: 
         a = spec.attention
         kv = local_tokens * a.kv_heads / par.tp * (a.qk_head_dim + a.v_dim) * p.activation
         rows.append(("cp.kv_ring", "cp", "send/recv", par.cp, _scope(par.cp, par.tp, per_node),
-                     3 * (par.cp - 1) * layers * m, kv, "yes",
-                     "local K/V block {kv_bytes} B, cp−1 hops forward, K/V + dK/dV backward", {"kv_bytes": kv}))
+                     (3 * layers + rebuilt_attn) * (par.cp - 1) * m, kv, "yes",
+                     "local K/V block {kv_bytes} B, cp−1 hops forward, K/V + dK/dV backward"
+                     + (", forward again in each rebuilt attention core (recompute)" if rebuilt_attn else ""),
+                     {"kv_bytes": kv}))
     if par.ep > 1 and moe_layers:
         assert spec.moe is not None
         send = local_tokens / (par.tp if par.sp else 1) * spec.moe.top_k * h * p.activation
         rows.append(("ep.all_to_all", "ep", "all-to-all", par.ep, _scope(par.ep, par.expert_tp, per_node),
-                     4 * moe_layers * m, comm.all_to_all_link_bytes(par.ep, send), "partly",
-                     "(ep−1)/ep × {send_bytes} B (top-k × tokens × h), dispatch + combine, forward + backward",
+                     (4 * moe_layers + 2 * rebuilt_moe) * m, comm.all_to_all_link_bytes(par.ep, send), "partly",
+                     "(ep−1)/ep × {send_bytes} B (top-k × tokens × h), dispatch + combine, forward + backward"
+                     + (", forward again in each rebuilt MoE layer (recompute)" if rebuilt_moe else ""),
                      {"send_bytes": send}))
     out = []
     for name, axis, op, group, scope, calls, per_call, overlap, formula, inputs, *extra in rows:

@@ -3,8 +3,10 @@
 
 from stepbill.engine.activations import layer_order
 from stepbill.engine.recompute.plan import (
+    NO_RERUN,
     LayerPlan,
     RecomputePlan,
+    Rerun,
     best_segment,
     make_plan,
     module_rows,
@@ -12,5 +14,5 @@ from stepbill.engine.recompute.plan import (
     sqrt_l_optimum,
 )
 
-__all__ = ["LayerPlan", "RecomputePlan", "best_segment", "layer_order", "make_plan", "module_rows", "op_flops",
+__all__ = ["NO_RERUN", "LayerPlan", "RecomputePlan", "Rerun", "best_segment", "layer_order", "make_plan", "module_rows", "op_flops",
            "sqrt_l_optimum"]

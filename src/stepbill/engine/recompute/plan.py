@@ -70,6 +70,21 @@ class LayerPlan:
 
 
 @dataclass(frozen=True)
+class Rerun:
+    """What a policy's backward reruns per layer kind, as the step's collectives see it: the whole forward of a
+    checkpointed layer (full / every-K: Megatron-LM's tensor_parallel.CheckpointFunction.backward calls the
+    wrapped forward again, its TP / EP collectives included), or only the attention core (a drop set holding the
+    core attention's output: under context parallelism its K/V ring runs again). Hashable, so the collectives of
+    a layout can be memoised on it."""
+
+    forward: frozenset[str] = frozenset()
+    attention_core: frozenset[str] = frozenset()
+
+
+NO_RERUN = Rerun()
+
+
+@dataclass(frozen=True)
 class RecomputePlan:
     """A policy applied to a model: one LayerPlan per layer kind, segment length, and layer order."""
 
@@ -83,6 +98,13 @@ class RecomputePlan:
     #: so layer 0's input RMSNorm saves nothing), and their bytes per token (on a rank: divided as its rows are)
     first_unsaved: tuple[ActTensor, ...] = ()
     first_unsaved_bytes: float = 0.0
+
+    @cached_property
+    def rerun(self) -> Rerun:
+        """The layer kinds whose forward, or whose attention core, the backward reruns (Rerun)."""
+        whole = frozenset(self.layers) if self.policy.kind in ("full", "every") else frozenset()
+        core = frozenset(k for k, lp in self.layers.items() if any(t.op_id == "attn.core" for t in lp.dropped))
+        return Rerun(whole, whole | core)
 
     def kept_bytes(self, index: int) -> float:
         """Bytes per token layer `index` keeps after its forward."""
