@@ -293,13 +293,7 @@ def _one_gpu_part(spec: ModelSpec, recipe: Recipe, convention: str, attention: s
                                        " + ".join(x.name for x in activ) or "0", {},
                                        convention=f"{note}; at the forward peak")
     lines["checkpoint.bytes"] = _sum_line("checkpoint.bytes", ckpt)
-    lines.update(flops_lines(spec, recipe.seq_len, recipe.micro_batch, inv.active, plan.recompute_flops(True),
-                             plan.recompute_flops(False), _flops_attention(spec, a_bytes, convention, attention),
-                             plan.recompute_flops_square(),
-                             matmul_params(spec, inv),
-                             None if recipe.lora is None else lora_step_terms(spec, inv, recipe.lora, recipe.seq_len,
-                                                                              recipe.micro_batch,
-                                                                              plan.policy.kind in ("full", "every"))))
+    lines.update(_flops_part(spec, without_layout(recipe), convention, attention))
     lines.update(_recipe_lines(inv, recipe))
     if gpu_mem_bytes:
         for key in ("memory.resident", "memory.peak"):
@@ -310,6 +304,41 @@ def _one_gpu_part(spec: ModelSpec, recipe: Recipe, convention: str, attention: s
     rows = {kind: act.layer_rows(spec, kind, a_bytes, convention, attention, recipe.lora)
             for kind in act.layer_kinds(spec)}
     return resident, timeline, activ, ckpt, lines, rows
+
+
+@lru_cache(maxsize=512)
+def _flops_part(spec: ModelSpec, one_gpu: Recipe, convention: str, attention: str) -> dict[str, Line]:
+    """The bill's FLOPs lines (one micro-batch): they read no field of the layout (`one_gpu` is
+    `without_layout(recipe)`). Shared: read them, never change them."""
+    inv = param_inventory(spec)
+    a_bytes, plan, _, _ = _convention_terms(spec, one_gpu, convention, attention)
+    lora = None if one_gpu.lora is None else lora_step_terms(spec, inv, one_gpu.lora, one_gpu.seq_len,
+                                                               one_gpu.micro_batch, plan.policy.kind in ("full", "every"))
+    return flops_lines(spec, one_gpu.seq_len, one_gpu.micro_batch, inv.active, plan.recompute_flops(True),
+                       plan.recompute_flops(False), _flops_attention(spec, a_bytes, convention, attention),
+                       plan.recompute_flops_square(), matmul_params(spec, inv), lora)
+
+
+def bill_step_time(spec: ModelSpec, recipe: Recipe, worst: RankClass, gpu: GPU,
+                   efficiency: float | None = DEFAULT_EFFICIENCY, convention: str = "ideal",
+                   attention: str = "sdpa") -> StepTime:
+    """make_bill's step time (its `time`) with `worst` as the judged rank class, without the bill's memory: the
+    same recompute plan, collectives and FLOPs lines, the same step_time call. The planner's bounds give it a rank
+    that holds nothing (engine/plan/bounds.py)."""
+    core = _core(spec, recipe, convention, attention, gpu)
+    collectives = step_collectives(spec, recipe, core.inv, gpu, core.plan.rerun)
+    return _step_time(spec, core, recipe, worst, collectives, gpu, efficiency, convention, attention)
+
+
+def bill_plan(spec: ModelSpec, recipe: Recipe, convention: str = "ideal", attention: str = "sdpa") -> RecomputePlan:
+    """make_bill's recompute plan of `recipe` (one GPU, one micro-batch). Shared: read it, never change it."""
+    return _convention_terms(spec, without_layout(recipe), convention, attention)[1]
+
+
+def _step_time(spec: ModelSpec, core: _Core, recipe: Recipe, worst: RankClass, collectives: list[Collective], gpu: GPU,
+               efficiency: float | None, convention: str, attention: str) -> StepTime:
+    flops = _flops_part(spec, without_layout(recipe), convention, attention)
+    return step_time(spec, core.inv, recipe, worst, collectives, gpu, flops, efficiency, plan=core.plan)
 
 
 def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = None, convention: str = "ideal",
@@ -328,7 +357,7 @@ def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = Non
     timing = None
     if gpu is not None:
         worst = max(ranks, key=lambda c: c.memory["peak"])
-        timing = step_time(spec, inv, recipe, worst, collectives, gpu, lines, efficiency, plan=plan)
+        timing = _step_time(spec, core, recipe, worst, collectives, gpu, efficiency, convention, attention)
     return Bill(spec, recipe, inv, lines, resident, activ, ckpt, rows, convention, timeline, plan, attention,
                 ranks, collectives, timing, gpu, eager)
 

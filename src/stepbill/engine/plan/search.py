@@ -1,11 +1,23 @@
-"""The search: enumerate the space, decide whole groups with the exact resident bound, evaluate the rest with the
-engine, rank and keep the fronts.
+"""The search: enumerate the space, decide whole groups with the exact resident bound, then either bill every
+candidate (`exhaustive`) or branch and bound — bill only the candidates whose exact lower bounds can still reach
+the top K or a Pareto front.
+
+Branch and bound (the default). Every candidate the resident bound leaves gets exact lower bounds from the bill's
+own model (engine/plan/bounds.py): a step-time floor (time_floor; the budget solver's policy, unsolved:
+budget_floor) and a peak floor (its group's resident bound). Candidates are billed in ascending order of the
+objective's key made of those floors; a candidate is left unbilled — reason `outranked` — only when all three hold:
+K rows already billed beat its floors on the objective (strictly, so ties are billed), a billed row with no more
+GPUs is strictly faster than its time floor (the GPUs-vs-time front), and a billed row with a peak no larger
+than its peak floor is strictly faster (the memory-vs-time front). Its true key is at least its floors' key, so
+it can be neither in the top K nor on a front: the answer — top K, both fronts — is the exhaustive search's.
+What is lost is the list of every layout that fits; `exhaustive` keeps it.
 
 Counting (`SearchStats`): `candidates` is every point of the space; rule-rejected points are counted per reason but
 not as evaluated. `evaluated` = `by_bill` (candidates whose bills were made) + `by_bound` (candidates the resident
 bound rejected: the bound decides their verdict exactly — no peak of theirs can be under the budget — though their
-peaks are not computed). `seconds` is wall-clock; `cpu_seconds` the CPU time of this process and of its worker processes (`jobs` > 1
-spreads the groups over processes), so layouts per CPU-second is the rate of one core whatever `jobs` is.
+peaks are not computed) + `by_floor` (candidates the floors showed cannot enter the answer). `seconds` is
+wall-clock; `cpu_seconds` the CPU time of this process and of its worker processes (`jobs` > 1 spreads the groups
+over processes), so layouts per CPU-second is the rate of one core whatever `jobs` is.
 """
 
 from __future__ import annotations
@@ -14,7 +26,9 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
+from stepbill.engine.plan.branch_bound import Floors, bill_in_order, floors
 from stepbill.engine.plan.evaluate import (
     Row,
     budget_bytes,
@@ -31,6 +45,8 @@ from stepbill.errors import StepbillError
 SAMPLE_SEED = 0  # the shuffle of the groups (fixed: the same request decides the same groups in the same order)
 
 Progress = Callable[[int, int], None]  # (candidates decided, candidates to decide)
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -45,6 +61,8 @@ class SearchStats:
     rejected: dict[str, int]
     not_searched: int = 0  # candidates left when the deadline stopped the search (0: the whole space)
     jobs: int = 1  # worker processes that decided the candidates (1: this process)
+    by_floor: int = 0  # candidates whose floors cannot reach the top K or a front (branch and bound; not billed)
+    exhaustive: bool = True  # every candidate billed (False: branch and bound)
 
     @property
     def complete(self) -> bool:
@@ -53,7 +71,7 @@ class SearchStats:
 
     @property
     def evaluated(self) -> int:
-        return self.by_bill + self.by_bound
+        return self.by_bill + self.by_bound + self.by_floor
 
     @property
     def layouts_per_s(self) -> float:
@@ -68,7 +86,9 @@ class SearchStats:
 
 @dataclass(frozen=True)
 class PlanResult:
-    """The planner's answer: every row that fits (best first under `objective`), the top K, the fronts, stats."""
+    """The planner's answer: the rows billed that fit (best first under `objective`: every layout that fits when the
+    search is exhaustive; the top K, both fronts and what the search billed on its way under branch and bound),
+    the top K, the fronts, stats."""
 
     request: PlanRequest
     objective: str
@@ -88,12 +108,13 @@ class PlanResult:
 
 
 def search(req: PlanRequest, objective: str = "time", k: int = 10, progress: Progress | None = None,
-           deadline_s: float | None = None, jobs: int = 1) -> PlanResult:
-    """Plan `req`: every candidate's verdict, the fitting rows ranked by `objective`, the top `k`, the fronts.
-    With `deadline_s` (wall-clock seconds) the search stops starting new groups once it has run that long; the
-    candidates left are counted in `stats.not_searched` and the answer covers only what was searched (groups are
-    decided in a fixed random order, so that is a uniform sample of the space's groups). `jobs` > 1
-    decides the groups in that many worker processes (the answer is the same: rows are ranked by a total order)."""
+           deadline_s: float | None = None, jobs: int = 1, exhaustive: bool = False) -> PlanResult:
+    """Plan `req`: the top `k` rows under `objective` and both Pareto fronts, by branch and bound (module
+    docstring), or with `exhaustive` every candidate's verdict and every fitting row. With `deadline_s` (wall-clock
+    seconds) the search stops once it has run that long; the candidates left are counted in `stats.not_searched` and
+    the answer covers only what was searched (groups are taken in a fixed random order, so that is a uniform sample
+    of the space's groups). `jobs` > 1 decides the groups (branch and bound: their floors) in that many worker
+    processes (the answer is the same: rows are ranked by a total order)."""
     sort_key(objective)  # an unknown objective fails before the search
     start, start_cpu = time.perf_counter(), time.process_time()
     rejected = Rejections()
@@ -105,6 +126,8 @@ def search(req: PlanRequest, objective: str = "time", k: int = 10, progress: Pro
     ruled_out = sum(rejected.counts.values())
     deadline_at = None if deadline_s is None else time.time() + deadline_s
     jobs = jobs if jobs > 1 and to_decide >= PARALLEL_MIN_CANDIDATES else 1
+    if not exhaustive:
+        return _branch_and_bound(req, objective, k, groups, rejected, progress, deadline_at, jobs, start, start_cpu)
     if jobs > 1:
         parts = _decide_parallel(req, groups, deadline_at, jobs, progress, to_decide)
     else:
@@ -123,6 +146,58 @@ def search(req: PlanRequest, objective: str = "time", k: int = 10, progress: Pro
                         to_decide - done, jobs)
     return PlanResult(req, objective, k, ranked, stats, gpus_vs_time(rows, fixed_batch),
                       memory_vs_time(rows, fixed_batch))
+
+
+def _branch_and_bound(req: PlanRequest, objective: str, k: int, groups: list[Group], rejected: Rejections,
+                      progress: Progress | None, deadline_at: float | None, jobs: int, start: float,
+                      start_cpu: float) -> PlanResult:
+    """The resident bound and every candidate's floors (in `jobs` processes), then the bills in floor order."""
+    to_decide = sum(len(g.variants) for g in groups)
+    ruled_out = sum(rejected.counts.values())
+    indexed = list(enumerate(groups))
+    if jobs > 1:
+        calls = [(req, chunk, objective, deadline_at)
+                 for chunk in _chunks(indexed, jobs * CHUNKS_PER_JOB, lambda pair: len(pair[1].variants))]
+        parts = _in_workers(_floors_part, calls, jobs, progress, to_decide, lambda part: part[0].decided)
+    else:
+        parts = [_floors_part(req, indexed, objective, deadline_at, progress, to_decide)]
+    by_bound = sum(p[1] for p in parts)
+    leads = [lead for p in parts for lead in p[0].leads]
+    for p in parts:
+        for reason, n in p[0].rejected.items():
+            rejected.add(reason, n)
+        rejected.add("resident_over_budget", p[1])
+    decided = sum(p[0].decided for p in parts)
+    billed = bill_in_order(req, groups, leads, objective, k, deadline_at, progress)
+    for reason, n in billed.rejected.items():
+        rejected.add(reason, n)
+    rejected.add("outranked", billed.by_floor)
+    fixed_batch = req.global_batch_tokens is not None
+    rows = billed.rows
+    workers_cpu = sum(p[0].cpu_seconds for p in parts) if jobs > 1 else 0.0
+    stats = SearchStats(ruled_out + to_decide, billed.by_bill, by_bound, time.perf_counter() - start,
+                        time.process_time() - start_cpu + workers_cpu, dict(sorted(rejected.counts.items())),
+                        to_decide - decided + billed.not_searched, jobs, billed.by_floor, exhaustive=False)
+    return PlanResult(req, objective, k, top(rows, objective, len(rows), fixed_batch), stats,
+                      gpus_vs_time(rows, fixed_batch), memory_vs_time(rows, fixed_batch))
+
+
+def _floors_part(req: PlanRequest, indexed: list[tuple[int, Group]], objective: str, deadline_at: float | None,
+                 progress: Progress | None = None, total: int = 0) -> tuple[Floors, int]:
+    """The resident bound of each (index, group), then the floors of the candidates it leaves: (Floors, candidates
+    the bound rejected)."""
+    kept: list[tuple[int, Group, float]] = []
+    rejected = 0
+    for index, group in indexed:
+        budget = budget_bytes(req, group.holdings_layout)
+        bound = resident_bound(req, group.holdings_layout, group.offload_optimizer, budget)
+        if bound > budget:
+            rejected += len(group.variants)
+        else:
+            kept.append((index, group, bound))
+    found = floors(req, kept, objective, deadline_at, progress, total)
+    found.decided += rejected
+    return found, rejected
 
 
 #: Below this many candidates to decide, worker processes cost more to start than they save.
@@ -179,37 +254,44 @@ def _decide(req: PlanRequest, groups: list[Group], deadline_at: float | None, pr
     return _Part(rows, by_bill, by_bound, done, rejected.counts, time.process_time() - cpu0)
 
 
-def _chunks(groups: list[Group], n: int) -> list[list[Group]]:
-    """`groups` dealt into `n` chunks of about equal candidate counts (largest groups first, each to the lightest
-    chunk), each chunk keeping the enumeration order."""
+def _chunks(items: list[T], n: int, size: Callable[[T], int] = lambda g: len(g.variants)) -> list[list[T]]:
+    """`items` (groups, or (index, group) pairs with `size` reading the group) dealt into `n` chunks of about equal
+    candidate counts (largest first, each to the lightest chunk), each chunk keeping the enumeration order."""
     loads = [0] * n
     members: list[list[int]] = [[] for _ in range(n)]
-    for i in sorted(range(len(groups)), key=lambda i: -len(groups[i].variants)):
+    for i in sorted(range(len(items)), key=lambda i: -size(items[i])):
         j = loads.index(min(loads))
-        loads[j] += len(groups[i].variants)
+        loads[j] += size(items[i])
         members[j].append(i)
-    return [[groups[i] for i in sorted(m)] for m in members if m]
+    return [[items[i] for i in sorted(m)] for m in members if m]
 
 
 def _decide_parallel(req: PlanRequest, groups: list[Group], deadline_at: float | None, jobs: int,
                      progress: Progress | None, total: int) -> list[_Part]:
-    """`_decide` over chunks of the groups in `jobs` worker processes (fork where the platform has it and the
-    caller runs no other threads, else spawn). Progress is reported as chunks finish."""
+    """`_decide` over chunks of the groups in `jobs` worker processes. Progress is reported as chunks finish."""
+    calls = [(req, chunk, deadline_at) for chunk in _chunks(groups, jobs * CHUNKS_PER_JOB)]
+    return _in_workers(_decide, calls, jobs, progress, total, lambda part: part.decided)
+
+
+def _in_workers(fn: Callable[..., R], calls: list[tuple], jobs: int, progress: Progress | None, total: int,
+                decided: Callable[[R], int]) -> list[R]:
+    """`fn(*args)` for every args of `calls` in `jobs` worker processes (fork where the platform has it and the
+    caller runs no other threads, else spawn); progress is reported as calls finish (`decided`: candidates a
+    result covers)."""
     import multiprocessing
     import threading
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1 \
         else "spawn"
-    chunks = _chunks(groups, jobs * CHUNKS_PER_JOB)
-    parts: list[_Part] = []
+    parts: list[R] = []
     done = 0
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context(method)) as pool:
-        futures = [pool.submit(_decide, req, chunk, deadline_at) for chunk in chunks]
+        futures = [pool.submit(fn, *args) for args in calls]
         for future in as_completed(futures):
             part = future.result()
             parts.append(part)
-            done += part.decided
+            done += decided(part)
             if progress is not None:
                 progress(done, total)
     return parts

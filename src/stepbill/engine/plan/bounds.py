@@ -1,0 +1,161 @@
+"""Exact lower bounds of a candidate's step time, made by the bill's own time model: what the branch-and-bound
+search (search.py) prunes with.
+
+`time_floor` — a candidate with an explicit recompute policy: `steptime.step_time` on the candidate's recipe,
+collectives and FLOPs lines, exactly as make_bill calls it, but with the judged rank's memory at zero. The step
+time reads the rank's memory in three places only, each monotone: the optimizer step's bytes (2 × optimizer +
+grads + weights: added to the pipeline time), the activation bytes in the HBM traffic (inside a max with the
+compute, under `--efficiency`) and, under activation offload, the kept bytes copied over PCIe (inside a max with
+the hidden network time). Zero bytes there can only lower each term, so floor ≤ time.step of `stepbill bill`.
+
+`budget_floor` — the budget solver at the rank's free memory, before its policy is solved (solving costs eager
+bills and MILPs): the policy drops some set of tensors, so the step reruns r ≥ 0 FLOPs. With r the pipeline's
+kernels only grow (stage_compute adds the recompute's share of a forward, ≥ 0, at the same scale — the budget is
+not a checkpointing policy, so the stage's work without recompute is the `none` policy's), but the slowest stage
+may change and the hideable collectives' spill may shrink (their window grows), so the floor keeps what r cannot
+lower: the lightest stage's kernels without recompute, the critical TP / EP / PP collectives, the bubble, the
+ZeRO weight all-gather after the optimizer, exposed offload, and the hideable collectives' spill with every window
+at its largest — each stage's windows with every droppable tensor rebuilt (no drop set reruns more ops: a budget's
+FLOPs are a sum over a subset of the same ops), the largest over stages — and the optimizer step at zero:
+
+    per-op:       floor = (min over stages of kernels(r = 0) + critical comm) / (1 − bubble) + all-gather + offload
+                          + spill(the `none` policy's collectives, windows at r_max)
+    --efficiency: floor = (executed FLOPs without recompute / (peak × efficiency)) / (1 − bubble) + exposed comm
+                          + offload
+
+(the budget reruns no TP / EP collective: engine/recompute/plan.Rerun).
+
+`peak_floor` — a lower bound of the judged peak (the eager bill's worst rank class): on each stage, the moment the
+forward's last layer ends holds the rank's weights and optimizer states, the gradients already there (all of them
+under gradient accumulation, none otherwise) and the kept activations of every micro-batch in flight (its own,
+plus (in flight − 1) × kept); every other item of that moment is ≥ 0 (engine/memory/timeline._eager_moments), and
+the optimizer step's moment holds weights + optimizer + every gradient (the resident bound). So
+
+    peak ≥ max over stages of  weights + optimizer + max(grads, grads·[m > 1] + in flight × kept after forward)
+
+less 8 bytes for the timeline's rounding. The budget solver's candidates (policy unsolved) and models without an
+eager bill keep the resident bound. All three floors are tested against full bills over random candidates
+(tests/test_plan_bounds.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from stepbill.engine import flops as fl
+from stepbill.engine.bill import bill_plan, bill_step_time
+from stepbill.engine.parallel.collectives import rank_param_elements, step_collectives
+from stepbill.engine.parallel.holdings import rank_holdings
+from stepbill.engine.parallel.layout import stage_layer_indices, stage_layer_kinds
+from stepbill.engine.parallel.rank_class import MEMORY_KEYS, RankClass
+from stepbill.engine.parallel.ranks import OPTIMIZER_SIDE, in_flight_microbatches, row_divisor
+from stepbill.engine.params import param_inventory
+from stepbill.engine.plan.axes import BUDGET_AT_FREE
+from stepbill.engine.plan.evaluate import recipe_for
+from stepbill.engine.plan.space import Candidate, PlanRequest
+from stepbill.engine.recompute import RecomputePlan, op_flops
+from stepbill.engine.timing.comm_time import comm_timing
+from stepbill.engine.timing.step import stage_compute
+from stepbill.errors import StepbillError
+from stepbill.spec.model import ModelSpec
+from stepbill.spec.recipe import Recipe
+
+#: A rank holding nothing: the step time's memory-dependent terms at their floor (see the module's docstring).
+EMPTY_RANK = RankClass("empty", (), 0, {}, 1.0, [], [], [], dict.fromkeys(MEMORY_KEYS, 0.0))
+
+
+ROUNDING_SLACK_BYTES = 8  # the timeline rounds each item of a moment to whole bytes
+
+
+def peak_floor(req: PlanRequest, cand: Candidate, resident: float) -> float:
+    """A lower bound (bytes) of the candidate's judged peak, never below `resident` (its group's resident bound)."""
+    if cand.recompute == BUDGET_AT_FREE:
+        return resident
+    recipe = recipe_for(req, cand)
+    try:
+        plan = bill_plan(req.spec, recipe, "eager")
+    except StepbillError:  # no eager bill for this model: the verdict reads the ideal peaks
+        return resident
+    spec, par = req.spec, recipe.parallel
+    best = resident
+    for stage, layers in enumerate(stage_layer_indices(spec, par)):
+        held = rank_holdings(spec, recipe, stage).held
+        weights = sum(v for k, v in held.items() if k.startswith("weights"))
+        optimizer = 0.0 if par.offload_optimizer else sum(v for k, v in held.items() if k.startswith(OPTIMIZER_SIDE))
+        grads = held.get("grads", 0.0)
+        kept = 0.0 if par.offload_activations else \
+            _kept_on_rank(spec, recipe, plan, tuple(plan.order[i] for i in layers)) * in_flight_microbatches(recipe,
+                                                                                                             stage)
+        best = max(best, weights + optimizer + max(grads, (grads if par.micro_batches > 1 else 0.0) + kept)
+                   - ROUNDING_SLACK_BYTES)
+    return best
+
+
+def _kept_on_rank(spec: ModelSpec, recipe: Recipe, plan: RecomputePlan, order: tuple[str, ...]) -> float:
+    """Bytes of one micro-batch's activations a rank of the stage keeps after its forward (the plan on the rank,
+    as engine/parallel/ranks.stage_classes makes it)."""
+    par = recipe.parallel
+    return plan.for_rank(row_divisor(recipe), par.cp * (par.tp if par.sp else 1), par.cp * par.tp,
+                         order).kept_after_forward()
+
+
+def time_floor(req: PlanRequest, cand: Candidate) -> float:
+    """A lower bound of the candidate's time.step (s) under `stepbill bill`; the policy must be explicit."""
+    return bill_step_time(req.spec, recipe_for(req, cand), EMPTY_RANK, req.gpu, req.efficiency)["time.step"].value
+
+
+def budget_floor(req: PlanRequest, cand: Candidate) -> float:
+    """A lower bound of time.step (s) for any recompute policy of the candidate that adds no TP / EP collective —
+    the budget solver's, whatever it drops (see the module's docstring)."""
+    none = replace(cand, recompute="none")
+    recipe = recipe_for(req, none)
+    lines = bill_step_time(req.spec, recipe, EMPTY_RANK, req.gpu, req.efficiency).lines
+    bubble = lines["time.bubble"].value
+    offload = lines["time.offload_exposed"].value
+    if req.efficiency is not None:
+        return lines["time.compute"].value / (1 - bubble) + lines["time.comm_exposed"].value + offload
+    critical = lines["time.comm_critical"].value
+    gather = lines["time.comm_exposed"].value - critical  # the ZeRO weight all-gather after the optimizer
+    kernels, windows = _stage_bounds(req, recipe)
+    par = recipe.parallel
+    timed = [c for c in step_collectives(req.spec, recipe, param_inventory(req.spec), req.gpu) if c.seconds is not None]
+    layers = max(max(sum(k.values()) for k in stage_layer_kinds(req.spec, par)), 1)
+    spill = comm_timing(timed, req.gpu.gpus_per_node, par.zero, par.micro_batches, layers, *windows).hidden_spill
+    return (kernels + critical) / (1 - bubble) + gather + offload + spill
+
+
+def _stage_bounds(req: PlanRequest, recipe: Recipe) -> tuple[float, tuple[float, float, float]]:
+    """(the smallest over pipeline stages of the stage's kernel seconds without recompute, and the largest
+    forward / backward / attention windows over stages with every droppable tensor rebuilt) — timing/step.py's
+    stage_compute, called as steptime._per_op calls it for the slowest stage. `recipe` is the `none` policy's."""
+    spec, gpu, par = req.spec, req.gpu, recipe.parallel
+    inv = param_inventory(spec)
+    held = rank_param_elements(spec, recipe, inv)
+    weights = held["dense_weights"] + held["expert_weights"]
+    peak = gpu.peak_flops(recipe.precision.compute)
+    split, m, tokens = par.tp * par.cp, par.micro_batches, recipe.tokens
+    rebuild_all = _rebuild_all_per_token(req, recipe)
+    kernels, fwd, bwd, attn = float("inf"), 0.0, 0.0, 0.0
+    seen: set[tuple] = set()
+    for stage, kinds in enumerate(stage_layer_kinds(spec, par)):
+        first, last = stage == 0, stage == par.pp - 1
+        key = (tuple(sorted(kinds.items())), first, last)
+        if key in seen:
+            continue
+        seen.add(key)
+        work = fl.stage_step_flops(spec, inv, recipe.seq_len, recipe.micro_batch, kinds, first, last, {},
+                                   recipe.lora, False)
+        rest = stage_compute(spec, recipe, EMPTY_RANK, gpu, peak, kinds, last, work * m / split, 0.0, weights)
+        rebuilt = sum(n * rebuild_all.get(k, 0.0) for k, n in kinds.items()) * tokens * m / split
+        most = stage_compute(spec, recipe, EMPTY_RANK, gpu, peak, kinds, last, work * m / split + rebuilt, rebuilt,
+                             weights)
+        kernels = min(kernels, rest.kernels)
+        fwd, bwd, attn = max(fwd, most.forward), max(bwd, most.backward), max(attn, most.attention)
+    return kernels, (fwd, bwd, attn)
+
+
+def _rebuild_all_per_token(req: PlanRequest, recipe: Recipe) -> dict[str, float]:
+    """FLOPs per token (causal, as LayerPlan.recompute_flops) to rebuild every droppable tensor of each layer kind:
+    an upper bound of any drop set's (op_flops sums each distinct producing op once, all nonnegative)."""
+    plan = bill_plan(req.spec, recipe)  # the `none` policy keeps every row
+    return {k: op_flops([t for t in lp.kept if t.recompute.droppable], recipe.seq_len) for k, lp in plan.layers.items()}

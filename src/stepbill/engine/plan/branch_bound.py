@@ -1,0 +1,174 @@
+"""Branch and bound over the candidates the resident bound leaves (search.py's docstring says why it is exact).
+
+Two passes: `floors` gives every candidate its lower bounds (bounds.py; no bill), `bill_in_order` bills them in
+ascending order of the objective's key made of those bounds and skips each candidate that can no longer reach
+the top K or a Pareto front (`Answer.cannot_take`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from stepbill.engine.plan.axes import BUDGET_AT_FREE
+from stepbill.engine.plan.bounds import budget_floor, peak_floor, time_floor
+from stepbill.engine.plan.evaluate import Row, budget_drops_nothing, evaluate, resolve_recompute
+from stepbill.engine.plan.space import Group, PlanRequest
+from stepbill.errors import StepbillError
+
+Progress = Callable[[int, int], None]
+
+#: A candidate waiting for its bill: (objective key of its floors, its time floor as the fronts read time, its peak
+#: floor in bytes, GPUs, group index, variant index). Tuples sort by the key, then the indices (a total order).
+Lead = tuple[tuple[float, ...], float, float, int, int, int]
+
+
+def objective_key(objective: str, fixed_batch: bool, step_s: float, world: int, peak: float,
+                  tokens: int) -> tuple[float, ...]:
+    """The numeric part of rank.sort_key's key for a row with these numbers (the command, its last tie-break, left
+    out): monotone in each argument, so the key of the floors is never above the key of the bill."""
+    speed = step_s if fixed_batch else -(tokens / step_s)  # rank.sort_key: step time, or −tokens/s
+    if objective == "time":
+        return (speed, world, peak)
+    if objective == "gpus":
+        return (world, speed, peak)
+    if objective == "cost":
+        return (step_s * world / tokens, speed)
+    return (peak, speed)  # memory
+
+
+def front_time(fixed_batch: bool, step_s: float, tokens: int) -> float:
+    """Time as the Pareto fronts compare it (pareto.py): the step, or seconds per token without a global batch."""
+    return step_s if fixed_batch else 1.0 / (tokens / step_s)
+
+
+def row_key(objective: str, fixed_batch: bool, row: Row) -> tuple[float, ...]:
+    return objective_key(objective, fixed_batch, row.step_s, row.world, row.peak_bytes, row.tokens_per_step)
+
+
+@dataclass
+class Floors:
+    """What the first pass found: the leads, and the candidates it rejected or did not reach."""
+
+    leads: list[Lead] = field(default_factory=list)
+    rejected: dict[str, int] = field(default_factory=dict)
+    decided: int = 0  # candidates of the groups it went through
+    cpu_seconds: float = 0.0
+
+
+def floors(req: PlanRequest, groups: list[tuple[int, Group, float]], objective: str, deadline_at: float | None,
+           progress: Progress | None = None, total: int = 0) -> Floors:
+    """The leads of `groups` ((index, group, its resident bound) in order): each candidate's floors. Stops starting
+    groups once `deadline_at` (time.time()) has passed."""
+    cpu0 = time.process_time()
+    out = Floors()
+    fixed_batch = req.global_batch_tokens is not None
+    for index, group, peak_floor_of_group in groups:
+        if deadline_at is not None and time.time() > deadline_at:
+            break
+        for v, variant in enumerate(group.variants):
+            try:
+                cand = group.candidate(variant)
+            except StepbillError:
+                out.rejected["layout_invalid"] = out.rejected.get("layout_invalid", 0) + 1
+                continue
+            par = cand.parallel
+            step = budget_floor(req, cand) if cand.recompute == BUDGET_AT_FREE else time_floor(req, cand)
+            peak = peak_floor(req, cand, peak_floor_of_group)
+            tokens = par.dp * par.micro_batches * cand.micro_batch * req.seq  # Recipe.tokens_per_step
+            out.leads.append((objective_key(objective, fixed_batch, step, par.world, peak, tokens),
+                              front_time(fixed_batch, step, tokens), peak, par.world, index, v))
+        out.decided += len(group.variants)
+        if progress is not None:
+            progress(out.decided, total)
+    out.cpu_seconds = time.process_time() - cpu0
+    return out
+
+
+class Answer:
+    """The billed rows that fit, and what the top K and the two fronts need to know of them."""
+
+    def __init__(self, objective: str, k: int, fixed_batch: bool) -> None:
+        self.objective, self.k, self.fixed_batch = objective, k, fixed_batch
+        self.rows: list[Row] = []
+        self._top: list[tuple[float, ...]] = []  # the k best keys so far, ascending
+        self._by_world: dict[int, float] = {}  # GPUs → the best front time among rows with that many
+        self._peaks: list[float] = []  # the memory-vs-time staircase: peaks ascending ...
+        self._times: list[float] = []  # ... times strictly descending
+
+    def add(self, row: Row) -> None:
+        self.rows.append(row)
+        bisect.insort(self._top, row_key(self.objective, self.fixed_batch, row))
+        del self._top[self.k:]
+        t = front_time(self.fixed_batch, row.step_s, row.tokens_per_step)
+        self._by_world[row.world] = min(t, self._by_world.get(row.world, t))
+        peak = row.peak_bytes
+        i = bisect.bisect_right(self._peaks, peak)
+        if i and self._times[i - 1] <= t:
+            return  # a row with no more memory is at least as fast
+        first = bisect.bisect_left(self._peaks, peak)  # rows with this peak and a slower time leave, ...
+        j = i
+        while j < len(self._peaks) and self._times[j] >= t:
+            j += 1  # ... as do rows with more memory that are no faster
+        self._peaks[first:j], self._times[first:j] = [peak], [t]
+
+    def cannot_take(self, lead: Lead) -> bool:
+        """Whether a candidate with these floors can be neither in the top K nor on a front (module docstring)."""
+        key, t, peak, world = lead[0], lead[1], lead[2], lead[3]
+        if len(self._top) < self.k or not key > self._top[-1]:
+            return False
+        if not any(w <= world and best < t for w, best in self._by_world.items()):
+            return False
+        i = bisect.bisect_right(self._peaks, peak)
+        return bool(i) and self._times[i - 1] < t
+
+
+@dataclass
+class Billed:
+    """What the second pass found."""
+
+    rows: list[Row]
+    by_bill: int
+    by_floor: int
+    not_searched: int
+    rejected: dict[str, int]
+
+
+def bill_in_order(req: PlanRequest, groups: list[Group], leads: list[Lead], objective: str, k: int,
+                  deadline_at: float | None, progress: Progress | None = None) -> Billed:
+    """Bill the leads best floor first; skip those `Answer.cannot_take`."""
+    answer = Answer(objective, k, req.global_batch_tokens is not None)
+    rejected: dict[str, int] = {}
+    by_bill = by_floor = 0
+    leads.sort()
+    for n, lead in enumerate(leads):
+        if deadline_at is not None and time.time() > deadline_at:
+            return Billed(answer.rows, by_bill, by_floor, len(leads) - n, rejected)
+        if progress is not None and n % 256 == 0:
+            progress(n, len(leads))
+        if answer.cannot_take(lead):
+            by_floor += 1
+            continue
+        group = groups[lead[4]]
+        reason = ""
+        try:
+            cand = resolve_recompute(req, group.candidate(group.variants[lead[5]]))
+        except StepbillError:
+            reason = "layout_invalid"
+        else:
+            if budget_drops_nothing(req, cand):  # its `none` twin is a candidate of the same group
+                reason = "budget_drops_nothing"
+            else:
+                row = evaluate(req, cand)
+                by_bill += 1
+                if row is None:
+                    reason = "peak_over_budget"
+                else:
+                    answer.add(row)
+        if reason:
+            rejected[reason] = rejected.get(reason, 0) + 1
+    if progress is not None:
+        progress(len(leads), len(leads))
+    return Billed(answer.rows, by_bill, by_floor, 0, rejected)
