@@ -94,14 +94,17 @@ def plan(
     name: Callable[[str], str] = python_name,
     deadline_s: float | None = None,
     jobs: int = 1,
+    exhaustive: bool = False,
 ) -> PlanRun:
     """The layouts of `model` that fit `gpus` (or up to `max_gpus`) × `gpu` at `seq` tokens with a global batch of
     `global_batch_tokens` (or a fixed `micro_batch`), ranked by `objective` (time | gpus | cost | memory); `fix`
     pins axes ("tp=8,pp=16" or {"tp": 8}). Every row carries the `stepbill bill` command that reproduces it.
     `progress(done, total)` is called as the search goes (candidates); `deadline_s` stops the search after that many
     wall-clock seconds (what was left is `search.not_searched`); `jobs` worker processes share the search (the
-    answer does not depend on it; `available_jobs()` is every core this process may use). `model` may also be a
-    ModelSpec (its rows' commands then name it `config.json`, the file it would be saved to)."""
+    answer does not depend on it; `available_jobs()` is every core this process may use). By default the search is a
+    branch and bound that bills only the candidates whose exact floors can reach the top K or a Pareto front;
+    `exhaustive` bills every candidate and lists every layout that fits. `model` may also be a ModelSpec (its rows'
+    commands then name it `config.json`, the file it would be saved to)."""
     from stepbill.engine.plan import PlanRequest, parse_fix, search
     from stepbill.engine.plan.rank import OBJECTIVES
     from stepbill.errors import unknown_name
@@ -156,7 +159,7 @@ def plan(
                       None if price_per_gpu_hour is None else float(price_per_gpu_hour))
     from stepbill.engine.plan.space import __doc__ as space_doc
 
-    return PlanRun(search(req, objective, top, progress, deadline_s, jobs), space_note(space_doc or ""))
+    return PlanRun(search(req, objective, top, progress, deadline_s, jobs, exhaustive), space_note(space_doc or ""))
 
 
 def available_jobs() -> int:

@@ -74,6 +74,9 @@ def plan(
         "random sample of the space, and says how much")] = None,
     jobs: Annotated[int | None, typer.Option("--jobs", help="worker processes (default: every core; 1: this "
                                              "process only); the answer does not depend on it")] = None,
+    exhaustive: Annotated[bool, typer.Option(
+        "--exhaustive", help="bill every candidate and list every layout that fits (default: branch and bound, "
+        "billing only what can reach the top K or a Pareto front: the same top K and fronts, faster)")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """The layouts that fit MODEL on the GPUs and run fastest (or on fewest GPUs, cheapest, leanest)."""
@@ -90,7 +93,8 @@ def plan(
                           optimizer=optimizer, train_tokens=train_tokens, price_per_gpu_hour=price_per_gpu_hour,
                           objective=objective, top=top, reserve_gib=reserve, fix=fix, cross_node=cross_node,
                           efficiency=efficiency, progress=bar, name=cli_flag,
-                          jobs=available_jobs() if jobs is None else jobs, deadline_s=max_seconds)
+                          jobs=available_jobs() if jobs is None else jobs, deadline_s=max_seconds,
+                          exhaustive=exhaustive)
     finally:
         if bar is not None:
             bar.close()

@@ -21,7 +21,7 @@ def layout_to_json(par: Any) -> dict[str, Any]:
 _INT_RUN = ("global_batch_tokens", "train_tokens", "steps")
 
 
-def row_to_json(row: Row, rank: int) -> dict[str, Any]:
+def row_to_json(row: Row, rank: int | None) -> dict[str, Any]:
     """One row: layout, micro-batch, recompute, memory (bytes), time (s), throughput, run totals, command."""
     par = row.candidate.parallel
     return {
@@ -43,10 +43,17 @@ def row_to_json(row: Row, rank: int) -> dict[str, Any]:
     }
 
 
+def known_ranks(result: PlanResult) -> dict[int, int]:
+    """Each row's 1-based position under the objective, by id: every row's when the search was exhaustive; under
+    branch and bound only the top K's (layouts left unbilled may sit between the other rows billed)."""
+    rows = result.rows if result.stats.exhaustive else result.top
+    return {id(r): i + 1 for i, r in enumerate(rows)}
+
+
 def plan_to_json(result: PlanResult, space_note: str) -> dict[str, Any]:
     """The whole answer: request, top K, fronts, search statistics, reasons."""
     req, stats = result.request, result.stats
-    position = {id(r): i + 1 for i, r in enumerate(result.rows)}
+    position = known_ranks(result)
     return {
         "request": {
             "model": req.model_name, "gpu": req.gpu_name, "gpus": list(req.worlds), "seq": req.seq,
@@ -58,12 +65,13 @@ def plan_to_json(result: PlanResult, space_note: str) -> dict[str, Any]:
         "top": [row_to_json(r, i + 1) for i, r in enumerate(result.top)],
         "fits": len(result.rows),
         "pareto": {
-            "gpus_vs_time": [row_to_json(r, position[id(r)]) for r in result.gpus_vs_time],
-            "memory_vs_time": [row_to_json(r, position[id(r)]) for r in result.memory_vs_time],
+            "gpus_vs_time": [row_to_json(r, position.get(id(r))) for r in result.gpus_vs_time],
+            "memory_vs_time": [row_to_json(r, position.get(id(r))) for r in result.memory_vs_time],
         },
         "search": {
             "candidates": stats.candidates, "evaluated": stats.evaluated, "evaluated_by_bill": stats.by_bill,
-            "decided_by_bound": stats.by_bound, "seconds": stats.seconds, "layouts_per_s": stats.layouts_per_s,
+            "decided_by_bound": stats.by_bound, "decided_by_floor": stats.by_floor, "exhaustive": stats.exhaustive,
+            "seconds": stats.seconds, "layouts_per_s": stats.layouts_per_s,
             "cpu_seconds": stats.cpu_seconds, "jobs": stats.jobs, "layouts_per_cpu_s": stats.layouts_per_cpu_s,
             "rejected": dict(stats.rejected),
             "not_searched": stats.not_searched, "complete": stats.complete,

@@ -10,6 +10,7 @@ from rich.text import Text
 from stepbill.engine.plan.evaluate import Row
 from stepbill.engine.plan.search import PlanResult
 from stepbill.engine.plan.space import REASONS
+from stepbill.report.plan_json import known_ranks
 
 GIB = 2**30
 
@@ -33,6 +34,7 @@ def layout_words(row: Row) -> str:
 
 
 def _table(title: str, rows: list[Row], ranks: dict[int, int], run: bool) -> Table:
+    """Rows with their rank ("–": a front row outside the top K under branch and bound, rank unknown)."""
     table = Table(title=title, title_justify="left")
     for col in ("#", "GPUs", "layout", "mb × m", "recompute", "peak GiB", "headroom GiB", "step s", "MFU",
                 "tokens/s"):
@@ -42,7 +44,7 @@ def _table(title: str, rows: list[Row], ranks: dict[int, int], run: bool) -> Tab
         table.add_column({"days": "days", "gpu_hours": "GPU-hours", "cost": "cost"}[k], justify="right")
     for row in rows:
         par = row.candidate.parallel
-        cells = [str(ranks[id(row)]), f"{row.world:,}", layout_words(row),
+        cells = [str(ranks.get(id(row), "–")), f"{row.world:,}", layout_words(row),
                  f"{row.candidate.micro_batch} × {par.micro_batches}", row.candidate.recompute,
                  f"{row.peak_bytes / GIB:.2f}", f"{row.headroom_bytes / GIB:.2f}", f"{row.step_s:.3f}",
                  f"{row.mfu:.1%}", f"{row.tokens_per_s:,.0f}"]
@@ -54,12 +56,14 @@ def _table(title: str, rows: list[Row], ranks: dict[int, int], run: bool) -> Tab
 def render_plan(result: PlanResult, space_note: str) -> Group:
     """The whole answer as rich renderables."""
     req, stats = result.request, result.stats
-    ranks = {id(r): i + 1 for i, r in enumerate(result.rows)}
+    ranks = known_ranks(result)
     batch = (f"global batch {req.global_batch_tokens:,} tokens" if req.global_batch_tokens
              else f"micro-batch {req.micro_batch or 1}")
     gpus = ", ".join(f"{w:,}" for w in req.worlds)
     head = (f"{req.model_name} on {gpus} × {req.gpu.display}, seq {req.seq:,}, {batch}, {req.recipe} {req.optimizer}: "
-            f"{len(result.rows):,} layouts fit of {stats.candidates:,}; objective {result.objective}")
+            + (f"{len(result.rows):,} layouts fit of {stats.candidates:,}" if stats.exhaustive else
+               f"{stats.candidates:,} candidates, branch and bound ({stats.by_floor:,} outranked by their exact floors "
+               f"without a bill; --exhaustive lists every layout that fits)") + f"; objective {result.objective}")
     parts: list = [Text(head)]
     if not stats.complete:
         share = 1 - stats.not_searched / max(stats.candidates, 1)
@@ -90,14 +94,15 @@ def render_plan(result: PlanResult, space_note: str) -> Group:
     parts.append(Text(f"search: {stats.evaluated:,} candidates evaluated in {stats.seconds:.2f} s wall-clock, "
                       f"{stats.cpu_seconds:.2f} s CPU in {stats.jobs} process{'es' if stats.jobs > 1 else ''} "
                       f"({stats.layouts_per_cpu_s:,.0f}/CPU-s; {stats.by_bill:,} by "
-                      f"bill, {stats.by_bound:,} decided by the exact resident bound)"))
+                      f"bill, {stats.by_bound:,} decided by the exact resident bound"
+                      + (f", {stats.by_floor:,} by the exact floors" if not stats.exhaustive else "") + ")"))
     parts.append(Text(f"space: {space_note}"))
     return Group(*parts)
 
 
 def _commands(rows: list[Row], ranks: dict[int, int], shown: list[Row] | None = None) -> Text:
     seen = {id(r) for r in shown or []}
-    lines = [f"  #{ranks[id(r)]}: {r.command}" for r in rows if id(r) not in seen]
+    lines = [f"  #{ranks.get(id(r), '–')}: {r.command}" for r in rows if id(r) not in seen]
     return Text("\n".join(["reproduce with:", *lines]) if lines else "")
 
 

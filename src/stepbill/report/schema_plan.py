@@ -27,7 +27,8 @@ class PlanLayoutJson(Strict):
 
 
 class PlanRowJson(Strict):
-    rank: int = Field(description="1-based position under the objective")
+    rank: int | None = Field(description="1-based position under the objective; null for a front row outside the "
+                             "top K under branch and bound (layouts left unbilled may rank between)")
     gpus: int = Field(description="GPUs: dp·tp·pp·cp")
     layout: PlanLayoutJson = Field(description="the parallel layout")
     micro_batch: int = Field(description="sequences per micro-batch")
@@ -48,10 +49,15 @@ class PlanRowJson(Strict):
 
 class PlanSearchJson(Strict):
     candidates: int = Field(description="every point of the space, rule-rejected ones included")
-    evaluated: int = Field(description="candidates whose fit verdict was decided: evaluated_by_bill + decided_by_bound")
+    evaluated: int = Field(description="candidates decided: evaluated_by_bill + decided_by_bound + decided_by_floor")
     evaluated_by_bill: int = Field(description="candidates whose bills were made (make_bill, eager + ideal)")
     decided_by_bound: int = Field(description="candidates rejected by the exact resident bound (their verdict is "
                                   "exact; their peak is not computed)")
+    decided_by_floor: int = Field(description="branch and bound: candidates whose exact floors (step time, peak) "
+                                  "cannot reach the top K or a Pareto front, left unbilled (reason `outranked`); 0 "
+                                  "when exhaustive")
+    exhaustive: bool = Field(description="every candidate billed (--exhaustive: `fits` counts every layout that "
+                             "fits) or branch and bound (`fits` counts the layouts billed that fit)")
     seconds: float = Field(description="wall-clock seconds of the search")
     layouts_per_s: float = Field(description="evaluated / seconds")
     cpu_seconds: float = Field(description="CPU seconds of the search: this process and its worker processes")
@@ -84,7 +90,7 @@ class PlanJson(Strict):
     request: PlanRequestJson = Field(description="what was planned")
     objective: str = Field(description="time | gpus | cost | memory")
     top: list[PlanRowJson] = Field(description="the best rows under the objective (at most --top)")
-    fits: int = Field(description="rows that fit")
+    fits: int = Field(description="layouts found that fit: every one with search.exhaustive, else the ones billed")
     pareto: dict[str, list[PlanRowJson]] = Field(description="gpus_vs_time and memory_vs_time fronts")
     search: PlanSearchJson = Field(description="how the search went")
     reasons: dict[str, str] = Field(description="every rejection reason in words")

@@ -279,7 +279,7 @@ def plan_json(given: Mapping[str, Any]) -> dict[str, Any]:
     model = given.get("model", DEFAULT_MODEL)
     spec = resolve_model(given, DEFAULT_MODEL)
     run = plan(spec if model == CONFIG_MODEL or "config" in given else model, **kwargs, name=cli_flag,
-               deadline_s=PLAN_SECONDS)
+               deadline_s=PLAN_SECONDS, exhaustive=True)  # the scatter shows every layout that fits
     front = {id(r) for r in (*run.result.gpus_vs_time, *run.result.memory_vs_time)}
     points = []
     for i, row in enumerate(run.rows[:PLAN_POINTS]):

@@ -1,0 +1,121 @@
+"""The branch and bound's floors (engine/plan/bounds.py) never exceed what `stepbill bill` prints for the candidate,
+over random candidates of real planner spaces (dense, MoE, pipelines, offload, the --efficiency override), and the
+answer's bookkeeping (branch_bound.Answer) keeps the top K and the memory-vs-time staircase right."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from stepbill.engine.bill import make_bill, verdict_ranks
+from stepbill.engine.plan import PlanRequest, search
+from stepbill.engine.plan.axes import BUDGET_AT_FREE
+from stepbill.engine.plan.bounds import budget_floor, peak_floor, time_floor
+from stepbill.engine.plan.branch_bound import Answer, front_time, objective_key
+from stepbill.engine.plan.evaluate import Row, recipe_for, resident_bound, resolve_recompute
+from stepbill.engine.plan.space import Candidate, Rejections, enumerate_space
+from stepbill.errors import StepbillError
+from stepbill.spec.hardware import load_gpu
+from stepbill.spec.parallel import Parallel
+from stepbill.spec.presets import load_preset
+
+SPACES = {  # (preset, GPUs, seq, global batch tokens, --efficiency)
+    "dense": ("llama3-8b", 8, 4096, 4 * 2**20, None),
+    "moe": ("mixtral-8x7b", 64, 4096, 4 * 2**20, None),
+    "override": ("gpt3-125m", 8, 2048, 2**20, 0.45),
+}
+
+
+def sample(name: str, n: int, seed: int = 0) -> tuple[PlanRequest, list[tuple[Candidate, float]]]:
+    """`n` random candidates of a space with their groups' resident bounds (layout-invalid ones skipped)."""
+    model, gpus, seq, batch, efficiency = SPACES[name]
+    req = PlanRequest(load_preset(model), load_gpu("h100-sxm"), "h100-sxm", (gpus,), seq, model,
+                      global_batch_tokens=batch, efficiency=efficiency)
+    groups = list(enumerate_space(req, Rejections()))
+    rng = random.Random(seed)
+    out: list[tuple[Candidate, float]] = []
+    while len(out) < n:
+        group = rng.choice(groups)
+        try:
+            cand = group.candidate(group.variants[rng.randrange(len(group.variants))])
+        except StepbillError:
+            continue
+        out.append((cand, resident_bound(req, group.holdings_layout, group.offload_optimizer)))
+    return req, out
+
+
+def bill_step(req: PlanRequest, cand: Candidate) -> float:
+    bill = make_bill(req.spec, recipe_for(req, cand), req.gpu.usable_bytes, "ideal", "sdpa", gpu=req.gpu,
+                     efficiency=req.efficiency)
+    assert bill.time is not None
+    return bill.time["time.step"].value
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(SPACES))
+def test_floors_never_exceed_the_bill(name: str) -> None:
+    """time_floor / budget_floor ≤ time.step and peak_floor ≤ the fit verdict's worst peak, candidate by
+    candidate; the explicit policies' time floor is tight (only the optimizer step and offloaded activations'
+    traffic are left out)."""
+    req, cands = sample(name, 60)
+    tight = []
+    for cand, resident in cands:
+        if cand.recompute == BUDGET_AT_FREE:
+            floor = budget_floor(req, cand)
+            cand = resolve_recompute(req, cand)
+        else:
+            floor = time_floor(req, cand)
+            tight.append(floor / bill_step(req, cand))
+        assert floor <= bill_step(req, cand) * (1 + 1e-12), cand
+        peak = max(c.memory["peak"] for c in verdict_ranks(req.spec, recipe_for(req, cand), "eager", "sdpa"))
+        assert resident <= peak_floor(req, cand, resident) <= peak, cand
+    assert sorted(tight)[len(tight) // 2] > 0.95  # the median explicit floor within 5 % of the bill
+
+
+def test_time_floor_equals_the_bill_without_optimizer_or_offload() -> None:
+    """One GPU, no offload: the floor differs from the bill's step only by the optimizer step it leaves out."""
+    req = PlanRequest(load_preset("gpt3-125m"), load_gpu("h100-sxm"), "h100-sxm", (1,), 1024, "gpt3-125m",
+                      global_batch_tokens=8 * 1024)
+    cand = Candidate(Parallel(micro_batches=8), 1, "none")
+    bill = make_bill(req.spec, recipe_for(req, cand), req.gpu.usable_bytes, "ideal", "sdpa", gpu=req.gpu)
+    assert bill.time is not None
+    optimizer = bill.time["time.optimizer_step"].value
+    assert optimizer > 0
+    assert time_floor(req, cand) == pytest.approx(bill.time["time.step"].value - optimizer, rel=1e-12)
+
+
+def _row(step: float, peak: float, world: int = 8, tokens: int = 1000) -> Row:
+    return Row(Candidate(Parallel(dp=world), 1, "none"), world, peak, 0.0, 0.0, step, 0.5, tokens / step, tokens,
+               {}, {}, f"cmd {step} {peak}")
+
+
+def test_answer_keeps_the_top_k_and_the_memory_staircase() -> None:
+    """Answer.cannot_take: a lead is dropped only when K rows beat its key, a row with no more GPUs is faster, and
+    a row with no more memory is faster (strictly: ties are billed)."""
+    answer = Answer("time", 2, True)
+    lead = (objective_key("time", True, 5.0, 8, 10.0, 1000), front_time(True, 5.0, 1000), 10.0, 8, 0, 0)
+    assert not answer.cannot_take(lead)  # nothing billed yet
+    for step, peak in ((1.0, 30.0), (2.0, 20.0), (3.0, 12.0)):
+        answer.add(_row(step, peak))
+    assert answer._peaks == [12.0, 20.0, 30.0] and answer._times == [3.0, 2.0, 1.0]
+    assert not answer.cannot_take(lead)  # peak floor 10 < every billed peak: it may be on the memory front
+    answer.add(_row(4.0, 9.0))
+    assert answer.cannot_take(lead)  # 4 s at 9 bytes beats it on both
+    answer.add(_row(4.0, 8.0))  # same time, less memory: replaces the 9-byte point
+    assert answer._peaks == [8.0, 12.0, 20.0, 30.0]
+    equal = (objective_key("time", True, 2.0, 8, 20.0, 1000), 2.0, 20.0, 8, 0, 0)
+    assert not answer.cannot_take(equal)  # its floors tie the K-th key: billed (the command breaks the tie)
+    assert answer.cannot_take((objective_key("time", True, 2.5, 8, 50.0, 1000), 2.5, 50.0, 8, 0, 0))
+    assert not answer.cannot_take((objective_key("time", True, 2.5, 4, 50.0, 1000), 2.5, 50.0, 4, 0, 0))  # fewer GPUs
+
+
+@pytest.mark.slow
+def test_branch_and_bound_in_workers_gives_the_same_answer() -> None:
+    """jobs = 2 computes the floors in worker processes; the bills, the top K and the fronts are the same."""
+    req = PlanRequest(load_preset("gpt3-125m"), load_gpu("h100-sxm"), "h100-sxm", (8,), 2048, "gpt3-125m",
+                      global_batch_tokens=2**20, fixed=(("zero", 1),))
+    one, two = search(req, "time", 5), search(req, "time", 5, jobs=2)
+    assert [r.command for r in one.top] == [r.command for r in two.top]
+    assert [r.command for r in one.memory_vs_time] == [r.command for r in two.memory_vs_time]
+    assert one.stats.by_bill == two.stats.by_bill and one.stats.by_floor == two.stats.by_floor > 0
