@@ -4,6 +4,7 @@ answer's bookkeeping (branch_bound.Answer) keeps the top K and the memory-vs-tim
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -119,3 +120,15 @@ def test_branch_and_bound_in_workers_gives_the_same_answer() -> None:
     assert [r.command for r in one.top] == [r.command for r in two.top]
     assert [r.command for r in one.memory_vs_time] == [r.command for r in two.memory_vs_time]
     assert one.stats.by_bill == two.stats.by_bill and one.stats.by_floor == two.stats.by_floor > 0
+
+
+def test_time_floor_does_not_read_activation_offload() -> None:
+    """The floor zeroes the offloaded activations' PCIe traffic, so a candidate and its activation-offload twin
+    share one floor (branch_bound.floors computes it once)."""
+    req, cands = sample("dense", 12, seed=4)
+    for cand, _ in cands:
+        if cand.recompute == BUDGET_AT_FREE:
+            continue
+        on, off = (dataclasses.replace(cand, parallel=dataclasses.replace(cand.parallel, offload_activations=x))
+                   for x in (True, False))
+        assert time_floor(req, on) == time_floor(req, off)

@@ -301,7 +301,7 @@ def test_plan_is_the_cli_json_and_its_points(client: TestClient, capsys: pytest.
     assert got.status_code == 200, got.text
     data = got.json()
     assert data["command"] == ("stepbill plan gpt3-125m --gpu h100 --gpus 2 --seq 1024 --global-batch-tokens 8192 "
-                               "--fix zero=1,offload_optimizer=off,offload_activations=off")
+                               "--fix zero=1,offload_optimizer=off,offload_activations=off --exhaustive")
     code, out, err = run_cli([*data["command"].split()[1:], "--json"], capsys)
     assert code == 0, err
     cli = json.loads(out)

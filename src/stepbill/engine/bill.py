@@ -335,6 +335,14 @@ def bill_plan(spec: ModelSpec, recipe: Recipe, convention: str = "ideal", attent
     return _convention_terms(spec, without_layout(recipe), convention, attention)[1]
 
 
+def bill_eager_parts(spec: ModelSpec, recipe: Recipe, attention: str = "sdpa"
+                     ) -> tuple[RecomputePlan, EagerTerms | None, Callable[[Callable[[act.ActTensor], float]], float] | None]:
+    """make_bill's eager-convention recompute plan, eager terms and outside-layer bytes by row divisor (the last
+    stage's logits and loss inputs) — what its rank classes are built from. Shared: read them, never change them."""
+    core = _core(spec, recipe, "eager", attention, None)
+    return core.plan, core.eager, core.outside_rows
+
+
 def _step_time(spec: ModelSpec, core: _Core, recipe: Recipe, worst: RankClass, collectives: list[Collective], gpu: GPU,
                efficiency: float | None, convention: str, attention: str) -> StepTime:
     flops = _flops_part(spec, without_layout(recipe), convention, attention)

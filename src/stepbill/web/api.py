@@ -267,8 +267,8 @@ def recompute_json(given: Mapping[str, Any], default_model: str = "deepseek-v3")
 
 def plan_json(given: Mapping[str, Any]) -> dict[str, Any]:
     """`stepbill plan MODEL [options] --json` for the options in `given` (CLI names), searched for at most
-    PLAN_SECONDS, plus what the page's scatter needs: every fitting layout (up to PLAN_POINTS, best first) as a point
-    with its command and whether it sits on a Pareto front, and the CLI command of the search itself."""
+    PLAN_SECONDS, exhaustive (the page's scatter shows every fitting layout, up to PLAN_POINTS, best first, as a point
+    with its command and whether it sits on a Pareto front), and the CLI command of the search itself."""
     from stepbill.api import cli_flag
     from stepbill.api_plan import plan
     from stepbill.report.plan_json import row_to_json
@@ -286,7 +286,8 @@ def plan_json(given: Mapping[str, Any]) -> dict[str, Any]:
         point = row_to_json(row, i + 1)
         point["front"] = id(row) in front
         points.append(point)
-    return {"plan": run.to_json(), "points": points, "command": cli_command("plan", PLAN_OPTIONS, kwargs, given)}
+    return {"plan": run.to_json(), "points": points,
+            "command": cli_command("plan", PLAN_OPTIONS, kwargs, given) + " --exhaustive"}
 
 
 def cli_command(command: str, options: tuple[Option, ...], kwargs: Mapping[str, Any], given: Mapping[str, Any]) -> str:

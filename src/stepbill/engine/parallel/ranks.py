@@ -113,7 +113,8 @@ def _rank_view(recipe: Recipe, held: Held, order: tuple[str, ...], stage: int, e
     return view, cpu
 
 
-def _rank_eager(eager: EagerTerms, recipe: Recipe, held: Held, inv: ParamInventory) -> EagerTerms:
+def rank_eager(eager: EagerTerms, recipe: Recipe, held: Held, inv: ParamInventory) -> EagerTerms:
+    """The one-GPU eager terms as one rank of `recipe`'s layout holding `held` sees them (EagerTerms.for_rank)."""
     par = recipe.parallel
     seq = par.cp * (par.tp if par.sp else 1)
     width = par.cp * par.tp
@@ -244,7 +245,7 @@ def stage_classes(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, on
                 plan = replace(plan, layers={k: replace(lp, dropped_bytes=lp.kept_bytes + lp.dropped_bytes + lp.checkpoint_bytes,
                                                          kept_bytes=0.0, checkpoint_bytes=0.0)
                                              for k, lp in plan.layers.items()}, segment=1)
-            eager = _rank_eager(one_eager, recipe, held, inventory) if one_eager is not None else None
+            eager = rank_eager(one_eager, recipe, held, inventory) if one_eager is not None else None
             buffers, transient = layout_buffers(spec, recipe, order, held)
             base, cpu = _rank_view(recipe, held, order, stage, eager, spec.tied_embeddings, 0.0, buffers)
             gpu_items = _resident_lines(held, par, cpu)

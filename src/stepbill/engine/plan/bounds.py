@@ -33,7 +33,9 @@ the optimizer step's moment holds weights + optimizer + every gradient (the resi
 
     peak ≥ max over stages of  weights + optimizer + max(grads, grads·[m > 1] + in flight × kept after forward)
 
-less 8 bytes for the timeline's rounding. The budget solver's candidates (policy unsolved) and models without an
+and on the last stage, at the loss's backward, also the outside-layer rows (the LM head's input, the logits and
+loss inputs) and the loss's activation change and fp32 temporaries (the rank's EagerTerms); less 8 bytes for the
+timeline's rounding. The budget solver's candidates (policy unsolved) and models without an
 eager bill keep the resident bound. All three floors are tested against full bills over random candidates
 (tests/test_plan_bounds.py).
 """
@@ -43,12 +45,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from stepbill.engine import flops as fl
-from stepbill.engine.bill import bill_plan, bill_step_time
+from stepbill.engine.bill import bill_eager_parts, bill_plan, bill_step_time
 from stepbill.engine.parallel.collectives import rank_param_elements, step_collectives
 from stepbill.engine.parallel.holdings import rank_holdings
 from stepbill.engine.parallel.layout import stage_layer_indices, stage_layer_kinds
 from stepbill.engine.parallel.rank_class import MEMORY_KEYS, RankClass
-from stepbill.engine.parallel.ranks import OPTIMIZER_SIDE, in_flight_microbatches, row_divisor
+from stepbill.engine.parallel.ranks import OPTIMIZER_SIDE, in_flight_microbatches, rank_eager, row_divisor
 from stepbill.engine.params import param_inventory
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.evaluate import recipe_for
@@ -67,27 +69,34 @@ EMPTY_RANK = RankClass("empty", (), 0, {}, 1.0, [], [], [], dict.fromkeys(MEMORY
 ROUNDING_SLACK_BYTES = 8  # the timeline rounds each item of a moment to whole bytes
 
 
-def peak_floor(req: PlanRequest, cand: Candidate, resident: float) -> float:
-    """A lower bound (bytes) of the candidate's judged peak, never below `resident` (its group's resident bound)."""
+def peak_floor(req: PlanRequest, cand: Candidate, resident: float, recipe: Recipe | None = None) -> float:
+    """A lower bound (bytes) of the candidate's judged peak, never below `resident` (its group's resident bound);
+    `recipe`: the candidate's (recipe_for), when the caller has it."""
     if cand.recompute == BUDGET_AT_FREE:
         return resident
-    recipe = recipe_for(req, cand)
+    recipe = recipe or recipe_for(req, cand)
     try:
-        plan = bill_plan(req.spec, recipe, "eager")
+        plan, eager, outside_rows = bill_eager_parts(req.spec, recipe)
     except StepbillError:  # no eager bill for this model: the verdict reads the ideal peaks
         return resident
     spec, par = req.spec, recipe.parallel
     best = resident
     for stage, layers in enumerate(stage_layer_indices(spec, par)):
-        held = rank_holdings(spec, recipe, stage).held
+        holdings = rank_holdings(spec, recipe, stage)
+        held = holdings.held
         weights = sum(v for k, v in held.items() if k.startswith("weights"))
         optimizer = 0.0 if par.offload_optimizer else sum(v for k, v in held.items() if k.startswith(OPTIMIZER_SIDE))
         grads = held.get("grads", 0.0)
+        resting = grads if par.micro_batches > 1 else 0.0
         kept = 0.0 if par.offload_activations else \
             _kept_on_rank(spec, recipe, plan, tuple(plan.order[i] for i in layers)) * in_flight_microbatches(recipe,
                                                                                                              stage)
-        best = max(best, weights + optimizer + max(grads, (grads if par.micro_batches > 1 else 0.0) + kept)
-                   - ROUNDING_SLACK_BYTES)
+        live = max(grads, resting + kept)
+        if stage == par.pp - 1 and eager is not None and outside_rows is not None:
+            # the loss's backward: the logits' inputs and the loss's activations and fp32 temporaries
+            e = rank_eager(eager, recipe, holdings, param_inventory(spec))
+            live = max(live, resting + kept + outside_rows(row_divisor(recipe)) + e.loss_act + e.loss_temp)
+        best = max(best, weights + optimizer + live - ROUNDING_SLACK_BYTES)
     return best
 
 
@@ -99,9 +108,11 @@ def _kept_on_rank(spec: ModelSpec, recipe: Recipe, plan: RecomputePlan, order: t
                          order).kept_after_forward()
 
 
-def time_floor(req: PlanRequest, cand: Candidate) -> float:
-    """A lower bound of the candidate's time.step (s) under `stepbill bill`; the policy must be explicit."""
-    return bill_step_time(req.spec, recipe_for(req, cand), EMPTY_RANK, req.gpu, req.efficiency)["time.step"].value
+def time_floor(req: PlanRequest, cand: Candidate, recipe: Recipe | None = None) -> float:
+    """A lower bound of the candidate's time.step (s) under `stepbill bill`; the policy must be explicit. The same
+    with and without activation offload (its PCIe traffic is the floor's zero)."""
+    recipe = recipe or recipe_for(req, cand)
+    return bill_step_time(req.spec, recipe, EMPTY_RANK, req.gpu, req.efficiency)["time.step"].value
 
 
 def budget_floor(req: PlanRequest, cand: Candidate) -> float:

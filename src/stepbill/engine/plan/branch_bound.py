@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.bounds import budget_floor, peak_floor, time_floor
-from stepbill.engine.plan.evaluate import Row, budget_drops_nothing, evaluate, resolve_recompute
+from stepbill.engine.plan.evaluate import Row, budget_drops_nothing, evaluate, recipe_for, resolve_recompute
 from stepbill.engine.plan.space import Group, PlanRequest
 from stepbill.errors import StepbillError
 
@@ -68,6 +68,7 @@ def floors(req: PlanRequest, groups: list[tuple[int, Group, float]], objective: 
     for index, group, peak_floor_of_group in groups:
         if deadline_at is not None and time.time() > deadline_at:
             break
+        steps: dict[tuple, float] = {}  # time floors of this group's variants
         for v, variant in enumerate(group.variants):
             try:
                 cand = group.candidate(variant)
@@ -75,8 +76,14 @@ def floors(req: PlanRequest, groups: list[tuple[int, Group, float]], objective: 
                 out.rejected["layout_invalid"] = out.rejected.get("layout_invalid", 0) + 1
                 continue
             par = cand.parallel
-            step = budget_floor(req, cand) if cand.recompute == BUDGET_AT_FREE else time_floor(req, cand)
-            peak = peak_floor(req, cand, peak_floor_of_group)
+            if cand.recompute == BUDGET_AT_FREE:
+                step, peak = budget_floor(req, cand), peak_floor_of_group
+            else:
+                recipe = recipe_for(req, cand)
+                twin = (*variant[:3], False, *variant[4:])  # activation offload: the same time floor
+                step = steps[twin] if twin in steps else time_floor(req, cand, recipe)
+                steps[variant] = step
+                peak = peak_floor(req, cand, peak_floor_of_group, recipe)
             tokens = par.dp * par.micro_batches * cand.micro_batch * req.seq  # Recipe.tokens_per_step
             out.leads.append((objective_key(objective, fixed_batch, step, par.world, peak, tokens),
                               front_time(fixed_batch, step, tokens), peak, par.world, index, v))
