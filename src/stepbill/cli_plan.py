@@ -11,15 +11,19 @@ import typer
 
 
 class ProgressBar:
-    """A one-line progress bar on stderr, shown once a search has run for more than `after_s` seconds."""
+    """A one-line progress bar on stderr, shown once a search has run for more than `after_s` seconds. A new total
+    starts a new pass (branch and bound: the floors, then the bills), timed from its first report."""
 
     def __init__(self, after_s: float = 1.0, width: int = 30) -> None:
-        self.start = time.perf_counter()
-        self.after_s, self.width, self.shown = after_s, width, False
+        self.start = self.first = time.perf_counter()
+        self.after_s, self.width, self.shown, self.total = after_s, width, False, 0
 
     def __call__(self, done: int, total: int) -> None:
-        elapsed = time.perf_counter() - self.start
-        if elapsed < self.after_s or not total:
+        now = time.perf_counter()
+        if total != self.total:  # a new pass: its own rate and estimate
+            self.start, self.total = now, total
+        elapsed = now - self.start
+        if now - self.first < self.after_s or not total:
             return
         self.shown = True
         filled = round(self.width * done / total)
