@@ -132,3 +132,17 @@ def test_time_floor_does_not_read_activation_offload() -> None:
         on, off = (dataclasses.replace(cand, parallel=dataclasses.replace(cand.parallel, offload_activations=x))
                    for x in (True, False))
         assert time_floor(req, on) == time_floor(req, off)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("objective", ["time", "cost", "memory"])
+def test_branch_and_bound_without_a_global_batch(objective: str) -> None:
+    """--micro-batch instead of a global batch: steps carry different token counts, so time ranks by tokens/s and
+    the fronts by time per token; the floors' keys follow (branch_bound.objective_key), and the answer is the
+    exhaustive one."""
+    req = PlanRequest(load_preset("gpt3-350m"), load_gpu("h100-sxm"), "h100-sxm", (4,), 2048, "gpt3-350m",
+                      micro_batch=2, fixed=(("offload_optimizer", False), ("schedule", "1f1b")))
+    full, pruned = search(req, objective, 4, exhaustive=True), search(req, objective, 4)
+    for part in ("top", "gpus_vs_time", "memory_vs_time"):
+        assert [r.command for r in getattr(pruned, part)] == [r.command for r in getattr(full, part)], part
+    assert pruned.stats.by_floor > 0 and pruned.stats.by_bill < full.stats.by_bill
