@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any
 
 from stepbill.engine.bill import activation_width, make_bill, verdict_ranks
 from stepbill.engine.fit import Card, Reserve, default_reserve, fit_of_ranks, fit_verdict, user_reserve
-from stepbill.engine.parallel.holdings import rank_holdings
+from stepbill.engine.parallel.holdings import rank_holdings, slicing_layout
 from stepbill.engine.parallel.layout import stage_layer_indices
+from stepbill.engine.parallel.rank_class import RankClass
 from stepbill.engine.parallel.ranks import in_flight_microbatches
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.space import Candidate, PlanRequest
@@ -29,6 +31,7 @@ from stepbill.engine.recompute.budget import floor, peak_of, problem_for_spec
 from stepbill.engine.run import run_lines
 from stepbill.errors import StepbillError
 from stepbill.spec.command import bill_command
+from stepbill.spec.model import ModelSpec
 from stepbill.spec.parallel import Parallel
 from stepbill.spec.recipe import Recipe, make_recipe
 from stepbill.spec.recompute_policy import parse_recompute
@@ -108,7 +111,7 @@ def evaluate(req: PlanRequest, cand: Candidate) -> Row | None:
     card = Card.from_gpu(req.gpu)
     reserve = reserve_for(req, cand.parallel)
     try:  # the eager bill's rank classes, without its other lines (engine/bill.verdict_ranks)
-        eager_ranks = verdict_ranks(req.spec, recipe, "eager", "sdpa")
+        eager_ranks = _eager_verdict(req.spec, recipe)
         missing = ""
     except StepbillError as exc:  # no eager bill for this model: the verdict falls back to the ideal peaks
         eager_ranks, missing = None, str(exc)
@@ -189,7 +192,7 @@ def budget_policy(req: PlanRequest, cand: Candidate) -> str:
     down to 0.01 GiB and raised to the solver's floor (every droppable tensor dropped, under both the ideal and the
     eager convention) so the command always runs; the bill of the spelled budget judges the candidate like any
     other."""
-    scaled, floor_gib, none_gib, scale = _budget_gib(req, cand)
+    scaled, floor_gib, none_gib, scale = _budget_gib(req, cand)  # once per candidate (the solver's part memoised)
     budget = budget_bytes(req, cand.parallel)
     x, fitting = _spelled(scaled, floor_gib), None
     for _ in range(BUDGET_STEPS):
@@ -214,10 +217,19 @@ def _eager_peak(req: PlanRequest, cand: Candidate, budget_gib: float) -> float |
     recipe = make_recipe(req.recipe, req.optimizer, cand.micro_batch, req.seq, f"budget:{budget_gib:.2f}GiB", None,
                          None, cand.parallel, "single")
     try:
-        ranks = verdict_ranks(req.spec, recipe, "eager", "sdpa")
+        ranks = _eager_verdict(req.spec, recipe)
     except StepbillError:
         return None
     return max(c.memory["peak"] for c in ranks)
+
+
+@lru_cache(maxsize=BUDGET_STEPS + 1)
+def _eager_verdict(spec: ModelSpec, recipe: Recipe) -> list[RankClass]:
+    """`verdict_ranks(spec, recipe, "eager", "sdpa")`, the last few memoised: the budget's correction
+    (`budget_policy`) judges the budgets it tries, and `evaluate` then judges the one it spelled — the same recipe,
+    so a budget candidate's verdict is made once, not twice (pure in its arguments; shared: read it, never change
+    it). A StepbillError is not memoised: it is raised again."""
+    return verdict_ranks(spec, recipe, "eager", "sdpa")
 
 
 def _spelled(budget_gib: float, floor_gib: float) -> float:
@@ -233,21 +245,39 @@ def budget_drops_nothing(req: PlanRequest, cand: Candidate) -> bool:
     if cand.recompute != BUDGET_AT_FREE and not cand.recompute.startswith("budget:"):
         return False
     policy = budget_policy(req, cand) if cand.recompute == BUDGET_AT_FREE else cand.recompute
-    return parse_recompute(policy).budget_bytes >= _budget_gib(req, cand)[2] * GIB
+    return parse_recompute(policy).budget_bytes >= _solver_gib(req.spec, req.recipe, req.optimizer, req.seq,
+                                                               cand.micro_batch)[1] * GIB
 
 
 def _budget_gib(req: PlanRequest, cand: Candidate) -> tuple[float, float, float, float]:
     """(F scaled to the solver's units, the solver's floor, the peak with nothing dropped) in GiB, and the scale k;
     floor and peak the larger of the ideal and the eager convention's, with the activation widths make_bill gives
-    each."""
+    each (`_solver_gib`, memoised: they read no field of the layout)."""
     par = cand.parallel
     recipe = make_recipe(req.recipe, req.optimizer, cand.micro_batch, req.seq, "none", None, None, par, "single")
-    free = budget_bytes(req, par) - resident_bound(req, par, par.offload_optimizer)
+    free = budget_bytes(req, par) - _worst_resident(req, slicing_layout(par), par.offload_optimizer)
     loads = [len(layers) * in_flight_microbatches(recipe, s)
              for s, layers in enumerate(stage_layer_indices(req.spec, par))]
-    problems = [problem_for_spec(req.spec, 1.0, req.seq, recipe.micro_batch,
+    floor_gib, none_gib = _solver_gib(req.spec, req.recipe, req.optimizer, req.seq, recipe.micro_batch)
+    scale = req.spec.n_layers * par.tp * par.cp / max(loads)
+    return free * scale / GIB, floor_gib, none_gib, scale
+
+
+@lru_cache(maxsize=256)
+def _solver_gib(spec: ModelSpec, recipe_name: str, optimizer: str, seq: int, micro_batch: int) -> tuple[float, float]:
+    """(the solver's floor, its peak with nothing dropped) in GiB, the larger of the ideal and the eager
+    convention's: they read the precision, the sequence and the micro-batch, no field of the layout (the recipe's
+    precision and device come from its name alone: spec/recipe.make_recipe)."""
+    recipe = make_recipe(recipe_name, optimizer, micro_batch, seq, "none", None, None, None, "single")
+    problems = [problem_for_spec(spec, 1.0, seq, recipe.micro_batch,
                                  activation_width(recipe.precision, recipe.device, convention), convention)
                 for convention in ("ideal", "eager")]
-    scale = req.spec.n_layers * par.tp * par.cp / max(loads)
-    return (free * scale / GIB, max(floor(p) for p in problems) / GIB, max(peak_of(p, set()) for p in problems) / GIB,
-            scale)
+    return max(floor(p) for p in problems) / GIB, max(peak_of(p, set()) for p in problems) / GIB
+
+
+@lru_cache(maxsize=1024)
+def _worst_resident(req: PlanRequest, slicing: Parallel, offload_optimizer: bool) -> float:
+    """`resident_bound` of a layout whose slicing fields (engine/parallel/holdings.slicing_layout) are `slicing`,
+    memoised: rank_holdings and the stage split read nothing else of the layout (slicing_layout is its memo key),
+    so the candidates of one group (sp, micro-batch, offload and recompute variants) share one entry."""
+    return resident_bound(req, slicing, offload_optimizer)
