@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -10,6 +11,7 @@ from stepbill.engine import comm
 from stepbill.engine.bill import make_bill
 from stepbill.engine.parallel.collectives import step_collectives
 from stepbill.engine.params import param_inventory
+from stepbill.errors import StepbillError
 from stepbill.spec import load_preset
 from stepbill.spec.hardware import load_gpu
 from stepbill.spec.parallel import Parallel
@@ -81,6 +83,25 @@ def test_bubble_75_16() -> None:
     for m, printed in ((1, 75), (16, 16)):
         bill = make_bill(spec, make_recipe(parallel=Parallel(pp=4, micro_batches=m)), gpu=load_gpu("h100-sxm"))
         assert bill.time is not None and round(100 * bill.time["time.bubble"].value) == printed
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 100_000), st.integers(1, 10_000), st.floats(0, 1e15, allow_nan=False))
+def test_plain_numbers_take_the_numpy_path_bit_for_bit(n: int, m: int, message: float) -> None:
+    """comm.py's plain-number path (no 0-d arrays: a planner's step time per candidate) gives the very floats its
+    numpy path gives (same IEEE operations, same order), ints and floats alike."""
+    arr = np.asarray
+    for got, want in ((comm.pipeline_bubble(n, m), comm.pipeline_bubble(arr(n), arr(m))),
+                      (comm.all_to_all_link_bytes(n, message), comm.all_to_all_link_bytes(arr(n), arr(message)))):
+        assert type(got) is float and got == float(want)
+    if n >= 2:
+        for fn in (comm.ring_allreduce_link_bytes, comm.ring_half_link_bytes):
+            for size in (message, m):
+                got = fn(n, size)
+                assert type(got) is float and got == float(fn(arr(n), arr(size)))
+    else:
+        with pytest.raises(StepbillError, match="must be >= 2"):
+            comm.ring_allreduce_link_bytes(n, message)
 
 
 def test_mfu_is_efficiency_when_compute_bound_without_comm() -> None:
