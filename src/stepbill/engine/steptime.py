@@ -36,7 +36,7 @@ from stepbill.engine import flops as fl
 from stepbill.engine.line import Line
 from stepbill.engine.parallel import RankClass
 from stepbill.engine.parallel.collectives import Collective, rank_param_elements
-from stepbill.engine.parallel.layout import stage_layer_kinds
+from stepbill.engine.parallel.layout import representative_stage, stage_layer_kinds
 from stepbill.engine.params import ParamInventory
 from stepbill.engine.precision_time import precision_time_lines
 from stepbill.engine.quant import gemm_weight_bytes
@@ -147,6 +147,8 @@ def slowest_stage(spec: ModelSpec, inv: ParamInventory, recipe: Recipe,
     per_token = {k: lp.recompute_flops for k, lp in plan.layers.items()} if plan is not None else {}
     best = (0, -1.0, 0.0)
     for stage, stage_kinds in enumerate(kinds):
+        if representative_stage(spec, par, stage) != stage:
+            continue  # the same layers and ends as an earlier stage: the same work, never strictly more
         work = fl.stage_step_flops(spec, inv, recipe.seq_len, recipe.micro_batch, stage_kinds, stage == 0,
                                    stage == par.pp - 1, per_token, recipe.lora,
                                    plan is not None and plan.policy.kind in ("full", "every"))
