@@ -136,3 +136,23 @@ def test_ep_all_to_all_closed_form(ep: int, m: int, cp: int) -> None:
     (a2a,) = [c for c in step_collectives(spec, r, param_inventory(spec)) if c.axis == "ep"]
     expected = 4 * spec.n_moe_layers * m * (ep - 1) / ep * 4096 / cp * 2 * spec.hidden_size * 2
     assert a2a.bytes == pytest.approx(expected)
+
+
+def test_collectives_memo_key_resets_only_unread_fields() -> None:
+    """step_collectives is memoised on collective_recipe(recipe) (recompute, optimizer implementation and device
+    reset): the unmemoised collectives of recipes that differ only there are the same, and each caller gets its own
+    list."""
+    from stepbill.engine.parallel.collectives import _step_collectives, collective_recipe
+
+    spec = load_preset("mixtral-8x7b")
+    inv, gpu = param_inventory(spec), load_gpu("h100-sxm")
+    par = Parallel(dp=8, tp=2, pp=4, cp=2, ep=4, sp=True, zero=3, shard_group=4, micro_batches=8,
+                   pp_schedule="interleaved", vpp=2, offload_optimizer=True)
+    base = make_recipe(micro_batch=2, seq_len=4096, parallel=par)
+    variant = make_recipe(micro_batch=2, seq_len=4096, recompute="full", parallel=par, optimizer_impl="fused",
+                          device="cuda")
+    assert collective_recipe(variant) == base
+    want = _step_collectives(spec, base, inv, gpu)
+    assert len(want) >= 6 and _step_collectives(spec, variant, inv, gpu) == want
+    first, second = step_collectives(spec, variant, inv, gpu), step_collectives(spec, base, inv, gpu)
+    assert first == second == want and first is not second

@@ -17,7 +17,7 @@ consecutive ranks and stays inside a node when n·k ≤ GPUs per node. Bytes are
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from stepbill.engine import comm
@@ -137,7 +137,27 @@ def _data_parallel(recipe: Recipe, side: str, group: int, stride: int, grads: fl
 
 
 def step_collectives(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, gpu: GPU | None = None) -> list[Collective]:
-    """Every collective of one step on one rank of the largest pipeline stage."""
+    """Every collective of one step on one rank of the largest pipeline stage. Memoised when `inv` is the model's
+    own inventory, on the recipe with the fields the collectives never read reset (`collective_recipe`), so a
+    planner's recompute variants of a candidate share one list; the list is copied (the Collectives are frozen)."""
+    if inv is not param_inventory(spec):
+        return _step_collectives(spec, recipe, inv, gpu)
+    return list(_step_collectives_memo(spec, collective_recipe(recipe), gpu))
+
+
+@lru_cache(maxsize=4096)
+def collective_recipe(recipe: Recipe) -> Recipe:
+    """`recipe` with the recompute policy, the optimizer implementation and the device reset: no collective reads
+    them (tests/test_comm_step.py checks it). The memo key of step_collectives; a new Recipe field stays in it."""
+    return replace(recipe, recompute="none", optimizer_impl="single", device="cpu")
+
+
+@lru_cache(maxsize=4096)
+def _step_collectives_memo(spec: ModelSpec, recipe: Recipe, gpu: GPU | None) -> tuple[Collective, ...]:
+    return tuple(_step_collectives(spec, recipe, param_inventory(spec), gpu))
+
+
+def _step_collectives(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, gpu: GPU | None) -> list[Collective]:
     par, p = recipe.parallel, recipe.precision
     if par.world == 1:  # one GPU talks to nobody (offload traffic is PCIe to the host, not a collective)
         return []
