@@ -156,3 +156,17 @@ def test_collectives_memo_key_resets_only_unread_fields() -> None:
     assert len(want) >= 6 and _step_collectives(spec, variant, inv, gpu) == want
     first, second = step_collectives(spec, variant, inv, gpu), step_collectives(spec, base, inv, gpu)
     assert first == second == want and first is not second
+
+
+@pytest.mark.parametrize("lora", [None, 8])
+def test_rank_param_elements_own_rows_match_any_inventory(lora: int | None) -> None:
+    """rank_param_elements with the model's own inventory (per-row elements memoised per model and recipe, slices
+    per layout) gives the floats the row-by-row path gives for an equal inventory that is not the model's own."""
+    from stepbill.engine.parallel.collectives import rank_param_elements
+
+    spec = load_preset("mixtral-8x7b")
+    inv = param_inventory(spec)
+    copy = type(inv)(tuple(inv.tensors))
+    for par in (Parallel(dp=4, tp=2, pp=4, ep=8, zero=1), Parallel(dp=2, tp=4, pp=2, ep=2, etp=2, pp_layers=(20, 12))):
+        recipe = make_recipe(lora_rank=lora, parallel=par)
+        assert rank_param_elements(spec, recipe, inv) == rank_param_elements(spec, recipe, copy)

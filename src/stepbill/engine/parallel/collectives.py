@@ -24,7 +24,7 @@ from stepbill.engine import comm
 from stepbill.engine.line import Line
 from stepbill.engine.parallel.holdings import ResidentRecipe, row_item_elements, slicing_layout
 from stepbill.engine.parallel.layout import representative_stage, row_slice, stage_layer_kinds, stage_slices
-from stepbill.engine.params import ParamInventory, param_inventory
+from stepbill.engine.params import ParamInventory, ParamTensor, param_inventory
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.recipe import Recipe
@@ -80,21 +80,42 @@ def _rank_param_elements_memo(spec: ModelSpec, recipe: ResidentRecipe) -> dict[s
 
 def _rank_param_elements(spec: ModelSpec, recipe: Recipe | ResidentRecipe, inv: ParamInventory) -> dict[str, float]:
     kinds = stage_layer_kinds(spec, recipe.parallel)
+    own = inv is param_inventory(spec)
+    rows = _own_row_elements(spec, ResidentRecipe(recipe.precision, recipe.optimizer, recipe.lora, None)) if own \
+        else _row_elements(inv.tensors, recipe)
     best: dict[str, float] = {}
     for stage in range(recipe.parallel.pp):
         if representative_stage(spec, recipe.parallel, stage) != stage:
             continue  # holds what an earlier stage holds: the same totals, never strictly larger
         tot = {"dense_grads": 0.0, "dense_weights": 0.0, "expert_grads": 0.0, "expert_weights": 0.0}
-        slices = stage_slices(spec, recipe.parallel, stage) if inv is param_inventory(spec) else \
+        slices = stage_slices(spec, recipe.parallel, stage) if own else \
             [row_slice(spec, recipe.parallel, t, stage, kinds) for t in inv.tensors]
-        for t, sl in zip(inv.tensors, slices, strict=True):
-            items = row_item_elements(t, recipe)
-            side = "expert" if t.component == "experts" else "dense"
-            tot[f"{side}_grads"] += items["grads"] * sl.fraction
-            tot[f"{side}_weights"] += (items["weights"] + items.get("weights.frozen", 0.0)) * sl.fraction
+        for (grads_key, weights_key, grads, weights), sl in zip(rows, slices, strict=True):
+            tot[grads_key] += grads * sl.fraction
+            tot[weights_key] += weights * sl.fraction
         if sum(tot.values()) > sum(best.values()):
             best = tot
     return best
+
+
+def _row_elements(tensors: tuple[ParamTensor, ...], recipe: Recipe | ResidentRecipe
+                  ) -> tuple[tuple[str, str, float, float], ...]:
+    """Per row: (its grads key, its weights key, grad elements, weight elements with the frozen base) over all its
+    copies — what one rank's slice fraction multiplies."""
+    out = []
+    for t in tensors:
+        items = row_item_elements(t, recipe)
+        side = "expert" if t.component == "experts" else "dense"
+        out.append((f"{side}_grads", f"{side}_weights", items["grads"],
+                    items["weights"] + items.get("weights.frozen", 0.0)))
+    return tuple(out)
+
+
+@lru_cache(maxsize=256)
+def _own_row_elements(spec: ModelSpec, recipe: ResidentRecipe) -> tuple[tuple[str, str, float, float], ...]:
+    """_row_elements of the model's own inventory, once per model, precision, optimizer and LoRA (`recipe` carries
+    no layout): shared, read it only."""
+    return _row_elements(param_inventory(spec).tensors, recipe)
 
 
 def _data_parallel(recipe: Recipe, side: str, group: int, stride: int, grads: float, weights: float,
