@@ -8,8 +8,13 @@ candidate (process time; one core), for random candidates from empty caches and 
 order (each group after its resident bound, as engine/plan/search.py runs them); with --profile the top functions
 by tottime and by cumtime.
 
-Run: python benchmarks/bill_profile.py [--sample N] [--repeat N] [--profile] [--only NAME]. Compare with another
-checkout: PYTHONPATH=<its src> python benchmarks/bill_profile.py.
+With --time-path: CPU ms per candidate of the ideal bill's time path alone (step_collectives + step_time with the
+GPU), each candidate after what `evaluate` makes before it (its eager verdict, then the ideal bill without the GPU,
+untimed: that bill's collectives warm rank_param_elements), random candidates and the planner's order, from empty
+caches.
+
+Run: python benchmarks/bill_profile.py [--sample N] [--repeat N] [--profile] [--time-path] [--only NAME]. Compare
+with another checkout: PYTHONPATH=<its src> python benchmarks/bill_profile.py.
 """
 
 from __future__ import annotations
@@ -23,9 +28,12 @@ import random
 import sys
 import time
 
+from stepbill.engine.bill import make_bill, verdict_ranks
+from stepbill.engine.parallel.collectives import step_collectives
 from stepbill.engine.plan import PlanRequest
-from stepbill.engine.plan.evaluate import budget_bytes, evaluate, resident_bound
+from stepbill.engine.plan.evaluate import budget_bytes, evaluate, recipe_for, resident_bound
 from stepbill.engine.plan.space import Candidate, Group, Rejections, enumerate_space
+from stepbill.engine.steptime import step_time
 from stepbill.errors import StepbillError
 from stepbill.spec.hardware import load_gpu
 from stepbill.spec.presets import load_model
@@ -123,6 +131,32 @@ def ms_per_candidate(req: PlanRequest, cands: list[Candidate], repeat: int = 1) 
     return best / max(len(cands), 1) * 1e3
 
 
+def ms_time_path(req: PlanRequest, cands: list[Candidate], repeat: int = 1) -> float:
+    """CPU ms per candidate of step_collectives + step_time with the GPU (the time path of the ideal bill), each
+    candidate after its eager verdict and its ideal bill without the GPU (untimed); from empty caches, best of
+    `repeat` passes."""
+    best = float("inf")
+    for _ in range(repeat):
+        clear_engine_caches()
+        spent, timed = 0.0, 0
+        for cand in cands:
+            try:
+                recipe = recipe_for(req, cand)
+                with contextlib.suppress(StepbillError):
+                    verdict_ranks(req.spec, recipe, "eager", "sdpa")
+                bill = make_bill(req.spec, recipe, req.gpu.usable_bytes, "ideal", "sdpa")
+            except StepbillError:
+                continue
+            start = time.process_time()
+            collectives = step_collectives(req.spec, recipe, bill.inventory, req.gpu)
+            step_time(req.spec, bill.inventory, recipe, bill.worst_rank, collectives, req.gpu, bill.lines,
+                      req.efficiency, plan=bill.plan)
+            spent += time.process_time() - start
+            timed += 1
+        best = min(best, spent / max(timed, 1))
+    return best * 1e3
+
+
 def main() -> None:
     with contextlib.suppress(ImportError):  # the budget solver's first import (≈1.4 s) is not a bill's cost
         import scipy.optimize  # noqa: F401
@@ -130,12 +164,19 @@ def main() -> None:
     ap.add_argument("--sample", type=int, default=200)
     ap.add_argument("--profile", action="store_true", help="print cProfile's top functions by tottime and cumtime")
     ap.add_argument("--only", choices=list(REQUESTS), action="append")
+    ap.add_argument("--time-path", action="store_true", help="time step_collectives + step_time alone (see above)")
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--repeat", type=int, default=3, help="passes over the sample (the best is reported)")
     args = ap.parse_args()
     for name in args.only or list(REQUESTS):
         req = request(name)
         cands = sample_candidates(req, args.sample)
+        if args.time_path:
+            in_order = [c for _, group in sample_groups(req, args.sample) for c in group]
+            for label, sample in (("random candidates", cands), ("candidates in the planner's order", in_order)):
+                print(f"{name:>12}: {ms_time_path(req, sample, args.repeat):6.3f} ms per candidate for the time path "
+                      f"({len(sample)} {label}, CPU time, best of {args.repeat} from empty caches)")
+            continue
         if not args.profile:
             print(f"{name:>12}: {ms_per_candidate(req, cands, args.repeat):6.2f} ms per candidate (eager + ideal bills, "
                   f"{len(cands)} random candidates, CPU time, best of {args.repeat} from empty caches)")

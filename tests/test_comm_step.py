@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -10,6 +11,7 @@ from stepbill.engine import comm
 from stepbill.engine.bill import make_bill
 from stepbill.engine.parallel.collectives import step_collectives
 from stepbill.engine.params import param_inventory
+from stepbill.errors import StepbillError
 from stepbill.spec import load_preset
 from stepbill.spec.hardware import load_gpu
 from stepbill.spec.parallel import Parallel
@@ -81,6 +83,25 @@ def test_bubble_75_16() -> None:
     for m, printed in ((1, 75), (16, 16)):
         bill = make_bill(spec, make_recipe(parallel=Parallel(pp=4, micro_batches=m)), gpu=load_gpu("h100-sxm"))
         assert bill.time is not None and round(100 * bill.time["time.bubble"].value) == printed
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 100_000), st.integers(1, 10_000), st.floats(0, 1e15, allow_nan=False))
+def test_plain_numbers_take_the_numpy_path_bit_for_bit(n: int, m: int, message: float) -> None:
+    """comm.py's plain-number path (no 0-d arrays: a planner's step time per candidate) gives the very floats its
+    numpy path gives (same IEEE operations, same order), ints and floats alike."""
+    arr = np.asarray
+    for got, want in ((comm.pipeline_bubble(n, m), comm.pipeline_bubble(arr(n), arr(m))),
+                      (comm.all_to_all_link_bytes(n, message), comm.all_to_all_link_bytes(arr(n), arr(message)))):
+        assert type(got) is float and got == float(want)
+    if n >= 2:
+        for fn in (comm.ring_allreduce_link_bytes, comm.ring_half_link_bytes):
+            for size in (message, m):
+                got = fn(n, size)
+                assert type(got) is float and got == float(fn(arr(n), arr(size)))
+    else:
+        with pytest.raises(StepbillError, match="must be >= 2"):
+            comm.ring_allreduce_link_bytes(n, message)
 
 
 def test_mfu_is_efficiency_when_compute_bound_without_comm() -> None:
@@ -159,3 +180,38 @@ def test_rebuilt_moe_layers_rerun_their_all_to_alls() -> None:
     calls, total = _via_bill("mixtral-8x7b", "full", Parallel(dp=8, ep=4))["ep"]
     assert calls == 6 * spec.n_moe_layers
     assert total == pytest.approx(6 * spec.n_moe_layers * 3 / 4 * 4096 * 2 * spec.hidden_size * 2)
+
+
+def test_collectives_memo_key_resets_only_unread_fields() -> None:
+    """step_collectives is memoised on collective_recipe(recipe) (recompute, optimizer implementation and device
+    reset): the unmemoised collectives of recipes that differ only there are the same, and each caller gets its own
+    list."""
+    from stepbill.engine.parallel.collectives import _step_collectives, collective_recipe
+    from stepbill.engine.recompute import NO_RERUN
+
+    spec = load_preset("mixtral-8x7b")
+    inv, gpu = param_inventory(spec), load_gpu("h100-sxm")
+    par = Parallel(dp=8, tp=2, pp=4, cp=2, ep=4, sp=True, zero=3, shard_group=4, micro_batches=8,
+                   pp_schedule="interleaved", vpp=2, offload_optimizer=True)
+    base = make_recipe(micro_batch=2, seq_len=4096, parallel=par)
+    variant = make_recipe(micro_batch=2, seq_len=4096, recompute="full", parallel=par, optimizer_impl="fused",
+                          device="cuda")
+    assert collective_recipe(variant) == base
+    want = _step_collectives(spec, base, inv, gpu, NO_RERUN)
+    assert len(want) >= 6 and _step_collectives(spec, variant, inv, gpu, NO_RERUN) == want
+    first, second = step_collectives(spec, variant, inv, gpu), step_collectives(spec, base, inv, gpu)
+    assert first == second == want and first is not second
+
+
+@pytest.mark.parametrize("lora", [None, 8])
+def test_rank_param_elements_own_rows_match_any_inventory(lora: int | None) -> None:
+    """rank_param_elements with the model's own inventory (per-row elements memoised per model and recipe, slices
+    per layout) gives the floats the row-by-row path gives for an equal inventory that is not the model's own."""
+    from stepbill.engine.parallel.collectives import rank_param_elements
+
+    spec = load_preset("mixtral-8x7b")
+    inv = param_inventory(spec)
+    copy = type(inv)(tuple(inv.tensors))
+    for par in (Parallel(dp=4, tp=2, pp=4, ep=8, zero=1), Parallel(dp=2, tp=4, pp=2, ep=2, etp=2, pp_layers=(20, 12))):
+        recipe = make_recipe(lora_rank=lora, parallel=par)
+        assert rank_param_elements(spec, recipe, inv) == rank_param_elements(spec, recipe, copy)

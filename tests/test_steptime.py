@@ -205,3 +205,25 @@ def test_uneven_stages_time_the_busiest_stage() -> None:
     assert uneven.time["time.rank_flops"].value == pytest.approx(8 * 24 * layer, rel=1e-9)
     assert uneven.time["time.step"].value > even.time["time.step"].value
     assert uneven.time["time.mfu"].value < even.time["time.mfu"].value
+
+
+@pytest.mark.parametrize("layers", [None, (14, 16, 16, 15), (16, 14, 16, 15)])
+def test_busiest_stage_memo_is_the_stage_by_stage_scan(layers: tuple[int, ...] | None) -> None:
+    """slowest_stage (memoised with the model's own inventory, identical stages costed once) names the stage a
+    plain scan of every stage names, with its FLOPs — first of the busiest on a tie; uneven stages included."""
+    from stepbill.engine.flops import stage_step_flops
+    from stepbill.engine.parallel.layout import stage_layer_kinds
+    from stepbill.engine.steptime import slowest_stage
+
+    spec = load_preset("deepseek-v3")
+    par = Parallel(pp=4, micro_batches=8, pp_layers=layers)
+    recipe = make_recipe(seq_len=2048, recompute="full", parallel=par)
+    bill = make_bill(spec, recipe)
+    assert bill.plan is not None
+    per_token = {k: lp.recompute_flops for k, lp in bill.plan.layers.items()}
+    works = [stage_step_flops(spec, bill.inventory, 2048, 1, kinds, s == 0, s == 3, per_token, None, True)
+             for s, kinds in enumerate(stage_layer_kinds(spec, par))]
+    busiest = works.index(max(works))
+    assert slowest_stage(spec, bill.inventory, recipe, bill.plan)[:2] == (busiest, works[busiest])
+    copy = type(bill.inventory)(tuple(bill.inventory.tensors))  # not the model's own: the unmemoised path
+    assert slowest_stage(spec, copy, recipe, bill.plan) == slowest_stage(spec, bill.inventory, recipe, bill.plan)

@@ -144,3 +144,26 @@ def test_gemm_shapes_carry_the_executed_flops(model: str, par: Parallel) -> None
     bill = make_bill(load_preset(model), make_recipe(seq_len=2048, parallel=par), gpu=H100)
     assert bill.time is not None
     assert bill.time["time.gemm"].inputs["scale"] == pytest.approx(1.0, rel=0.01)
+
+
+@pytest.mark.parametrize("model", ["deepseek-v3", "llama3-8b"])
+def test_stage_kernels_memo_key_drops_only_unread_fields(model: str) -> None:
+    """stage_kernels is memoised on kernel_layout(parallel), which resets the pipeline, micro-batch, ZeRO and
+    offload fields: the kernels of a stage must be the same floats on the full layout (every field away from its
+    default) and on that key, or the key has dropped a field the kernels read."""
+    from stepbill.engine.timing.constants import generation
+    from stepbill.engine.timing.step import kernel_layout, stage_kernels
+
+    spec = load_preset(model)
+    moe = spec.moe is not None
+    layouts = [Parallel(dp=4, tp=2, pp=4, cp=2, ep=4 if moe else 1, etp=2 if moe else None, sp=True, zero=3,
+                        shard_group=2, micro_batches=8, pp_schedule="interleaved", vpp=2, offload_optimizer=True,
+                        offload_activations=True),
+               Parallel(dp=2, tp=4, pp=2, zero=1, micro_batches=3, pp_layers=(spec.n_layers - 1, 1))]
+    dev = GemmDevice(H100.bf16_flops, H100.hbm_bytes_per_s, SMS["h100-sxm"], generation("h100-sxm")[1].gemm_plateau)
+    for par in layouts:
+        key = kernel_layout(par)
+        assert key != par
+        for kinds, last in (((("dense", 1), ("moe", 3)) if moe else (("dense", 4),), True), ((("dense", 2),), False)):
+            args = (4096, 2, dev, generation("h100-sxm")[1], 2, False, kinds, last)
+            assert stage_kernels(spec, par, *args) == stage_kernels(spec, key, *args)

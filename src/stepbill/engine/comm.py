@@ -28,8 +28,14 @@ def _out(x: np.ndarray) -> FloatOrArray:
     return float(arr) if arr.ndim == 0 else arr
 
 
+def _plain(*values: object) -> bool:
+    """Whether every argument is a plain Python int or float: the scalar path then computes the same IEEE
+    operations in the same order without numpy's 0-d arrays (a planner's step time calls these per candidate)."""
+    return all(type(v) in (int, float) for v in values)
+
+
 def _check_at_least(name: str, value: object, low: int) -> None:
-    if np.any(np.asarray(value) < low):
+    if (value < low) if _plain(value) else np.any(np.asarray(value) < low):  # type: ignore[operator]
         raise StepbillError(f"{name} must be >= {low}, got {value}")
 
 
@@ -40,6 +46,8 @@ def ring_allreduce_link_bytes(n: ArrayLike, message_bytes: ArrayLike) -> FloatOr
     Source: seed 002 §07; Patarasuk & Yuan 2009.
     """
     _check_at_least("N (ranks)", n, 2)
+    if _plain(n, message_bytes):
+        return 2.0 * (n - 1.0) / n * float(message_bytes)  # type: ignore[operator]
     n_arr = np.asarray(n, dtype=float)
     return _out(2.0 * (n_arr - 1.0) / n_arr * np.asarray(message_bytes, dtype=float))
 
@@ -117,6 +125,9 @@ def pipeline_bubble(stages: ArrayLike, microbatches: ArrayLike) -> FloatOrArray:
     Source: seed 002 §07 (p = 4: m = 1 → 75 %, m = 16 → 16 %); Huang et al. 2019 (GPipe)."""
     _check_at_least("pipeline stages", stages, 1)
     _check_at_least("micro-batches", microbatches, 1)
+    if _plain(stages, microbatches):
+        p_plain = float(stages)  # type: ignore[arg-type]
+        return (p_plain - 1.0) / (float(microbatches) + p_plain - 1.0)  # type: ignore[arg-type]
     p = np.asarray(stages, dtype=float)
     return _out((p - 1.0) / (np.asarray(microbatches, dtype=float) + p - 1.0))
 
@@ -156,6 +167,8 @@ def zero_comm_volume(stage: int, psi: ArrayLike) -> FloatOrArray:
 def ring_half_link_bytes(n: ArrayLike, message_bytes: ArrayLike) -> FloatOrArray:
     """Bytes each ring link carries in one reduce-scatter or one all-gather of a full `message_bytes` buffer
     over `n` ranks: (N−1)/N · M, half an all-reduce. Source: seed 002 §07 (the two halves of the ring)."""
+    if _plain(n, message_bytes):
+        return 0.5 * ring_allreduce_link_bytes(n, message_bytes)  # type: ignore[operator]
     return _out(0.5 * np.asarray(ring_allreduce_link_bytes(n, message_bytes)))
 
 
@@ -163,5 +176,7 @@ def all_to_all_link_bytes(n: ArrayLike, send_bytes: ArrayLike) -> FloatOrArray:
     """Bytes a rank sends off-rank in one all-to-all of `send_bytes` spread evenly over `n` ranks: (N−1)/N · S
     (the 1/N addressed to itself stays local). Used for MoE dispatch and combine."""
     _check_at_least("N (ranks)", n, 1)
+    if _plain(n, send_bytes):
+        return (n - 1.0) / n * float(send_bytes)  # type: ignore[operator]
     n_arr = np.asarray(n, dtype=float)
     return _out((n_arr - 1.0) / n_arr * np.asarray(send_bytes, dtype=float))

@@ -30,6 +30,7 @@ copies each kept tensor down in the forward and back up in the backward (hideabl
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from stepbill.engine import comm
 from stepbill.engine import flops as fl
@@ -37,7 +38,7 @@ from stepbill.engine.line import Line
 from stepbill.engine.parallel import RankClass
 from stepbill.engine.parallel.collectives import Collective, rank_param_elements
 from stepbill.engine.parallel.layout import stage_layer_kinds
-from stepbill.engine.params import ParamInventory
+from stepbill.engine.params import ParamInventory, param_inventory
 from stepbill.engine.precision_time import precision_time_lines
 from stepbill.engine.quant import gemm_weight_bytes
 from stepbill.engine.recompute import RecomputePlan
@@ -46,7 +47,7 @@ from stepbill.engine.timing.constants import NCCL_EFFICIENCY_SOURCE, NCCL_SOURCE
 from stepbill.engine.timing.step import stage_compute
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
-from stepbill.spec.recipe import Recipe
+from stepbill.spec.recipe import LoRA, Recipe
 
 DEFAULT_EFFICIENCY = None  # None: the per-op model (engine/timing); a float: the --efficiency override
 
@@ -141,17 +142,42 @@ def offload_lines(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, worst: R
 def slowest_stage(spec: ModelSpec, inv: ParamInventory, recipe: Recipe,
                   plan: RecomputePlan | None) -> tuple[int, float, float]:
     """(stage, executed FLOPs of one micro-batch, recompute FLOPs of one micro-batch) of the pipeline stage with
-    the most work: its layers (uneven stages included), the LM head on the last stage (flops.stage_step_flops)."""
-    par = recipe.parallel
-    kinds = stage_layer_kinds(spec, par)
-    per_token = {k: lp.recompute_flops for k, lp in plan.layers.items()} if plan is not None else {}
+    the most work: its layers (uneven stages included), the LM head on the last stage (flops.stage_step_flops).
+    Memoised, with the model's own inventory, on exactly what it reads: the sequence, the micro-batch, each stage's
+    layer kinds, the plan's recompute FLOPs per layer kind, LoRA and whether the policy checkpoints whole layers."""
+    per_token = tuple((k, lp.recompute_flops) for k, lp in plan.layers.items()) if plan is not None else ()
+    whole_layers = plan is not None and plan.policy.kind in ("full", "every")
+    kinds = tuple(tuple(k.items()) for k in stage_layer_kinds(spec, recipe.parallel))
+    args = (recipe.seq_len, recipe.micro_batch, kinds, per_token, recipe.lora, whole_layers)
+    if inv is param_inventory(spec):
+        return _busiest_stage_memo(spec, *args)
+    return _busiest_stage(spec, inv, *args)
+
+
+@lru_cache(maxsize=4096)
+def _busiest_stage_memo(spec: ModelSpec, seq_len: int, micro_batch: int, kinds: tuple[tuple[tuple[str, int], ...], ...],
+                        per_token: tuple[tuple[str, float], ...], lora: LoRA | None,
+                        whole_layers: bool) -> tuple[int, float, float]:
+    return _busiest_stage(spec, param_inventory(spec), seq_len, micro_batch, kinds, per_token, lora, whole_layers)
+
+
+def _busiest_stage(spec: ModelSpec, inv: ParamInventory, seq_len: int, micro_batch: int,
+                   kinds: tuple[tuple[tuple[str, int], ...], ...], per_token: tuple[tuple[str, float], ...],
+                   lora: LoRA | None, whole_layers: bool) -> tuple[int, float, float]:
+    recompute_per_token = dict(per_token)
+    last = len(kinds) - 1
     best = (0, -1.0, 0.0)
-    for stage, stage_kinds in enumerate(kinds):
-        work = fl.stage_step_flops(spec, inv, recipe.seq_len, recipe.micro_batch, stage_kinds, stage == 0,
-                                   stage == par.pp - 1, per_token, recipe.lora,
-                                   plan is not None and plan.policy.kind in ("full", "every"))
+    seen: set[tuple[tuple[bool, bool], tuple[tuple[str, int], ...]]] = set()
+    for stage, stage_items in enumerate(kinds):
+        ends = (stage == 0, stage == last)
+        if (ends, stage_items) in seen:
+            continue  # the same layers and ends as an earlier stage: the same work, never strictly more
+        seen.add((ends, stage_items))
+        stage_kinds = dict(stage_items)
+        work = fl.stage_step_flops(spec, inv, seq_len, micro_batch, stage_kinds, stage == 0, stage == last,
+                                   recompute_per_token, lora, whole_layers)
         if work > best[1]:
-            rc = sum(n * per_token.get(k, 0.0) for k, n in stage_kinds.items()) * recipe.tokens
+            rc = sum(n * recompute_per_token.get(k, 0.0) for k, n in stage_kinds.items()) * (micro_batch * seq_len)
             best = (stage, work, rc)
     return best
 

@@ -24,14 +24,14 @@ consecutive ranks and stays inside a node when n·k ≤ GPUs per node. Bytes are
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from stepbill.engine import comm
 from stepbill.engine.line import Line
 from stepbill.engine.parallel.holdings import ResidentRecipe, row_item_elements, slicing_layout
 from stepbill.engine.parallel.layout import representative_stage, row_slice, stage_layer_kinds, stage_slices
-from stepbill.engine.params import ParamInventory, param_inventory
+from stepbill.engine.params import ParamInventory, ParamTensor, param_inventory
 from stepbill.engine.recompute.plan import NO_RERUN, Rerun
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
@@ -88,21 +88,42 @@ def _rank_param_elements_memo(spec: ModelSpec, recipe: ResidentRecipe) -> dict[s
 
 def _rank_param_elements(spec: ModelSpec, recipe: Recipe | ResidentRecipe, inv: ParamInventory) -> dict[str, float]:
     kinds = stage_layer_kinds(spec, recipe.parallel)
+    own = inv is param_inventory(spec)
+    rows = _own_row_elements(spec, ResidentRecipe(recipe.precision, recipe.optimizer, recipe.lora, None)) if own \
+        else _row_elements(inv.tensors, recipe)
     best: dict[str, float] = {}
     for stage in range(recipe.parallel.pp):
         if representative_stage(spec, recipe.parallel, stage) != stage:
             continue  # holds what an earlier stage holds: the same totals, never strictly larger
         tot = {"dense_grads": 0.0, "dense_weights": 0.0, "expert_grads": 0.0, "expert_weights": 0.0}
-        slices = stage_slices(spec, recipe.parallel, stage) if inv is param_inventory(spec) else \
+        slices = stage_slices(spec, recipe.parallel, stage) if own else \
             [row_slice(spec, recipe.parallel, t, stage, kinds) for t in inv.tensors]
-        for t, sl in zip(inv.tensors, slices, strict=True):
-            items = row_item_elements(t, recipe)
-            side = "expert" if t.component == "experts" else "dense"
-            tot[f"{side}_grads"] += items["grads"] * sl.fraction
-            tot[f"{side}_weights"] += (items["weights"] + items.get("weights.frozen", 0.0)) * sl.fraction
+        for (grads_key, weights_key, grads, weights), sl in zip(rows, slices, strict=True):
+            tot[grads_key] += grads * sl.fraction
+            tot[weights_key] += weights * sl.fraction
         if sum(tot.values()) > sum(best.values()):
             best = tot
     return best
+
+
+def _row_elements(tensors: tuple[ParamTensor, ...], recipe: Recipe | ResidentRecipe
+                  ) -> tuple[tuple[str, str, float, float], ...]:
+    """Per row: (its grads key, its weights key, grad elements, weight elements with the frozen base) over all its
+    copies — what one rank's slice fraction multiplies."""
+    out = []
+    for t in tensors:
+        items = row_item_elements(t, recipe)
+        side = "expert" if t.component == "experts" else "dense"
+        out.append((f"{side}_grads", f"{side}_weights", items["grads"],
+                    items["weights"] + items.get("weights.frozen", 0.0)))
+    return tuple(out)
+
+
+@lru_cache(maxsize=256)
+def _own_row_elements(spec: ModelSpec, recipe: ResidentRecipe) -> tuple[tuple[str, str, float, float], ...]:
+    """_row_elements of the model's own inventory, once per model, precision, optimizer and LoRA (`recipe` carries
+    no layout): shared, read it only."""
+    return _row_elements(param_inventory(spec).tensors, recipe)
 
 
 def _data_parallel(recipe: Recipe, side: str, group: int, stride: int, grads: float, weights: float,
@@ -147,7 +168,29 @@ def _data_parallel(recipe: Recipe, side: str, group: int, stride: int, grads: fl
 def step_collectives(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, gpu: GPU | None = None,
                      rerun: Rerun = NO_RERUN) -> list[Collective]:
     """Every collective of one step on one rank of the largest pipeline stage; `rerun` (the recompute plan's
-    RecomputePlan.rerun) adds the forward collectives its backward runs again."""
+    RecomputePlan.rerun) adds the forward collectives its backward runs again. Memoised when `inv` is the model's
+    own inventory, on the recipe with the fields the collectives never read reset (`collective_recipe`: the
+    recompute policy reaches them only through `rerun`), so a planner's recompute variants of a candidate share one
+    list; the list is copied (the Collectives are frozen)."""
+    if inv is not param_inventory(spec):
+        return _step_collectives(spec, recipe, inv, gpu, rerun)
+    return list(_step_collectives_memo(spec, collective_recipe(recipe), gpu, rerun))
+
+
+@lru_cache(maxsize=4096)
+def collective_recipe(recipe: Recipe) -> Recipe:
+    """`recipe` with the recompute policy, the optimizer implementation and the device reset: no collective reads
+    them (tests/test_comm_step.py checks it; what recompute reruns comes as step_collectives' `rerun`). The memo key of step_collectives; a new Recipe field stays in it."""
+    return replace(recipe, recompute="none", optimizer_impl="single", device="cpu")
+
+
+@lru_cache(maxsize=4096)
+def _step_collectives_memo(spec: ModelSpec, recipe: Recipe, gpu: GPU | None, rerun: Rerun) -> tuple[Collective, ...]:
+    return tuple(_step_collectives(spec, recipe, param_inventory(spec), gpu, rerun))
+
+
+def _step_collectives(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, gpu: GPU | None,
+                      rerun: Rerun) -> list[Collective]:
     par, p = recipe.parallel, recipe.precision
     if par.world == 1:  # one GPU talks to nobody (offload traffic is PCIe to the host, not a collective)
         return []

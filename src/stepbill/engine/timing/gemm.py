@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from stepbill.engine.timing.constants import K_FILL, MEMORY_BOUND_EFFICIENCY, TILES
 
@@ -29,8 +30,10 @@ class GemmDevice:
     plateau: float
 
 
+@lru_cache(maxsize=16384)
 def tile_wave_utilisation(m: int, n: int, sms: int) -> float:
-    """Share of the tensor cores busy for an M × N output: the best cuBLAS tile's tile × wave utilisation."""
+    """Share of the tensor cores busy for an M × N output: the best cuBLAS tile's tile × wave utilisation. Memoised
+    (three ints; a planner's layouts repeat the same few token counts and tp-split widths)."""
     best = 0.0
     for tm, tn in TILES:
         tiles_m, tiles_n = math.ceil(m / tm), math.ceil(n / tn)

@@ -13,15 +13,24 @@ rates, its bytes as that share of the forward's memory-bound traffic. Under LoRA
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from stepbill.engine.line import Line
 from stepbill.engine.parallel import RankClass
-from stepbill.engine.timing.constants import DEFAULT_SMS, MEMORY_BOUND_EFFICIENCY, MEMORY_BOUND_SOURCE, SMS, generation
+from stepbill.engine.timing.constants import (
+    DEFAULT_SMS,
+    MEMORY_BOUND_EFFICIENCY,
+    MEMORY_BOUND_SOURCE,
+    SMS,
+    Generation,
+    generation,
+)
 from stepbill.engine.timing.gemm import GemmDevice
 from stepbill.engine.timing.kernels import LayerKernels, head_kernels, layer_kernels
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
+from stepbill.spec.parallel import Parallel
 from stepbill.spec.recipe import Recipe
 
 
@@ -49,6 +58,30 @@ def _sum(parts: list[tuple[int, LayerKernels]]) -> dict[str, float]:
     return {k: sum(n * getattr(lk, k) for n, lk in parts) for k in keys}
 
 
+@lru_cache(maxsize=4096)
+def kernel_layout(par: Parallel) -> Parallel:
+    """`par` with the fields one layer's kernels on a rank never read reset (the pipeline, micro-batches, ZeRO,
+    offload): the memo key of `stage_kernels`, so a planner times a stage's kernels once per (tp, cp, sp, ep, etp,
+    dp) and not once per micro-batch count, ZeRO stage or offload. Only what is known unread is reset: a new field
+    of Parallel stays in the key (tests/test_timing.py checks the sums on `par` and on this key agree)."""
+    return replace(par, pp=1, vpp=1, pp_schedule="1f1b", pp_layers=None, micro_batches=1, zero=0, shard_group=None,
+                   offload_optimizer=False, offload_activations=False)
+
+
+@lru_cache(maxsize=4096)
+def stage_kernels(spec: ModelSpec, par: Parallel, seq_len: int, micro_batch: int, dev: GemmDevice,
+                  params: Generation, act_bytes: float, frozen: bool, stage_kinds: tuple[tuple[str, int], ...],
+                  last: bool) -> dict[str, float]:
+    """LayerKernels' fields summed over a stage's layers (`stage_kinds`: (kind, count) pairs) and, on the last
+    stage, the LM head: one micro-batch on one rank. Memoised (`par` is `kernel_layout(parallel)`): shared, read
+    it, never change it."""
+    parts = [(n, layer_kernels(spec, kind, par, seq_len, micro_batch, dev, params.attention_fwd,
+                               params.attention_bwd, act_bytes, frozen)) for kind, n in stage_kinds]
+    if last:
+        parts.append((1, head_kernels(spec, par, seq_len, micro_batch, dev, act_bytes, frozen)))
+    return _sum(parts)
+
+
 def stage_compute(spec: ModelSpec, recipe: Recipe, worst: RankClass, gpu: GPU, peak: float, stage_kinds: dict[str, int],
                   last: bool, executed: float, recompute: float, held_weight_elements: float) -> StageCompute:
     """Per-op compute of the busiest stage on one rank: `executed` / `recompute` are its exact FLOPs (all
@@ -58,11 +91,8 @@ def stage_compute(spec: ModelSpec, recipe: Recipe, worst: RankClass, gpu: GPU, p
     dev = GemmDevice(peak, gpu.hbm_bytes_per_s, SMS.get(gpu.name, DEFAULT_SMS), params.gemm_plateau)
     frozen = recipe.lora is not None
     act = prec.activation
-    parts = [(n, layer_kernels(spec, kind, par, recipe.seq_len, recipe.micro_batch, dev, params.attention_fwd,
-                               params.attention_bwd, act, frozen)) for kind, n in stage_kinds.items()]
-    if last:
-        parts.append((1, head_kernels(spec, par, recipe.seq_len, recipe.micro_batch, dev, act, frozen)))
-    s = _sum(parts)
+    s = stage_kernels(spec, kernel_layout(par), recipe.seq_len, recipe.micro_batch, dev, params, act, frozen,
+                      tuple(stage_kinds.items()), last)
     m = par.micro_batches
     fwd_flops = s["gemm_fwd_flops"] + s["attn_fwd_flops"]
     modelled = m * (fwd_flops + s["gemm_bwd_flops"] + s["attn_bwd_flops"])
