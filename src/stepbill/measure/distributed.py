@@ -6,8 +6,7 @@ ZeRO-1, FSDP2 ZeRO-2/3), measures itself (MemTracker / FSDPMemTracker on CPU, th
 statistics on CUDA), and rank 0 gathers every rank's RankMeasurement. A rank that fails still joins the gather
 with its error, so that no rank waits forever and rank 0 reports the first error in one line.
 
-``launch_command`` is what ``stepbill check --launch N`` runs: ``python -m torch.distributed.run`` on a free
-local port with this same ``stepbill check`` command line.
+``stepbill check --launch N`` starts such a run: measure/launch.py.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -90,16 +88,8 @@ def measure_launched(
 
 
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (bound and released; torchrun's rendezvous binds it next)."""
+    """A TCP port free on 127.0.0.1 now (bound and released; whoever binds it next may find it taken)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
-
-def launch_command(nproc: int, check_args: list[str], port: int | None = None) -> list[str]:
-    """``python -m torch.distributed.run`` starting `nproc` local ranks of ``stepbill check <check_args>``."""
-    if nproc < 1:
-        raise StepbillError(f"--launch needs at least 1 process, got {nproc}")
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--nnodes", "1",
-            "--master-addr", "127.0.0.1", "--master-port", str(port or free_port()),
-            "-m", "stepbill", "check", *check_args]
