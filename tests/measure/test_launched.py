@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from stepbill.errors import StepbillError
 from tests.conftest import run_cli
 
 TINY = "tests/data/tiny-llama.json"
@@ -56,16 +57,64 @@ def test_fsdp2_on_gloo_every_rank(nproc: int, zero: int, capsys: pytest.CaptureF
         assert all(abs(e) <= TOLERANCE for e in errors.values()), (rank["rank"], errors)
 
 
-def test_launch_command_is_torchrun_with_a_stderr_file_per_rank() -> None:
-    from stepbill.measure.distributed import free_port
+def test_launch_command_is_standalone_torchrun_with_a_stderr_file_per_rank() -> None:
     from stepbill.measure.launch import launch_command
 
-    cmd = launch_command(4, ["tiny.json", "--zero", "3"], "/tmp/logs", port=23456)
+    cmd = launch_command(4, ["tiny.json", "--zero", "3"], "/tmp/logs")
     assert cmd[1:3] == ["-m", "torch.distributed.run"]
-    assert cmd[cmd.index("--nproc-per-node") + 1] == "4" and cmd[cmd.index("--master-port") + 1] == "23456"
+    assert cmd[cmd.index("--nproc-per-node") + 1] == "4"
+    assert "--standalone" in cmd and "--master-port" not in cmd  # torchrun's store binds a port itself
     assert cmd[cmd.index("--log-dir") + 1] == "/tmp/logs" and cmd[cmd.index("--redirects") + 1] == "2"
     assert cmd[-5:] == ["stepbill", "check", "tiny.json", "--zero", "3"]
-    assert 0 < free_port() < 65536
+
+
+def test_the_ranks_get_no_stray_launcher_variables() -> None:
+    from stepbill.measure.launch import rank_env
+
+    env = rank_env({"MASTER_PORT": "29500", "MASTER_ADDR": "10.0.0.1", "RANK": "3", "WORLD_SIZE": "8",
+                    "LOCAL_RANK": "3", "TORCHELASTIC_RUN_ID": "x", "PATH": "/bin", "OMP_NUM_THREADS": "4"})
+    assert env == {"PATH": "/bin", "OMP_NUM_THREADS": "4", "PYTHONFAULTHANDLER": "1"}
+    assert rank_env({})["OMP_NUM_THREADS"] == "1"
+
+
+def _fake_runs(monkeypatch: pytest.MonkeyPatch, results: list) -> list:
+    from stepbill.measure import launch
+
+    calls: list = []
+
+    def run_once(nproc: int, args: list[str]) -> object:
+        calls.append(args)
+        out = results[len(calls) - 1]
+        return out if isinstance(out, str) else launch._Failed(out[0])
+
+    monkeypatch.setattr(launch, "_run_once", run_once)
+    return calls
+
+
+BIND = "torchrun exited with code 1: RuntimeError: The server socket has failed to listen on any local network address"
+
+
+def test_a_launch_that_failed_to_rendezvous_is_retried_once_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    from stepbill.measure.launch import RETRIED, run_launched
+
+    calls = _fake_runs(monkeypatch, [(BIND,), json.dumps({"notes": ["gloo convention"]})])
+    data = json.loads(run_launched(2, ["tiny.json", "--json"]))
+    assert len(calls) == 2 and data["notes"] == ["gloo convention", f"{RETRIED}: {BIND}"]
+    calls = _fake_runs(monkeypatch, [(BIND,), "table\n"])
+    assert run_launched(2, ["tiny.json"]) == f"table\nnote: {RETRIED}: {BIND}\n"
+    calls = _fake_runs(monkeypatch, [(BIND,), (BIND,)])
+    with pytest.raises(StepbillError, match="second try"):
+        run_launched(2, ["tiny.json"])
+    assert len(calls) == 2
+
+
+def test_a_rank_that_failed_after_the_rendezvous_is_not_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    from stepbill.measure.launch import run_launched
+
+    calls = _fake_runs(monkeypatch, [("rank 1 was killed by SIGABRT: what():  Connection closed by peer",), "x"])
+    with pytest.raises(StepbillError, match="rank 1 was killed by SIGABRT"):
+        run_launched(2, ["tiny.json"])
+    assert len(calls) == 1
 
 
 def test_a_failed_launch_names_the_ranks_exception_not_torchruns_border() -> None:

@@ -7,10 +7,15 @@ table or the JSON) stays on torchrun's stdout. When a rank fails, torchrun's sum
 that names a cause (a Python exception, a C++ ``what():``, gloo's ``enforce fail``). ``PYTHONFAULTHANDLER`` is set
 for the ranks, so a rank killed by a signal (SIGABRT from a C++ exception on a gloo thread, SIGSEGV) leaves its
 Python stack in that file, which is kept and named in the error.
+
+torchrun runs ``--standalone`` (its rendezvous store binds a port of its own choosing: nothing picks a free port
+that another process could take first), in an environment without a parent launcher's MASTER_ADDR / RANK / ...;
+a launch whose ranks never met is tried once more, said in the output, and nothing else is retried.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -29,6 +34,16 @@ RANK_ENV_DEFAULTS = {"OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
 
 #: Lines that say why a rank failed, the specific before the generic (a C++ exception's ``what():`` before the
 #: "Fatal Python error: Aborted" that faulthandler prints after it).
+#: What a launcher sets to say where a process group is: torchrun sets its own for the ranks.
+LAUNCHER_VARIABLES = frozenset({"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                                "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME"})
+
+#: What the message of a launch that failed before its ranks met says (torchrun's store, c10d's rendezvous, gloo's
+#: connect); only such a launch is retried.
+RENDEZVOUS_FAILURES = ("Address already in use", "failed to listen", "RendezvousTimeoutError",
+                       "RendezvousConnectionError", "RendezvousClosedError", "connectFullMesh", "Connection refused")
+RETRIED = "the first torchrun failed to rendezvous and was started once more"
+
 _CAUSES = (re.compile(r"^[\w.]*(Error|Exception)\b.*:|.*\bwhat\(\):|.*enforce fail"),
            re.compile(r"^(Fatal Python error:|terminate called)"))
 
@@ -51,32 +66,73 @@ class RankFailure:
             return f"was killed by signal {-self.exit_code}"
 
 
-def launch_command(nproc: int, check_args: list[str], log_dir: str, port: int) -> list[str]:
+def launch_command(nproc: int, check_args: list[str], log_dir: str) -> list[str]:
     """``python -m torch.distributed.run`` starting `nproc` local ranks of ``stepbill check <check_args>``, each
-    rank's stderr in its own file under `log_dir`, the rendezvous on 127.0.0.1:`port`."""
+    rank's stderr in its own file under `log_dir`.
+
+    ``--standalone``: torchrun's own rendezvous store binds port 0 on 127.0.0.1 and hands the port it got to the
+    ranks (MASTER_PORT), so no port is picked, released and bound later by another process (a port picked free
+    here could be taken before torchrun binds it)."""
     if nproc < 1:
         raise StepbillError(f"--launch needs at least 1 process, got {nproc}")
     return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--nnodes", "1",
-            "--master-addr", "127.0.0.1", "--master-port", str(port),
+            "--standalone", "--local-addr", "127.0.0.1",
             "--log-dir", log_dir, "--redirects", "2", "-m", "stepbill", "check", *check_args]
+
+
+def rank_env(parent: dict[str, str]) -> dict[str, str]:
+    """The environment of the launched ranks: the parent's without what says where a process group is (torchrun
+    sets those itself; a stray one from an outer launcher must not leak in), plus RANK_ENV_DEFAULTS unless set."""
+    env = {k: v for k, v in parent.items() if k not in LAUNCHER_VARIABLES and not k.startswith("TORCHELASTIC_")}
+    return {**env, **{k: parent.get(k, v) for k, v in RANK_ENV_DEFAULTS.items()}}
 
 
 def run_launched(nproc: int, check_args: list[str]) -> str:
     """Run ``stepbill check <check_args>`` on `nproc` local ranks; rank 0's stdout, or StepbillError naming the
-    failing rank and its cause."""
-    from stepbill.measure.distributed import free_port
+    failing rank and its cause. A run that failed to rendezvous (a port taken, a store or peer not reached) is
+    started once more, and its output says so; any other failure is not retried."""
+    first = _run_once(nproc, check_args)
+    if isinstance(first, str):
+        return first
+    if not is_rendezvous_failure(first.message):
+        raise StepbillError(first.message)
+    again = _run_once(nproc, check_args)
+    if isinstance(again, str):
+        return with_retry_note(again, f"{RETRIED}: {first.message}", as_json="--json" in check_args)
+    raise StepbillError(f"{again.message} (second try; the first failed to rendezvous too: {first.message})")
 
-    env = {**os.environ, **{k: os.environ.get(k, v) for k, v in RANK_ENV_DEFAULTS.items()}}
+
+@dataclass(frozen=True)
+class _Failed:
+    message: str
+
+
+def _run_once(nproc: int, check_args: list[str]) -> str | _Failed:
     log_dir = tempfile.mkdtemp(prefix="stepbill-launch-")
-    done = subprocess.run(launch_command(nproc, check_args, log_dir, free_port()), capture_output=True, text=True,
-                          env=env, check=False)
+    done = subprocess.run(launch_command(nproc, check_args, log_dir), capture_output=True, text=True,
+                          env=rank_env(dict(os.environ)), check=False)
     if done.returncode == 0:
         shutil.rmtree(log_dir, ignore_errors=True)
         return done.stdout
     message = failure_message(done.returncode, done.stderr, Path(log_dir))
-    if message.startswith("torchrun exited"):  # no rank's log to keep
+    if "(its stderr: " not in message:  # no rank's log to keep
         shutil.rmtree(log_dir, ignore_errors=True)
-    raise StepbillError(message)
+    return _Failed(message)
+
+
+def is_rendezvous_failure(message: str) -> bool:
+    """Whether a failed launch's message says the ranks never met (worth one more try), not that a rank failed
+    once they had."""
+    return any(sign in message for sign in RENDEZVOUS_FAILURES)
+
+
+def with_retry_note(stdout: str, note: str, *, as_json: bool) -> str:
+    """Rank 0's output with `note` added: to the JSON's ``notes`` list, or as a last ``note:`` line."""
+    if not as_json:
+        return f"{stdout}note: {note}\n"
+    data = json.loads(stdout)
+    data["notes"] = [*data.get("notes", []), note]
+    return json.dumps(data, indent=2) + "\n"
 
 
 def failure_message(returncode: int, torchrun_stderr: str, log_dir: Path) -> str:
