@@ -32,8 +32,6 @@ from stepbill.errors import StepbillError
 #: the machine's cores), and the Python stack of a rank killed by a signal on its stderr.
 RANK_ENV_DEFAULTS = {"OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
 
-#: Lines that say why a rank failed, the specific before the generic (a C++ exception's ``what():`` before the
-#: "Fatal Python error: Aborted" that faulthandler prints after it).
 #: What a launcher sets to say where a process group is: torchrun sets its own for the ranks.
 LAUNCHER_VARIABLES = frozenset({"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
                                 "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME"})
@@ -44,6 +42,8 @@ RENDEZVOUS_FAILURES = ("Address already in use", "failed to listen", "Rendezvous
                        "RendezvousConnectionError", "RendezvousClosedError", "connectFullMesh", "Connection refused")
 RETRIED = "the first torchrun failed to rendezvous and was started once more"
 
+#: Lines that say why a rank failed, the specific before the generic (a C++ exception's ``what():`` before the
+#: "Fatal Python error: Aborted" that faulthandler prints after it).
 _CAUSES = (re.compile(r"^[\w.]*(Error|Exception)\b.*:|.*\bwhat\(\):|.*enforce fail"),
            re.compile(r"^(Fatal Python error:|terminate called)"))
 
