@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Annotated, Any
 
 import typer
 
 from stepbill.check import measure_sharded, notes_json
-from stepbill.errors import StepbillError
+from stepbill.errors import StepbillError, one_line
 from stepbill.report.check_json import sharded_check_json, single_check_json
 
 MEASURABLE_RECOMPUTE = ("none", "full")
@@ -122,9 +123,15 @@ def check(
     if here is not None:
         if fake:
             raise StepbillError("a launched check measures real tensors; drop --fake")
-        _check_launched(spec, config, seq, micro_batch, recipe, here[1] if dp == 1 else dp, zero, device, as_json,
-                        dropout)
-        return
+        from stepbill.measure.distributed import leave_rank
+
+        try:
+            _check_launched(spec, config, seq, micro_batch, recipe, here[1] if dp == 1 else dp, zero, device,
+                            as_json, dropout)
+        except StepbillError as exc:
+            print(f"stepbill: error: {one_line(str(exc))}", file=sys.stderr)
+            leave_rank(2)
+        leave_rank(0)
     if device != "cpu":
         raise StepbillError("--device cuda needs real ranks: run under torchrun or with --launch N")
     if dp > 1 or zero:

@@ -42,10 +42,10 @@ RENDEZVOUS_FAILURES = ("Address already in use", "failed to listen", "Rendezvous
                        "RendezvousConnectionError", "RendezvousClosedError", "connectFullMesh", "Connection refused")
 RETRIED = "the first torchrun failed to rendezvous and was started once more"
 
-#: Lines that say why a rank failed, the specific before the generic (a C++ exception's ``what():`` before the
-#: "Fatal Python error: Aborted" that faulthandler prints after it).
+#: Lines that say why a rank failed, the specific before the generic (a C++ exception's ``what():``, then
+#: "terminate called ...", before the "Fatal Python error: Aborted" that faulthandler prints after them).
 _CAUSES = (re.compile(r"^[\w.]*(Error|Exception)\b.*:|.*\bwhat\(\):|.*enforce fail"),
-           re.compile(r"^(Fatal Python error:|terminate called)"))
+           re.compile(r"^terminate called"), re.compile(r"^Fatal Python error:"))
 
 
 @dataclass(frozen=True)
@@ -169,7 +169,7 @@ def rank_stderr(log_dir: Path, local_rank: int) -> Path | None:
 
 def cause_line(stderr: str) -> str:
     """The line of a stderr that says why: the last that names a cause (``SomeError: ...``, a C++ ``what():``,
-    gloo's ``enforce fail``; else ``Fatal Python error`` / ``terminate called``), torchrun's own ChildFailedError
+    gloo's ``enforce fail``; else ``terminate called ...``; else ``Fatal Python error``), torchrun's own ChildFailedError
     excepted; else the last line that is not a '====' border."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip().strip("=-")]
     for cause in _CAUSES:
