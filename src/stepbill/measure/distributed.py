@@ -95,7 +95,7 @@ def leave_rank(exit_code: int) -> NoReturn:
     Why: on torch 2.13 with gloo on CPU, a rank whose work was done, gathered and printed sometimes aborted while
     its process exited — "terminate called without an active exception" (a C++ object destroyed at exit while it
     still owned a running thread), SIGABRT, faulthandler showing the main thread with no Python frame left. Caught
-    once in about 40 launches under load (rank 3 of a 4-rank DDP check; the SIGABRT of 2 of 3 full CI runs had no
+    once in about 70 launches under load (rank 3 of a 4-rank DDP check; the SIGABRT of 2 of 3 full CI runs had no
     stderr kept, likely the same); torchrun then reports the whole run failed although every figure had been
     measured and printed. Nothing of the check is left for that teardown to do: the process group is destroyed and
     every result is written."""
