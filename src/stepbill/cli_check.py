@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import re
+import sys
 from typing import Annotated, Any
 
 import typer
 
 from stepbill.check import measure_sharded, notes_json
-from stepbill.errors import StepbillError
+from stepbill.errors import StepbillError, one_line
 from stepbill.report.check_json import sharded_check_json, single_check_json
 
 MEASURABLE_RECOMPUTE = ("none", "full")
@@ -123,9 +123,15 @@ def check(
     if here is not None:
         if fake:
             raise StepbillError("a launched check measures real tensors; drop --fake")
-        _check_launched(spec, config, seq, micro_batch, recipe, here[1] if dp == 1 else dp, zero, device, as_json,
-                        dropout)
-        return
+        from stepbill.measure.distributed import leave_rank
+
+        try:
+            _check_launched(spec, config, seq, micro_batch, recipe, here[1] if dp == 1 else dp, zero, device,
+                            as_json, dropout)
+        except StepbillError as exc:
+            print(f"stepbill: error: {one_line(str(exc))}", file=sys.stderr)
+            leave_rank(2)
+        leave_rank(0)
     if device != "cpu":
         raise StepbillError("--device cuda needs real ranks: run under torchrun or with --launch N")
     if dp > 1 or zero:
@@ -236,30 +242,11 @@ GLOO_FSDP_NOTE = ("gloo convention: gloo's reduce-scatter clones its whole input
 
 
 def _launch(nproc: int, args: list[str]) -> None:
-    """`--launch N`: run this check under torchrun with N local ranks; relay rank 0's output, or its error line."""
-    import os
-    import subprocess
+    """`--launch N`: run this check under torchrun with N local ranks; relay rank 0's output, or the failing rank's
+    error line (measure/launch.py)."""
+    from stepbill.measure.launch import run_launched
 
-    from stepbill.measure.distributed import launch_command
-
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    done = subprocess.run(launch_command(nproc, args), capture_output=True, text=True, env=env, check=False)
-    if done.returncode == 0:
-        typer.echo(done.stdout, nl=False)
-        return
-    errors = [line for line in done.stderr.splitlines() if line.startswith("stepbill: error: ")]
-    if errors:
-        raise StepbillError(errors[0].removeprefix("stepbill: error: "))
-    raise StepbillError(f"torchrun exited with code {done.returncode}: {_failure_line(done.stderr)}")
-
-
-def _failure_line(stderr: str) -> str:
-    """The line of torchrun's stderr that says why: the last exception line (``SomeError: ...``) of a rank's
-    traceback, else the last line that is not the '====' border of torchrun's failure summary."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip().strip("=-")]
-    raised = [line for line in lines if re.match(r"^[\w.]*(Error|Exception)\b.*:", line)
-              and "ChildFailedError" not in line]  # torchrun's own summary names no cause
-    return (raised or lines or ["no output"])[-1]
+    typer.echo(run_launched(nproc, args), nl=False)
 
 
 def _check_launched(spec: Any, config: dict[str, Any], seq: int, micro_batch: int, recipe: str, dp: int, zero: int,
