@@ -4,7 +4,8 @@ the top K or a Pareto front.
 
 Branch and bound (the default). Every candidate the resident bound leaves gets exact lower bounds from the bill's
 own model (engine/plan/bounds.py): a step-time floor (time_floor; the budget solver's policy, unsolved:
-budget_floor) and a peak floor (its group's resident bound). Candidates are billed in ascending order of the
+budget_floor) and a peak floor (peak_floor: the stage's resident state with its resting gradients and the kept
+activations in flight, and on the last stage the loss's backward; the group's resident bound at least). Candidates are billed in ascending order of the
 objective's key made of those floors; a candidate is left unbilled — reason `outranked` — only when all three hold:
 K rows already billed beat its floors on the objective (strictly, so ties are billed), a billed row with no more
 GPUs is strictly faster than its time floor (the GPUs-vs-time front), and a billed row with a peak no larger
@@ -186,6 +187,7 @@ def _floors_part(req: PlanRequest, indexed: list[tuple[int, Group]], objective: 
                  progress: Progress | None = None, total: int = 0) -> tuple[Floors, int]:
     """The resident bound of each (index, group), then the floors of the candidates it leaves: (Floors, candidates
     the bound rejected)."""
+    cpu0 = time.process_time()
     kept: list[tuple[int, Group, float]] = []
     rejected = 0
     for index, group in indexed:
@@ -197,6 +199,7 @@ def _floors_part(req: PlanRequest, indexed: list[tuple[int, Group]], objective: 
             kept.append((index, group, bound))
     found = floors(req, kept, objective, deadline_at, progress, total)
     found.decided += rejected
+    found.cpu_seconds = time.process_time() - cpu0  # the bounds' CPU too (a worker's, under jobs > 1)
     return found, rejected
 
 
