@@ -84,6 +84,13 @@ def row_divisor(recipe: Recipe) -> Callable[[ActTensor], float]:
     return divisor
 
 
+def rank_plan(one_plan: RecomputePlan, recipe: Recipe, order: tuple[str, ...]) -> RecomputePlan:
+    """The one-GPU plan as one rank of `recipe`'s layout holds it for a stage running `order`: rows divided by their
+    Split (row_divisor), checkpointed inputs by cp (× tp under sp), recompute FLOPs by tp·cp."""
+    par = recipe.parallel
+    return one_plan.for_rank(row_divisor(recipe), par.cp * (par.tp if par.sp else 1), par.cp * par.tp, order)
+
+
 def _rank_view(recipe: Recipe, held: Held, order: tuple[str, ...], stage: int, eager: EagerTerms | None,
                tied: bool, flight_bytes: float, buffers: Buffers | None) -> tuple[RankView, dict[str, float]]:
     """The RankView of one rank of `stage`, and what it keeps in CPU memory (offload)."""
@@ -227,7 +234,6 @@ def stage_classes(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, on
     kinds = stage_layer_kinds(spec, par)
     indices = stage_layer_indices(spec, par)
     divisor = row_divisor(recipe)
-    input_divisor = par.cp * (par.tp if par.sp else 1)
     per_stage = par.dp * par.tp * par.cp
     classes: list[RankClass] = []
     # Stages that hold the same rows (representative_stage) and run the same layer order share everything but
@@ -239,7 +245,7 @@ def stage_classes(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, on
         order, key = orders[stage], keys[stage]
         if key not in shared:
             held = rank_holdings(spec, recipe, stage)
-            plan = one_plan.for_rank(divisor, input_divisor, par.cp * par.tp, order)
+            plan = rank_plan(one_plan, recipe, order)
             kept = plan.kept_after_forward()
             if par.offload_activations:  # kept tensors go to CPU after each layer: only the running layer stays
                 plan = replace(plan, layers={k: replace(lp, dropped_bytes=lp.kept_bytes + lp.dropped_bytes + lp.checkpoint_bytes,

@@ -50,16 +50,15 @@ from stepbill.engine.parallel.collectives import rank_param_elements, step_colle
 from stepbill.engine.parallel.holdings import rank_holdings
 from stepbill.engine.parallel.layout import stage_layer_indices, stage_layer_kinds
 from stepbill.engine.parallel.rank_class import MEMORY_KEYS, RankClass
-from stepbill.engine.parallel.ranks import OPTIMIZER_SIDE, in_flight_microbatches, rank_eager, row_divisor
+from stepbill.engine.parallel.ranks import OPTIMIZER_SIDE, in_flight_microbatches, rank_eager, rank_plan, row_divisor
 from stepbill.engine.params import param_inventory
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.evaluate import recipe_for
 from stepbill.engine.plan.space import Candidate, PlanRequest
-from stepbill.engine.recompute import RecomputePlan, op_flops
+from stepbill.engine.recompute import op_flops
 from stepbill.engine.timing.comm_time import comm_timing
 from stepbill.engine.timing.step import stage_compute
 from stepbill.errors import StepbillError
-from stepbill.spec.model import ModelSpec
 from stepbill.spec.recipe import Recipe
 
 #: A rank holding nothing: the step time's memory-dependent terms at their floor (see the module's docstring).
@@ -89,8 +88,8 @@ def peak_floor(req: PlanRequest, cand: Candidate, resident: float, recipe: Recip
         grads = held.get("grads", 0.0)
         resting = grads if par.micro_batches > 1 else 0.0
         kept = 0.0 if par.offload_activations else \
-            _kept_on_rank(spec, recipe, plan, tuple(plan.order[i] for i in layers)) * in_flight_microbatches(recipe,
-                                                                                                             stage)
+            rank_plan(plan, recipe, tuple(plan.order[i] for i in layers)).kept_after_forward() * \
+            in_flight_microbatches(recipe, stage)
         live = max(grads, resting + kept)
         if stage == par.pp - 1 and eager is not None and outside_rows is not None:
             # the loss's backward: the logits' inputs and the loss's activations and fp32 temporaries
@@ -98,14 +97,6 @@ def peak_floor(req: PlanRequest, cand: Candidate, resident: float, recipe: Recip
             live = max(live, resting + kept + outside_rows(row_divisor(recipe)) + e.loss_act + e.loss_temp)
         best = max(best, weights + optimizer + live - ROUNDING_SLACK_BYTES)
     return best
-
-
-def _kept_on_rank(spec: ModelSpec, recipe: Recipe, plan: RecomputePlan, order: tuple[str, ...]) -> float:
-    """Bytes of one micro-batch's activations a rank of the stage keeps after its forward (the plan on the rank,
-    as engine/parallel/ranks.stage_classes makes it)."""
-    par = recipe.parallel
-    return plan.for_rank(row_divisor(recipe), par.cp * (par.tp if par.sp else 1), par.cp * par.tp,
-                         order).kept_after_forward()
 
 
 def time_floor(req: PlanRequest, cand: Candidate, recipe: Recipe | None = None) -> float:

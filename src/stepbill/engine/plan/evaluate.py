@@ -24,7 +24,7 @@ from stepbill.engine.fit import Card, Reserve, default_reserve, fit_of_ranks, fi
 from stepbill.engine.parallel.holdings import rank_holdings, slicing_layout
 from stepbill.engine.parallel.layout import stage_layer_indices
 from stepbill.engine.parallel.rank_class import RankClass
-from stepbill.engine.parallel.ranks import in_flight_microbatches
+from stepbill.engine.parallel.ranks import OPTIMIZER_SIDE, in_flight_microbatches
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.space import Candidate, PlanRequest
 from stepbill.engine.recompute.budget import floor, peak_of, problem_for_spec
@@ -36,7 +36,6 @@ from stepbill.spec.parallel import Parallel
 from stepbill.spec.recipe import Recipe, make_recipe
 from stepbill.spec.recompute_policy import parse_recompute
 
-OPTIMIZER_SIDE = ("master", "optimizer.")
 GIB = 2**30
 BUDGET_STEPS = 3  # eager bills the budget's correction may make (budget_policy)
 
