@@ -183,6 +183,14 @@ def _branch_and_bound(req: PlanRequest, objective: str, k: int, groups: list[Gro
                       gpus_vs_time(rows, fixed_batch), memory_vs_time(rows, fixed_batch))
 
 
+def _resident_fits(req: PlanRequest, group: Group) -> float | None:
+    """The group's resident bound (bytes) when it is within the budget; None when it alone exceeds it (the exact
+    bound rejects every candidate of the group; the stages past the first one over the budget are not summed)."""
+    budget = budget_bytes(req, group.holdings_layout)
+    bound = resident_bound(req, group.holdings_layout, group.offload_optimizer, budget)
+    return None if bound > budget else bound
+
+
 def _floors_part(req: PlanRequest, indexed: list[tuple[int, Group]], objective: str, deadline_at: float | None,
                  progress: Progress | None = None, total: int = 0) -> tuple[Floors, int]:
     """The resident bound of each (index, group), then the floors of the candidates it leaves: (Floors, candidates
@@ -191,9 +199,8 @@ def _floors_part(req: PlanRequest, indexed: list[tuple[int, Group]], objective: 
     kept: list[tuple[int, Group, float]] = []
     rejected = 0
     for index, group in indexed:
-        budget = budget_bytes(req, group.holdings_layout)
-        bound = resident_bound(req, group.holdings_layout, group.offload_optimizer, budget)
-        if bound > budget:
+        bound = _resident_fits(req, group)
+        if bound is None:
             rejected += len(group.variants)
         else:
             kept.append((index, group, bound))
@@ -231,8 +238,7 @@ def _decide(req: PlanRequest, groups: list[Group], deadline_at: float | None, pr
         if deadline_at is not None and time.time() > deadline_at:
             break
         n = len(group.variants)
-        budget = budget_bytes(req, group.holdings_layout)
-        if resident_bound(req, group.holdings_layout, group.offload_optimizer, budget) > budget:
+        if _resident_fits(req, group) is None:
             rejected.add("resident_over_budget", n)
             by_bound += n
         else:
