@@ -13,8 +13,10 @@ from stepbill.engine.bill import make_bill, verdict_ranks
 from stepbill.engine.plan import PlanRequest, search
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.bounds import budget_floor, peak_floor, time_floor
-from stepbill.engine.plan.branch_bound import Answer, front_time, objective_key
+from stepbill.engine.plan.branch_bound import Answer
 from stepbill.engine.plan.evaluate import Row, recipe_for, resident_bound, resolve_recompute
+from stepbill.engine.plan.pareto import front_time
+from stepbill.engine.plan.rank import objective_key
 from stepbill.engine.plan.space import Candidate, Rejections, enumerate_space
 from stepbill.errors import StepbillError
 from stepbill.spec.hardware import load_gpu
@@ -138,7 +140,7 @@ def test_time_floor_does_not_read_activation_offload() -> None:
 @pytest.mark.parametrize("objective", ["time", "cost", "memory"])
 def test_branch_and_bound_without_a_global_batch(objective: str) -> None:
     """--micro-batch instead of a global batch: steps carry different token counts, so time ranks by tokens/s and
-    the fronts by time per token; the floors' keys follow (branch_bound.objective_key), and the answer is the
+    the fronts by time per token; the floors' keys follow (rank.objective_key), and the answer is the
     exhaustive one."""
     req = PlanRequest(load_preset("gpt3-350m"), load_gpu("h100-sxm"), "h100-sxm", (4,), 2048, "gpt3-350m",
                       micro_batch=2, fixed=(("offload_optimizer", False), ("schedule", "1f1b")))

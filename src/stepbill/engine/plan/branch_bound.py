@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.bounds import budget_floor, peak_floor, time_floor
 from stepbill.engine.plan.evaluate import Row, budget_drops_nothing, evaluate, recipe_for, resolve_recompute
+from stepbill.engine.plan.pareto import front_time
+from stepbill.engine.plan.rank import objective_key, row_key
 from stepbill.engine.plan.space import Group, PlanRequest
 from stepbill.errors import StepbillError
 
@@ -23,29 +25,6 @@ Progress = Callable[[int, int], None]
 #: A candidate waiting for its bill: (objective key of its floors, its time floor as the fronts read time, its peak
 #: floor in bytes, GPUs, group index, variant index). Tuples sort by the key, then the indices (a total order).
 Lead = tuple[tuple[float, ...], float, float, int, int, int]
-
-
-def objective_key(objective: str, fixed_batch: bool, step_s: float, world: int, peak: float,
-                  tokens: int) -> tuple[float, ...]:
-    """The numeric part of rank.sort_key's key for a row with these numbers (the command, its last tie-break, left
-    out): monotone in each argument, so the key of the floors is never above the key of the bill."""
-    speed = step_s if fixed_batch else -(tokens / step_s)  # rank.sort_key: step time, or −tokens/s
-    if objective == "time":
-        return (speed, world, peak)
-    if objective == "gpus":
-        return (world, speed, peak)
-    if objective == "cost":
-        return (step_s * world / tokens, speed)
-    return (peak, speed)  # memory
-
-
-def front_time(fixed_batch: bool, step_s: float, tokens: int) -> float:
-    """Time as the Pareto fronts compare it (pareto.py): the step, or seconds per token without a global batch."""
-    return step_s if fixed_batch else 1.0 / (tokens / step_s)
-
-
-def row_key(objective: str, fixed_batch: bool, row: Row) -> tuple[float, ...]:
-    return objective_key(objective, fixed_batch, row.step_s, row.world, row.peak_bytes, row.tokens_per_step)
 
 
 @dataclass

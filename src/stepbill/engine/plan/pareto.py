@@ -25,8 +25,13 @@ def front(rows: list[Row], x: Callable[[Row], float], y: Callable[[Row], float])
     return best
 
 
+def front_time(fixed_batch: bool, step_s: float, tokens: int) -> float:
+    """Time as the fronts compare it: the step (s), or seconds per token (1 / tokens/s) without a global batch."""
+    return step_s if fixed_batch else 1.0 / (tokens / step_s)
+
+
 def _time(fixed_batch: bool) -> Callable[[Row], float]:
-    return (lambda r: r.step_s) if fixed_batch else (lambda r: 1.0 / r.tokens_per_s)
+    return lambda r: front_time(fixed_batch, r.step_s, r.tokens_per_step)
 
 
 def gpus_vs_time(rows: list[Row], fixed_batch: bool = True) -> list[Row]:

@@ -18,21 +18,31 @@ from stepbill.errors import unknown_name
 OBJECTIVES = ("time", "gpus", "cost", "memory")
 
 
+def objective_key(objective: str, fixed_batch: bool, step_s: float, world: int, peak: float,
+                  tokens: int) -> tuple[float, ...]:
+    """The numeric part of a row's key under `objective` (the command, its last tie-break, left out), from its step
+    time (s), GPUs, judged peak (bytes) and tokens per step: monotone in each, so the branch and bound's floors
+    (branch_bound.py) give a key never above the bill's."""
+    speed = step_s if fixed_batch else -(tokens / step_s)  # step time, or −tokens/s (time.tokens_per_s)
+    if objective == "time":
+        return (speed, world, peak)
+    if objective == "gpus":
+        return (world, speed, peak)
+    if objective == "cost":
+        return (step_s * world / tokens, speed)  # Row.gpu_seconds_per_token
+    return (peak, speed)  # memory
+
+
+def row_key(objective: str, fixed_batch: bool, row: Row) -> tuple[float, ...]:
+    """objective_key of a billed row."""
+    return objective_key(objective, fixed_batch, row.step_s, row.world, row.peak_bytes, row.tokens_per_step)
+
+
 def sort_key(objective: str, fixed_batch: bool = True) -> Callable[[Row], tuple]:
     """The key that orders rows best first under `objective`."""
     if objective not in OBJECTIVES:
         raise unknown_name("objective", objective, OBJECTIVES)
-
-    def time(r: Row) -> float:
-        return r.step_s if fixed_batch else -r.tokens_per_s
-
-    keys: dict[str, Callable[[Row], tuple]] = {
-        "time": lambda r: (time(r), r.world, r.peak_bytes, r.command),
-        "gpus": lambda r: (r.world, time(r), r.peak_bytes, r.command),
-        "cost": lambda r: (r.gpu_seconds_per_token, time(r), r.command),
-        "memory": lambda r: (r.peak_bytes, time(r), r.command),
-    }
-    return keys[objective]
+    return lambda r: (*row_key(objective, fixed_batch, r), r.command)
 
 
 def top(rows: Iterable[Row], objective: str, k: int, fixed_batch: bool = True) -> list[Row]:
