@@ -43,6 +43,7 @@ eager bill keep the resident bound. All three floors are tested against full bil
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 
 from stepbill.engine import flops as fl
 from stepbill.engine.bill import bill_eager_parts, bill_plan, bill_step_time
@@ -56,9 +57,12 @@ from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.evaluate import recipe_for
 from stepbill.engine.plan.space import Candidate, PlanRequest
 from stepbill.engine.recompute import op_flops
+from stepbill.engine.steptime import StepTime
 from stepbill.engine.timing.comm_time import comm_timing
 from stepbill.engine.timing.step import stage_compute
 from stepbill.errors import StepbillError
+from stepbill.spec.hardware import GPU
+from stepbill.spec.model import ModelSpec
 from stepbill.spec.recipe import Recipe
 
 #: A rank holding nothing: the step time's memory-dependent terms at their floor (see the module's docstring).
@@ -103,7 +107,14 @@ def time_floor(req: PlanRequest, cand: Candidate, recipe: Recipe | None = None) 
     """A lower bound of the candidate's time.step (s) under `stepbill bill`; the policy must be explicit. The same
     with and without activation offload (its PCIe traffic is the floor's zero)."""
     recipe = recipe or recipe_for(req, cand)
-    return bill_step_time(req.spec, recipe, EMPTY_RANK, req.gpu, req.efficiency)["time.step"].value
+    return _empty_rank_time(req.spec, recipe, req.gpu, req.efficiency)["time.step"].value
+
+
+@lru_cache(maxsize=64)
+def _empty_rank_time(spec: ModelSpec, recipe: Recipe, gpu: GPU, efficiency: float | None) -> StepTime:
+    """bill_step_time with EMPTY_RANK, the last few memoised: a budget candidate's floor reads the lines of its
+    `none` twin, whose own floor the same group has just computed. Shared: read it, never change it."""
+    return bill_step_time(spec, recipe, EMPTY_RANK, gpu, efficiency)
 
 
 def budget_floor(req: PlanRequest, cand: Candidate) -> float:
@@ -111,7 +122,7 @@ def budget_floor(req: PlanRequest, cand: Candidate) -> float:
     the budget solver's, whatever it drops (see the module's docstring)."""
     none = replace(cand, recompute="none")
     recipe = recipe_for(req, none)
-    lines = bill_step_time(req.spec, recipe, EMPTY_RANK, req.gpu, req.efficiency).lines
+    lines = _empty_rank_time(req.spec, recipe, req.gpu, req.efficiency).lines
     bubble = lines["time.bubble"].value
     offload = lines["time.offload_exposed"].value
     if req.efficiency is not None:
