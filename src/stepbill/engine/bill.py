@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Any
 
@@ -173,14 +173,19 @@ def _core(spec: ModelSpec, recipe: Recipe, convention: str, attention: str, gpu:
     inv = param_inventory(spec)
     split = trainable_split(inv, recipe.lora)
     a_bytes, plan, outside, eager = _convention_terms(spec, without_layout(recipe), convention, attention)
-    outside_rows = None
-    if convention == "eager":
-        from stepbill.engine.activations.eager import outside_bytes_on_rank
-
-        def outside_rows(divisor):  # type: ignore[no-untyped-def]
-            return outside_bytes_on_rank(spec, a_bytes, recipe.seq_len, recipe.micro_batch, divisor,
-                                         recipe.parallel.cp, recipe.lora)
+    outside_rows = _outside_rows(spec, recipe, a_bytes) if convention == "eager" else None
     return _Core(inv, split, a_bytes, plan, outside, eager, outside_rows)
+
+
+def _outside_rows(spec: ModelSpec, recipe: Recipe, a_bytes: Any) -> Callable[[Callable[[act.ActTensor], float]], float]:
+    """The eager convention's outside-layer bytes on a rank, by its row divisor (the last stage's logits and loss
+    inputs)."""
+    from stepbill.engine.activations.eager import outside_bytes_on_rank
+
+    def outside_rows(divisor: Callable[[act.ActTensor], float]) -> float:
+        return outside_bytes_on_rank(spec, a_bytes, recipe.seq_len, recipe.micro_batch, divisor, recipe.parallel.cp,
+                                     recipe.lora)
+    return outside_rows
 
 
 def activation_width(precision: Precision, device: str, convention: str) -> Any:
@@ -198,8 +203,18 @@ def activation_width(precision: Precision, device: str, convention: str) -> Any:
 
 def without_layout(recipe: Recipe, micro_batches: int = 1) -> Recipe:
     """The recipe on one GPU (keeping only `micro_batches` of its layout): the memo key of a bill's parts that do
-    not read the layout, so a planner makes them once per micro-batch and recompute policy, not once per layout."""
-    return replace(recipe, parallel=Parallel(micro_batches=micro_batches))
+    not read the layout, so a planner makes them once per micro-batch and recompute policy, not once per layout.
+    Memoised on the recipe's other fields: building a Recipe checks every field, and a planner's candidates (each
+    its own layout) ask for the same few."""
+    return _one_gpu_recipe(tuple(getattr(recipe, name) for name in _NOT_LAYOUT), micro_batches)
+
+
+_NOT_LAYOUT = tuple(f.name for f in fields(Recipe) if f.name != "parallel")  # every field of Recipe but its layout
+
+
+@lru_cache(maxsize=1024)
+def _one_gpu_recipe(values: tuple[Any, ...], micro_batches: int) -> Recipe:
+    return Recipe(**dict(zip(_NOT_LAYOUT, values, strict=True)), parallel=Parallel(micro_batches=micro_batches))
 
 
 @lru_cache(maxsize=512)
@@ -339,8 +354,10 @@ def bill_eager_parts(spec: ModelSpec, recipe: Recipe, attention: str = "sdpa"
                      ) -> tuple[RecomputePlan, EagerTerms | None, Callable[[Callable[[act.ActTensor], float]], float] | None]:
     """make_bill's eager-convention recompute plan, eager terms and outside-layer bytes by row divisor (the last
     stage's logits and loss inputs) — what its rank classes are built from. Shared: read them, never change them."""
-    core = _core(spec, recipe, "eager", attention, None)
-    return core.plan, core.eager, core.outside_rows
+    if attention not in act.ATTENTIONS:
+        raise unknown_name("attention implementation", attention, act.ATTENTIONS)
+    a_bytes, plan, _, eager = _convention_terms(spec, without_layout(recipe), "eager", attention)  # as _core does
+    return plan, eager, _outside_rows(spec, recipe, a_bytes)
 
 
 def _step_time(spec: ModelSpec, core: _Core, recipe: Recipe, worst: RankClass, collectives: list[Collective], gpu: GPU,

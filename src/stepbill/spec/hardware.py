@@ -13,7 +13,7 @@ from importlib import resources
 from typing import Any
 
 from stepbill.errors import StepbillError, unknown_name
-from stepbill.spec.schema import NOTE, Int, Real, check_value
+from stepbill.spec.schema import NOTE, Int, Real, check_value, hash_once
 
 GIB = 2**30
 MEMORY_UNITS = {"GiB": GIB, "GB": 10**9}
@@ -29,6 +29,7 @@ _MEMORY_KEYS = {"value", "unit", "note"}
 _USABLE_KEYS = {"mib", "source"}
 
 
+@hash_once
 @dataclass(frozen=True)
 class GPU:
     """One accelerator: memory in bytes, dense peaks in FLOP/s, bandwidths in bytes/s per direction.

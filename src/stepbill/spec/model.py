@@ -26,6 +26,7 @@ from stepbill.spec.schema import (
     Real,
     check_fields,
     from_plain,
+    hash_once,
 )
 
 AttentionKind = Literal["mha", "mla"]
@@ -159,6 +160,7 @@ class MoESpec:
 DROPOUT_FIELDS: tuple[str, ...] = ("attention_dropout", "hidden_dropout", "embedding_dropout")
 
 
+@hash_once
 @dataclass(frozen=True)
 class ModelSpec:
     """Architecture of a decoder-only LM: sizes, block kinds, and the details that change parameter counts."""

@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
-from stepbill.spec.schema import BATCH, DEGREE, WORLD, IntTuple, OneOf, check_fields
+from stepbill.spec.schema import BATCH, DEGREE, WORLD, IntTuple, OneOf, check_fields, hash_once
 
 PPSchedule = Literal["gpipe", "1f1b", "interleaved"]
 ZERO_STAGES = (0, 1, 2, 3)
@@ -29,6 +29,7 @@ FLAGS = {"dp": "--dp", "tp": "--tp", "pp": "--pp", "cp": "--cp", "ep": "--ep", "
          "offload_activations": "--offload-activations"}
 
 
+@hash_once
 @dataclass(frozen=True)
 class Parallel:
     """Degrees of each parallel axis and the sharding / scheduling options.

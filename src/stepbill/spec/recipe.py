@@ -8,9 +8,10 @@ from typing import Annotated
 from stepbill.errors import StepbillError, require_extra, unknown_name
 from stepbill.spec.parallel import Parallel
 from stepbill.spec.recompute_policy import RecomputePolicy, parse_recompute
-from stepbill.spec.schema import BATCH, TOKENS, WIDTH, Names, check_fields
+from stepbill.spec.schema import BATCH, TOKENS, WIDTH, Names, check_fields, hash_once
 
 
+@hash_once
 @dataclass(frozen=True)
 class Precision:
     """Bytes per parameter of each resident item. `master` 0 means no separate fp32 copy."""
@@ -124,6 +125,7 @@ class LoRA:
         return name.removesuffix(".weight").split(".")[-1] in self.targets
 
 
+@hash_once
 @dataclass(frozen=True)
 class Recipe:
     """How one step is run: precision, optimizer, tokens per micro-batch, recompute, LoRA."""

@@ -21,6 +21,31 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_typ
 
 from stepbill.errors import StepbillError, shown
 
+_HASH = "_hash_once"  # where hash_once keeps an instance's hash (not a field: eq, repr, asdict never see it)
+
+
+def hash_once(cls: type) -> type:
+    """Keep a frozen dataclass's hash once computed. The engine's memos are keyed on ModelSpec, Recipe, Parallel and
+    GPU, whose generated __hash__ walks every nested field on every lookup — a planner's main cost after the
+    arithmetic. The instances are immutable, so their hash never changes. The cached value is left out of pickles:
+    string hashes differ between processes (the planner's spawned workers), so a copy recomputes its own."""
+    generated = cls.__hash__
+
+    def __hash__(self: Any) -> int:
+        try:
+            return self.__dict__[_HASH]
+        except KeyError:
+            value = generated(self)  # type: ignore[misc]
+            object.__setattr__(self, _HASH, value)
+            return value
+
+    def __getstate__(self: Any) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != _HASH}
+
+    cls.__hash__ = __hash__  # type: ignore[assignment]
+    cls.__getstate__ = __getstate__  # type: ignore[attr-defined]
+    return cls
+
 
 @dataclass(frozen=True)
 class Int:

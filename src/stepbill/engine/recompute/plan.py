@@ -178,8 +178,11 @@ class RecomputePlan:
         model's), each row's bytes divided by how the rank holds it (`row_divisor`: tp / sp / cp / etp
         splits), the checkpointed layer input by `input_divisor`, recompute FLOPs by `work_divisor`, and the
         layers of the rank's pipeline stage (`order`)."""
+        order = self.order if order is None else order
         layers = {}
         for kind, lp in self.layers.items():
+            if order and kind not in order:
+                continue  # not on this stage: left out below in any case
             kept = sum(t.bytes_at(self.seq_len) / row_divisor(t) for t in lp.kept)
             dropped = sum(t.bytes_at(self.seq_len) / row_divisor(t) for t in lp.dropped)
             layers[kind] = replace(lp, kept_bytes=kept, dropped_bytes=dropped,
@@ -187,10 +190,9 @@ class RecomputePlan:
                                    recompute_flops_noncausal=lp.recompute_flops_noncausal / work_divisor,
                                    recompute_flops_square=lp.recompute_flops_square / work_divisor,
                                    checkpoint_bytes=lp.checkpoint_bytes / input_divisor)
-        order = self.order if order is None else order
         first = sum(t.bytes_at(self.seq_len) / row_divisor(t) for t in self.first_unsaved) \
             if tuple(order) == tuple(self.order) else 0.0  # a later pipeline stage does not hold layer 0
-        return replace(self, layers={k: v for k, v in layers.items() if k in order or not order}, order=order,
+        return replace(self, layers=layers, order=order,
                        first_unsaved_bytes=first)
 
 
