@@ -42,14 +42,15 @@ eager bill keep the resident bound. All three floors are tested against full bil
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from functools import lru_cache
 
 from stepbill.engine import flops as fl
-from stepbill.engine.bill import bill_eager_parts, bill_plan, bill_step_time
+from stepbill.engine.bill import bill_eager_parts, bill_plan, bill_step_time, without_layout
 from stepbill.engine.parallel.collectives import rank_param_elements, step_collectives
 from stepbill.engine.parallel.holdings import rank_holdings
-from stepbill.engine.parallel.layout import stage_layer_indices, stage_layer_kinds
+from stepbill.engine.parallel.layout import representative_stage, stage_layer_indices, stage_layer_kinds
 from stepbill.engine.parallel.rank_class import MEMORY_KEYS, RankClass
 from stepbill.engine.parallel.ranks import OPTIMIZER_SIDE, in_flight_microbatches, rank_eager, rank_plan, row_divisor
 from stepbill.engine.params import param_inventory
@@ -84,23 +85,48 @@ def peak_floor(req: PlanRequest, cand: Candidate, resident: float, recipe: Recip
         return resident
     spec, par = req.spec, recipe.parallel
     best = resident
+    # what a rank's activation rows are divided by (ranks.row_divisor; rank_plan's other divisors read the same)
+    rows_key = (spec, without_layout(recipe), par.cp, par.tp, par.sp, par.expert_tp)
+    held_of: dict[int, tuple[float, float, float]] = {}  # representative stage → (weights, optimizer, grads) bytes
     for stage, layers in enumerate(stage_layer_indices(spec, par)):
-        holdings = rank_holdings(spec, recipe, stage)
-        held = holdings.held
-        weights = sum(v for k, v in held.items() if k.startswith("weights"))
-        optimizer = 0.0 if par.offload_optimizer else sum(v for k, v in held.items() if k.startswith(OPTIMIZER_SIDE))
-        grads = held.get("grads", 0.0)
+        rep = representative_stage(spec, par, stage)  # stages holding the same rows (rank_holdings' own memo key)
+        if rep not in held_of:
+            held = rank_holdings(spec, recipe, stage).held
+            held_of[rep] = (sum(v for k, v in held.items() if k.startswith("weights")),
+                            0.0 if par.offload_optimizer else
+                            sum(v for k, v in held.items() if k.startswith(OPTIMIZER_SIDE)),
+                            held.get("grads", 0.0))
+        weights, optimizer, grads = held_of[rep]
         resting = grads if par.micro_batches > 1 else 0.0
-        kept = 0.0 if par.offload_activations else \
-            rank_plan(plan, recipe, tuple(plan.order[i] for i in layers)).kept_after_forward() * \
-            in_flight_microbatches(recipe, stage)
+        kept = 0.0
+        if not par.offload_activations:
+            order = tuple(plan.order[i] for i in layers)
+            kept = _memo(("kept", *rows_key, order), lambda o=order: rank_plan(plan, recipe, o).kept_after_forward()) \
+                * in_flight_microbatches(recipe, stage)
         live = max(grads, resting + kept)
         if stage == par.pp - 1 and eager is not None and outside_rows is not None:
             # the loss's backward: the logits' inputs and the loss's activations and fp32 temporaries
-            e = rank_eager(eager, recipe, holdings, param_inventory(spec))
-            live = max(live, resting + kept + outside_rows(row_divisor(recipe)) + e.loss_act + e.loss_temp)
+            e = rank_eager(eager, recipe, rank_holdings(spec, recipe, stage), param_inventory(spec))
+            outside = _memo(("outside", *rows_key), lambda: outside_rows(row_divisor(recipe)))
+            live = max(live, resting + kept + outside + e.loss_act + e.loss_temp)
         best = max(best, weights + optimizer + live - ROUNDING_SLACK_BYTES)
     return best
+
+
+#: peak_floor's memo: a stage's kept bytes per micro-batch and the last stage's outside-layer bytes depend only on
+#: the model, the one-GPU recipe (bill_eager_parts' plan and rows) and the row divisors (rank_plan, row_divisor:
+#: cp, tp, sp, expert tp) — the same for every ZeRO stage, pipeline schedule, expert degree and optimizer offload
+#: of a layout, which the planner varies most. Cleared when full (bounded memory).
+_MEMO: dict[tuple, float] = {}
+_MEMO_MAX = 1 << 16
+
+
+def _memo(key: tuple, compute: Callable[..., float]) -> float:
+    if key not in _MEMO:
+        if len(_MEMO) >= _MEMO_MAX:
+            _MEMO.clear()
+        _MEMO[key] = compute()
+    return _MEMO[key]
 
 
 def time_floor(req: PlanRequest, cand: Candidate, recipe: Recipe | None = None) -> float:
