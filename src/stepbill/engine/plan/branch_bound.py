@@ -1,30 +1,35 @@
 """Branch and bound over the candidates the resident bound leaves (search.py's docstring says why it is exact).
 
-Two passes: `floors` gives every candidate its lower bounds (bounds.py; no bill), `bill_in_order` bills them in
-ascending order of the objective's key made of those bounds and skips each candidate that can no longer reach
-the top K or a Pareto front (`Answer.cannot_take`).
+Two passes: `floors` gives every candidate its step-time floor (bounds.py; no bill) and, for a peak floor, its
+group's resident bound; `bill_in_order` takes them best key first (a heap) and skips each candidate that can no
+longer reach the top K or a Pareto front (`Answer.cannot_take`). The exact peak floor (bounds.peak_floor: a stage's
+kept activations, the loss's moment) costs as much as the time floor, and most candidates are skipped on the
+resident bound alone, so it is computed only for a candidate that would otherwise be billed; the candidate then goes
+back into the heap with its key made of the sharper floor (the key of `--objective memory` reads the peak).
 """
 
 from __future__ import annotations
 
 import bisect
+import heapq
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.bounds import budget_floor, peak_floor, time_floor
-from stepbill.engine.plan.evaluate import Row, budget_drops_nothing, evaluate, recipe_for, resolve_recompute
+from stepbill.engine.plan.evaluate import Row, budget_drops_nothing, evaluate, resolve_recompute
 from stepbill.engine.plan.pareto import front_time
 from stepbill.engine.plan.rank import objective_key, row_key
-from stepbill.engine.plan.space import Group, PlanRequest
+from stepbill.engine.plan.space import Candidate, Group, PlanRequest
 from stepbill.errors import StepbillError
 
 Progress = Callable[[int, int], None]
 
 #: A candidate waiting for its bill: (objective key of its floors, its time floor as the fronts read time, its peak
-#: floor in bytes, GPUs, group index, variant index). Tuples sort by the key, then the indices (a total order).
-Lead = tuple[tuple[float, ...], float, float, int, int, int]
+#: floor in bytes, GPUs, group index, variant index, whether the peak floor is bounds.peak_floor's rather than the
+#: group's resident bound, its step-time floor in s). Tuples sort by the key, then the indices (a total order).
+Lead = tuple[tuple[float, ...], float, float, int, int, int, bool, float]
 
 
 @dataclass
@@ -39,7 +44,8 @@ class Floors:
 
 def floors(req: PlanRequest, groups: list[tuple[int, Group, float]], objective: str, deadline_at: float | None,
            progress: Progress | None = None, total: int = 0) -> Floors:
-    """The leads of `groups` ((index, group, its resident bound) in order): each candidate's floors. Stops starting
+    """The leads of `groups` ((index, group, its resident bound) in order): each candidate's time floor, and its
+    group's resident bound for a peak floor (`sharpen` computes the exact one when it is needed). Stops starting
     groups once `deadline_at` (time.time()) has passed."""
     cpu0 = time.process_time()
     out = Floors()
@@ -54,23 +60,36 @@ def floors(req: PlanRequest, groups: list[tuple[int, Group, float]], objective: 
             except StepbillError:
                 out.rejected["layout_invalid"] = out.rejected.get("layout_invalid", 0) + 1
                 continue
-            par = cand.parallel
-            if cand.recompute == BUDGET_AT_FREE:
-                step, peak = budget_floor(req, cand), peak_floor_of_group
+            # the budget solver's candidates keep the resident bound: peak_floor has nothing sharper for them
+            exact = cand.recompute == BUDGET_AT_FREE
+            if exact:
+                step = budget_floor(req, cand)
             else:
-                recipe = recipe_for(req, cand)
                 twin = (*variant[:3], False, *variant[4:])  # activation offload: the same time floor
-                step = steps[twin] if twin in steps else time_floor(req, cand, recipe)
+                step = steps[twin] if twin in steps else time_floor(req, cand)
                 steps[variant] = step
-                peak = peak_floor(req, cand, peak_floor_of_group, recipe)
-            tokens = par.dp * par.micro_batches * cand.micro_batch * req.seq  # Recipe.tokens_per_step
-            out.leads.append((objective_key(objective, fixed_batch, step, par.world, peak, tokens),
-                              front_time(fixed_batch, step, tokens), peak, par.world, index, v))
+            out.leads.append(_lead(req, objective, fixed_batch, cand, step, peak_floor_of_group, index, v, exact))
         out.decided += len(group.variants)
         if progress is not None:
             progress(out.decided, total)
     out.cpu_seconds = time.process_time() - cpu0
     return out
+
+
+def _lead(req: PlanRequest, objective: str, fixed_batch: bool, cand: Candidate, step: float, peak: float,
+          index: int, v: int, exact: bool) -> Lead:
+    par = cand.parallel
+    tokens = par.dp * par.micro_batches * cand.micro_batch * req.seq  # Recipe.tokens_per_step
+    return (objective_key(objective, fixed_batch, step, par.world, peak, tokens), front_time(fixed_batch, step, tokens),
+            peak, par.world, index, v, exact, step)
+
+
+def sharpen(req: PlanRequest, groups: list[Group], lead: Lead, objective: str) -> Lead:
+    """The lead with bounds.peak_floor for its peak floor (its key remade: `--objective memory` reads the peak)."""
+    group = groups[lead[4]]
+    cand = group.candidate(group.variants[lead[5]])
+    return _lead(req, objective, req.global_batch_tokens is not None, cand, lead[7], peak_floor(req, cand, lead[2]),
+                 lead[4], lead[5], True)
 
 
 class Answer:
@@ -124,37 +143,47 @@ class Billed:
 
 def bill_in_order(req: PlanRequest, groups: list[Group], leads: list[Lead], objective: str, k: int,
                   deadline_at: float | None, progress: Progress | None = None) -> Billed:
-    """Bill the leads best floor first; skip those `Answer.cannot_take`."""
+    """Bill the leads best floor first; skip those `Answer.cannot_take`; sharpen a lead's peak floor before billing
+    it (module docstring)."""
     answer = Answer(objective, k, req.global_batch_tokens is not None)
     rejected: dict[str, int] = {}
-    by_bill = by_floor = 0
-    leads.sort()
-    for n, lead in enumerate(leads):
+    by_bill = by_floor = done = 0
+    heap = leads
+    heapq.heapify(heap)
+    total = len(heap)
+    while heap:
         if deadline_at is not None and time.time() > deadline_at:
-            return Billed(answer.rows, by_bill, by_floor, len(leads) - n, rejected)
-        if progress is not None and n % 256 == 0:
-            progress(n, len(leads))
+            return Billed(answer.rows, by_bill, by_floor, len(heap), rejected)
+        lead = heapq.heappop(heap)
         if answer.cannot_take(lead):
             by_floor += 1
-            continue
-        group = groups[lead[4]]
-        reason = ""
-        try:
-            cand = resolve_recompute(req, group.candidate(group.variants[lead[5]]))
-        except StepbillError:
-            reason = "layout_invalid"
+        elif not lead[6]:
+            heapq.heappush(heap, sharpen(req, groups, lead, objective))
+            continue  # decided later, on its own floors
         else:
-            if budget_drops_nothing(req, cand):  # its `none` twin is a candidate of the same group
-                reason = "budget_drops_nothing"
-            else:
-                row = evaluate(req, cand)
-                by_bill += 1
-                if row is None:
-                    reason = "peak_over_budget"
-                else:
-                    answer.add(row)
-        if reason:
-            rejected[reason] = rejected.get(reason, 0) + 1
+            reason = _bill(req, groups[lead[4]], lead[5], answer)
+            by_bill += reason in ("", "peak_over_budget")  # billed (whether or not it fits)
+            if reason:
+                rejected[reason] = rejected.get(reason, 0) + 1
+        done += 1
+        if progress is not None and done % 256 == 0:
+            progress(done, total)
     if progress is not None:
-        progress(len(leads), len(leads))
+        progress(total, total)
     return Billed(answer.rows, by_bill, by_floor, 0, rejected)
+
+
+def _bill(req: PlanRequest, group: Group, v: int, answer: Answer) -> str:
+    """Bill variant `v` of `group` into `answer`: "" once billed (the row added when it fits), else the reason it
+    was not billed."""
+    try:
+        cand = resolve_recompute(req, group.candidate(group.variants[v]))
+    except StepbillError:
+        return "layout_invalid"
+    if budget_drops_nothing(req, cand):  # its `none` twin is a candidate of the same group
+        return "budget_drops_nothing"
+    row = evaluate(req, cand)
+    if row is None:
+        return "peak_over_budget"
+    answer.add(row)
+    return ""
