@@ -97,6 +97,20 @@ def rank_holdings(spec: ModelSpec, recipe: Recipe, stage: int) -> Held:
                             representative_stage(spec, par, stage))
 
 
+def held_key(parallel: Any) -> tuple[Any, ...]:
+    """What `Held.held` of every stage reads of a layout (a memo key finer than `slicing_layout`): layouts with the
+    same key hold the same bytes of every resident item on every stage, bit for bit, for one model and recipe.
+
+    `_resident_cached` adds, per row in inventory order, item bytes × `Slice.fraction` / (`Slice.zero_group` when
+    zero ≥ the item's first sharding stage, else 1). The fraction reads the stage split (pp, vpp, pp_layers), tp and
+    the product ep·etp (row_slice); zero_group is the layout's zero_group or expert_zero_group, read only when
+    zero ≥ 1. dp and cp apart (only their product through zero_group), sp, micro-batches, the schedule 1f1b / gpipe
+    and offload change `holders` (owned bytes) or nothing, not `held`."""
+    zero = parallel.zero
+    return (parallel.pp, parallel.vpp, parallel.pp_layers, parallel.tp, parallel.ep * parallel.expert_tp, zero,
+            parallel.zero_group if zero else 1, parallel.expert_zero_group if zero else 1)
+
+
 @lru_cache(maxsize=4096)
 def slicing_layout(parallel: Any) -> Any:
     """`parallel` with only what slices parameters (dp, tp, pp, cp, ep, etp, zero, shard_group, vpp, pp_layers,
