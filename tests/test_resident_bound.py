@@ -1,7 +1,8 @@
 """The planner's resident bound (engine/plan/evaluate.resident_bound) and budget (budget_bytes), memoised on what
 they read of a layout (engine/parallel/holdings.held_key, the NCCL communicators), equal to the bound computed
 from each group's own layout (rank_holdings' held items on the GPU, the largest over stages; the reserve of
-engine/fit.py) exactly (==), over random groups of dense, MoE, MLA, tied-embedding and pipelined spaces."""
+engine/fit.py) exactly (==), over random groups of dense, MoE, MLA, tied-embedding and pipelined spaces; and the
+held items the bound sums (holdings.stage_held) equal to rank_holdings' own."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from collections import defaultdict
 import pytest
 
 from stepbill.engine.fit import Card, default_reserve
-from stepbill.engine.parallel.holdings import held_key, rank_holdings
+from stepbill.engine.parallel.holdings import held_key, rank_holdings, stage_held
 from stepbill.engine.parallel.ranks import OPTIMIZER_SIDE
 from stepbill.engine.plan import PlanRequest
 from stepbill.engine.plan.evaluate import budget_bytes, resident_bound
@@ -81,19 +82,22 @@ def test_budget_with_user_reserve() -> None:
         assert budget_bytes(req, group.holdings_layout) == req.gpu.usable_bytes - 3.5 * 2**30
 
 
-@pytest.mark.parametrize("model", ["gpt3-125m", "llama3-8b", "mixtral-8x7b", "deepseek-v3", "deepseek-v3-12"])
-def test_held_key_names_all_held_reads(model: str) -> None:
-    """Random layouts of a small space (hybrid shards, etp, uneven and interleaved pipelines, the dp / cp split,
-    schedules, sp, micro-batches, offload), grouped by held_key: each group's layouts hold the same items, in the
-    same order, to the bit, on every stage."""
+MODELS = ["gpt3-125m", "llama3-8b", "mixtral-8x7b", "deepseek-v3", "deepseek-v3-12"]
+
+
+def model_spec(model: str) -> ModelSpec:
     if model == "deepseek-v3-12":  # 3 dense + 9 MoE layers: interleaved stages hold other kinds than 1f1b's
-        spec = dataclasses.replace(load_preset("deepseek-v3"), n_layers=12)
-    else:
-        spec = load_preset(model)
-    rng = random.Random(7)
+        return dataclasses.replace(load_preset("deepseek-v3"), n_layers=12)
+    return load_preset(model)
+
+
+def random_layouts(spec: ModelSpec, n: int, seed: int) -> list[Parallel]:
+    """Valid layouts of a small space (so that many share a held_key): hybrid shards, etp, uneven and interleaved
+    pipelines, the dp / cp split, schedules, sp, micro-batches, offload."""
+    rng = random.Random(seed)
     moe = spec.moe is not None
-    by_key: dict[tuple, list[Parallel]] = defaultdict(list)
-    for _ in range(1500):
+    out = []
+    for _ in range(n):
         tp, pp, cp, dp = rng.choice([1, 2]), rng.choice([1, 2, 3, 4]), rng.choice([1, 2]), rng.choice([1, 2, 4])
         zero = rng.choice([0, 1, 2, 3]) if dp * cp > 1 else 0
         schedule = rng.choice(["1f1b", "gpipe", "interleaved"]) if pp > 1 else "1f1b"
@@ -109,6 +113,17 @@ def test_held_key_names_all_held_reads(model: str) -> None:
             validate_layout(spec, layout, 4096)
         except StepbillError:
             continue
+        out.append(layout)
+    return out
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_held_key_names_all_held_reads(model: str) -> None:
+    """Random layouts grouped by held_key: each group's layouts hold the same items, in the same order, to the
+    bit, on every stage."""
+    spec = model_spec(model)
+    by_key: dict[tuple, list[Parallel]] = defaultdict(list)
+    for layout in random_layouts(spec, 1500, seed=7):
         by_key[held_key(layout)].append(layout)
     compared = 0
     for layouts in by_key.values():
@@ -117,6 +132,25 @@ def test_held_key_names_all_held_reads(model: str) -> None:
             assert _held_by_stage(spec, other) == held, (layouts[0], other)
             compared += 1
     assert compared > 50
+
+
+RECIPES = [("mixed-bf16", "adamw", None), ("fp32", "sgd-momentum", None), ("bf16-moments", "adamw", None),
+           ("fp8", "adamw", None), ("mixed-bf16", "muon", None), ("mixed-bf16", "adamw", 16)]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_stage_held_equals_rank_holdings(model: str) -> None:
+    """holdings.stage_held (the planner's) gives rank_holdings' held items, in order, to the bit, for random
+    layouts and recipes (precisions, optimizers, LoRA)."""
+    spec = model_spec(model)
+    rng = random.Random(3)
+    for layout in random_layouts(spec, 120, seed=11):
+        name, optimizer, lora_rank = rng.choice(RECIPES)
+        recipe = make_recipe(name, optimizer, 1, 4096, "none", lora_rank, None, layout, "single")
+        for stage in range(layout.pp):
+            expected = list(rank_holdings(spec, recipe, stage).held.items())
+            got = stage_held(spec, recipe.precision, recipe.optimizer, recipe.lora, layout, stage)
+            assert list(got.items()) == expected, (layout, recipe, stage)
 
 
 def _held_by_stage(spec: ModelSpec, layout: Parallel) -> list[list[tuple[str, float]]]:

@@ -21,8 +21,8 @@ from typing import Any
 
 from stepbill.engine.bill import activation_width, make_bill, verdict_ranks
 from stepbill.engine.fit import Card, Reserve, communicators, default_reserve, fit_of_ranks, fit_verdict, user_reserve
-from stepbill.engine.parallel.holdings import held_key, rank_holdings, slicing_layout
-from stepbill.engine.parallel.layout import stage_layer_indices
+from stepbill.engine.parallel.holdings import held_key, slicing_layout, stage_held
+from stepbill.engine.parallel.layout import representative_stage, stage_layer_indices
 from stepbill.engine.parallel.rank_class import RankClass
 from stepbill.engine.parallel.ranks import OPTIMIZER_SIDE, in_flight_microbatches
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
@@ -107,23 +107,31 @@ def resident_bound(req: PlanRequest, holdings_layout: Parallel, offload_optimize
 
 
 def _stage_resident(req: PlanRequest, holdings_layout: Parallel, offload_optimizer: bool) -> tuple[float, ...]:
-    """Each pipeline stage's resident bytes on the GPU (rank_holdings' held items, the optimizer side left out under
-    offload), middle stages first (they hold the most layers). Memoised per request on
-    engine/parallel/holdings.held_key (what `held` reads of the layout) and the offload: the groups of a space that
-    differ in dp/cp split, schedule or anything else `held` does not read share one entry, computed by
-    rank_holdings for the first layout met (the recipe's precision and optimizer come from the request alone;
-    without LoRA, make_recipe's checks read no field of the layout)."""
+    """Each pipeline stage's resident bytes on the GPU (rank_holdings' held items — engine/parallel/holdings.
+    stage_held, equal to them — the optimizer side left out under offload), middle stages first (they hold the most
+    layers). Memoised per request on holdings.held_key (what `held` reads of the layout) and the offload: the groups
+    of a space that differ in the dp / cp split, the schedule or anything else `held` does not read share one entry,
+    computed for the first layout met (the recipe's precision and optimizer come from the request alone; without
+    LoRA, make_recipe's checks read no field of the layout)."""
     memo = _memo(req)
-    key = (held_key(holdings_layout), offload_optimizer)
-    found = memo.resident.get(key)
+    held_of = held_key(holdings_layout)
+    found = memo.resident.get((held_of, offload_optimizer))
     if found is None:
         recipe = make_recipe(req.recipe, req.optimizer, 1, req.seq, "none", None, None, holdings_layout, "single")
         pp = holdings_layout.pp
         stages = sorted(range(pp), key=lambda s: (s in (0, pp - 1), s))
-        found = tuple(_on_gpu(rank_holdings(req.spec, recipe, stage).held, offload_optimizer) for stage in stages)
+        classes = {representative_stage(req.spec, holdings_layout, s) for s in stages}
+        held = memo.held.get(held_of)
+        if held is None:
+            held = {c: stage_held(req.spec, recipe.precision, recipe.optimizer, recipe.lora, holdings_layout, c)
+                    for c in classes}
+            memo.held[held_of] = held
+        on_gpu = {c: _on_gpu(held[c], offload_optimizer) for c in classes}
+        found = tuple(on_gpu[representative_stage(req.spec, holdings_layout, s)] for s in stages)
         if len(memo.resident) >= MEMO_ENTRIES:
             memo.resident.clear()
-        memo.resident[key] = found
+            memo.held.clear()
+        memo.resident[(held_of, offload_optimizer)] = found
     return found
 
 
@@ -138,11 +146,13 @@ MEMO_ENTRIES = 1 << 16
 
 @dataclass
 class _Memo:
-    """The last request's memo of budgets (by NCCL communicators) and stage resident bytes (by held_key, offload)."""
+    """The last request's memo of budgets (by NCCL communicators), stage resident bytes (by held_key, offload) and
+    held items per stage class (by held_key)."""
 
     req: PlanRequest
     budgets: dict[int, float] = field(default_factory=dict)
     resident: dict[tuple[Any, ...], tuple[float, ...]] = field(default_factory=dict)
+    held: dict[tuple[Any, ...], dict[int, dict[str, float]]] = field(default_factory=dict)  # by stage class
 
 
 _last_memo: list[_Memo] = []
