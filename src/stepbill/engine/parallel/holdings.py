@@ -110,8 +110,9 @@ def held_key(parallel: Any) -> tuple[Any, ...]:
     `_resident_cached` adds, per row in inventory order, item bytes × `Slice.fraction` / (`Slice.zero_group` when
     zero ≥ the item's first sharding stage, else 1). The fraction reads the stage split (pp, vpp, pp_layers), tp and
     the product ep·etp (row_slice); zero_group is the layout's zero_group or expert_zero_group, read only when
-    zero ≥ 1. dp and cp apart (only their product through zero_group), sp, micro-batches, the schedule 1f1b / gpipe
-    and offload change `holders` (owned bytes) or nothing, not `held`."""
+    zero ≥ 1 (every item's first sharding stage is ≥ 1: layout.ZERO_FIRST_STAGE). dp and cp apart (read only
+    through the shard groups), sp, micro-batches, the schedule 1f1b / gpipe and offload change `holders` (owned
+    bytes) or nothing, not `held`."""
     zero = parallel.zero
     return (parallel.pp, parallel.vpp, parallel.pp_layers, parallel.tp, parallel.ep * parallel.expert_tp, zero,
             parallel.zero_group if zero else 1, parallel.expert_zero_group if zero else 1)
