@@ -9,7 +9,13 @@ from functools import lru_cache
 from typing import Any
 
 from stepbill.engine.fp8 import WEIGHT_CACHE_BYTES, is_fp8_gemm_weight
-from stepbill.engine.parallel.layout import representative_stage, stage_layer_kinds, stage_slices, zero_first_stage
+from stepbill.engine.parallel.layout import (
+    representative_stage,
+    stage_fractions,
+    stage_layer_kinds,
+    stage_slices,
+    zero_first_stage,
+)
 from stepbill.engine.params import ParamInventory, ParamTensor
 from stepbill.engine.quant import is_quantised
 from stepbill.engine.quant import row_bytes as quant_row_bytes
@@ -95,6 +101,51 @@ def rank_holdings(spec: ModelSpec, recipe: Recipe, stage: int) -> Held:
     par = slicing_layout(recipe.parallel)
     return _resident_cached(spec, recipe.precision, recipe.optimizer, recipe.lora, par,
                             representative_stage(spec, par, stage))
+
+
+def held_key(parallel: Any) -> tuple[Any, ...]:
+    """What `Held.held` of every stage reads of a layout (a memo key finer than `slicing_layout`): layouts with the
+    same key hold the same bytes of every resident item on every stage, bit for bit, for one model and recipe.
+
+    `_resident_cached` adds, per row in inventory order, item bytes × `Slice.fraction` / (`Slice.zero_group` when
+    zero ≥ the item's first sharding stage, else 1). The fraction reads the stage split (pp, vpp, pp_layers), tp and
+    the product ep·etp (row_slice); zero_group is the layout's zero_group or expert_zero_group, read only when
+    zero ≥ 1 (every item's first sharding stage is ≥ 1: layout.ZERO_FIRST_STAGE). dp and cp apart (read only
+    through the shard groups), sp, micro-batches, the schedule 1f1b / gpipe and offload change `holders` (owned
+    bytes) or nothing, not `held`."""
+    zero = parallel.zero
+    return (parallel.pp, parallel.vpp, parallel.pp_layers, parallel.tp, parallel.ep * parallel.expert_tp, zero,
+            parallel.zero_group if zero else 1, parallel.expert_zero_group if zero else 1)
+
+
+def stage_held(spec: ModelSpec, precision: Any, optimizer: str, lora: LoRA | None, parallel: Any,
+               stage: int) -> dict[str, float]:
+    """`rank_holdings(...).held` alone — bytes one rank of `stage` holds of each resident item — by the same
+    arithmetic in the same order as `_resident_cached` (per row in inventory order: item bytes × the row's
+    fraction / its ZeRO divisor, added to the item's sum), without the owned, unsharded and per-unit sums and
+    with the fractions memoised per stage split and tp / ep·etp (layout.stage_fractions): what the planner's
+    resident bound needs, for a fraction of the cost. Equal to rank_holdings' held, bit for bit and in order
+    (tests/test_resident_bound.py)."""
+    zero = parallel.zero
+    dense_group, expert_group = parallel.zero_group, parallel.expert_zero_group  # row_slice's Slice.zero_group
+    held: dict[str, float] = {}
+    rows = zip(stage_fractions(spec, parallel, stage), _row_is_expert(spec),
+               _row_terms(spec, precision, optimizer, lora), strict=True)
+    for fraction, is_expert, (_, _, items) in rows:
+        if fraction == 0:
+            continue
+        group = expert_group if is_expert else dense_group
+        for item, item_bytes, zero_from in items:
+            held[item] = held.get(item, 0.0) + item_bytes * fraction / (group if zero >= zero_from else 1)
+    return held
+
+
+@lru_cache(maxsize=64)
+def _row_is_expert(spec: ModelSpec) -> tuple[bool, ...]:
+    """Per row of the inventory: whether its ZeRO shards spread over the expert group (row_slice's rule)."""
+    from stepbill.engine.params import param_inventory
+
+    return tuple(t.component == "experts" for t in param_inventory(spec).tensors)
 
 
 @lru_cache(maxsize=4096)

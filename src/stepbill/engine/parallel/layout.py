@@ -154,3 +154,25 @@ def stage_slices(spec: ModelSpec, parallel: Parallel, stage: int) -> tuple[Slice
 def _stage_slices(spec: ModelSpec, parallel: Parallel, stage: int) -> tuple[Slice, ...]:
     kinds = stage_layer_kinds(spec, parallel)
     return tuple(row_slice(spec, parallel, t, stage, kinds) for t in param_inventory(spec).tensors)
+
+
+def stage_fractions(spec: ModelSpec, parallel: Parallel, stage: int) -> tuple[float, ...]:
+    """`row_slice(...).fraction` of every row of the model's inventory on `stage` (share of the row's elements one
+    rank holds, before ZeRO). Memoised on what the fraction reads of the layout — the stage split (pp, vpp,
+    pp_layers, through the stage's class: representative_stage), tp and ep·etp — so layouts that differ in dp,
+    cp, ZeRO or the schedule share one entry. Shared: read it, never change it."""
+    rep = representative_stage(spec, parallel, stage)
+    key = (spec, parallel.pp, parallel.vpp, parallel.pp_layers, parallel.tp, parallel.ep * parallel.expert_tp, rep)
+    found = _FRACTIONS.get(key)
+    if found is None:
+        if len(_FRACTIONS) >= FRACTION_ENTRIES:
+            _FRACTIONS.clear()
+        kinds = stage_layer_kinds(spec, parallel)
+        found = _FRACTIONS[key] = tuple(row_slice(spec, parallel, t, rep, kinds).fraction
+                                        for t in param_inventory(spec).tensors)
+    return found
+
+
+#: Entries of stage_fractions' memo before it starts over.
+FRACTION_ENTRIES = 4096
+_FRACTIONS: dict[tuple, tuple[float, ...]] = {}

@@ -15,14 +15,14 @@ bills in tests/test_plan_bounds.py).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
 from stepbill.engine.bill import activation_width, make_bill, verdict_ranks
-from stepbill.engine.fit import Card, Reserve, default_reserve, fit_of_ranks, fit_verdict, user_reserve
-from stepbill.engine.parallel.holdings import rank_holdings, slicing_layout
-from stepbill.engine.parallel.layout import stage_layer_indices
+from stepbill.engine.fit import Card, Reserve, communicators, default_reserve, fit_of_ranks, fit_verdict, user_reserve
+from stepbill.engine.parallel.holdings import held_key, slicing_layout, stage_held
+from stepbill.engine.parallel.layout import representative_stage, stage_layer_indices
 from stepbill.engine.parallel.rank_class import RankClass
 from stepbill.engine.parallel.ranks import OPTIMIZER_SIDE, in_flight_microbatches
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
@@ -82,8 +82,15 @@ def reserve_for(req: PlanRequest, parallel: Parallel) -> Reserve:
 
 
 def budget_bytes(req: PlanRequest, parallel: Parallel) -> float:
-    """Usable memory − reserve (bytes): what a rank's peak must stay under."""
-    return req.gpu.usable_bytes - reserve_for(req, parallel).total_bytes
+    """Usable memory − reserve (bytes): what a rank's peak must stay under. Memoised per request on the layout's
+    NCCL communicators (engine/fit.communicators), the one thing of the layout the reserve reads (default_reserve;
+    --reserve reads none of it)."""
+    memo = _memo(req)
+    key = communicators(parallel)
+    found = memo.budgets.get(key)
+    if found is None:
+        found = memo.budgets[key] = req.gpu.usable_bytes - reserve_for(req, parallel).total_bytes
+    return found
 
 
 def resident_bound(req: PlanRequest, holdings_layout: Parallel, offload_optimizer: bool,
@@ -91,16 +98,72 @@ def resident_bound(req: PlanRequest, holdings_layout: Parallel, offload_optimize
     """The largest over pipeline stages of a rank's resident bytes on the GPU (weights + grads + master +
     optimizer states; the optimizer side on the CPU under offload): a lower bound of every rank class's peak.
     Stops at the first stage above `stop_above` (that stage alone decides the verdict)."""
-    recipe = make_recipe(req.recipe, req.optimizer, 1, req.seq, "none", None, None, holdings_layout, "single")
     worst = 0.0
-    pp = holdings_layout.pp
-    for stage in sorted(range(pp), key=lambda s: (s in (0, pp - 1), s)):  # middle stages hold the most layers
-        held = rank_holdings(req.spec, recipe, stage).held
-        on_gpu = sum(v for k, v in held.items() if not (offload_optimizer and k.startswith(OPTIMIZER_SIDE)))
+    for on_gpu in _stage_resident(req, holdings_layout, offload_optimizer):
         worst = max(worst, on_gpu)
         if worst > stop_above:
             break
     return worst
+
+
+def _stage_resident(req: PlanRequest, holdings_layout: Parallel, offload_optimizer: bool) -> tuple[float, ...]:
+    """Each pipeline stage's resident bytes on the GPU (rank_holdings' held items — engine/parallel/holdings.
+    stage_held, equal to them — the optimizer side left out under offload), middle stages first (they hold the most
+    layers). Memoised per request on holdings.held_key (what `held` reads of the layout) and the offload: the groups
+    of a space that differ in the dp / cp split, the schedule or anything else `held` does not read share one entry,
+    computed for the first layout met (the recipe's precision and optimizer come from the request alone; without
+    LoRA, make_recipe's checks read no field of the layout)."""
+    memo = _memo(req)
+    held_of = held_key(holdings_layout)
+    found = memo.resident.get((held_of, offload_optimizer))
+    if found is None:
+        recipe = make_recipe(req.recipe, req.optimizer, 1, req.seq, "none", None, None, holdings_layout, "single")
+        pp = holdings_layout.pp
+        stages = sorted(range(pp), key=lambda s: (s in (0, pp - 1), s))
+        classes = {representative_stage(req.spec, holdings_layout, s) for s in stages}
+        held = memo.held.get(held_of)
+        if held is None:
+            held = {c: stage_held(req.spec, recipe.precision, recipe.optimizer, recipe.lora, holdings_layout, c)
+                    for c in classes}
+            memo.held[held_of] = held
+        on_gpu = {c: _on_gpu(held[c], offload_optimizer) for c in classes}
+        found = tuple(on_gpu[representative_stage(req.spec, holdings_layout, s)] for s in stages)
+        if len(memo.resident) >= MEMO_ENTRIES:
+            memo.resident.clear()
+            memo.held.clear()
+        memo.resident[(held_of, offload_optimizer)] = found
+    return found
+
+
+def _on_gpu(held: dict[str, float], offload_optimizer: bool) -> float:
+    """Bytes of the held items on the GPU: all, or all but the optimizer side under optimizer offload."""
+    return sum(v for k, v in held.items() if not (offload_optimizer and k.startswith(OPTIMIZER_SIDE)))
+
+
+#: Entries a request's resident memo keeps before it starts over (a DeepSeek-V3 × 2,048 space needs ~1,800).
+MEMO_ENTRIES = 1 << 16
+
+
+@dataclass
+class _Memo:
+    """The last request's memo of budgets (by NCCL communicators), stage resident bytes (by held_key, offload) and
+    held items per stage class (by held_key)."""
+
+    req: PlanRequest
+    budgets: dict[int, float] = field(default_factory=dict)
+    resident: dict[tuple[Any, ...], tuple[float, ...]] = field(default_factory=dict)
+    held: dict[tuple[Any, ...], dict[int, dict[str, float]]] = field(default_factory=dict)  # by stage class
+
+
+_last_memo: list[_Memo] = []
+
+
+def _memo(req: PlanRequest) -> _Memo:
+    """The memo of `req`, the request itself held: a search asks with one request object thousands of times, and
+    hashing a request (its ModelSpec) would cost more than the memo saves; another request starts a new memo."""
+    if not _last_memo or _last_memo[0].req is not req:
+        _last_memo[:] = [_Memo(req)]
+    return _last_memo[0]
 
 
 def evaluate(req: PlanRequest, cand: Candidate) -> Row | None:
