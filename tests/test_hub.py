@@ -112,3 +112,52 @@ def test_local_paths_and_presets_win_over_hub_ids(tmp_path: Path, monkeypatch: p
     assert load_model("org/name").name == "name"  # a local folder, not the Hub
     assert looks_like_hub_id("Qwen/Qwen2.5-7B") and looks_like_hub_id("meta-llama/Llama-3.1-8B")
     assert not looks_like_hub_id("llama3-8b") and not looks_like_hub_id("a/b/c") and not looks_like_hub_id("a/b.json")
+
+
+@pytest.fixture
+def unreachable(hf_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The cache fixture with offline mode off and every TCP connection refused (no network touched)."""
+    import socket
+
+    from huggingface_hub import constants
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise OSError("no route")
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    return hf_cache
+
+
+def test_an_unreachable_hub_reads_the_cache(unreachable: Path) -> None:
+    """No HF_HUB_OFFLINE, no network: the warm cache answers at once (huggingface_hub's retries take ~25 s)."""
+    import stepbill
+
+    warm(unreachable, "Qwen/Qwen2.5-7B", QWEN_CONFIG.read_text())
+    assert stepbill.load_model("Qwen/Qwen2.5-7B").hidden_size == 3584
+
+
+def test_an_unreachable_hub_with_a_cold_cache_is_one_line(unreachable: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(["bill", "Qwen/Qwen2.5-7B"], capsys)
+    assert code == 2 and not out and err.count("\n") == 1
+    assert "not in the Hugging Face cache" in err and "cannot be reached" in err
+
+
+def test_a_proxy_leaves_the_connection_to_huggingface_hub(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from stepbill.spec.hub import hub_reachable
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise OSError("no route")
+
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    assert not hub_reachable("https://huggingface.co")
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
+    assert hub_reachable("https://huggingface.co")
