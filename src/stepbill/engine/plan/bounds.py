@@ -45,9 +45,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from functools import lru_cache
+from typing import Any
 
 from stepbill.engine import flops as fl
 from stepbill.engine.bill import bill_eager_parts, bill_plan, bill_step_time, without_layout
+from stepbill.engine.memory.eager import EagerTerms
 from stepbill.engine.parallel.collectives import rank_param_elements, step_collectives
 from stepbill.engine.parallel.holdings import rank_holdings
 from stepbill.engine.parallel.layout import representative_stage, stage_layer_indices, stage_layer_kinds
@@ -57,7 +59,7 @@ from stepbill.engine.params import param_inventory
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.evaluate import recipe_for
 from stepbill.engine.plan.space import Candidate, PlanRequest
-from stepbill.engine.recompute import op_flops
+from stepbill.engine.recompute import RecomputePlan, op_flops
 from stepbill.engine.steptime import StepTime
 from stepbill.engine.timing.comm_time import comm_timing
 from stepbill.engine.timing.step import stage_compute
@@ -101,31 +103,44 @@ def peak_floor(req: PlanRequest, cand: Candidate, resident: float, recipe: Recip
         kept = 0.0
         if not par.offload_activations:
             order = tuple(plan.order[i] for i in layers)
-            kept = _memo(("kept", *rows_key, order), lambda o=order: rank_plan(plan, recipe, o).kept_after_forward()) \
+            kept = _memo(("kept", *rows_key, order), _kept_bytes, plan, recipe, order) \
                 * in_flight_microbatches(recipe, stage)
         live = max(grads, resting + kept)
         if stage == par.pp - 1 and eager is not None and outside_rows is not None:
             # the loss's backward: the logits' inputs and the loss's activations and fp32 temporaries
-            e = rank_eager(eager, recipe, rank_holdings(spec, recipe, stage), param_inventory(spec))
-            outside = _memo(("outside", *rows_key), lambda: outside_rows(row_divisor(recipe)))
-            live = max(live, resting + kept + outside + e.loss_act + e.loss_temp)
+            outside = _memo(("outside", *rows_key), outside_rows, row_divisor(recipe))
+            loss = _memo(("loss", spec, rows_key[1], par.cp * par.tp), _loss_bytes, spec, recipe, stage, eager)
+            live = max(live, resting + kept + outside + loss)
         best = max(best, weights + optimizer + live - ROUNDING_SLACK_BYTES)
     return best
 
 
+def _kept_bytes(plan: RecomputePlan, recipe: Recipe, order: tuple[str, ...]) -> float:
+    """Kept activation bytes per micro-batch after the forward of a stage running `order` (rank_plan)."""
+    return rank_plan(plan, recipe, order).kept_after_forward()
+
+
+def _loss_bytes(spec: ModelSpec, recipe: Recipe, stage: int, eager: EagerTerms) -> float:
+    """The loss's activation change and fp32 temporaries on a rank of the last stage (rank_eager): EagerTerms.for_rank
+    divides both by its `vocab` divisor alone (cp × tp), so peak_floor memoises them on that."""
+    e = rank_eager(eager, recipe, rank_holdings(spec, recipe, stage), param_inventory(spec))
+    return e.loss_act + e.loss_temp
+
+
 #: peak_floor's memo: a stage's kept bytes per micro-batch and the last stage's outside-layer bytes depend only on
 #: the model, the one-GPU recipe (bill_eager_parts' plan and rows) and the row divisors (rank_plan, row_divisor:
-#: cp, tp, sp, expert tp) — the same for every ZeRO stage, pipeline schedule, expert degree and optimizer offload
-#: of a layout, which the planner varies most. Cleared when full (bounded memory).
+#: cp, tp, sp, expert tp), the loss's bytes on cp × tp (_loss_bytes) — the same for every ZeRO stage, pipeline
+#: schedule, expert degree and optimizer offload of a layout, which the planner varies most. Cleared when full.
 _MEMO: dict[tuple, float] = {}
 _MEMO_MAX = 1 << 16
 
 
-def _memo(key: tuple, compute: Callable[..., float]) -> float:
+def _memo(key: tuple, compute: Callable[..., float], *args: Any) -> float:
+    """compute(*args), memoised on `key` (what the value reads)."""
     if key not in _MEMO:
         if len(_MEMO) >= _MEMO_MAX:
             _MEMO.clear()
-        _MEMO[key] = compute()
+        _MEMO[key] = compute(*args)
     return _MEMO[key]
 
 
