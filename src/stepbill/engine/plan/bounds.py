@@ -35,9 +35,10 @@ the optimizer step's moment holds weights + optimizer + every gradient (the resi
 
 and on the last stage, at the loss's backward, also the outside-layer rows (the LM head's input, the logits and
 loss inputs) and the loss's activation change and fp32 temporaries (the rank's EagerTerms); less 8 bytes for the
-timeline's rounding. The budget solver's candidates (policy unsolved) and models without an
-eager bill keep the resident bound. All three floors are tested against full bills over random candidates
-(tests/test_plan_bounds.py).
+timeline's rounding. The budget solver's candidates (policy unsolved) get the same with the `none` policy's
+rows less every droppable one (`least_kept`: the solver drops droppable rows only, whatever its budget); models
+without an eager bill keep the resident bound. All three floors are tested against full bills over random
+candidates (tests/test_plan_bounds.py).
 """
 
 from __future__ import annotations
@@ -78,9 +79,12 @@ ROUNDING_SLACK_BYTES = 8  # the timeline rounds each item of a moment to whole b
 def peak_floor(req: PlanRequest, cand: Candidate, resident: float, recipe: Recipe | None = None) -> float:
     """A lower bound (bytes) of the candidate's judged peak, never below `resident` (its group's resident bound);
     `recipe`: the candidate's (recipe_for), when the caller has it."""
-    if cand.recompute == BUDGET_AT_FREE:
-        return resident
+    solved = cand.recompute == BUDGET_AT_FREE  # the budget solver's policy, not yet solved
+    if solved:
+        cand, recipe = replace(cand, recompute="none"), None  # its rows: the none policy's, less what it may drop
     recipe = recipe or recipe_for(req, cand)
+    if solved and recipe.lora is not None:
+        return resident  # the solver ranks full fine-tuning rows under LoRA (engine/recompute/plan.make_plan)
     try:
         plan, eager, outside_rows = bill_eager_parts(req.spec, recipe)
     except StepbillError:  # no eager bill for this model: the verdict reads the ideal peaks
@@ -88,7 +92,7 @@ def peak_floor(req: PlanRequest, cand: Candidate, resident: float, recipe: Recip
     spec, par = req.spec, recipe.parallel
     best = resident
     # what a rank's activation rows are divided by (ranks.row_divisor; rank_plan's other divisors read the same)
-    rows_key = (spec, without_layout(recipe), par.cp, par.tp, par.sp, par.expert_tp)
+    rows_key = (spec, without_layout(recipe), solved, par.cp, par.tp, par.sp, par.expert_tp)
     held_of: dict[int, tuple[float, float, float]] = {}  # representative stage → (weights, optimizer, grads) bytes
     for stage, layers in enumerate(stage_layer_indices(spec, par)):
         rep = representative_stage(spec, par, stage)  # stages holding the same rows (rank_holdings' own memo key)
@@ -103,7 +107,7 @@ def peak_floor(req: PlanRequest, cand: Candidate, resident: float, recipe: Recip
         kept = 0.0
         if not par.offload_activations:
             order = tuple(plan.order[i] for i in layers)
-            kept = _memo(("kept", *rows_key, order), _kept_bytes, plan, recipe, order) \
+            kept = _memo(("kept", *rows_key, order), _kept_bytes, plan, recipe, order, solved) \
                 * in_flight_microbatches(recipe, stage)
         live = max(grads, resting + kept)
         if stage == par.pp - 1 and eager is not None and outside_rows is not None:
@@ -115,9 +119,21 @@ def peak_floor(req: PlanRequest, cand: Candidate, resident: float, recipe: Recip
     return best
 
 
-def _kept_bytes(plan: RecomputePlan, recipe: Recipe, order: tuple[str, ...]) -> float:
-    """Kept activation bytes per micro-batch after the forward of a stage running `order` (rank_plan)."""
-    return rank_plan(plan, recipe, order).kept_after_forward()
+def least_kept(plan: RecomputePlan) -> RecomputePlan:
+    """The `none` plan with every droppable row dropped: what any budget policy keeps at least. The solver drops
+    droppable rows only (engine/recompute/budget.py: its items) and keeps the rest of the none policy's rows
+    (recompute/plan.make_plan, `drop`), so each layer's kept rows — and their bytes on any rank (for_rank sums the
+    kept rows) — contain these."""
+    layers = {k: replace(lp, kept=tuple(t for t in lp.kept if not t.recompute.droppable),
+                         dropped=lp.dropped + tuple(t for t in lp.kept if t.recompute.droppable))
+              for k, lp in plan.layers.items()}
+    return replace(plan, layers=layers)
+
+
+def _kept_bytes(plan: RecomputePlan, recipe: Recipe, order: tuple[str, ...], least: bool) -> float:
+    """Kept activation bytes per micro-batch after the forward of a stage running `order` (rank_plan); `least`: of
+    least_kept(plan)."""
+    return rank_plan(least_kept(plan) if least else plan, recipe, order).kept_after_forward()
 
 
 def _loss_bytes(spec: ModelSpec, recipe: Recipe, stage: int, eager: EagerTerms) -> float:
