@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from stepbill.engine.bill import make_bill, verdict_ranks
+from stepbill.engine.bill import bill_time, make_bill, verdict_ranks
 from stepbill.engine.fit import Card, fit_verdict
 from stepbill.engine.plan import PlanRequest
 from stepbill.engine.plan.evaluate import Row, evaluate, recipe_for, reserve_for
@@ -57,6 +57,9 @@ def _full_bill_evaluate(req: PlanRequest, cand: Candidate) -> Row | None:
     if row is not None:
         assert (row.peak_bytes, row.headroom_bytes, row.budget_bytes) == (fit.worst.peak_bytes,
                                                                          fit.worst.headroom_bytes, fit.budget_bytes)
+        assert bill.time is not None  # the row's time: bill_time, make_bill's time without its other lines
+        assert (row.step_s, row.mfu, row.tokens_per_s) == (bill.time["time.step"].value, bill.time["time.mfu"].value,
+                                                           bill.time["time.tokens_per_s"].value)
     return row
 
 
@@ -69,3 +72,18 @@ def test_verdict_ranks_equal_the_eager_bills(space: tuple) -> None:  # type: ign
         full = _outcome(lambda recipe=recipe: make_bill(req.spec, recipe, None, "eager", "sdpa").ranks)
         assert fast == full, cand
         _full_bill_evaluate(req, cand)
+
+
+@pytest.mark.parametrize("space", SPACES, ids=[s[0] for s in SPACES])
+def test_bill_time_equals_the_bills_time(space: tuple) -> None:  # type: ignore[type-arg]
+    """engine/bill.bill_time: every time line of make_bill's, to the last digit and the same derivation."""
+    req, cands = _candidates(*space, n=8)
+    gpu = req.gpu
+    for cand in cands:
+        recipe = recipe_for(req, cand)
+        full = _outcome(lambda recipe=recipe: make_bill(req.spec, recipe, None, "ideal", "sdpa", gpu=gpu).time)
+        fast = _outcome(lambda recipe=recipe: bill_time(req.spec, recipe, gpu))
+        if isinstance(full, str):
+            assert fast == full, cand
+        else:
+            assert repr(fast.lines) == repr(full.lines), cand

@@ -345,6 +345,15 @@ def bill_step_time(spec: ModelSpec, recipe: Recipe, worst: RankClass, gpu: GPU,
     return _step_time(spec, core, recipe, worst, collectives, gpu, efficiency, convention, attention)
 
 
+def bill_time(spec: ModelSpec, recipe: Recipe, gpu: GPU, efficiency: float | None = DEFAULT_EFFICIENCY,
+              convention: str = "ideal", attention: str = "sdpa") -> StepTime:
+    """make_bill(spec, recipe, None, convention, attention, gpu, efficiency).time — its worst rank class by peak
+    (verdict_ranks: the same classes) judged by bill_step_time — without the bill's other lines: what the planner's
+    rows read (engine/plan/evaluate.py)."""
+    worst = max(verdict_ranks(spec, recipe, convention, attention), key=lambda c: c.memory["peak"])
+    return bill_step_time(spec, recipe, worst, gpu, efficiency, convention, attention)
+
+
 def bill_plan(spec: ModelSpec, recipe: Recipe, convention: str = "ideal", attention: str = "sdpa") -> RecomputePlan:
     """make_bill's recompute plan of `recipe` (one GPU, one micro-batch). Shared: read it, never change it."""
     return _convention_terms(spec, without_layout(recipe), convention, attention)[1]

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
-from stepbill.engine.bill import activation_width, make_bill, verdict_ranks
+from stepbill.engine.bill import activation_width, bill_time, make_bill, verdict_ranks
 from stepbill.engine.fit import Card, Reserve, communicators, default_reserve, fit_of_ranks, fit_verdict, user_reserve
 from stepbill.engine.parallel.holdings import held_key, slicing_layout, stage_held
 from stepbill.engine.parallel.layout import representative_stage, stage_layer_indices
@@ -181,15 +181,17 @@ def evaluate(req: PlanRequest, cand: Candidate) -> Row | None:
         budget = card.usable_bytes - reserve.total_bytes
         if max(c.memory["peak"] for c in eager_ranks) > budget:
             return None
-    bill = make_bill(req.spec, recipe, req.gpu.usable_bytes, "ideal", "sdpa", gpu=req.gpu, efficiency=req.efficiency)
     if eager_ranks is None:
+        bill = make_bill(req.spec, recipe, req.gpu.usable_bytes, "ideal", "sdpa", gpu=req.gpu,
+                         efficiency=req.efficiency)
         fit = fit_verdict(bill, None, card, reserve, missing)
-    else:
-        fit = fit_of_ranks(eager_ranks, recipe, "eager", bill.convention, card, reserve)
+        time = bill.time
+    else:  # make_bill's time without its other lines (engine/bill.bill_time)
+        fit = fit_of_ranks(eager_ranks, recipe, "eager", "ideal", card, reserve)
+        time = bill_time(req.spec, recipe, req.gpu, req.efficiency, "ideal", "sdpa") if fit.fits else None
     if not fit.fits:
         return None
-    assert bill.time is not None
-    time = bill.time
+    assert time is not None
     run = run_lines(recipe, time, req.train_tokens, req.price_per_gpu_hour, req.global_batch_tokens)
     options = bill_options(req, cand)
     return Row(cand, cand.parallel.world, fit.worst.peak_bytes, fit.worst.headroom_bytes, fit.budget_bytes,
