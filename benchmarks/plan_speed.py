@@ -113,6 +113,21 @@ def deepseek_2048(sample: int) -> None:
           f"at most about {bounded + per_floor * left:,.0f} CPU-s before its bills (extrapolated)")
 
 
+def deepseek_2048_whole(jobs: int) -> None:
+    """The whole DeepSeek-V3 × 2,048-GPU space searched by branch and bound, measured, not extrapolated."""
+    spec = load_model("deepseek-v3")
+    req = PlanRequest(spec, load_gpu("h100-sxm"), "h100-sxm", (2048,), 4096, "deepseek-v3",
+                      global_batch_tokens=3840 * 4096)
+    result = search(req, "time", 10, jobs=jobs)
+    s = result.stats
+    best = result.best
+    print(f"DeepSeek-V3 on 2,048 H100, whole space, branch and bound: {s.candidates:,} candidates, {s.evaluated:,} "
+          f"evaluated ({s.by_bound:,} by the resident bound, {s.by_floor:,} by the floors, {s.by_bill:,} by bill) in "
+          f"{s.cpu_seconds:,.0f} CPU-s ({s.seconds:,.0f} s wall-clock in {s.jobs} process"
+          f"{'es' if s.jobs > 1 else ''}) = {s.layouts_per_cpu_s:,.0f} layouts/CPU-s; best "
+          f"{best.step_s if best else float('nan'):.2f} s per step: {best.command if best else '-'}")
+
+
 def _one(group: Group, variant: tuple) -> Group:
     """The group cut to one variant (what `floors` takes)."""
     return Group(group.holdings_layout, group.offload_optimizer, [variant])  # type: ignore[list-item]
@@ -165,6 +180,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--deepseek-sample", type=int, default=100, help="bills sampled for the DeepSeek-V3 figure")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes for the plan rates (wall-clock)")
+    parser.add_argument("--deepseek-whole", action="store_true",
+                        help="also search the whole DeepSeek-V3 × 2,048 space (tens of CPU-minutes)")
     parser.add_argument("--llm-analysis-python", default=None, help="python of a venv with llm-analysis installed")
     args = parser.parse_args()
     warm_up_solver()
@@ -174,6 +191,8 @@ def main() -> None:
                                                                 ("offload_optimizer", False), ("schedule", "1f1b")),
               jobs=args.jobs)
     deepseek_2048(args.deepseek_sample)
+    if args.deepseek_whole:
+        deepseek_2048_whole(args.jobs)
     llm_analysis_rate(args.llm_analysis_python)
 
 
