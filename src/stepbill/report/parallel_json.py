@@ -8,6 +8,7 @@ from typing import Any
 from stepbill.engine.bill import Bill
 from stepbill.engine.fit import Fit
 from stepbill.engine.parallel import MEMORY_KEYS
+from stepbill.spec.parallel import Parallel
 
 
 def _bytes(value: float) -> int:
@@ -42,6 +43,12 @@ def _rank_fit(fit: Fit, name: str) -> dict[str, Any]:
             "fits": verdict.fits, "convention": fit.convention, "judged_class": verdict.rank_class}
 
 
+def layout_to_json(par: Parallel, note: str = "") -> dict[str, Any]:
+    """A layout as the bill's `parallel` part (schema.ParallelPart) and the planner's rows give it: every field of
+    Parallel, the GPUs, the expert data-parallel degree and how dp was derived (`note`)."""
+    return {**asdict(par), "world": par.world, "edp": par.edp, "note": note}
+
+
 def parallel_to_json(bill: Bill, fit: Fit | None = None, layout_note: str = "") -> dict[str, Any]:
     """{"parallel", "ranks", "worst_rank", "comm", "time", "gpu", "fit"}: bytes as integers, seconds as floats.
     `ranks[].fits` and `ranks[].fit` only with a verdict (a card given: --gpu or --gpu-mem)."""
@@ -73,7 +80,7 @@ def parallel_to_json(bill: Bill, fit: Fit | None = None, layout_note: str = "") 
         for c in bill.collectives
     ]
     out: dict[str, Any] = {
-        "parallel": {**asdict(par), "world": par.world, "edp": par.edp, "note": layout_note},
+        "parallel": layout_to_json(par, layout_note),
         "ranks": ranks,
         "worst_rank": worst.name,
         "comm": {

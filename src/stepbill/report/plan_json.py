@@ -7,17 +7,8 @@ from typing import Any
 from stepbill.engine.plan.evaluate import Row
 from stepbill.engine.plan.search import PlanResult
 from stepbill.engine.plan.space import REASONS
+from stepbill.report.parallel_json import layout_to_json
 
-LAYOUT_KEYS = ("dp", "tp", "pp", "cp", "ep", "zero", "shard_group", "sp", "pp_schedule", "vpp", "micro_batches",
-               "offload_optimizer", "offload_activations")
-
-
-def layout_to_json(par: Any) -> dict[str, Any]:
-    """A row's Parallel layout: LAYOUT_KEYS, the expert tensor-parallel degree and the explicit stage split."""
-    out = {k: getattr(par, k) for k in LAYOUT_KEYS}
-    out["etp"] = par.expert_tp
-    out["pp_layers"] = list(par.pp_layers) if par.pp_layers is not None else None
-    return out
 _INT_RUN = ("global_batch_tokens", "train_tokens", "steps")
 
 

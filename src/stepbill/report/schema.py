@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from stepbill.report.schema_base import Absent, Number, Strict
 from stepbill.report.schema_check import CheckAnyJson
 from stepbill.report.schema_fit import FitMaxJson
+from stepbill.report.schema_layout import ParallelPart
 from stepbill.report.schema_plan import PlanJson
 from stepbill.report.schema_tools import LabJson, ModelsJson, RecomputeJson
 
@@ -153,27 +154,6 @@ class CheckpointPart(Strict):
 class CardsPart(Strict):
     resident: int = Field(description="cards needed for the resident bytes, ceil(bytes / card bytes)")
     peak: int = Field(description="cards needed for the peak")
-
-
-class ParallelPart(Strict):
-    dp: int = Field(description="data-parallel degree")
-    tp: int = Field(description="tensor-parallel degree")
-    pp: int = Field(description="pipeline stages")
-    cp: int = Field(description="context-parallel degree")
-    ep: int = Field(description="expert-parallel degree")
-    etp: int | None = Field(description="expert tensor-parallel degree (null: 1)")
-    sp: bool = Field(description="sequence parallel")
-    zero: int = Field(description="ZeRO stage 0-3 (3 = FSDP full shard)")
-    shard_group: int | None = Field(description="hybrid sharding group size, or null")
-    micro_batches: int = Field(description="micro-batches per step per pipeline")
-    pp_schedule: str = Field(description="gpipe, 1f1b or interleaved")
-    vpp: int = Field(description="model chunks per stage (interleaved)")
-    offload_optimizer: bool = Field(description="master + states in CPU memory")
-    offload_activations: bool = Field(description="kept activations in CPU memory")
-    pp_layers: list[int] | None = Field(description="transformer layers per pipeline stage as given, or null")
-    world: int = Field(description="GPUs: dp · tp · pp · cp")
-    edp: int = Field(description="expert data-parallel degree")
-    note: str = Field(description="how dp was derived from `--gpus` when `--dp` was not given, else empty")
 
 
 class RankMemory(Strict):

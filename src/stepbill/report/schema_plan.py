@@ -5,32 +5,14 @@ from __future__ import annotations
 from pydantic import Field
 
 from stepbill.report.schema_base import Number, Strict
-
-
-class PlanLayoutJson(Strict):
-    dp: int = Field(description="data-parallel replicas")
-    tp: int = Field(description="tensor-parallel degree")
-    pp: int = Field(description="pipeline stages")
-    cp: int = Field(description="context-parallel degree")
-    ep: int = Field(description="expert-parallel degree (1 for a dense model)")
-    zero: int = Field(description="ZeRO stage 0-3")
-    shard_group: int | None = Field(description="hybrid-sharding group (dp·cp ranks), null: the whole dp·cp group")
-    sp: bool = Field(description="sequence parallel")
-    pp_schedule: str = Field(description="1f1b | interleaved | gpipe")
-    vpp: int = Field(description="model chunks per stage (interleaved)")
-    micro_batches: int = Field(description="micro-batches per step per pipeline")
-    offload_optimizer: bool = Field(description="master weights and optimizer states in CPU memory")
-    offload_activations: bool = Field(description="kept activations copied to CPU memory")
-    etp: int = Field(description="expert tensor-parallel degree (1: experts whole on a rank; a dense model: 1)")
-    pp_layers: list[int] | None = Field(description="layers per pipeline stage when split explicitly (--pp-layers); "
-                                        "null: the bill's default split")
+from stepbill.report.schema_layout import ParallelPart
 
 
 class PlanRowJson(Strict):
     rank: int | None = Field(description="1-based position under the objective; null for a front row outside the "
                              "top K under branch and bound (layouts left unbilled may rank between)")
     gpus: int = Field(description="GPUs: dp·tp·pp·cp")
-    layout: PlanLayoutJson = Field(description="the parallel layout")
+    layout: ParallelPart = Field(description="the parallel layout, as `stepbill bill --json` gives it (its `parallel`)")
     micro_batch: int = Field(description="sequences per micro-batch")
     recompute: str = Field(description="the recompute policy")
     peak_bytes: int = Field(description="per-GPU peak of the worst rank class, as the fit verdict judges it "
