@@ -73,7 +73,6 @@ def test_every_json_output_matches_its_schema(command: str, argv: list[str], cap
 
 
 def test_recompute_budget_matches_its_schema(capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("scipy", reason="budget needs the solve extra")
     code, out, _ = run_cli(["recompute", "llama3-8b", "--seq", "4096", "--budget", "20GiB", "--json"], capsys)
     assert code == 0
     data = strict_json(out)

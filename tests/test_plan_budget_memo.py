@@ -24,8 +24,6 @@ from stepbill.spec.presets import load_preset
 from stepbill.spec.recipe import make_recipe
 from stepbill.spec.recompute_policy import parse_recompute
 
-pytest.importorskip("scipy")  # the budget solver (HiGHS)
-
 GIB = 2**30
 
 

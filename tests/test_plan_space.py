@@ -171,8 +171,8 @@ def test_budget_correction_brings_an_overshooting_budget_under_the_card() -> Non
 
 
 def test_the_budget_solver_writes_nothing_to_stdout(capfd: pytest.CaptureFixture[str]) -> None:
-    """HiGHS prints a debug line to the C-level stdout on some MIP solves (this one did), which would corrupt
-    `stepbill plan --json` now that plan searches the budget: the solve runs with file descriptor 1 silenced."""
+    """Nothing of a budget solve reaches stdout, which would corrupt `stepbill plan --json` (HiGHS, the solver once,
+    printed a debug line to the C-level stdout on this solve)."""
     from stepbill.api import make_step_bill
 
     make_step_bill("deepseek-v3", seq=4096, recompute="budget:51.79GiB", convention="eager")

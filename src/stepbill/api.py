@@ -298,7 +298,7 @@ def ranking_from_options(
     from stepbill.engine import flops as fl
     from stepbill.engine.recompute import budget as rb
     from stepbill.engine.recompute.ranking import attention_crossovers, rank_layer
-    from stepbill.errors import require_extra, unknown_name
+    from stepbill.errors import unknown_name
     from stepbill.inputs import check_seq
     from stepbill.spec.recipe import make_recipe
     from stepbill.spec.recompute_policy import parse_size
@@ -316,7 +316,6 @@ def ranking_from_options(
     budget_bytes = None
     if budget is not None:
         budget_bytes = parse_size(budget)
-        require_extra("scipy", "--budget (exact MILP)")
     kind = layer_kind or ("moe" if spec.n_moe_layers else "dense")
     a_bytes = the_recipe.precision.activation
     ranking = rank_layer(spec, kind, seq, micro_batch, a_bytes, convention, attention, group, row7, threshold)
@@ -325,7 +324,7 @@ def ranking_from_options(
     solved = None
     if budget_bytes is not None:
         problem = rb.problem_for_spec(spec, budget_bytes, seq, micro_batch, a_bytes, convention, attention)
-        solved = (rb.solve_milp(problem), rb.solve_greedy(problem))
+        solved = (rb.solve_exact(problem), rb.solve_greedy(problem))
     return kind, ranking, crossings, slope, solved
 
 

@@ -243,7 +243,7 @@ def recompute_cmd(
     = "seed",
     threshold: Annotated[float, typer.Option("--threshold", help="cut, TFLOP per GiB")] = 3.0,
     budget: Annotated[str | None, typer.Option("--budget", help="activation budget, e.g. 1500GiB (a bare number is "
-                                               "GiB): exact MILP vs greedy")] = None,
+                                               "GiB): exact solver vs greedy")] = None,
     convention: Annotated[str, typer.Option("--convention", help="ideal | eager")] = "ideal",
     attention: Annotated[str, typer.Option("--attention", help="sdpa | eager")] = "sdpa",
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,

@@ -54,7 +54,7 @@ def has_module(module: str) -> bool:
 def require_extra(module: str, purpose: str) -> None:
     """Raise a one-line StepbillError naming the extra that installs `module` when it is missing.
 
-    `purpose` completes "<purpose> needs <module>", e.g. "the budget: recompute policy (exact MILP)"."""
+    `purpose` completes "<purpose> needs <module>", e.g. "stepbill serve"."""
     if not has_module(module):
         extra = EXTRAS.get(module.split(".")[0], "dev")
         raise StepbillError(f"{purpose} needs {module}, which is not installed: pip install 'stepbill[{extra}]'")

@@ -66,7 +66,7 @@ def test_bill_from_config_content_equals_the_cli_reading_the_file(client: TestCl
     assert client.post("/api/bill", json={"config": json.loads((DATA / "tiny-llama.json").read_text())}).json() == want
 
 
-@pytest.mark.slow  # the budget MILP and two lab topics: ~3 s
+@pytest.mark.slow  # the budget solver and two lab topics: ~3 s
 def test_recompute_models_and_lab_routes_return_the_cli_json(client: TestClient,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     want = cli_json(["recompute", "gpt3-125m", "--seq", "1024", "--budget", "1GiB", "--threshold", "2", "--json"], capsys)

@@ -64,7 +64,7 @@ class RecomputeJson(Strict):
     layer_step_flops: int = Field(description="the layer's step FLOPs (3 × forward, causal)")
     attention_slope: float = Field(description="attention output's FLOPs per byte per token of sequence")
     crossovers: list[Crossover] = Field(description="where attention overtakes each linear row")
-    budget: dict[str, BudgetSolution] = Absent("with `--budget`: the exact MILP and the greedy solution, by method")
+    budget: dict[str, BudgetSolution] = Absent("with `--budget`: the exact solution and the greedy one, by method")
 
 
 class ModelRow(Strict):

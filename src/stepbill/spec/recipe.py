@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated
 
-from stepbill.errors import StepbillError, require_extra, unknown_name
+from stepbill.errors import StepbillError, unknown_name
 from stepbill.spec.parallel import Parallel
 from stepbill.spec.recompute_policy import RecomputePolicy, parse_recompute
 from stepbill.spec.schema import BATCH, TOKENS, WIDTH, Names, check_fields, hash_once
@@ -150,9 +150,7 @@ class Recipe:
             raise unknown_name("optimizer implementation", self.optimizer_impl, OPTIMIZER_IMPLS)
         if self.device not in DEVICES:
             raise unknown_name("device", self.device, DEVICES)
-        policy = parse_recompute(self.recompute)  # validates: none | full | every:K | selective:M,... | budget:SIZE
-        if policy.kind == "budget":
-            require_extra("scipy", "the budget: recompute policy (exact MILP)")
+        parse_recompute(self.recompute)  # validates: none | full | every:K | selective:M,... | budget:SIZE
         if self.precision.quant is not None:
             if self.lora is None:
                 raise StepbillError(f"--recipe {self.precision.name} trains LoRA adapters on a frozen quantised base: "

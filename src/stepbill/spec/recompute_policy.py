@@ -6,7 +6,7 @@
     selective:M1,M2,...       rebuild the tensors of Megatron's --recompute-modules names
     budget:SIZE               drop the tensors that fit the activation peak under SIZE (e.g. 40GiB, 512MiB,
                               2.5e10B; a bare number is GiB: budget:10 = 10 GiB) at minimum recompute FLOPs
-                              (exact MILP)
+                              (exact: engine/recompute/budget.py)
 """
 
 from __future__ import annotations

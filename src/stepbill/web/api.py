@@ -258,10 +258,7 @@ def recompute_json(given: Mapping[str, Any], default_model: str = "deepseek-v3")
     kwargs = parse_options(RECOMPUTE_OPTIONS, given, ignore=BILL_ONLY)
     if not math.isfinite(kwargs["threshold"]):  # the CLI prints NaN into its JSON; JSON has no NaN
         raise StepbillError(f"--threshold must be a finite number (TFLOP per GiB), got {kwargs['threshold']}")
-    try:
-        _, ranking, crossings, slope, solved = ranking_from_options(resolve_model(given, default_model), **kwargs)
-    except ImportError as exc:  # the exact budget solver is scipy's HiGHS (the `solve` extra)
-        raise StepbillError(f"the budget solver needs {exc.name or 'scipy'}: pip install 'stepbill[solve]'") from None
+    _, ranking, crossings, slope, solved = ranking_from_options(resolve_model(given, default_model), **kwargs)
     return ranking_to_json(ranking, crossings, slope, solved)
 
 

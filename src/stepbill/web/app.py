@@ -29,7 +29,7 @@ from stepbill.errors import StepbillError
 from stepbill.web import api
 
 MAX_BODY_BYTES = 1 << 20  # 1 MiB: a config.json and its options
-REQUEST_SECONDS = 10.0  # a request's computation is abandoned after this long (the budget MILP is the slowest)
+REQUEST_SECONDS = 10.0  # a request's computation is abandoned after this long (a budget policy's first solve is among the slowest)
 STATIC_FILES = {"/": ("index.html", "text/html; charset=utf-8"),
                 "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
                 "/static/charts.js": ("charts.js", "text/javascript; charset=utf-8"),

@@ -24,7 +24,7 @@ A candidate is a `Parallel` layout plus the micro-batch size and the recompute p
     recompute    none, selective:core_attn, full; every:K for the divisors K of the segment's layers (the largest
                  stage's, an interleaved chunk's) nearest √ from below and above (axes.every_segments); the budget
                  solver at the rank's free memory (usable − reserve − resident, scaled to the solver's whole-model
-                 units: engine/plan/evaluate.budget_policy; with scipy installed). every:K and the budget go without
+                 units: engine/plan/evaluate.budget_policy). every:K and the budget go without
                  activation offload (it moves every kept tensor off the GPU, so they change no GPU byte)
     micro-batches  --global-batch-tokens / (dp·b·seq); without a global batch: 1, pp and 4·pp
 
@@ -41,7 +41,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from importlib.util import find_spec
 from typing import overload
 
 from stepbill.engine.plan.axes import (
@@ -321,7 +320,7 @@ def _policy_pairs(req: PlanRequest, pp: int, pipe: Pipe, acts: list[bool]) -> li
     budget change no GPU byte (every:K is then full's bill; the budget none's peak with more recompute)."""
     fixed = req.fix.get("recompute")
     ks = [f"every:{k}" for k in every_segments(segment_layers(req.spec.n_layers, pp, pipe))]
-    budget = [BUDGET_AT_FREE] if find_spec("scipy") is not None else []  # the solver is scipy's HiGHS
+    budget = [BUDGET_AT_FREE]
     if fixed is None:
         base, extra = list(RECOMPUTE_POLICIES), ks + budget
         return [(a, p) for a in acts for p in base] + [(a, p) for a in acts if not a for p in extra]

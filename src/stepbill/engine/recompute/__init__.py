@@ -1,5 +1,5 @@
 """What to recompute and what it costs: the policy applied to a model (`plan`), the exact budget solver
-(`budget`, MILP) and the ranking of kept tensors by FLOPs paid per byte saved (`ranking`)."""
+(`budget`, an exact 0-1 program) and the ranking of kept tensors by FLOPs paid per byte saved (`ranking`)."""
 
 from stepbill.engine.activations import layer_order
 from stepbill.engine.recompute.plan import (

@@ -170,7 +170,7 @@ async function refresh() {
     if (err.name === "AbortError") return;
     showError(err.message);
   }
-  // the ranking (with a budget: an exact MILP) is asked for once the bill is drawn, so the two never compete
+  // the ranking (with a budget: the exact solver) is asked for once the bill is drawn, so the two never compete
   const ranking = post("/api/recompute", body, ctl.signal)
     .catch(err => ({error: err.message, aborted: err.name === "AbortError"}))
     .then(r => {
@@ -343,7 +343,7 @@ function renderRecompute(r) {
     note.textContent = `stepbill: error: ${r.error}`;
     return;
   }
-  // the budget's first solution is the exact solver (MILP), the second the greedy ranking (report/recompute_table.py)
+  // the budget's first solution is the exact solver, the second the greedy ranking (report/recompute_table.py)
   const exact = r.budget ? Object.values(r.budget)[0] : null;
   const drop = exact ? new Set(exact.drop[r.layer_kind] || []) : null;
   const rowLine = row => ({
@@ -375,7 +375,7 @@ function renderRecompute(r) {
       const n = Object.values(sol.drop).reduce((a, v) => a + v.length, 0);
       parts.push(number(`${method}: ${n} tensors dropped, peak ${fmtBytes(sol.peak_bytes)}, ${fmtFlops(sol.flops)}`,
                         {name: `budget solver (${method})`, value: sol.peak_bytes, unit: "bytes",
-                         formula: k === 0 ? "exact MILP: fewest recompute FLOPs with the peak within the budget"
+                         formula: k === 0 ? "exact: fewest recompute FLOPs with the peak within the budget"
                                           : "greedy: drop rows in ranking order until the peak fits the budget",
                          explain: Object.entries(sol.drop).map(([k, v]) => `${k}: ${v.join(", ")}`).join("; "),
                          inputs: {flops: sol.flops, peak_bytes: sol.peak_bytes},
