@@ -31,6 +31,7 @@ from stepbill.engine.states import (
     trainable_split,
 )
 from stepbill.engine.steptime import DEFAULT_EFFICIENCY, StepTime, step_time
+from stepbill.engine.timing.step_terms import StepTerms, step_terms
 from stepbill.errors import unknown_name
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
@@ -352,6 +353,17 @@ def bill_time(spec: ModelSpec, recipe: Recipe, gpu: GPU, efficiency: float | Non
     rows read (engine/plan/evaluate.py)."""
     worst = max(verdict_ranks(spec, recipe, convention, attention), key=lambda c: c.memory["peak"])
     return bill_step_time(spec, recipe, worst, gpu, efficiency, convention, attention)
+
+
+def bill_step_terms(spec: ModelSpec, recipe: Recipe, worst: RankClass, gpu: GPU,
+                    efficiency: float | None = DEFAULT_EFFICIENCY, convention: str = "ideal",
+                    attention: str = "sdpa") -> StepTerms:
+    """bill_step_time's numbers (engine/timing/step_terms.py), the same call without its lines: what the planner's
+    bounds read (engine/plan/bounds.py)."""
+    core = _core(spec, recipe, convention, attention, gpu)
+    collectives = step_collectives(spec, recipe, core.inv, gpu, core.plan.rerun)
+    flops = _flops_part(spec, without_layout(recipe), convention, attention)
+    return step_terms(spec, core.inv, recipe, worst, collectives, gpu, flops, efficiency, plan=core.plan)
 
 
 def bill_plan(spec: ModelSpec, recipe: Recipe, convention: str = "ideal", attention: str = "sdpa") -> RecomputePlan:
