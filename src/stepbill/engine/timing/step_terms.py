@@ -6,8 +6,8 @@ SI, bytes and FLOPs plain numbers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 from stepbill.engine import comm
 from stepbill.engine import flops as fl
@@ -32,8 +32,7 @@ CPU_ADAM_PARAMS_PER_S = 4e9
 CPU_ADAM_SOURCE = "assumed 4e9 params/s per host (order of ZeRO-Offload's CPU-Adam, arXiv 2101.06840 §6)"
 
 
-@dataclass(frozen=True)
-class OffloadTerms:
+class OffloadTerms(NamedTuple):
     """PCIe traffic and CPU time of offload, per rank per step (s); zeros for what the recipe does not offload."""
 
     owned: float = 0.0  # trainable elements whose optimizer step this rank runs on the host
@@ -47,12 +46,13 @@ class OffloadTerms:
     hideable: float = 0.0
 
 
-@dataclass(frozen=True)
-class StepTerms:
+class StepTerms(NamedTuple):
     """Every number of the step-time lines (engine/steptime.py names each time.* line after its field here).
 
     FLOPs: `model_flops` / `model_flops_causal` of the whole step (all ranks), the rest per rank; seconds per rank
-    per step. `stage_compute` and `comm` are the per-op model's parts (None under `--efficiency`)."""
+    per step. `stage_compute` and `comm` are the per-op model's parts (None under `--efficiency`). A NamedTuple,
+    like OffloadTerms: immutable, and made once per planner candidate (a frozen dataclass of this many fields costs
+    3× more to build)."""
 
     efficiency: float | None
     dtype: str
