@@ -94,13 +94,20 @@ def stage_kernels(spec: ModelSpec, par: Parallel, seq_len: int, micro_batch: int
     return _sum(parts)
 
 
+@lru_cache(maxsize=256)
+def _device(gpu_name: str, peak: float, hbm_bytes_per_s: float) -> tuple[tuple[str, Generation, str], GemmDevice]:
+    """The GPU's generation (constants.generation) and the GemmDevice its GEMMs are timed on at `peak` FLOP/s:
+    memoised, a planner's stage_compute asks once per stage of every candidate."""
+    gen = generation(gpu_name)
+    return gen, GemmDevice(peak, hbm_bytes_per_s, SMS.get(gpu_name, DEFAULT_SMS), gen[1].gemm_plateau)
+
+
 def stage_compute(spec: ModelSpec, recipe: Recipe, worst: RankClass, gpu: GPU, peak: float, stage_kinds: dict[str, int],
                   last: bool, executed: float, recompute: float, held_weight_elements: float) -> StageCompute:
     """Per-op compute of the busiest stage on one rank: `executed` / `recompute` are its exact FLOPs (all
     micro-batches, per rank), `held_weight_elements` the unsharded weights it computes with."""
     par, prec = recipe.parallel, recipe.precision
-    gen, params, gen_source = generation(gpu.name)
-    dev = GemmDevice(peak, gpu.hbm_bytes_per_s, SMS.get(gpu.name, DEFAULT_SMS), params.gemm_plateau)
+    (gen, params, gen_source), dev = _device(gpu.name, peak, gpu.hbm_bytes_per_s)
     frozen = recipe.lora is not None
     act = prec.activation
     s = stage_kernels(spec, kernel_layout(par), recipe.seq_len, recipe.micro_batch, dev, params, act, frozen,

@@ -106,10 +106,10 @@ def hbm_traffic(recipe: Recipe, worst: RankClass, unsharded_weight_bytes: float,
     return sum(parts.values()), parts
 
 
-def _owned_trainable(spec: ModelSpec, recipe: Recipe, inv: ParamInventory) -> float:
-    """Trainable elements whose optimizer step this rank runs (its ZeRO shard; all it holds without ZeRO)."""
+def _owned_trainable(recipe: Recipe, held: dict[str, float]) -> float:
+    """Trainable elements whose optimizer step this rank runs (its ZeRO shard; all it holds without ZeRO); `held`:
+    rank_param_elements of the recipe."""
     par = recipe.parallel
-    held = rank_param_elements(spec, recipe, inv)
     dense_div = par.zero_group if par.zero >= 1 else 1
     expert_div = par.expert_zero_group if par.zero >= 1 else 1
     return held["dense_grads"] / dense_div + held["expert_grads"] / max(expert_div, 1)
@@ -118,8 +118,9 @@ def _owned_trainable(spec: ModelSpec, recipe: Recipe, inv: ParamInventory) -> fl
 NO_OFFLOAD = OffloadTerms()
 
 
-def offload_terms(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, worst: RankClass, gpu: GPU) -> OffloadTerms:
-    """PCIe traffic and CPU time of offload (ZeRO-Offload, arXiv 2101.06840 §4), per rank per step."""
+def offload_terms(recipe: Recipe, worst: RankClass, gpu: GPU, held: dict[str, float]) -> OffloadTerms:
+    """PCIe traffic and CPU time of offload (ZeRO-Offload, arXiv 2101.06840 §4), per rank per step; `held`:
+    rank_param_elements of the recipe."""
     par, p = recipe.parallel, recipe.precision
     if not (par.offload_optimizer or par.offload_activations):
         return NO_OFFLOAD
@@ -128,7 +129,7 @@ def offload_terms(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, worst: R
     per_node = 0
     exposed = hideable = 0.0
     if par.offload_optimizer:
-        owned = _owned_trainable(spec, recipe, inv)
+        owned = _owned_trainable(recipe, held)
         down, up = owned * p.grads, owned * p.weights
         per_node = min(par.world, gpu.gpus_per_node)
         cpu_s = owned * per_node / CPU_ADAM_PARAMS_PER_S
@@ -208,7 +209,7 @@ def step_terms(spec: ModelSpec, inv: ParamInventory, recipe: Recipe, worst: Rank
     traffic, parts = hbm_traffic(recipe, worst, unsharded, flops["flops.recompute"].value / forward)
     t_memory = traffic / gpu.hbm_bytes_per_s
     bubble = float(comm.pipeline_bubble(par.pp, par.micro_batches * par.vpp))
-    off = offload_terms(spec, recipe, inv, worst, gpu)
+    off = offload_terms(recipe, worst, gpu, held)
     timed = [c for c in collectives if c.seconds is not None]
     sc = ct = None
     if efficiency is not None:  # the explicit override: one efficiency on every FLOP, an HBM roofline
