@@ -1,5 +1,7 @@
 """Step time on one rank: a roofline of compute and HBM traffic, the pipeline bubble, communication and offload
 traffic, and the MFU / HFU that result. Every result is a Line with its derivation; seconds and FLOP/s are SI.
+The numbers are computed once, by engine/timing/step_terms.py (`step_terms`, what the planner's floors read); this
+module makes their lines.
 
 Default: the per-op model of engine/timing (GEMMs by shape on an efficiency curve, fused attention, memory-bound
 ops by HBM bytes, the optimizer step, alpha-beta collectives with an overlap rule each):
