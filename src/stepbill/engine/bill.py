@@ -31,11 +31,12 @@ from stepbill.engine.states import (
     trainable_split,
 )
 from stepbill.engine.steptime import DEFAULT_EFFICIENCY, StepTime, step_time
+from stepbill.engine.timing.step_terms import StepTerms, step_terms
 from stepbill.errors import unknown_name
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.parallel import Parallel, validate_layout
-from stepbill.spec.recipe import Precision, Recipe
+from stepbill.spec.recipe import LoRA, Precision, Recipe
 
 GIB = 2**30
 FUSED_ATTENTION = "fused attention (no S×S scores)"
@@ -171,7 +172,7 @@ def _core(spec: ModelSpec, recipe: Recipe, convention: str, attention: str, gpu:
         raise unknown_name("attention implementation", attention, act.ATTENTIONS)
     fp8.require_fp8(recipe.precision, gpu)  # one line before any arithmetic: no fp8 tensor cores on this GPU
     inv = param_inventory(spec)
-    split = trainable_split(inv, recipe.lora)
+    split = _own_trainable_split(spec, recipe.lora)  # raises when LoRA's targets match no matrix
     a_bytes, plan, outside, eager = _convention_terms(spec, without_layout(recipe), convention, attention)
     outside_rows = _outside_rows(spec, recipe, a_bytes) if convention == "eager" else None
     return _Core(inv, split, a_bytes, plan, outside, eager, outside_rows)
@@ -186,6 +187,13 @@ def _outside_rows(spec: ModelSpec, recipe: Recipe, a_bytes: Any) -> Callable[[Ca
         return outside_bytes_on_rank(spec, a_bytes, recipe.seq_len, recipe.micro_batch, divisor, recipe.parallel.cp,
                                      recipe.lora)
     return outside_rows
+
+
+@lru_cache(maxsize=256)
+def _own_trainable_split(spec: ModelSpec, lora: LoRA | None) -> Trainable:
+    """trainable_split of the model's own inventory, once per model and LoRA (a planner's _core asks once per
+    candidate). Shared: read it, never change it."""
+    return trainable_split(param_inventory(spec), lora)
 
 
 def activation_width(precision: Precision, device: str, convention: str) -> Any:
@@ -352,6 +360,17 @@ def bill_time(spec: ModelSpec, recipe: Recipe, gpu: GPU, efficiency: float | Non
     rows read (engine/plan/evaluate.py)."""
     worst = max(verdict_ranks(spec, recipe, convention, attention), key=lambda c: c.memory["peak"])
     return bill_step_time(spec, recipe, worst, gpu, efficiency, convention, attention)
+
+
+def bill_step_terms(spec: ModelSpec, recipe: Recipe, worst: RankClass, gpu: GPU,
+                    efficiency: float | None = DEFAULT_EFFICIENCY, convention: str = "ideal",
+                    attention: str = "sdpa") -> StepTerms:
+    """bill_step_time's numbers (engine/timing/step_terms.py), the same call without its lines: what the planner's
+    bounds read (engine/plan/bounds.py)."""
+    core = _core(spec, recipe, convention, attention, gpu)
+    collectives = step_collectives(spec, recipe, core.inv, gpu, core.plan.rerun)
+    flops = _flops_part(spec, without_layout(recipe), convention, attention)
+    return step_terms(spec, core.inv, recipe, worst, collectives, gpu, flops, efficiency, plan=core.plan)
 
 
 def bill_plan(spec: ModelSpec, recipe: Recipe, convention: str = "ideal", attention: str = "sdpa") -> RecomputePlan:

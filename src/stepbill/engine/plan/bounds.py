@@ -49,7 +49,7 @@ from functools import lru_cache
 from typing import Any
 
 from stepbill.engine import flops as fl
-from stepbill.engine.bill import bill_eager_parts, bill_plan, bill_step_time, without_layout
+from stepbill.engine.bill import bill_eager_parts, bill_plan, bill_step_terms, without_layout
 from stepbill.engine.memory.eager import EagerTerms
 from stepbill.engine.parallel.collectives import rank_param_elements, step_collectives
 from stepbill.engine.parallel.holdings import rank_holdings
@@ -61,9 +61,9 @@ from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.evaluate import recipe_for
 from stepbill.engine.plan.space import Candidate, PlanRequest
 from stepbill.engine.recompute import RecomputePlan, op_flops
-from stepbill.engine.steptime import StepTime
 from stepbill.engine.timing.comm_time import comm_timing
 from stepbill.engine.timing.step import stage_compute
+from stepbill.engine.timing.step_terms import StepTerms
 from stepbill.errors import StepbillError
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
@@ -164,14 +164,15 @@ def time_floor(req: PlanRequest, cand: Candidate, recipe: Recipe | None = None) 
     """A lower bound of the candidate's time.step (s) under `stepbill bill`; the policy must be explicit. The same
     with and without activation offload (its PCIe traffic is the floor's zero)."""
     recipe = recipe or recipe_for(req, cand)
-    return _empty_rank_time(req.spec, recipe, req.gpu, req.efficiency)["time.step"].value
+    return _empty_rank_time(req.spec, recipe, req.gpu, req.efficiency).t_step
 
 
 @lru_cache(maxsize=64)
-def _empty_rank_time(spec: ModelSpec, recipe: Recipe, gpu: GPU, efficiency: float | None) -> StepTime:
-    """bill_step_time with EMPTY_RANK, the last few memoised: a budget candidate's floor reads the lines of its
-    `none` twin, whose own floor the same group has just computed. Shared: read it, never change it."""
-    return bill_step_time(spec, recipe, EMPTY_RANK, gpu, efficiency)
+def _empty_rank_time(spec: ModelSpec, recipe: Recipe, gpu: GPU, efficiency: float | None) -> StepTerms:
+    """bill_step_terms with EMPTY_RANK (the numbers of bill_step_time's lines, no line made), the last few
+    memoised: a budget candidate's floor reads the terms of its `none` twin, whose own floor the same group has just
+    computed. Shared: read it, never change it."""
+    return bill_step_terms(spec, recipe, EMPTY_RANK, gpu, efficiency)
 
 
 def budget_floor(req: PlanRequest, cand: Candidate) -> float:
@@ -179,13 +180,13 @@ def budget_floor(req: PlanRequest, cand: Candidate) -> float:
     the budget solver's, whatever it drops (see the module's docstring)."""
     none = replace(cand, recompute="none")
     recipe = recipe_for(req, none)
-    lines = _empty_rank_time(req.spec, recipe, req.gpu, req.efficiency).lines
-    bubble = lines["time.bubble"].value
-    offload = lines["time.offload_exposed"].value
-    if req.efficiency is not None:
-        return lines["time.compute"].value / (1 - bubble) + lines["time.comm_exposed"].value + offload
-    critical = lines["time.comm_critical"].value
-    gather = lines["time.comm_exposed"].value - critical  # the ZeRO weight all-gather after the optimizer
+    terms = _empty_rank_time(req.spec, recipe, req.gpu, req.efficiency)
+    bubble = terms.bubble  # time.bubble
+    offload = terms.offload.exposed  # time.offload_exposed
+    if req.efficiency is not None:  # time.compute / (1 − bubble) + time.comm_exposed + offload
+        return terms.t_compute / (1 - bubble) + terms.comm_exposed + offload
+    critical = terms.comm_critical  # time.comm_critical
+    gather = terms.comm_exposed - critical  # time.comm_exposed − critical: the ZeRO weight all-gather after the optimizer
     kernels, windows = _stage_bounds(req, recipe)
     par = recipe.parallel
     timed = [c for c in step_collectives(req.spec, recipe, param_inventory(req.spec), req.gpu) if c.seconds is not None]

@@ -25,6 +25,7 @@ Overlap (when the rank's compute can hide a collective):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from stepbill.engine.parallel.collectives import Collective
 from stepbill.engine.timing.constants import (
@@ -44,12 +45,18 @@ def ring_steps(op: str, n: int) -> float:
 
 def latency_per_call(c: Collective, local: int) -> float:
     """NCCL's latency of one call of `c` (seconds): base + steps × per-step latency of each link it crosses."""
-    links = (c.link or "").split("+")
+    return _latency_per_call(c.op, c.group, c.link, local)
+
+
+@lru_cache(maxsize=4096)
+def _latency_per_call(op: str, group: int, link: str | None, local: int) -> float:
+    """latency_per_call on what it reads (a planner times the same few calls for every candidate of a layout)."""
+    links = (link or "").split("+")
     if len(links) == 2 and local >= 2:  # hierarchical: intra-node ring, then across the nodes
-        nodes = max(1, c.group // local)
-        return (NCCL_BASE_LATENCY_S + ring_steps(c.op, local) * NCCL_STEP_LATENCY_S.get(links[0], 0.0)
-                + ring_steps(c.op, nodes) * NCCL_STEP_LATENCY_S.get(links[1], 0.0))
-    return NCCL_BASE_LATENCY_S + ring_steps(c.op, c.group) * NCCL_STEP_LATENCY_S.get(links[-1], 0.0)
+        nodes = max(1, group // local)
+        return (NCCL_BASE_LATENCY_S + ring_steps(op, local) * NCCL_STEP_LATENCY_S.get(links[0], 0.0)
+                + ring_steps(op, nodes) * NCCL_STEP_LATENCY_S.get(links[1], 0.0))
+    return NCCL_BASE_LATENCY_S + ring_steps(op, group) * NCCL_STEP_LATENCY_S.get(links[-1], 0.0)
 
 
 def collective_seconds(c: Collective, gpus_per_node: int) -> float:
@@ -70,8 +77,13 @@ def allreduce_seconds(message_bytes: float, n: int, busbw_bytes_per_s: float, li
 def overlap_class(c: Collective, zero: int) -> str:
     """"critical" (each micro-batch's critical path), "once" (exposed once per step), "grad_once" (hides behind
     the last backward), "bwd" / "fwd" (hide behind every backward / forward), "attention" (behind attention)."""
-    name = c.name
-    if c.axis in ("tp", "pp", "ep"):
+    return _overlap_class(c.name, c.axis, c.overlap, zero)
+
+
+@lru_cache(maxsize=4096)
+def _overlap_class(name: str, axis: str, overlap: str, zero: int) -> str:
+    """overlap_class on what it reads."""
+    if axis in ("tp", "pp", "ep"):
         return "critical"
     if name.endswith("zero_allgather_weights"):
         return "once"
@@ -83,9 +95,9 @@ def overlap_class(c: Collective, zero: int) -> str:
         return "bwd"
     if name.endswith("zero3_allgather_fwd"):
         return "fwd"
-    if c.axis == "cp":
+    if axis == "cp":
         return "attention"
-    return "critical" if c.overlap != "yes" else "bwd"
+    return "critical" if overlap != "yes" else "bwd"
 
 
 @dataclass(frozen=True)

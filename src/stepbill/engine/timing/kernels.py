@@ -23,6 +23,7 @@ counted here (attention is FLOP-bound in fused kernels).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from stepbill.engine import flops as fl
 from stepbill.engine.timing.gemm import GemmDevice, gemm_seconds
@@ -116,9 +117,11 @@ def memory_bound_bytes_per_token(spec: ModelSpec, kind: str, par: Parallel, act_
     return total
 
 
+@lru_cache(maxsize=4096)
 def layer_kernels(spec: ModelSpec, kind: str, par: Parallel, seq_len: int, micro_batch: int, dev: GemmDevice,
                   attn_fwd_eff: float, attn_bwd_eff: float, act_bytes: float, frozen: bool) -> LayerKernels:
-    """One layer of `kind` on one rank, one micro-batch."""
+    """One layer of `kind` on one rank, one micro-batch. Memoised (stages with other counts of the same layer
+    kinds share it: step.stage_kernels' keys differ, its layers do not)."""
     tokens = max(1, seq_len * micro_batch // par.cp)
     f_fwd, t_fwd, f_bwd, t_bwd = _gemm_pass(gemm_shapes(spec, kind, par, tokens), dev, frozen, act_bytes)
     attn = float(fl.attention_core_flops(spec, seq_len, True)) * micro_batch / (par.tp * par.cp)

@@ -13,8 +13,9 @@ rates, its bytes as that share of the forward's memory-bound traffic. Under LoRA
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import lru_cache
+from typing import NamedTuple
 
 from stepbill.engine.line import Line
 from stepbill.engine.parallel import RankClass
@@ -34,9 +35,10 @@ from stepbill.spec.parallel import Parallel
 from stepbill.spec.recipe import Recipe
 
 
-@dataclass(frozen=True)
-class StageCompute:
-    """Seconds of one rank's kernels over the step, by class, and the lines that derive them."""
+class StageCompute(NamedTuple):
+    """Seconds of one rank's kernels over the step, by class, and the numbers their lines show
+    (`stage_compute_lines`). A NamedTuple: immutable, and made several times per planner candidate (a frozen
+    dataclass of this many fields costs 3× more to build)."""
 
     gemm: float
     attention: float
@@ -45,7 +47,17 @@ class StageCompute:
     forward: float  # forward kernels (all micro-batches), the window that hides ZeRO-3's forward gathers
     backward: float  # backward kernels + recompute, the window of gradient reductions
     gemm_efficiency: float  # achieved share of dense peak on the GEMMs (time.gemm_efficiency)
-    lines: list[Line]
+    peak: float  # FLOP/s the GEMMs are timed against
+    scale: float  # exact executed FLOPs over the shapes' FLOPs (≈ 1)
+    recompute_forwards: float  # the recompute as a number of forwards
+    gemm_flops: float  # GEMM FLOPs of the step, recompute included
+    attention_forward_flops: float  # fused attention's forward FLOPs of one micro-batch
+    micro_batches: int
+    memory_bound_layer_bytes: float  # norms / adds / rotary / activations / cross-entropy
+    memory_bound_cast_bytes: float  # autocast's weight casts
+    memory_bound_bytes_per_s: float  # HBM × MEMORY_BOUND_EFFICIENCY
+    optimizer_parts: tuple[float, float, float]  # the rank's optimizer, grads and weights bytes
+    generation: tuple[str, Generation, str]  # constants.generation of the GPU
 
     @property
     def kernels(self) -> float:
@@ -82,13 +94,20 @@ def stage_kernels(spec: ModelSpec, par: Parallel, seq_len: int, micro_batch: int
     return _sum(parts)
 
 
+@lru_cache(maxsize=256)
+def _device(gpu_name: str, peak: float, hbm_bytes_per_s: float) -> tuple[tuple[str, Generation, str], GemmDevice]:
+    """The GPU's generation (constants.generation) and the GemmDevice its GEMMs are timed on at `peak` FLOP/s:
+    memoised, a planner's stage_compute asks once per stage of every candidate."""
+    gen = generation(gpu_name)
+    return gen, GemmDevice(peak, hbm_bytes_per_s, SMS.get(gpu_name, DEFAULT_SMS), gen[1].gemm_plateau)
+
+
 def stage_compute(spec: ModelSpec, recipe: Recipe, worst: RankClass, gpu: GPU, peak: float, stage_kinds: dict[str, int],
                   last: bool, executed: float, recompute: float, held_weight_elements: float) -> StageCompute:
     """Per-op compute of the busiest stage on one rank: `executed` / `recompute` are its exact FLOPs (all
     micro-batches, per rank), `held_weight_elements` the unsharded weights it computes with."""
     par, prec = recipe.parallel, recipe.precision
-    gen, params, gen_source = generation(gpu.name)
-    dev = GemmDevice(peak, gpu.hbm_bytes_per_s, SMS.get(gpu.name, DEFAULT_SMS), params.gemm_plateau)
+    (gen, params, gen_source), dev = _device(gpu.name, peak, gpu.hbm_bytes_per_s)
     frozen = recipe.lora is not None
     act = prec.activation
     s = stage_kernels(spec, kernel_layout(par), recipe.seq_len, recipe.micro_batch, dev, params, act, frozen,
@@ -113,27 +132,38 @@ def stage_compute(spec: ModelSpec, recipe: Recipe, worst: RankClass, gpu: GPU, p
     gemm_eff = gemm_flops / (t_gemm * peak) if t_gemm else 0.0
     fwd_s = m * scale * (s["gemm_fwd_s"] + s["attn_fwd_s"]) + m * s["memory_fwd_bytes"] / bw
     bwd_s = t_gemm + t_attn + t_mem - fwd_s
+    return StageCompute(t_gemm, t_attn, t_mem, t_opt, fwd_s, bwd_s, gemm_eff, peak, scale, rc_share, gemm_flops,
+                        s["attn_fwd_flops"], m, layer_bytes, casts, bw,
+                        (mem["optimizer"], mem["grads"], mem["weights"]), (gen, params, gen_source))
+
+
+def stage_compute_lines(sc: StageCompute, gpu: GPU) -> list[Line]:
+    """The lines of `sc` (time.gemm, time.gemm_efficiency, time.attention, time.memory_bound, time.optimizer_step)
+    on `gpu`, made from its numbers."""
+    gen, params, gen_source = sc.generation
+    peak, bw = sc.peak, sc.memory_bound_bytes_per_s
+    optimizer, grads, weights = sc.optimizer_parts
     L = Line
     gen_note = f"{gen} ({gpu.display}): {gen_source}"
-    lines = [
-        L("time.gemm", t_gemm, "s",
+    return [
+        L("time.gemm", sc.gemm, "s",
           "GEMMs by shape (M × N × K per op, forward, dX, dW) at plateau {plateau} × tile/wave × K-fill of {peak} "
           "FLOP/s, scaled to the executed FLOPs (× {scale}); recompute {rc} forwards",
-          {"plateau": params.gemm_plateau, "peak": peak, "scale": scale, "rc": rc_share}, gen_note,
+          {"plateau": params.gemm_plateau, "peak": peak, "scale": sc.scale, "rc": sc.recompute_forwards}, gen_note,
           "each GEMM max(FLOPs / rate, bytes / HBM); cuBLAS tiles 256×128 / 128×256 / 128×128 (NVIDIA Matrix "
           "Multiplication Background guide §2.3, §3)"),
-        L("time.gemm_efficiency", gemm_eff, "1", "{flops} GEMM FLOPs / ({t} s × {peak} FLOP/s)",
-          {"flops": gemm_flops, "t": t_gemm, "peak": peak}, convention="achieved share of dense peak on the GEMMs"),
-        L("time.attention", t_attn, "s",
+        L("time.gemm_efficiency", sc.gemm_efficiency, "1", "{flops} GEMM FLOPs / ({t} s × {peak} FLOP/s)",
+          {"flops": sc.gemm_flops, "t": sc.gemm, "peak": peak}, convention="achieved share of dense peak on the GEMMs"),
+        L("time.attention", sc.attention, "s",
           "fused attention: forward {fwd} FLOPs at {ef} of peak, backward 2.5 × forward at {eb} (× {m} micro-batches, "
-          "recompute included)", {"fwd": s["attn_fwd_flops"], "ef": params.attention_fwd, "eb": params.attention_bwd,
-                                  "m": m}, gen_note, "FlashAttention's FLOP count (arXiv 2307.08691 §4), causal"),
-        L("time.memory_bound", t_mem, "s",
+          "recompute included)", {"fwd": sc.attention_forward_flops, "ef": params.attention_fwd,
+                                  "eb": params.attention_bwd, "m": sc.micro_batches}, gen_note,
+          "FlashAttention's FLOP count (arXiv 2307.08691 §4), causal"),
+        L("time.memory_bound", sc.memory_bound, "s",
           "({layers} B norms / adds / rotary / activations / cross-entropy + {casts} B autocast casts) / ({bw} B/s)",
-          {"layers": layer_bytes, "casts": casts, "bw": bw}, MEMORY_BOUND_SOURCE,
+          {"layers": sc.memory_bound_layer_bytes, "casts": sc.memory_bound_cast_bytes, "bw": bw}, MEMORY_BOUND_SOURCE,
           "backward 2× the forward's bytes; recompute a share of a forward"),
-        L("time.optimizer_step", t_opt, "s", "(2 × optimizer {o} B + grads {g} B + weights {w} B) / ({bw} B/s)",
-          {"o": mem["optimizer"], "g": mem["grads"], "w": mem["weights"], "bw": bw}, MEMORY_BOUND_SOURCE,
+        L("time.optimizer_step", sc.optimizer, "s", "(2 × optimizer {o} B + grads {g} B + weights {w} B) / ({bw} B/s)",
+          {"o": optimizer, "g": grads, "w": weights, "bw": bw}, MEMORY_BOUND_SOURCE,
           "once per step, after the last backward"),
     ]
-    return StageCompute(t_gemm, t_attn, t_mem, t_opt, fwd_s, bwd_s, gemm_eff, lines)
