@@ -1,15 +1,16 @@
 """Exact lower bounds of a candidate's step time, made by the bill's own time model: what the branch-and-bound
 search (search.py) prunes with.
 
-`time_floor` — a candidate with an explicit recompute policy: `steptime.step_time` on the candidate's recipe,
-collectives and FLOPs lines, exactly as make_bill calls it, but with the judged rank's memory at zero. The step
+`time_floor` — a candidate with an explicit recompute policy: the step time's numbers (engine/timing/step_terms,
+which `steptime.step_time` turns into the bill's lines) on the candidate's recipe, collectives and FLOPs lines,
+exactly as make_bill calls them (bill.bill_step_terms), but with the judged rank's memory at zero. The step
 time reads the rank's memory in three places only, each monotone: the optimizer step's bytes (2 × optimizer +
 grads + weights: added to the pipeline time), the activation bytes in the HBM traffic (inside a max with the
 compute, under `--efficiency`) and, under activation offload, the kept bytes copied over PCIe (inside a max with
 the hidden network time). Zero bytes there can only lower each term, so floor ≤ time.step of `stepbill bill`.
 
 `budget_floor` — the budget solver at the rank's free memory, before its policy is solved (solving costs eager
-bills and MILPs): the policy drops some set of tensors, so the step reruns r ≥ 0 FLOPs. With r the pipeline's
+bills): the policy drops some set of tensors, so the step reruns r ≥ 0 FLOPs. With r the pipeline's
 kernels only grow (stage_compute adds the recompute's share of a forward, ≥ 0, at the same scale — the budget is
 not a checkpointing policy, so the stage's work without recompute is the `none` policy's), but the slowest stage
 may change and the hideable collectives' spill may shrink (their window grows), so the floor keeps what r cannot
@@ -205,7 +206,7 @@ def _stage_bounds(req: PlanRequest, recipe: Recipe) -> tuple[float, tuple[float,
     weights = held["dense_weights"] + held["expert_weights"]
     peak = gpu.peak_flops(recipe.precision.compute)
     split, m, tokens = par.tp * par.cp, par.micro_batches, recipe.tokens
-    rebuild_all = _rebuild_all_per_token(req, recipe)
+    rebuild_all = _rebuild_all_per_token(req.spec, without_layout(recipe))
     kernels, fwd, bwd, attn = float("inf"), 0.0, 0.0, 0.0
     seen: set[tuple] = set()
     for stage, kinds in enumerate(stage_layer_kinds(spec, par)):
@@ -225,8 +226,11 @@ def _stage_bounds(req: PlanRequest, recipe: Recipe) -> tuple[float, tuple[float,
     return kernels, (fwd, bwd, attn)
 
 
-def _rebuild_all_per_token(req: PlanRequest, recipe: Recipe) -> dict[str, float]:
+@lru_cache(maxsize=256)
+def _rebuild_all_per_token(spec: ModelSpec, one_gpu: Recipe) -> dict[str, float]:
     """FLOPs per token (causal, as LayerPlan.recompute_flops) to rebuild every droppable tensor of each layer kind:
-    an upper bound of any drop set's (op_flops sums each distinct producing op once, all nonnegative)."""
-    plan = bill_plan(req.spec, recipe)  # the `none` policy keeps every row
+    an upper bound of any drop set's (op_flops sums each distinct producing op once, all nonnegative). It reads
+    the one-GPU plan only (`one_gpu`: without_layout(recipe)), so it is memoised on it. Shared: never change it."""
+    recipe = one_gpu
+    plan = bill_plan(spec, recipe)  # the `none` policy keeps every row
     return {k: op_flops([t for t in lp.kept if t.recompute.droppable], recipe.seq_len) for k, lp in plan.layers.items()}
