@@ -189,11 +189,16 @@ def main() -> None:
         prof.enable()
         ms_per_candidate(req, cands)
         prof.disable()
-        for key in ("tottime", "cumtime"):
-            out = io.StringIO()
-            pstats.Stats(prof, stream=out).sort_stats(key).print_stats(args.top)
-            print(f"--- {name}, by {key} ---")
-            print("\n".join(out.getvalue().splitlines()[6:]))
+        print_profile(prof, name, args.top)
+
+
+def print_profile(prof: cProfile.Profile, name: str, top: int) -> None:
+    """cProfile's `top` functions by own and by cumulative time, headed by `name`."""
+    for key in ("tottime", "cumtime"):
+        out = io.StringIO()
+        pstats.Stats(prof, stream=out).sort_stats(key).print_stats(top)
+        print(f"--- {name}, by {key} ---")
+        print("\n".join(out.getvalue().splitlines()[6:]))
 
 
 if __name__ == "__main__":

@@ -19,13 +19,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
-import io
 import json
-import pstats
 import random
 import time
 
-from bill_profile import clear_engine_caches
+from bill_profile import clear_engine_caches, print_profile
 
 from stepbill.engine.plan import PlanRequest
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
@@ -119,11 +117,7 @@ def main() -> None:
             prof.enable()
             one_pass(req, groups)
             prof.disable()
-            for key in ("tottime", "cumtime"):
-                out = io.StringIO()
-                pstats.Stats(prof, stream=out).sort_stats(key).print_stats(args.top)
-                print(f"--- {name}, by {key} ---")
-                print("\n".join(out.getvalue().splitlines()[6:]))
+            print_profile(prof, name, args.top)
             continue
         for cold in (True, False):
             best_t = best_b = float("inf")
