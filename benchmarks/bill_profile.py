@@ -28,7 +28,8 @@ import random
 import sys
 import time
 
-from stepbill.engine.bill import make_bill, verdict_ranks
+from stepbill.engine.bill import make_bill
+from stepbill.engine.bill_parts import verdict_ranks
 from stepbill.engine.parallel.collectives import step_collectives
 from stepbill.engine.plan import PlanRequest
 from stepbill.engine.plan.evaluate import budget_bytes, evaluate, recipe_for, resident_bound

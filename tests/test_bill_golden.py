@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from stepbill.engine.bill import Bill, make_bill, rank_peaks, verdict_ranks
+from stepbill.engine.bill import Bill, make_bill
+from stepbill.engine.bill_parts import rank_peaks, verdict_ranks
 from stepbill.engine.line import Line
 from stepbill.engine.parallel import RankClass
 from stepbill.spec.hardware import load_gpu

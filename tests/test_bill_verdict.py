@@ -8,7 +8,8 @@ import random
 
 import pytest
 
-from stepbill.engine.bill import bill_time, make_bill, verdict_ranks
+from stepbill.engine.bill import make_bill
+from stepbill.engine.bill_parts import bill_time, verdict_ranks
 from stepbill.engine.fit import Card, fit_verdict
 from stepbill.engine.plan import PlanRequest
 from stepbill.engine.plan.evaluate import Row, evaluate, recipe_for, reserve_for
@@ -76,7 +77,7 @@ def test_verdict_ranks_equal_the_eager_bills(space: tuple) -> None:  # type: ign
 
 @pytest.mark.parametrize("space", SPACES, ids=[s[0] for s in SPACES])
 def test_bill_time_equals_the_bills_time(space: tuple) -> None:  # type: ignore[type-arg]
-    """engine/bill.bill_time: every time line of make_bill's, to the last digit and the same derivation."""
+    """engine/bill_parts.bill_time: every time line of make_bill's, to the last digit and the same derivation."""
     req, cands = _candidates(*space, n=8)
     gpu = req.gpu
     for cand in cands:

@@ -9,7 +9,8 @@ import random
 
 import pytest
 
-from stepbill.engine.bill import make_bill, verdict_ranks
+from stepbill.engine.bill import make_bill
+from stepbill.engine.bill_parts import verdict_ranks
 from stepbill.engine.plan import PlanRequest, search
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.bounds import budget_floor, peak_floor, time_floor

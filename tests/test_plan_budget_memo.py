@@ -10,7 +10,8 @@ import random
 
 import pytest
 
-from stepbill.engine.bill import activation_width, verdict_ranks
+from stepbill.engine.bill import activation_width
+from stepbill.engine.bill_parts import verdict_ranks
 from stepbill.engine.parallel.layout import stage_layer_indices
 from stepbill.engine.parallel.ranks import in_flight_microbatches
 from stepbill.engine.plan import evaluate as ev

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from stepbill.engine.bill import bill_step_terms, bill_step_time, make_bill
+from stepbill.engine.bill import make_bill
+from stepbill.engine.bill_parts import bill_step_terms, bill_step_time
 from stepbill.engine.plan.bounds import EMPTY_RANK
 from stepbill.engine.timing.step_terms import StepTerms
 from stepbill.spec import load_preset

@@ -18,8 +18,6 @@ from stepbill.engine.memory.eager import EagerTerms, eager_terms
 from stepbill.engine.memory.timeline import Timeline
 from stepbill.engine.parallel import RankClass, SingleRank, one_gpu_timeline, rank_classes
 from stepbill.engine.parallel.collectives import Collective, step_collectives
-from stepbill.engine.parallel.fsdp2_ranks import exact_reason
-from stepbill.engine.parallel.ranks import stage_classes
 from stepbill.engine.params import ParamInventory, param_inventory
 from stepbill.engine.recompute import RecomputePlan, make_plan
 from stepbill.engine.states import (
@@ -31,11 +29,10 @@ from stepbill.engine.states import (
     trainable_split,
 )
 from stepbill.engine.steptime import DEFAULT_EFFICIENCY, StepTime, step_time
-from stepbill.engine.timing.step_terms import StepTerms, step_terms
 from stepbill.errors import unknown_name
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
-from stepbill.spec.parallel import Parallel, validate_layout
+from stepbill.spec.parallel import Parallel
 from stepbill.spec.recipe import LoRA, Precision, Recipe
 
 GIB = 2**30
@@ -239,26 +236,6 @@ def _convention_terms(spec: ModelSpec, one_gpu: Recipe, convention: str,
     return a_bytes, plan, outside, eager
 
 
-def verdict_ranks(spec: ModelSpec, recipe: Recipe, convention: str = "eager", attention: str = "sdpa") -> list[RankClass]:
-    """`make_bill(spec, recipe, None, convention, attention).ranks` — the same rank classes, numbers and lines —
-    without the bill's other lines where the layout allows: under the approximate per-stage model the classes
-    read only the plan, the eager terms and the holdings, so the one-GPU timeline, FLOPs, collectives and
-    checkpoint lines are not made (what a fit verdict needs: engine/plan/evaluate.py). The one-GPU layout and the
-    layouts the measured FSDP2 / ZeRO-1 rules cover read the one-GPU bill: there, the bill is made."""
-    par = recipe.parallel
-    if par.is_trivial or recipe.precision.quant is not None or not exact_reason(spec, recipe, convention):
-        return make_bill(spec, recipe, None, convention, attention).ranks
-    core = _core(spec, recipe, convention, attention, None)
-    validate_layout(spec, par, recipe.seq_len)
-    return stage_classes(spec, recipe, core.inv, core.plan, core.eager, core.outside_rows,
-                         exact_reason(spec, recipe, convention))
-
-
-def rank_peaks(spec: ModelSpec, recipe: Recipe, convention: str = "eager", attention: str = "sdpa") -> list[float]:
-    """Each rank class's peak (bytes), as make_bill's `ranks[i].memory["peak"]` (see verdict_ranks)."""
-    return [c.memory["peak"] for c in verdict_ranks(spec, recipe, convention, attention)]
-
-
 @lru_cache(maxsize=256)
 def _one_gpu_part(spec: ModelSpec, recipe: Recipe, convention: str, attention: str, gpu_mem_bytes: float | None
                   ) -> tuple[list[Line], Timeline, list[Line], list[Line], dict[str, Line], dict[str, list[act.ActTensor]]]:
@@ -342,56 +319,19 @@ def _flops_part(spec: ModelSpec, one_gpu: Recipe, convention: str, attention: st
                        plan.recompute_flops_square(), matmul_params(spec, inv), lora)
 
 
-def bill_step_time(spec: ModelSpec, recipe: Recipe, worst: RankClass, gpu: GPU,
-                   efficiency: float | None = DEFAULT_EFFICIENCY, convention: str = "ideal",
-                   attention: str = "sdpa") -> StepTime:
-    """make_bill's step time (its `time`) with `worst` as the judged rank class, without the bill's memory: the
-    same recompute plan, collectives and FLOPs lines, the same step_time call. The planner's bounds give it a rank
-    that holds nothing (engine/plan/bounds.py)."""
-    core = _core(spec, recipe, convention, attention, gpu)
-    collectives = step_collectives(spec, recipe, core.inv, gpu, core.plan.rerun)
-    return _step_time(spec, core, recipe, worst, collectives, gpu, efficiency, convention, attention)
-
-
-def bill_time(spec: ModelSpec, recipe: Recipe, gpu: GPU, efficiency: float | None = DEFAULT_EFFICIENCY,
-              convention: str = "ideal", attention: str = "sdpa") -> StepTime:
-    """make_bill(spec, recipe, None, convention, attention, gpu, efficiency).time — its worst rank class by peak
-    (verdict_ranks: the same classes) judged by bill_step_time — without the bill's other lines: what the planner's
-    rows read (engine/plan/evaluate.py)."""
-    worst = max(verdict_ranks(spec, recipe, convention, attention), key=lambda c: c.memory["peak"])
-    return bill_step_time(spec, recipe, worst, gpu, efficiency, convention, attention)
-
-
-def bill_step_terms(spec: ModelSpec, recipe: Recipe, worst: RankClass, gpu: GPU,
-                    efficiency: float | None = DEFAULT_EFFICIENCY, convention: str = "ideal",
-                    attention: str = "sdpa") -> StepTerms:
-    """bill_step_time's numbers (engine/timing/step_terms.py), the same call without its lines: what the planner's
-    bounds read (engine/plan/bounds.py)."""
-    core = _core(spec, recipe, convention, attention, gpu)
-    collectives = step_collectives(spec, recipe, core.inv, gpu, core.plan.rerun)
-    flops = _flops_part(spec, without_layout(recipe), convention, attention)
-    return step_terms(spec, core.inv, recipe, worst, collectives, gpu, flops, efficiency, plan=core.plan)
-
-
-def bill_plan(spec: ModelSpec, recipe: Recipe, convention: str = "ideal", attention: str = "sdpa") -> RecomputePlan:
-    """make_bill's recompute plan of `recipe` (one GPU, one micro-batch). Shared: read it, never change it."""
-    return _convention_terms(spec, without_layout(recipe), convention, attention)[1]
-
-
-def bill_eager_parts(spec: ModelSpec, recipe: Recipe, attention: str = "sdpa"
-                     ) -> tuple[RecomputePlan, EagerTerms | None, Callable[[Callable[[act.ActTensor], float]], float] | None]:
-    """make_bill's eager-convention recompute plan, eager terms and outside-layer bytes by row divisor (the last
-    stage's logits and loss inputs) — what its rank classes are built from. Shared: read them, never change them."""
-    if attention not in act.ATTENTIONS:
-        raise unknown_name("attention implementation", attention, act.ATTENTIONS)
-    a_bytes, plan, _, eager = _convention_terms(spec, without_layout(recipe), "eager", attention)  # as _core does
-    return plan, eager, _outside_rows(spec, recipe, a_bytes)
-
-
 def _step_time(spec: ModelSpec, core: _Core, recipe: Recipe, worst: RankClass, collectives: list[Collective], gpu: GPU,
                efficiency: float | None, convention: str, attention: str) -> StepTime:
     flops = _flops_part(spec, without_layout(recipe), convention, attention)
     return step_time(spec, core.inv, recipe, worst, collectives, gpu, flops, efficiency, plan=core.plan)
+
+
+def _time_inputs(spec: ModelSpec, recipe: Recipe, gpu: GPU, convention: str, attention: str
+                 ) -> tuple[_Core, list[Collective], dict[str, Line]]:
+    """What make_bill's step time reads besides the judged rank: the core, the collectives, the FLOPs lines
+    (engine/bill_parts.py times a rank with them without making the bill)."""
+    core = _core(spec, recipe, convention, attention, gpu)
+    collectives = step_collectives(spec, recipe, core.inv, gpu, core.plan.rerun)
+    return core, collectives, _flops_part(spec, without_layout(recipe), convention, attention)
 
 
 def make_bill(spec: ModelSpec, recipe: Recipe, gpu_mem_bytes: float | None = None, convention: str = "ideal",

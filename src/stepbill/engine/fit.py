@@ -214,7 +214,7 @@ def fit_verdict(bill: Bill, bill_eager: Bill | None, card: Card, reserve: Reserv
 def fit_of_ranks(classes: list[RankClass], recipe: Recipe, convention: str, shown_convention: str, card: Card,
                  reserve: Reserve, fallback: str = "") -> Fit:
     """fit_verdict on the judged rank classes themselves (`classes` of a bill of `convention` for `recipe`, e.g.
-    engine.bill.verdict_ranks's): the planner judges them without making the judged bill's other lines."""
+    engine.bill_parts.verdict_ranks's): the planner judges them without making the judged bill's other lines."""
     budget = card.usable_bytes - reserve.total_bytes
     ranks = tuple(_rank_fit(c, budget) for c in classes)
     worst = min(ranks, key=lambda r: r.headroom_bytes)

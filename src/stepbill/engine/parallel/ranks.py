@@ -229,7 +229,7 @@ def stage_classes(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, on
                   reason: str) -> list[RankClass]:
     """The approximate per-stage model (`rank_classes` when the measured rules do not cover the layout): one class
     per pipeline stage, identical stages merged, from the one-GPU plan and eager terms (nothing else of the one-GPU
-    bill: `engine.bill.verdict_ranks` calls it without making one)."""
+    bill: `engine.bill_parts.verdict_ranks` calls it without making one)."""
     par = recipe.parallel
     kinds = stage_layer_kinds(spec, par)
     indices = stage_layer_indices(spec, par)

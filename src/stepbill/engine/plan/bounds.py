@@ -3,7 +3,7 @@ search (search.py) prunes with.
 
 `time_floor` — a candidate with an explicit recompute policy: the step time's numbers (engine/timing/step_terms,
 which `steptime.step_time` turns into the bill's lines) on the candidate's recipe, collectives and FLOPs lines,
-exactly as make_bill calls them (bill.bill_step_terms), but with the judged rank's memory at zero. The step
+exactly as make_bill calls them (bill_parts.bill_step_terms), but with the judged rank's memory at zero. The step
 time reads the rank's memory in three places only, each monotone: the optimizer step's bytes (2 × optimizer +
 grads + weights: added to the pipeline time), the activation bytes in the HBM traffic (inside a max with the
 compute, under `--efficiency`) and, under activation offload, the kept bytes copied over PCIe (inside a max with
@@ -50,7 +50,8 @@ from functools import lru_cache
 from typing import Any
 
 from stepbill.engine import flops as fl
-from stepbill.engine.bill import bill_eager_parts, bill_plan, bill_step_terms, without_layout
+from stepbill.engine.bill import without_layout
+from stepbill.engine.bill_parts import bill_eager_parts, bill_plan, bill_step_terms
 from stepbill.engine.memory.eager import EagerTerms
 from stepbill.engine.parallel.collectives import rank_param_elements, step_collectives
 from stepbill.engine.parallel.holdings import rank_holdings

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
-from stepbill.engine.bill import activation_width, bill_time, make_bill, verdict_ranks
+from stepbill.engine.bill import activation_width, make_bill
+from stepbill.engine.bill_parts import bill_time, verdict_ranks
 from stepbill.engine.fit import Card, Reserve, communicators, default_reserve, fit_of_ranks, fit_verdict, user_reserve
 from stepbill.engine.parallel.holdings import held_key, slicing_layout, stage_held
 from stepbill.engine.parallel.layout import representative_stage, stage_layer_indices
@@ -172,7 +173,7 @@ def evaluate(req: PlanRequest, cand: Candidate) -> Row | None:
     recipe = recipe_for(req, cand)
     card = Card.from_gpu(req.gpu)
     reserve = reserve_for(req, cand.parallel)
-    try:  # the eager bill's rank classes, without its other lines (engine/bill.verdict_ranks)
+    try:  # the eager bill's rank classes, without its other lines (engine/bill_parts.verdict_ranks)
         eager_ranks = _eager_verdict(req.spec, recipe)
         missing = ""
     except StepbillError as exc:  # no eager bill for this model: the verdict falls back to the ideal peaks
@@ -186,7 +187,7 @@ def evaluate(req: PlanRequest, cand: Candidate) -> Row | None:
                          efficiency=req.efficiency)
         fit = fit_verdict(bill, None, card, reserve, missing)
         time = bill.time
-    else:  # make_bill's time without its other lines (engine/bill.bill_time)
+    else:  # make_bill's time without its other lines (engine/bill_parts.bill_time)
         fit = fit_of_ranks(eager_ranks, recipe, "eager", "ideal", card, reserve)
         time = bill_time(req.spec, recipe, req.gpu, req.efficiency, "ideal", "sdpa") if fit.fits else None
     if not fit.fits:
