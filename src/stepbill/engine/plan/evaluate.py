@@ -178,16 +178,12 @@ def evaluate(req: PlanRequest, cand: Candidate) -> Row | None:
         missing = ""
     except StepbillError as exc:  # no eager bill for this model: the verdict falls back to the ideal peaks
         eager_ranks, missing = None, str(exc)
-    if eager_ranks is not None:
-        budget = card.usable_bytes - reserve.total_bytes
-        if max(c.memory["peak"] for c in eager_ranks) > budget:
-            return None
     if eager_ranks is None:
         bill = make_bill(req.spec, recipe, req.gpu.usable_bytes, "ideal", "sdpa", gpu=req.gpu,
                          efficiency=req.efficiency)
         fit = fit_verdict(bill, None, card, reserve, missing)
         time = bill.time
-    else:  # make_bill's time without its other lines (engine/bill_parts.bill_time)
+    else:  # the time (make_bill's without its other lines: engine/bill_parts.bill_time) only for a row that fits
         fit = fit_of_ranks(eager_ranks, recipe, "eager", "ideal", card, reserve)
         time = bill_time(req.spec, recipe, req.gpu, req.efficiency, "ideal", "sdpa") if fit.fits else None
     if not fit.fits:
