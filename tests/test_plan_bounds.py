@@ -28,6 +28,7 @@ SPACES = {  # (preset, GPUs, seq, global batch tokens, --efficiency)
     "dense": ("llama3-8b", 8, 4096, 4 * 2**20, None),
     "moe": ("mixtral-8x7b", 64, 4096, 4 * 2**20, None),
     "override": ("gpt3-125m", 8, 2048, 2**20, 0.45),
+    "mla-moe": ("deepseek-v3", 2048, 4096, 3840 * 4096, None),
 }
 
 
@@ -94,6 +95,22 @@ def test_budget_peak_floor_never_exceeds_the_solved_budgets_peak(name: str) -> N
         assert resident <= low <= peak, solved
         sharper += low > resident
     assert sharper == len(budgets)
+
+
+@pytest.mark.slow
+def test_peak_floor_holds_the_layouts_buffers_and_backward() -> None:
+    """DeepSeek-V3 on 2,048 GPUs (ZeRO-3 gathers of 256-expert layers, reduce-scatter buffers, every-K segments
+    rebuilt at large micro-batches): with the layout's buffers and each layer's backward in the floor, the median
+    floor is within 2 % of the judged peak (0.78 with the resting state and kept activations alone), never above."""
+    req, cands = sample("mla-moe", 40, seed=5)
+    ratios = []
+    for cand, resident in cands:
+        low = peak_floor(req, cand, resident)
+        solved = resolve_recompute(req, cand)
+        peak = max(c.memory["peak"] for c in verdict_ranks(req.spec, recipe_for(req, solved), "eager", "sdpa"))
+        assert resident <= low <= peak, cand
+        ratios.append(low / peak)
+    assert sorted(ratios)[len(ratios) // 2] > 0.98
 
 
 def test_time_floor_equals_the_bill_without_optimizer_or_offload() -> None:

@@ -224,6 +224,14 @@ def rank_classes(one: SingleRank) -> list[RankClass]:
     return stage_classes(spec, recipe, one.inventory, one.plan, one.eager, one.outside_rows, reason)
 
 
+def offloaded_plan(plan: RecomputePlan) -> RecomputePlan:
+    """A rank's plan under activation offload: kept tensors go to CPU after each layer, so only the running layer's
+    stay on the GPU (each layer's rows count as rebuilt in its own backward: segment 1)."""
+    return replace(plan, layers={k: replace(lp, dropped_bytes=lp.kept_bytes + lp.dropped_bytes + lp.checkpoint_bytes,
+                                            kept_bytes=0.0, checkpoint_bytes=0.0)
+                                 for k, lp in plan.layers.items()}, segment=1)
+
+
 def stage_classes(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, one_plan: RecomputePlan,
                   one_eager: EagerTerms | None, outside_rows: Callable[[Callable[[ActTensor], float]], float] | None,
                   reason: str) -> list[RankClass]:
@@ -247,10 +255,8 @@ def stage_classes(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, on
             held = rank_holdings(spec, recipe, stage)
             plan = rank_plan(one_plan, recipe, order)
             kept = plan.kept_after_forward()
-            if par.offload_activations:  # kept tensors go to CPU after each layer: only the running layer stays
-                plan = replace(plan, layers={k: replace(lp, dropped_bytes=lp.kept_bytes + lp.dropped_bytes + lp.checkpoint_bytes,
-                                                         kept_bytes=0.0, checkpoint_bytes=0.0)
-                                             for k, lp in plan.layers.items()}, segment=1)
+            if par.offload_activations:
+                plan = offloaded_plan(plan)
             eager = rank_eager(one_eager, recipe, held, inventory) if one_eager is not None else None
             buffers, transient = layout_buffers(spec, recipe, order, held)
             base, cpu = _rank_view(recipe, held, order, stage, eager, spec.tied_embeddings, 0.0, buffers)

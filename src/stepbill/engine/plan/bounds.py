@@ -26,38 +26,56 @@ FLOPs are a sum over a subset of the same ops), the largest over stages — and 
 
 (the budget reruns no TP / EP collective: engine/recompute/plan.Rerun).
 
-`peak_floor` — a lower bound of the judged peak (the eager bill's worst rank class): on each stage, the moment the
-forward's last layer ends holds the rank's weights and optimizer states, the gradients already there (all of them
-under gradient accumulation, none otherwise) and the kept activations of every micro-batch in flight (its own,
-plus (in flight − 1) × kept); every other item of that moment is ≥ 0 (engine/memory/timeline._eager_moments), and
-the optimizer step's moment holds weights + optimizer + every gradient (the resident bound). So
+`peak_floor` — a lower bound of the judged peak (the eager bill's worst rank class), read off four moments of each
+stage's timeline (engine/memory/timeline._eager_moments), every other item of which is ≥ 0: the optimizer step
+(weights, optimizer, every gradient, the layout's buffers then: a DDP / ZeRO-1 bucket), the forward's last layer
+(the gradients already there — all of them under gradient accumulation, none otherwise — the kept activations of
+every micro-batch in flight, and that layer's buffers), each layer's backward (its live activations,
+RecomputePlan.backward_live, plus the other micro-batches' kept ones and the layer's buffers: ZeRO-3's two gathered
+units, the reduce-scatter input, CP's K/V block, SP's gathered input, EP's all-to-all buffer), and on the last stage
+the loss's backward (the outside-layer rows — the LM head's input, the logits and loss inputs — the loss's activation
+change and fp32 temporaries, the rank's EagerTerms, and the root unit gathered). So
 
-    peak ≥ max over stages of  weights + optimizer + max(grads, grads·[m > 1] + in flight × kept after forward)
+    peak ≥ max over stages of  weights + optimizer + max(grads + buffers(step),
+                                                         resting + in flight × kept + buffers(last layer, forward),
+                                                         resting + (in flight − 1) × kept
+                                                             + max over layers (live(backward) + buffers(backward)),
+                                                         [last stage] resting + in flight × kept + loss + buffers(loss))
 
-and on the last stage, at the loss's backward, also the outside-layer rows (the LM head's input, the logits and
-loss inputs) and the loss's activation change and fp32 temporaries (the rank's EagerTerms); less 8 bytes for the
-timeline's rounding. The budget solver's candidates (policy unsolved) get the same with the `none` policy's
-rows less every droppable one (`least_kept`: the solver drops droppable rows only, whatever its budget); models
-without an eager bill keep the resident bound. All three floors are tested against full bills over random
-candidates (tests/test_plan_bounds.py).
+less 8 bytes for the timeline's rounding. The buffers are parallel/buffers.layout_buffers, the function the rank's
+timeline reads, on the approximate per-stage model only (the measured FSDP2 / ZeRO-1 rules place their own: there
+the floor leaves them out). The budget solver's candidates (policy unsolved) get the same with the `none` policy's
+rows less every droppable one (`least_kept`: the solver drops droppable rows only, whatever its budget, and a layer's
+backward holds the rows kept before it plus its own every row); models without an eager bill keep the resident
+bound. All three floors are tested against full bills over random candidates (tests/test_plan_bounds.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
 from stepbill.engine import flops as fl
 from stepbill.engine.bill import without_layout
 from stepbill.engine.bill_parts import bill_eager_parts, bill_plan, bill_step_terms
+from stepbill.engine.kinds import Part, Phase
 from stepbill.engine.memory.eager import EagerTerms
+from stepbill.engine.parallel.buffers import layout_buffers
 from stepbill.engine.parallel.collectives import rank_param_elements, step_collectives
-from stepbill.engine.parallel.holdings import rank_holdings
+from stepbill.engine.parallel.fsdp2_ranks import exact_reason
+from stepbill.engine.parallel.holdings import Held, rank_holdings
 from stepbill.engine.parallel.layout import representative_stage, stage_layer_indices, stage_layer_kinds
 from stepbill.engine.parallel.rank_class import MEMORY_KEYS, RankClass
-from stepbill.engine.parallel.ranks import OPTIMIZER_SIDE, in_flight_microbatches, rank_eager, rank_plan, row_divisor
+from stepbill.engine.parallel.ranks import (
+    OPTIMIZER_SIDE,
+    in_flight_microbatches,
+    offloaded_plan,
+    rank_eager,
+    rank_plan,
+    row_divisor,
+)
 from stepbill.engine.params import param_inventory
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.evaluate import recipe_for
@@ -95,7 +113,11 @@ def peak_floor(req: PlanRequest, cand: Candidate, resident: float, recipe: Recip
     best = resident
     # what a rank's activation rows are divided by (ranks.row_divisor; rank_plan's other divisors read the same)
     rows_key = (spec, without_layout(recipe), solved, par.cp, par.tp, par.sp, par.expert_tp)
+    # the layout's buffers (parallel/buffers.py) are on the timeline of the approximate per-stage model only; the
+    # measured FSDP2 / ZeRO-1 rules place their own (engine/bill_parts.verdict_ranks: which model judges)
+    with_buffers = not par.is_trivial and bool(exact_reason(spec, recipe, "eager"))
     held_of: dict[int, tuple[float, float, float]] = {}  # representative stage → (weights, optimizer, grads) bytes
+    buffers_of: dict[tuple[int, tuple[str, ...]], StageBuffers] = {}
     for stage, layers in enumerate(stage_layer_indices(spec, par)):
         rep = representative_stage(spec, par, stage)  # stages holding the same rows (rank_holdings' own memo key)
         if rep not in held_of:
@@ -105,20 +127,56 @@ def peak_floor(req: PlanRequest, cand: Candidate, resident: float, recipe: Recip
                             sum(v for k, v in held.items() if k.startswith(OPTIMIZER_SIDE)),
                             held.get("grads", 0.0))
         weights, optimizer, grads = held_of[rep]
+        order = tuple(plan.order[i] for i in layers)
+        last = stage == par.pp - 1
+        buf = NO_BUFFERS
+        if with_buffers and order:
+            if (rep, order) not in buffers_of:
+                buffers_of[rep, order] = stage_buffers(spec, recipe, order, rank_holdings(spec, recipe, stage))
+            buf = buffers_of[rep, order]
         resting = grads if par.micro_batches > 1 else 0.0
-        kept = 0.0
-        if not par.offload_activations:
-            order = tuple(plan.order[i] for i in layers)
-            kept = _memo(("kept", *rows_key, order), _kept_bytes, plan, recipe, order, solved) \
-                * in_flight_microbatches(recipe, stage)
-        live = max(grads, resting + kept)
-        if stage == par.pp - 1 and eager is not None and outside_rows is not None:
+        # per micro-batch: kept after the forward; the most alive in a layer's backward, with its buffers
+        flight = in_flight_microbatches(recipe, stage)
+        kept = 0.0 if par.offload_activations else \
+            _memo(("kept", *rows_key, order), _kept_bytes, plan, recipe, order, solved)
+        backward = max((live + buf.backward_of.get(k, 0.0) for live, k in
+                        zip(_backward_live(rows_key, plan, recipe, order), order, strict=True)), default=0.0)
+        # the optimizer step; the forward's last layer; the backward of each layer (its activations and buffers)
+        live = max(grads + buf.optimizer, resting + kept * flight + buf.forward_last,
+                   resting + kept * (flight - 1) + max(backward, buf.backward))
+        if last and eager is not None and outside_rows is not None:
             # the loss's backward: the logits' inputs and the loss's activations and fp32 temporaries
             outside = _memo(("outside", *rows_key), outside_rows, row_divisor(recipe))
             loss = _memo(("loss", spec, rows_key[1], par.cp * par.tp), _loss_bytes, spec, recipe, stage, eager)
-            live = max(live, resting + kept + outside + loss)
+            live = max(live, resting + kept * flight + outside + loss + buf.loss)
         best = max(best, weights + optimizer + live - ROUNDING_SLACK_BYTES)
     return best
+
+
+@dataclass(frozen=True)
+class StageBuffers:
+    """The layout's buffers (bytes) a stage's timeline holds at the moments peak_floor reads: the optimizer step,
+    the forward of the stage's last layer, the backward of its layer with the largest, the loss's backward."""
+
+    optimizer: float = 0.0
+    forward_last: float = 0.0
+    backward: float = 0.0  # the largest over the stage's layers
+    loss: float = 0.0
+    backward_of: dict[str, float] = field(default_factory=dict)  # a layer's backward, by its kind
+
+
+NO_BUFFERS = StageBuffers()
+
+
+def stage_buffers(spec: ModelSpec, recipe: Recipe, order: tuple[str, ...], held: Held) -> StageBuffers:
+    """parallel/buffers.layout_buffers at peak_floor's moments (memory/timeline._eager_moments' items: the
+    optimizer step's Part.STEP, the forward's Part.LAYER of the last layer, every layer's backward Part.LAYER, the
+    loss's Part.LOSS) — the same function the rank's timeline reads, so each is that moment's `buffers` item."""
+    buffers = layout_buffers(spec, recipe, order, held)[0]
+    # a layer's buffers read its kind only
+    backward_of = {kind: float(buffers(Phase.BACKWARD, Part.LAYER, order.index(kind))) for kind in order}
+    return StageBuffers(buffers(Phase.OPTIMIZER, Part.STEP, None), buffers(Phase.FORWARD, Part.LAYER, len(order) - 1),
+                        max(backward_of.values()), buffers(Phase.BACKWARD, Part.LOSS, None), backward_of)
 
 
 def least_kept(plan: RecomputePlan) -> RecomputePlan:
@@ -136,6 +194,25 @@ def _kept_bytes(plan: RecomputePlan, recipe: Recipe, order: tuple[str, ...], lea
     """Kept activation bytes per micro-batch after the forward of a stage running `order` (rank_plan); `least`: of
     least_kept(plan)."""
     return rank_plan(least_kept(plan) if least else plan, recipe, order).kept_after_forward()
+
+
+def _backward_live(rows_key: tuple, plan: RecomputePlan, recipe: Recipe, order: tuple[str, ...]) -> tuple[float, ...]:
+    """Activation bytes per micro-batch alive in each layer's backward on a stage running `order`: rank_plan's
+    backward_live (under activation offload, of ranks.offloaded_plan), which the timeline's Part.LAYER backward
+    moments hold plus items ≥ 0. A budget candidate (rows_key[2]) reads least_kept(plan): its layers keep and drop
+    the `none` rows (segment 1), so its backward_live is the rows kept before the layer plus the layer's every row,
+    and least_kept keeps the fewest. Memoised as _kept_bytes, with the offload."""
+    offload = recipe.parallel.offload_activations
+    key = ("backward", *rows_key, order, offload)
+    if key not in _LIVE:
+        if len(_LIVE) >= _MEMO_MAX:
+            _LIVE.clear()
+        rank = rank_plan(least_kept(plan) if rows_key[2] else plan, recipe, order)
+        _LIVE[key] = tuple((offloaded_plan(rank) if offload else rank).backward_live())
+    return _LIVE[key]
+
+
+_LIVE: dict[tuple, tuple[float, ...]] = {}
 
 
 def _loss_bytes(spec: ModelSpec, recipe: Recipe, stage: int, eager: EagerTerms) -> float:
