@@ -11,7 +11,7 @@ import pytest
 
 from stepbill.engine.bill import make_bill
 from stepbill.engine.bill_parts import verdict_ranks
-from stepbill.engine.plan import PlanRequest, search
+from stepbill.engine.plan import PlanRequest, bounds, search
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.bounds import budget_floor, peak_floor, time_floor
 from stepbill.engine.plan.branch_bound import Answer
@@ -111,6 +111,34 @@ def test_peak_floor_holds_the_layouts_buffers_and_backward() -> None:
         assert resident <= low <= peak, cand
         ratios.append(low / peak)
     assert sorted(ratios)[len(ratios) // 2] > 0.98
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["moe", "mla-moe"])
+def test_peak_floor_memo_changes_no_value(name: str) -> None:
+    """peak_floor's memos (per-stage terms on what they read, the stage groups, kept and backward bytes) never
+    change a floor: each candidate's floor with every memo warm from its siblings equals its floor from cold memos.
+    The siblings share a (tp, pp, cp) cell, so they differ in one or a few fields (ZeRO, shard group, ep, etp,
+    schedule, offloads, sp, micro-batch, recompute): a memo key missing one of them gives some pair a wrong floor."""
+    model, gpus, seq, batch, efficiency = SPACES[name]
+    req = PlanRequest(load_preset(model), load_gpu("h100-sxm"), "h100-sxm", (gpus,), seq, model,
+                      global_batch_tokens=batch, efficiency=efficiency)
+    groups = list(enumerate_space(req, Rejections()))
+    rng = random.Random(6)
+    cands: list[tuple[Candidate, float]] = []
+    for _ in range(3):
+        cell = rng.choice(groups).holdings_layout
+        for group in groups:
+            par = group.holdings_layout
+            if (par.tp, par.pp, par.cp) == (cell.tp, cell.pp, cell.cp):
+                resident = resident_bound(req, par, group.offload_optimizer)
+                cands += [(group.candidate(v), resident) for v in group.variants]
+    cands = rng.sample(cands, min(len(cands), 400))
+    warm = [peak_floor(req, cand, resident) for cand, resident in cands]
+    for (cand, resident), value in zip(cands, warm, strict=True):
+        for memo in (bounds._TERMS, bounds._GROUPS, bounds._MEMO, bounds._LIVE):
+            memo.clear()
+        assert peak_floor(req, cand, resident) == value, cand
 
 
 def test_time_floor_equals_the_bill_without_optimizer_or_offload() -> None:

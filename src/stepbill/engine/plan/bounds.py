@@ -87,6 +87,7 @@ from stepbill.engine.timing.step_terms import StepTerms
 from stepbill.errors import StepbillError
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
+from stepbill.spec.parallel import Parallel
 from stepbill.spec.recipe import Recipe
 
 #: A rank holding nothing: the step time's memory-dependent terms at their floor (see the module's docstring).
@@ -110,47 +111,96 @@ def peak_floor(req: PlanRequest, cand: Candidate, resident: float, recipe: Recip
     except StepbillError:  # no eager bill for this model: the verdict reads the ideal peaks
         return resident
     spec, par = req.spec, recipe.parallel
-    best = resident
     # what a rank's activation rows are divided by (ranks.row_divisor; rank_plan's other divisors read the same)
     rows_key = (spec, without_layout(recipe), solved, par.cp, par.tp, par.sp, par.expert_tp)
     # the layout's buffers (parallel/buffers.py) are on the timeline of the approximate per-stage model only; the
     # measured FSDP2 / ZeRO-1 rules place their own (engine/bill_parts.verdict_ranks: which model judges)
     with_buffers = not par.is_trivial and bool(exact_reason(spec, recipe, "eager"))
-    held_of: dict[int, tuple[float, float, float]] = {}  # representative stage → (weights, optimizer, grads) bytes
-    buffers_of: dict[tuple[int, tuple[str, ...]], StageBuffers] = {}
-    for stage, layers in enumerate(stage_layer_indices(spec, par)):
-        rep = representative_stage(spec, par, stage)  # stages holding the same rows (rank_holdings' own memo key)
-        if rep not in held_of:
-            held = rank_holdings(spec, recipe, stage).held
-            held_of[rep] = (sum(v for k, v in held.items() if k.startswith("weights")),
-                            0.0 if par.offload_optimizer else
-                            sum(v for k, v in held.items() if k.startswith(OPTIMIZER_SIDE)),
-                            held.get("grads", 0.0))
-        weights, optimizer, grads = held_of[rep]
-        order = tuple(plan.order[i] for i in layers)
-        last = stage == par.pp - 1
-        buf = NO_BUFFERS
-        if with_buffers and order:
-            if (rep, order) not in buffers_of:
-                buffers_of[rep, order] = stage_buffers(spec, recipe, order, rank_holdings(spec, recipe, stage))
-            buf = buffers_of[rep, order]
-        resting = grads if par.micro_batches > 1 else 0.0
-        # per micro-batch: kept after the forward; the most alive in a layer's backward, with its buffers
+    # everything of a stage's terms but its micro-batches in flight: what slices the parameters (holdings.
+    # slicing_layout's fields), sp (the buffers' SP input), the offloads, and the rows (rows_key)
+    layout_key = (par.dp, par.tp, par.pp, par.cp, par.ep, par.etp, par.zero, par.shard_group, par.vpp,
+                  par.pp_layers, par.pp_schedule, par.sp, par.offload_optimizer, par.offload_activations, with_buffers)
+    best = resident
+    for rep, stage, order in _stage_groups(spec, par, plan.order):
+        key = (rows_key, layout_key, rep, order)
+        if key not in _TERMS:
+            if len(_TERMS) >= _MEMO_MAX:
+                _TERMS.clear()
+            _TERMS[key] = _stage_terms(spec, recipe, plan, eager, outside_rows, rows_key, stage, order, with_buffers)
+        t = _TERMS[key]
+        # stages sharing the terms differ in micro-batches in flight only, and every term grows with it: the group's
+        # first stage has the most (in_flight_microbatches)
         flight = in_flight_microbatches(recipe, stage)
-        kept = 0.0 if par.offload_activations else \
-            _memo(("kept", *rows_key, order), _kept_bytes, plan, recipe, order, solved)
-        backward = max((live + buf.backward_of.get(k, 0.0) for live, k in
-                        zip(_backward_live(rows_key, plan, recipe, order), order, strict=True)), default=0.0)
+        resting = t.grads if par.micro_batches > 1 else 0.0
         # the optimizer step; the forward's last layer; the backward of each layer (its activations and buffers)
-        live = max(grads + buf.optimizer, resting + kept * flight + buf.forward_last,
-                   resting + kept * (flight - 1) + max(backward, buf.backward))
-        if last and eager is not None and outside_rows is not None:
-            # the loss's backward: the logits' inputs and the loss's activations and fp32 temporaries
-            outside = _memo(("outside", *rows_key), outside_rows, row_divisor(recipe))
-            loss = _memo(("loss", spec, rows_key[1], par.cp * par.tp), _loss_bytes, spec, recipe, stage, eager)
-            live = max(live, resting + kept * flight + outside + loss + buf.loss)
-        best = max(best, weights + optimizer + live - ROUNDING_SLACK_BYTES)
+        live = max(t.grads + t.step_buffers, resting + t.kept * flight + t.forward_buffers,
+                   resting + t.kept * (flight - 1) + t.backward)
+        if t.loss is not None:  # the loss's backward
+            live = max(live, resting + t.kept * flight + t.loss)
+        best = max(best, t.resident + live - ROUNDING_SLACK_BYTES)
     return best
+
+
+@dataclass(frozen=True)
+class StageTerms:
+    """One stage's parts of peak_floor (bytes): weights + optimizer states on the GPU, every gradient, the kept
+    activations per micro-batch after the forward, the most a layer's backward holds (its live activations and
+    buffers), the layout's buffers at the optimizer step and at the forward's last layer, and on the last stage the
+    loss's backward (outside-layer rows, the loss's activations and fp32 temporaries, buffers; None elsewhere)."""
+
+    resident: float
+    grads: float
+    kept: float
+    backward: float
+    step_buffers: float
+    forward_buffers: float
+    loss: float | None
+
+
+#: peak_floor's per-stage terms, on (rows_key, the layout's fields they read, representative stage, layer order).
+_TERMS: dict[tuple, StageTerms] = {}
+
+
+def _stage_terms(spec: ModelSpec, recipe: Recipe, plan: RecomputePlan, eager: EagerTerms | None,
+                 outside_rows: Callable[..., float] | None, rows_key: tuple, stage: int, order: tuple[str, ...],
+                 with_buffers: bool) -> StageTerms:
+    """StageTerms of `stage` (running `order`) under `recipe` (peak_floor's arguments)."""
+    par = recipe.parallel
+    holdings = rank_holdings(spec, recipe, stage)
+    held = holdings.held
+    weights = sum(v for k, v in held.items() if k.startswith("weights"))
+    optimizer = 0.0 if par.offload_optimizer else sum(v for k, v in held.items() if k.startswith(OPTIMIZER_SIDE))
+    grads = held.get("grads", 0.0)
+    buf = stage_buffers(spec, recipe, order, holdings) if with_buffers and order else NO_BUFFERS
+    kept = 0.0 if par.offload_activations else \
+        _memo(("kept", *rows_key, order), _kept_bytes, plan, recipe, order, rows_key[2])
+    backward = max((live + buf.backward_of.get(k, 0.0) for live, k in
+                    zip(_backward_live(rows_key, plan, recipe, order), order, strict=True)), default=0.0)
+    loss = None
+    if stage == par.pp - 1 and eager is not None and outside_rows is not None:
+        # the logits' inputs, and the loss's activations and fp32 temporaries
+        outside = _memo(("outside", *rows_key), outside_rows, row_divisor(recipe))
+        loss = _memo(("loss", spec, rows_key[1], par.cp * par.tp), _loss_bytes, spec, recipe, stage, eager) \
+            + outside + buf.loss
+    return StageTerms(weights + optimizer, grads, kept, max(backward, buf.backward), buf.optimizer, buf.forward_last,
+                      loss)
+
+
+def _stage_groups(spec: ModelSpec, par: Parallel, order: tuple[str, ...]) -> tuple[tuple[int, int, tuple[str, ...]], ...]:
+    """(representative stage, the first stage so represented, its layer kinds in order) for each distinct pair:
+    stages holding the same rows and running the same layers (`order`: the model's layer kinds) have the same
+    terms. Memoised on what it reads (layout.stage_layer_indices and representative_stage read the pipeline's
+    stages, chunks and split only). Shared: read it, never change it."""
+    key = (spec, par.pp, par.vpp, par.pp_layers, order)
+    if key not in _GROUPS:
+        groups: dict[tuple[int, tuple[str, ...]], int] = {}
+        for stage, layers in enumerate(stage_layer_indices(spec, par)):
+            groups.setdefault((representative_stage(spec, par, stage), tuple(order[i] for i in layers)), stage)
+        _GROUPS[key] = tuple((rep, stage, kinds) for (rep, kinds), stage in groups.items())
+    return _GROUPS[key]
+
+
+_GROUPS: dict[tuple, tuple[tuple[int, int, tuple[str, ...]], ...]] = {}
 
 
 @dataclass(frozen=True)
