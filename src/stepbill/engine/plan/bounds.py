@@ -172,10 +172,8 @@ def _stage_terms(spec: ModelSpec, recipe: Recipe, plan: RecomputePlan, eager: Ea
     optimizer = 0.0 if par.offload_optimizer else sum(v for k, v in held.items() if k.startswith(OPTIMIZER_SIDE))
     grads = held.get("grads", 0.0)
     buf = stage_buffers(spec, recipe, order, holdings) if with_buffers and order else NO_BUFFERS
-    kept = 0.0 if par.offload_activations else \
-        _memo(("kept", *rows_key, order), _kept_bytes, plan, recipe, order, rows_key[2])
-    backward = max((live + buf.backward_of.get(k, 0.0) for live, k in
-                    zip(_backward_live(rows_key, plan, recipe, order), order, strict=True)), default=0.0)
+    kept, live_of = _stage_rows(rows_key, plan, recipe, order)
+    backward = max((live + buf.backward_of.get(k, 0.0) for live, k in zip(live_of, order, strict=True)), default=0.0)
     loss = None
     if stage == par.pp - 1 and eager is not None and outside_rows is not None:
         # the logits' inputs, and the loss's activations and fp32 temporaries
@@ -240,29 +238,33 @@ def least_kept(plan: RecomputePlan) -> RecomputePlan:
     return replace(plan, layers=layers)
 
 
-def _kept_bytes(plan: RecomputePlan, recipe: Recipe, order: tuple[str, ...], least: bool) -> float:
-    """Kept activation bytes per micro-batch after the forward of a stage running `order` (rank_plan); `least`: of
-    least_kept(plan)."""
-    return rank_plan(least_kept(plan) if least else plan, recipe, order).kept_after_forward()
-
-
-def _backward_live(rows_key: tuple, plan: RecomputePlan, recipe: Recipe, order: tuple[str, ...]) -> tuple[float, ...]:
-    """Activation bytes per micro-batch alive in each layer's backward on a stage running `order`: rank_plan's
-    backward_live (under activation offload, of ranks.offloaded_plan), which the timeline's Part.LAYER backward
-    moments hold plus items ≥ 0. A budget candidate (rows_key[2]) reads least_kept(plan): its layers keep and drop
-    the `none` rows (segment 1), so its backward_live is the rows kept before the layer plus the layer's every row,
-    and least_kept keeps the fewest. Memoised as _kept_bytes, with the offload."""
+def _stage_rows(rows_key: tuple, plan: RecomputePlan, recipe: Recipe, order: tuple[str, ...]
+                ) -> tuple[float, tuple[float, ...]]:
+    """(kept activation bytes per micro-batch after the forward, and those alive in each layer's backward) on a stage
+    running `order`: rank_plan's kept_after_forward and backward_live, which the timeline's last forward Part.LAYER
+    and its backward Part.LAYER moments hold plus items ≥ 0. Under activation offload, nothing is kept and the
+    backward is ranks.offloaded_plan's. A budget candidate (rows_key[2]) reads least_kept(plan): its layers keep and
+    drop the `none` rows (segment 1), so its backward holds the rows kept before the layer plus the layer's every
+    row, and least_kept keeps the fewest. Memoised on what it reads: the rows (rows_key), the order, the offload."""
     offload = recipe.parallel.offload_activations
-    key = ("backward", *rows_key, order, offload)
-    if key not in _LIVE:
-        if len(_LIVE) >= _MEMO_MAX:
-            _LIVE.clear()
-        rank = rank_plan(least_kept(plan) if rows_key[2] else plan, recipe, order)
-        _LIVE[key] = tuple((offloaded_plan(rank) if offload else rank).backward_live())
-    return _LIVE[key]
+    key = (rows_key, order, offload)
+    if key not in _ROWS:
+        if len(_ROWS) >= _MEMO_MAX:
+            _ROWS.clear()
+        if rows_key[2]:
+            least = (rows_key[0], rows_key[1])
+            if least not in _LEAST:
+                _LEAST.clear()  # one model and recipe at a time, as a search runs
+                _LEAST[least] = least_kept(plan)
+            plan = _LEAST[least]
+        rank = rank_plan(plan, recipe, order)
+        _ROWS[key] = (0.0, tuple(offloaded_plan(rank).backward_live())) if offload else \
+            (rank.kept_after_forward(), tuple(rank.backward_live()))
+    return _ROWS[key]
 
 
-_LIVE: dict[tuple, tuple[float, ...]] = {}
+_ROWS: dict[tuple, tuple[float, tuple[float, ...]]] = {}
+_LEAST: dict[tuple, RecomputePlan] = {}  # least_kept of the last one-GPU plan a budget candidate read
 
 
 def _loss_bytes(spec: ModelSpec, recipe: Recipe, stage: int, eager: EagerTerms) -> float:
@@ -272,10 +274,10 @@ def _loss_bytes(spec: ModelSpec, recipe: Recipe, stage: int, eager: EagerTerms) 
     return e.loss_act + e.loss_temp
 
 
-#: peak_floor's memo: a stage's kept bytes per micro-batch and the last stage's outside-layer bytes depend only on
-#: the model, the one-GPU recipe (bill_eager_parts' plan and rows) and the row divisors (rank_plan, row_divisor:
-#: cp, tp, sp, expert tp), the loss's bytes on cp × tp (_loss_bytes) — the same for every ZeRO stage, pipeline
-#: schedule, expert degree and optimizer offload of a layout, which the planner varies most. Cleared when full.
+#: peak_floor's memo: the last stage's outside-layer bytes depend only on the model, the one-GPU recipe
+#: (bill_eager_parts' rows) and the row divisors (row_divisor: cp, tp, sp, expert tp), the loss's bytes on cp × tp
+#: (_loss_bytes) — the same for every ZeRO stage, pipeline schedule, expert degree and optimizer offload of a layout,
+#: which the planner varies most. Cleared when full (as _ROWS and _TERMS).
 _MEMO: dict[tuple, float] = {}
 _MEMO_MAX = 1 << 16
 
