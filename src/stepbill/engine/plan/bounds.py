@@ -65,7 +65,7 @@ from stepbill.engine.memory.eager import EagerTerms
 from stepbill.engine.parallel.buffers import layout_buffers
 from stepbill.engine.parallel.collectives import rank_param_elements, step_collectives
 from stepbill.engine.parallel.fsdp2_ranks import exact_reason
-from stepbill.engine.parallel.holdings import Held, rank_holdings
+from stepbill.engine.parallel.holdings import rank_holdings
 from stepbill.engine.parallel.layout import representative_stage, stage_layer_indices, stage_layer_kinds
 from stepbill.engine.parallel.rank_class import MEMORY_KEYS, RankClass
 from stepbill.engine.parallel.ranks import (
@@ -116,72 +116,56 @@ def peak_floor(req: PlanRequest, cand: Candidate, resident: float, recipe: Recip
     # the layout's buffers (parallel/buffers.py) are on the timeline of the approximate per-stage model only; the
     # measured FSDP2 / ZeRO-1 rules place their own (engine/bill_parts.verdict_ranks: which model judges)
     with_buffers = not par.is_trivial and bool(exact_reason(spec, recipe, "eager"))
-    # everything of a stage's terms but its micro-batches in flight: what slices the parameters (holdings.
-    # slicing_layout's fields), sp (the buffers' SP input), the offloads, and the rows (rows_key)
-    layout_key = (par.dp, par.tp, par.pp, par.cp, par.ep, par.etp, par.zero, par.shard_group, par.vpp,
-                  par.pp_layers, par.pp_schedule, par.sp, par.offload_optimizer, par.offload_activations, with_buffers)
+    # what slices the parameters (holdings.slicing_layout's fields: rank_holdings' memo key, with the precision,
+    # optimizer and LoRA) and the optimizer offload: the stage's resident terms read nothing else
+    slicing = (spec, recipe.precision, recipe.optimizer, recipe.lora, par.dp, par.tp, par.pp, par.cp, par.ep, par.etp,
+               par.zero, par.shard_group, par.vpp, par.pp_layers, par.pp_schedule, par.offload_optimizer)
+    m = par.micro_batches
     best = resident
     for rep, stage, order in _stage_groups(spec, par, plan.order):
-        key = (rows_key, layout_key, rep, order)
-        if key not in _TERMS:
-            if len(_TERMS) >= _MEMO_MAX:
-                _TERMS.clear()
-            _TERMS[key] = _stage_terms(spec, recipe, plan, eager, outside_rows, rows_key, stage, order, with_buffers)
-        t = _TERMS[key]
-        # stages sharing the terms differ in micro-batches in flight only, and every term grows with it: the group's
-        # first stage has the most (in_flight_microbatches)
+        # stages of a group differ in micro-batches in flight only, and every term grows with it: the group's first
+        # stage has the most (in_flight_microbatches)
         flight = in_flight_microbatches(recipe, stage)
-        resting = t.grads if par.micro_batches > 1 else 0.0
-        # the optimizer step; the forward's last layer; the backward of each layer (its activations and buffers)
-        live = max(t.grads + t.step_buffers, resting + t.kept * flight + t.forward_buffers,
-                   resting + t.kept * (flight - 1) + t.backward)
-        if t.loss is not None:  # the loss's backward
-            live = max(live, resting + t.kept * flight + t.loss)
-        best = max(best, t.resident + live - ROUNDING_SLACK_BYTES)
+        on_gpu, grads = _memo_of(_HELD, (slicing, rep), _stage_held, spec, recipe, stage)
+        buf = _memo_of(_BUFFERS, (slicing, par.sp, recipe.tokens, rep, order), stage_buffers, spec, recipe, order,
+                       stage) if with_buffers and order else NO_BUFFERS
+        kept, live_of = _stage_rows(rows_key, plan, recipe, order)
+        # a layer's backward: its live activations, the other micro-batches' kept ones, its buffers (by its kind)
+        backward = max(live + buf.backward_of.get(k, 0.0) for k, live in live_of.items()) if live_of else 0.0
+        resting = grads if m > 1 else 0.0
+        # the optimizer step; the forward's last layer; the backward of each layer
+        live = max(grads + buf.optimizer, resting + kept * flight + buf.forward_last,
+                   resting + kept * (flight - 1) + max(backward, buf.backward))
+        if stage == par.pp - 1 and eager is not None and outside_rows is not None:
+            # the loss's backward: the logits' inputs, and the loss's activations and fp32 temporaries
+            outside = _memo(("outside", *rows_key), outside_rows, row_divisor(recipe))
+            loss = _memo(("loss", spec, rows_key[1], par.cp * par.tp), _loss_bytes, spec, recipe, stage, eager)
+            live = max(live, resting + kept * flight + outside + loss + buf.loss)
+        best = max(best, on_gpu + live - ROUNDING_SLACK_BYTES)
     return best
 
 
-@dataclass(frozen=True)
-class StageTerms:
-    """One stage's parts of peak_floor (bytes): weights + optimizer states on the GPU, every gradient, the kept
-    activations per micro-batch after the forward, the most a layer's backward holds (its live activations and
-    buffers), the layout's buffers at the optimizer step and at the forward's last layer, and on the last stage the
-    loss's backward (outside-layer rows, the loss's activations and fp32 temporaries, buffers; None elsewhere)."""
-
-    resident: float
-    grads: float
-    kept: float
-    backward: float
-    step_buffers: float
-    forward_buffers: float
-    loss: float | None
+#: peak_floor's memos, each on what its value reads (see the callers' keys); cleared when full.
+_HELD: dict[tuple, tuple[float, float]] = {}
+_BUFFERS: dict[tuple, StageBuffers] = {}
 
 
-#: peak_floor's per-stage terms, on (rows_key, the layout's fields they read, representative stage, layer order).
-_TERMS: dict[tuple, StageTerms] = {}
+def _memo_of(memo: dict[tuple, Any], key: tuple, compute: Callable[..., Any], *args: Any) -> Any:
+    """compute(*args), memoised in `memo` on `key` (what the value reads)."""
+    if key not in memo:
+        if len(memo) >= _MEMO_MAX:
+            memo.clear()
+        memo[key] = compute(*args)
+    return memo[key]
 
 
-def _stage_terms(spec: ModelSpec, recipe: Recipe, plan: RecomputePlan, eager: EagerTerms | None,
-                 outside_rows: Callable[..., float] | None, rows_key: tuple, stage: int, order: tuple[str, ...],
-                 with_buffers: bool) -> StageTerms:
-    """StageTerms of `stage` (running `order`) under `recipe` (peak_floor's arguments)."""
-    par = recipe.parallel
-    holdings = rank_holdings(spec, recipe, stage)
-    held = holdings.held
+def _stage_held(spec: ModelSpec, recipe: Recipe, stage: int) -> tuple[float, float]:
+    """(weights + optimizer states on the GPU, every gradient) of a rank of `stage`, bytes (rank_holdings)."""
+    held = rank_holdings(spec, recipe, stage).held
     weights = sum(v for k, v in held.items() if k.startswith("weights"))
-    optimizer = 0.0 if par.offload_optimizer else sum(v for k, v in held.items() if k.startswith(OPTIMIZER_SIDE))
-    grads = held.get("grads", 0.0)
-    buf = stage_buffers(spec, recipe, order, holdings) if with_buffers and order else NO_BUFFERS
-    kept, live_of = _stage_rows(rows_key, plan, recipe, order)
-    backward = max((live + buf.backward_of.get(k, 0.0) for live, k in zip(live_of, order, strict=True)), default=0.0)
-    loss = None
-    if stage == par.pp - 1 and eager is not None and outside_rows is not None:
-        # the logits' inputs, and the loss's activations and fp32 temporaries
-        outside = _memo(("outside", *rows_key), outside_rows, row_divisor(recipe))
-        loss = _memo(("loss", spec, rows_key[1], par.cp * par.tp), _loss_bytes, spec, recipe, stage, eager) \
-            + outside + buf.loss
-    return StageTerms(weights + optimizer, grads, kept, max(backward, buf.backward), buf.optimizer, buf.forward_last,
-                      loss)
+    optimizer = 0.0 if recipe.parallel.offload_optimizer else \
+        sum(v for k, v in held.items() if k.startswith(OPTIMIZER_SIDE))
+    return weights + optimizer, held.get("grads", 0.0)
 
 
 def _stage_groups(spec: ModelSpec, par: Parallel, order: tuple[str, ...]) -> tuple[tuple[int, int, tuple[str, ...]], ...]:
@@ -216,13 +200,14 @@ class StageBuffers:
 NO_BUFFERS = StageBuffers()
 
 
-def stage_buffers(spec: ModelSpec, recipe: Recipe, order: tuple[str, ...], held: Held) -> StageBuffers:
-    """parallel/buffers.layout_buffers at peak_floor's moments (memory/timeline._eager_moments' items: the
-    optimizer step's Part.STEP, the forward's Part.LAYER of the last layer, every layer's backward Part.LAYER, the
-    loss's Part.LOSS) — the same function the rank's timeline reads, so each is that moment's `buffers` item."""
-    buffers = layout_buffers(spec, recipe, order, held)[0]
+def stage_buffers(spec: ModelSpec, recipe: Recipe, order: tuple[str, ...], stage: int) -> StageBuffers:
+    """parallel/buffers.layout_buffers of a rank of `stage` running `order`, at peak_floor's moments
+    (memory/timeline._eager_moments' items: the optimizer step's Part.STEP, the forward's Part.LAYER of the last
+    layer, every layer's backward Part.LAYER, the loss's Part.LOSS) — the same function the rank's timeline reads,
+    so each is that moment's `buffers` item."""
+    buffers = layout_buffers(spec, recipe, order, rank_holdings(spec, recipe, stage))[0]
     # a layer's buffers read its kind only
-    backward_of = {kind: float(buffers(Phase.BACKWARD, Part.LAYER, order.index(kind))) for kind in order}
+    backward_of = {kind: float(buffers(Phase.BACKWARD, Part.LAYER, order.index(kind))) for kind in dict.fromkeys(order)}
     return StageBuffers(buffers(Phase.OPTIMIZER, Part.STEP, None), buffers(Phase.FORWARD, Part.LAYER, len(order) - 1),
                         max(backward_of.values()), buffers(Phase.BACKWARD, Part.LOSS, None), backward_of)
 
@@ -239,8 +224,9 @@ def least_kept(plan: RecomputePlan) -> RecomputePlan:
 
 
 def _stage_rows(rows_key: tuple, plan: RecomputePlan, recipe: Recipe, order: tuple[str, ...]
-                ) -> tuple[float, tuple[float, ...]]:
-    """(kept activation bytes per micro-batch after the forward, and those alive in each layer's backward) on a stage
+                ) -> tuple[float, dict[str, float]]:
+    """(kept activation bytes per micro-batch after the forward, and the most alive in the backward of a layer of
+    each kind — a layer's buffers read its kind only) on a stage
     running `order`: rank_plan's kept_after_forward and backward_live, which the timeline's last forward Part.LAYER
     and its backward Part.LAYER moments hold plus items ≥ 0. Under activation offload, nothing is kept and the
     backward is ranks.offloaded_plan's. A budget candidate (rows_key[2]) reads least_kept(plan): its layers keep and
@@ -258,12 +244,15 @@ def _stage_rows(rows_key: tuple, plan: RecomputePlan, recipe: Recipe, order: tup
                 _LEAST[least] = least_kept(plan)
             plan = _LEAST[least]
         rank = rank_plan(plan, recipe, order)
-        _ROWS[key] = (0.0, tuple(offloaded_plan(rank).backward_live())) if offload else \
-            (rank.kept_after_forward(), tuple(rank.backward_live()))
+        kept = 0.0 if offload else rank.kept_after_forward()
+        most: dict[str, float] = {}  # the most alive in the backward of a layer of each kind
+        for kind, live in zip(order, (offloaded_plan(rank) if offload else rank).backward_live(), strict=True):
+            most[kind] = max(live, most.get(kind, live))
+        _ROWS[key] = (kept, most)
     return _ROWS[key]
 
 
-_ROWS: dict[tuple, tuple[float, tuple[float, ...]]] = {}
+_ROWS: dict[tuple, tuple[float, dict[str, float]]] = {}
 _LEAST: dict[tuple, RecomputePlan] = {}  # least_kept of the last one-GPU plan a budget candidate read
 
 
@@ -277,7 +266,7 @@ def _loss_bytes(spec: ModelSpec, recipe: Recipe, stage: int, eager: EagerTerms) 
 #: peak_floor's memo: the last stage's outside-layer bytes depend only on the model, the one-GPU recipe
 #: (bill_eager_parts' rows) and the row divisors (row_divisor: cp, tp, sp, expert tp), the loss's bytes on cp × tp
 #: (_loss_bytes) — the same for every ZeRO stage, pipeline schedule, expert degree and optimizer offload of a layout,
-#: which the planner varies most. Cleared when full (as _ROWS and _TERMS).
+#: which the planner varies most. Cleared when full (as _ROWS, _HELD and _BUFFERS).
 _MEMO: dict[tuple, float] = {}
 _MEMO_MAX = 1 << 16
 
