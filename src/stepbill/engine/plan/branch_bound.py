@@ -161,7 +161,9 @@ def bill_in_order(req: PlanRequest, groups: list[Group], leads: list[Lead], obje
             heapq.heappush(heap, sharpen(req, groups, lead, objective))
             continue  # decided later, on its own floors
         else:
-            reason = _bill(req, groups[lead[4]], lead[5], answer)
+            reason, row = bill_lead(req, groups[lead[4]], lead[5])
+            if row is not None:
+                answer.add(row)
             by_bill += reason in ("", "peak_over_budget")  # billed (whether or not it fits)
             if reason:
                 rejected[reason] = rejected.get(reason, 0) + 1
@@ -173,17 +175,14 @@ def bill_in_order(req: PlanRequest, groups: list[Group], leads: list[Lead], obje
     return Billed(answer.rows, by_bill, by_floor, 0, rejected)
 
 
-def _bill(req: PlanRequest, group: Group, v: int, answer: Answer) -> str:
-    """Bill variant `v` of `group` into `answer`: "" once billed (the row added when it fits), else the reason it
-    was not billed."""
+def bill_lead(req: PlanRequest, group: Group, v: int) -> tuple[str, Row | None]:
+    """Bill variant `v` of `group`: ("", its row) when it fits; ("peak_over_budget", None) when billed and it does
+    not; else (the reason it was not billed, None)."""
     try:
         cand = resolve_recompute(req, group.candidate(group.variants[v]))
     except StepbillError:
-        return "layout_invalid"
+        return "layout_invalid", None
     if budget_drops_nothing(req, cand):  # its `none` twin is a candidate of the same group
-        return "budget_drops_nothing"
+        return "budget_drops_nothing", None
     row = evaluate(req, cand)
-    if row is None:
-        return "peak_over_budget"
-    answer.add(row)
-    return ""
+    return ("peak_over_budget", None) if row is None else ("", row)

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from stepbill.engine.plan.bill_rounds import bill_in_rounds, worker_context
 from stepbill.engine.plan.branch_bound import Floors, bill_in_order, floors
 from stepbill.engine.plan.evaluate import (
     Row,
@@ -114,8 +115,9 @@ def search(req: PlanRequest, objective: str = "time", k: int = 10, progress: Pro
     docstring), or with `exhaustive` every candidate's verdict and every fitting row. With `deadline_s` (wall-clock
     seconds) the search stops once it has run that long; the candidates left are counted in `stats.not_searched` and
     the answer covers only what was searched (groups are taken in a fixed random order, so that is a uniform sample
-    of the space's groups). `jobs` > 1 decides the groups (branch and bound: their floors) in that many worker
-    processes (the answer is the same: rows are ranked by a total order)."""
+    of the space's groups). `jobs` > 1 decides the groups (branch and bound: their floors, then the peak floors and
+    bills in rounds, bill_rounds.py) in that many worker processes (the answer is the same: rows are ranked by a total
+    order)."""
     sort_key(objective)  # an unknown objective fails before the search
     start, start_cpu = time.perf_counter(), time.process_time()
     rejected = Rejections()
@@ -169,13 +171,16 @@ def _branch_and_bound(req: PlanRequest, objective: str, k: int, groups: list[Gro
             rejected.add(reason, n)
         rejected.add("resident_over_budget", p[1])
     decided = sum(p[0].decided for p in parts)
-    billed = bill_in_order(req, groups, leads, objective, k, deadline_at, progress)
+    if jobs > 1 and len(leads) >= PARALLEL_MIN_CANDIDATES:
+        billed, billing_cpu = bill_in_rounds(req, groups, leads, objective, k, deadline_at, jobs, progress)
+    else:
+        billed, billing_cpu = bill_in_order(req, groups, leads, objective, k, deadline_at, progress), 0.0
     for reason, n in billed.rejected.items():
         rejected.add(reason, n)
     rejected.add("outranked", billed.by_floor)
     fixed_batch = req.global_batch_tokens is not None
     rows = billed.rows
-    workers_cpu = sum(p[0].cpu_seconds for p in parts) if jobs > 1 else 0.0
+    workers_cpu = (sum(p[0].cpu_seconds for p in parts) if jobs > 1 else 0.0) + billing_cpu
     stats = SearchStats(ruled_out + to_decide, billed.by_bill, by_bound, time.perf_counter() - start,
                         time.process_time() - start_cpu + workers_cpu, dict(sorted(rejected.counts.items())),
                         to_decide - decided + billed.not_searched, jobs, billed.by_floor, exhaustive=False)
@@ -287,15 +292,11 @@ def _in_workers(fn: Callable[..., R], calls: list[tuple], jobs: int, progress: P
     """`fn(*args)` for every args of `calls` in `jobs` worker processes (fork where the platform has it and the
     caller runs no other threads, else spawn); progress is reported as calls finish (`decided`: candidates a
     result covers)."""
-    import multiprocessing
-    import threading
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1 \
-        else "spawn"
     parts: list[R] = []
     done = 0
-    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context(method)) as pool:
+    with ProcessPoolExecutor(jobs, mp_context=worker_context()) as pool:
         futures = [pool.submit(fn, *args) for args in calls]
         for future in as_completed(futures):
             part = future.result()
