@@ -163,10 +163,14 @@ class Timeline:
     def peak(self) -> Moment:
         return self._peak(None)
 
-    @property
-    def peak_total(self) -> int:
-        """`peak.total` (bytes), without making the peak's Moment."""
-        return self.peak.total if self._moments is not None else max(self._totals)
+    def peak_value(self, phase: Phase | None = None, item: str | None = None) -> int:
+        """Bytes of the peak moment (`phase` None: the step's, else that phase's): its total, or one item's (0 where
+        the timeline has no such item) — the peak Moment's numbers, without making the Moment."""
+        if self._moments is not None:
+            moment = self._peaks[phase]
+            return moment.total if item is None else moment.items.get(item, 0)
+        index = self._peak_rows[phase]
+        return self._totals[index] if item is None else self._moment(index).items.get(item, 0)
 
     @property
     def peak_forward(self) -> Moment:

@@ -29,7 +29,7 @@ from dataclasses import replace
 from typing import Any
 
 from stepbill.engine.activations import ActTensor
-from stepbill.engine.kinds import Split
+from stepbill.engine.kinds import Phase, Split
 from stepbill.engine.line import Line
 from stepbill.engine.memory.eager import EagerTerms
 from stepbill.engine.memory.timeline import Buffers, RankView, Timeline, rank_timeline, timeline_template
@@ -88,7 +88,27 @@ def rank_plan(one_plan: RecomputePlan, recipe: Recipe, order: tuple[str, ...]) -
     """The one-GPU plan as one rank of `recipe`'s layout holds it for a stage running `order`: rows divided by their
     Split (row_divisor), checkpointed inputs by cp (× tp under sp), recompute FLOPs by tp·cp."""
     par = recipe.parallel
-    return one_plan.for_rank(row_divisor(recipe), par.cp * (par.tp if par.sp else 1), par.cp * par.tp, order)
+    key = (id(one_plan), par.cp, par.tp, par.sp, par.expert_tp, order)  # all that row_divisor and the divisors read
+    found = _RANK_PLANS.get(key)
+    if found is not None and found[0] is one_plan:
+        return found[1]
+    plan = one_plan.for_rank(row_divisor(recipe), par.cp * (par.tp if par.sp else 1), par.cp * par.tp, order)
+    _remember(_RANK_PLANS, key, (one_plan, plan))
+    return plan
+
+
+#: Memos of rank_plan and rank_eager, keyed on the one-GPU object's id (the object is kept beside its result and
+#: checked, so a reused id misses) and the layout's divisors: a candidate's verdicts, and candidates that share a
+#: recompute plan, ask for the same few. Shared results: read them, never change them.
+_RANK_PLANS: dict[tuple[Any, ...], tuple[RecomputePlan, RecomputePlan]] = {}
+_RANK_EAGER: dict[tuple[Any, ...], tuple[EagerTerms, EagerTerms]] = {}
+MEMO_ENTRIES = 4096  # entries a memo keeps before it starts over
+
+
+def _remember(memo: dict[Any, Any], key: Any, value: Any) -> None:
+    if len(memo) >= MEMO_ENTRIES:
+        memo.clear()
+    memo[key] = value
 
 
 def _rank_view(recipe: Recipe, held: Held, order: tuple[str, ...], stage: int, eager: EagerTerms | None,
@@ -129,19 +149,36 @@ def rank_eager(eager: EagerTerms, recipe: Recipe, held: Held, inv: ParamInventor
     grad_div = unsharded / held.held["grads"] if held.held.get("grads") else 1.0
     counters = held.params_share  # AdamW keeps one step tensor per parameter tensor: the rank's share of them
     opt_div = par.tp * (par.zero_group if par.zero >= 1 else 1)
+    key = (id(eager), seq, width, par.tp, grad_div, counters, opt_div, par.offload_optimizer)
+    found = _RANK_EAGER.get(key)
+    if found is not None and found[0] is eager:
+        return found[1]
+    one = eager
     if par.offload_optimizer:
         eager = replace(eager, optimizer_temp=0, step_counters=0)
-    return eager.for_rank(seq, width, width, par.tp * grad_div, min(counters, 1.0), opt_div, par.tp)
+    mine = eager.for_rank(seq, width, width, par.tp * grad_div, min(counters, 1.0), opt_div, par.tp)
+    _remember(_RANK_EAGER, key, (one, mine))
+    return mine
 
 
-def _activation_lines(plan: RecomputePlan, tl: Timeline, flight: float, outside: float) -> list[Line]:
-    """The rank's activations at its forward peak, split into what its layers keep (× micro-batches in flight),
-    outside-layer tensors and the working set of the layer being computed."""
-    tokens = plan.tokens
-    lines: list[Line] = []
+def _kept_by_kind(plan: RecomputePlan) -> tuple[tuple[str, int, float], ...]:
+    """Per layer kind of the rank's plan: its layers on the stage and the bytes per token each keeps on average
+    (what `_activation_lines` prints; made once per stage class, read by each of its stages)."""
+    out = []
     for kind in plan.layers:
         n = plan.order.count(kind)
         per_token = sum(plan.kept_bytes(i) for i, k in enumerate(plan.order) if k == kind) / n if n else 0.0
+        out.append((kind, n, per_token))
+    return tuple(out)
+
+
+def _activation_lines(plan: RecomputePlan, kept_by_kind: tuple[tuple[str, int, float], ...], tl: Timeline,
+                      flight: float, outside: float) -> list[Line]:
+    """The rank's activations at its forward peak, split into what its layers keep (× micro-batches in flight;
+    `kept_by_kind`: `_kept_by_kind(plan)`), outside-layer tensors and the working set of the layer being computed."""
+    tokens = plan.tokens
+    lines: list[Line] = []
+    for kind, n, per_token in kept_by_kind:
         if n and per_token:
             lines.append(Line(f"activations.{kind}_layers", n * per_token * tokens * flight, "bytes",
                               "{layers} layers × {per_token} B/token × {tokens} tokens × {in_flight} micro-batches "
@@ -150,8 +187,7 @@ def _activation_lines(plan: RecomputePlan, tl: Timeline, flight: float, outside:
     if outside:
         lines.append(Line("activations.outside", outside, "bytes",
                           "final norm, LM head input, fp32 log-softmax, labels, RoPE tables (eager)", {}))
-    fwd = tl.peak_forward.items
-    total = fwd["activations"] + fwd.get("autocast_cache", 0)
+    total = tl.peak_value(Phase.FORWARD, "activations") + tl.peak_value(Phase.FORWARD, "autocast_cache")
     rest = total - sum(x.value for x in lines)
     if rest > 0:
         lines.append(Line("activations.working_set", rest, "bytes",
@@ -161,18 +197,18 @@ def _activation_lines(plan: RecomputePlan, tl: Timeline, flight: float, outside:
 
 
 def _memory(tl: Timeline, weights: float, optimizer: float, grads: float) -> dict[str, float]:
-    fwd = tl.peak_forward.items
+    value, forward = tl.peak_value, Phase.FORWARD
     memory = {
         "weights": weights,
         "grads": grads,
         "optimizer": optimizer,
         "model": weights + grads,
         "resident": weights + grads + optimizer,
-        "activations": float(fwd["activations"] + fwd.get("autocast_cache", 0)),
-        "transient": float(tl.peak.items.get("buffers", 0) + tl.peak.items.get("dequant", 0)),
-        "peak": float(tl.peak.total),
-        "peak_forward": float(tl.peak_forward.total),
-        "peak_backward": float(tl.peak_backward.total),
+        "activations": float(value(forward, "activations") + value(forward, "autocast_cache")),
+        "transient": float(value(None, "buffers") + value(None, "dequant")),
+        "peak": float(value()),
+        "peak_forward": float(value(forward)),
+        "peak_backward": float(value(Phase.BACKWARD)),
     }
     return {k: float(memory[k]) for k in MEMORY_KEYS}
 
@@ -258,19 +294,14 @@ def stage_classes(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, on
             if par.offload_activations:
                 plan = offloaded_plan(plan)
             eager = rank_eager(one_eager, recipe, held, inventory) if one_eager is not None else None
-            buffers, transient = layout_buffers(spec, recipe, order, held)
-            base, cpu = _rank_view(recipe, held, order, stage, eager, spec.tied_embeddings, 0.0, buffers)
-            gpu_items = _resident_lines(held, par, cpu)
-            weights = sum(x.value for x in gpu_items if x.name.startswith("weights"))
-            optimizer = sum(x.value for x in gpu_items if x.name.startswith(OPTIMIZER_SIDE)) + (
-                eager.step_counters if eager is not None else 0)
-            grads = sum(x.value for x in gpu_items if x.name == "grads")
-            outside = outside_rows(divisor) if (outside_rows is not None and stage == par.pp - 1) else 0.0
+            frame = _stage_frame(spec, recipe, held, order, stage, key, eager, outside_rows, divisor)
+            base, cpu, transient, gpu_items, weights, optimizer, grads, outside = frame
             # a template when other stages share it; a stage of its own builds its timeline directly
             template = timeline_template(base, plan, outside, eager) if keys.count(key) > 1 else None
             shared[key] = (held, plan, kept, eager, transient, outside, template, cpu, gpu_items, weights, optimizer,
-                           grads)
-        held, plan, kept, eager, transient, outside, template, cpu, gpu_items, weights, optimizer, grads = shared[key]
+                           grads, _kept_by_kind(plan))
+        held, plan, kept, eager, transient, outside, template, cpu, gpu_items, weights, optimizer, grads, by_kind = \
+            shared[key]
         flight = in_flight_microbatches(recipe, stage)
         last = stage == par.pp - 1
         cpu = dict(cpu)
@@ -284,7 +315,7 @@ def stage_classes(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, on
         else:
             tl = rank_timeline(replace(base, in_flight_bytes=round(flight_bytes)), plan, outside, eager)
         memory = _memory(tl, weights, optimizer, grads)
-        activ = _activation_lines(plan, tl, flight, outside)
+        activ = _activation_lines(plan, by_kind, tl, flight, outside)
         tags = [t for t, on in (("first", stage == 0), ("last", last)) if on and par.pp > 1]
         name = "all ranks" if par.pp == 1 else f"stage {stage}" + (f" ({', '.join(tags)})" if tags else "")
         same = next((c for c in classes if c.memory == memory and c.layers == kinds[stage]), None)
@@ -296,6 +327,42 @@ def stage_classes(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, on
         classes.append(RankClass(name, (stage,), per_stage, kinds[stage], flight, list(gpu_items), activ, list(transient), memory,
                                  cpu, held.owned, APPROXIMATE, (reason,), tl))
     return classes
+
+
+def _stage_frame(spec: ModelSpec, recipe: Recipe, held: Held, order: tuple[str, ...], stage: int, key: Any,
+                 eager: EagerTerms | None, outside_rows: Callable[[Callable[[ActTensor], float]], float] | None,
+                 divisor: Callable[[ActTensor], float]) -> tuple[Any, ...]:
+    """What a stage's rank class holds whatever the recompute plan: its RankView less the in-flight bytes (the
+    layout's buffers in it), CPU items, the buffers' lines, resident lines and their weights / optimizer / grads
+    sums, the outside-layer bytes (the last stage's, eager). Memoised on the model, the recipe but its recompute
+    policy, the stage's rows and order (`key`) and the rank's eager step counters: a budget candidate's corrections
+    and its verdict read one frame (shared: read it, never change it)."""
+    last = stage == recipe.parallel.pp - 1
+    memo_key = (recipe.precision, recipe.optimizer, recipe.micro_batch, recipe.seq_len, recipe.lora, recipe.parallel,
+                recipe.optimizer_impl, recipe.device, key, stage == 0, last, None if eager is None else eager.step_counters,
+                outside_rows is None)
+    memo = _FRAMES.get(spec)
+    if memo is None:
+        _FRAMES.clear()  # one model at a time (a planner's request)
+        memo = _FRAMES[spec] = {}
+    found = memo.get(memo_key)
+    if found is not None:
+        return found
+    par = recipe.parallel
+    buffers, transient = layout_buffers(spec, recipe, order, held)
+    base, cpu = _rank_view(recipe, held, order, stage, eager, spec.tied_embeddings, 0.0, buffers)
+    gpu_items = _resident_lines(held, par, cpu)
+    weights = sum(x.value for x in gpu_items if x.name.startswith("weights"))
+    optimizer = sum(x.value for x in gpu_items if x.name.startswith(OPTIMIZER_SIDE)) + (
+        eager.step_counters if eager is not None else 0)
+    grads = sum(x.value for x in gpu_items if x.name == "grads")
+    outside = outside_rows(divisor) if (outside_rows is not None and last) else 0.0
+    found = (base, cpu, transient, gpu_items, weights, optimizer, grads, outside)
+    _remember(memo, memo_key, found)
+    return found
+
+
+_FRAMES: dict[ModelSpec, dict[tuple[Any, ...], tuple[Any, ...]]] = {}  # _stage_frame's memo, by model
 
 
 def _resident_lines(held: Held, par: Any, cpu: dict[str, float]) -> list[Line]:
