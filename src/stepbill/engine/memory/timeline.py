@@ -170,7 +170,12 @@ class Timeline:
             moment = self._peaks[phase]
             return moment.total if item is None else moment.items.get(item, 0)
         index = self._peak_rows[phase]
-        return self._totals[index] if item is None else self._moment(index).items.get(item, 0)
+        if item is None:
+            return self._totals[index]
+        if index in self._made:  # the Moment is made already
+            return self._made[index].items.get(item, 0)
+        keys = self._keys
+        return self._rows[index][4][keys.index(item)] if item in keys else 0
 
     @property
     def peak_forward(self) -> Moment:
@@ -313,6 +318,7 @@ class _InFlightRows(Sequence[Row]):
 
     def __init__(self, rows: tuple[TemplateRow, ...], flight: int) -> None:
         self._rows, self._flight = rows, flight
+        self._made: dict[int, Row] = {}  # the rows read so far
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -320,9 +326,12 @@ class _InFlightRows(Sequence[Row]):
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
             return tuple(self[i] for i in range(*index.indices(len(self))))
-        phase, part, layer, kind, head, live, tail = self._rows[index]
-        added = self._flight if phase is not Phase.OPTIMIZER else 0
-        return phase, part, layer, kind, (*head, round(live + added), *tail)
+        made = self._made.get(index)
+        if made is None:
+            phase, part, layer, kind, head, live, tail = self._rows[index]
+            added = self._flight if phase is not Phase.OPTIMIZER else 0
+            made = self._made[index] = phase, part, layer, kind, (*head, round(live + added), *tail)
+        return made
 
     def __eq__(self, other: object) -> bool:
         return tuple(self) == (tuple(other) if isinstance(other, Sequence) else other)

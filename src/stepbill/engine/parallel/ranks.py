@@ -115,13 +115,12 @@ def _rank_view(recipe: Recipe, held: Held, order: tuple[str, ...], stage: int, e
                tied: bool, flight_bytes: float, buffers: Buffers | None) -> tuple[RankView, dict[str, float]]:
     """The RankView of one rank of `stage`, and what it keeps in CPU memory (offload)."""
     par = recipe.parallel
-    cpu: dict[str, float] = {}
     weights = sum(v for k, v in held.held.items() if k.startswith("weights"))
     optimizer = sum(v for k, v in held.held.items() if k.startswith(OPTIMIZER_SIDE))
     if eager is not None:
         optimizer += eager.step_counters
+    cpu = _cpu_items(held, par)
     if par.offload_optimizer:
-        cpu = {k: v for k, v in held.held.items() if k.startswith(OPTIMIZER_SIDE)}
         optimizer = 0.0
     counts = {k: order.count(k) for k in set(order)}
     layers = [held.grads.get(f"layer.{k}", 0.0) / counts[k] for k in order]
@@ -335,34 +334,47 @@ def _stage_frame(spec: ModelSpec, recipe: Recipe, held: Held, order: tuple[str, 
     """What a stage's rank class holds whatever the recompute plan: its RankView less the in-flight bytes (the
     layout's buffers in it), CPU items, the buffers' lines, resident lines and their weights / optimizer / grads
     sums, the outside-layer bytes (the last stage's, eager). Memoised on the model, the recipe but its recompute
-    policy, the stage's rows and order (`key`) and the rank's eager step counters: a budget candidate's corrections
-    and its verdict read one frame (shared: read it, never change it)."""
-    last = stage == recipe.parallel.pp - 1
-    memo_key = (recipe.precision, recipe.optimizer, recipe.micro_batch, recipe.seq_len, recipe.lora, recipe.parallel,
-                recipe.optimizer_impl, recipe.device, key, stage == 0, last, None if eager is None else eager.step_counters,
-                outside_rows is None)
+    policy and the stage's rows and order (`key`): the layout's part once, the view's part per eager step counters
+    and outside rows, so a budget candidate's corrections, its verdict and its ideal verdict share them (shared:
+    read them, never change them)."""
+    first, last = stage == 0, stage == recipe.parallel.pp - 1
+    layout_key = (recipe.precision, recipe.optimizer, recipe.micro_batch, recipe.seq_len, recipe.lora,
+                  recipe.parallel, recipe.optimizer_impl, recipe.device, key, first, last)
     memo = _FRAMES.get(spec)
     if memo is None:
         _FRAMES.clear()  # one model at a time (a planner's request)
         memo = _FRAMES[spec] = {}
-    found = memo.get(memo_key)
+    view_key = (layout_key, None if eager is None else eager.step_counters, outside_rows is None)
+    found = memo.get(view_key)
     if found is not None:
         return found
-    par = recipe.parallel
-    buffers, transient = layout_buffers(spec, recipe, order, held)
+    layout = memo.get(layout_key)
+    if layout is None:
+        par = recipe.parallel
+        buffers, transient = layout_buffers(spec, recipe, order, held)
+        gpu_items = _resident_lines(held, par, _cpu_items(held, par))
+        weights = sum(x.value for x in gpu_items if x.name.startswith("weights"))
+        optimizer = sum(x.value for x in gpu_items if x.name.startswith(OPTIMIZER_SIDE))
+        grads = sum(x.value for x in gpu_items if x.name == "grads")
+        layout = (buffers, transient, gpu_items, weights, optimizer, grads)
+        _remember(memo, layout_key, layout)
+    buffers, transient, gpu_items, weights, optimizer, grads = layout
     base, cpu = _rank_view(recipe, held, order, stage, eager, spec.tied_embeddings, 0.0, buffers)
-    gpu_items = _resident_lines(held, par, cpu)
-    weights = sum(x.value for x in gpu_items if x.name.startswith("weights"))
-    optimizer = sum(x.value for x in gpu_items if x.name.startswith(OPTIMIZER_SIDE)) + (
-        eager.step_counters if eager is not None else 0)
-    grads = sum(x.value for x in gpu_items if x.name == "grads")
+    optimizer += eager.step_counters if eager is not None else 0
     outside = outside_rows(divisor) if (outside_rows is not None and last) else 0.0
     found = (base, cpu, transient, gpu_items, weights, optimizer, grads, outside)
-    _remember(memo, memo_key, found)
+    _remember(memo, view_key, found)
     return found
 
 
 _FRAMES: dict[ModelSpec, dict[tuple[Any, ...], tuple[Any, ...]]] = {}  # _stage_frame's memo, by model
+
+
+def _cpu_items(held: Held, par: Any) -> dict[str, float]:
+    """What a rank keeps in CPU memory: the optimizer side (master + states) under optimizer offload."""
+    if not par.offload_optimizer:
+        return {}
+    return {k: v for k, v in held.held.items() if k.startswith(OPTIMIZER_SIDE)}
 
 
 def _resident_lines(held: Held, par: Any, cpu: dict[str, float]) -> list[Line]:
