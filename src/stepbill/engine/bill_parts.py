@@ -19,7 +19,7 @@ from stepbill.engine.bill import (
 from stepbill.engine.memory.eager import EagerTerms
 from stepbill.engine.parallel import RankClass
 from stepbill.engine.parallel.fsdp2_ranks import exact_reason
-from stepbill.engine.parallel.ranks import stage_classes
+from stepbill.engine.parallel.ranks import stage_classes, stage_peak
 from stepbill.engine.recompute import RecomputePlan
 from stepbill.engine.steptime import DEFAULT_EFFICIENCY, StepTime, step_time
 from stepbill.engine.timing.step_terms import StepTerms, step_terms
@@ -36,13 +36,31 @@ def verdict_ranks(spec: ModelSpec, recipe: Recipe, convention: str = "eager", at
     read only the plan, the eager terms and the holdings, so the one-GPU timeline, FLOPs, collectives and
     checkpoint lines are not made (what a fit verdict needs: engine/plan/evaluate.py). The one-GPU layout and the
     layouts the measured FSDP2 / ZeRO-1 rules cover read the one-GPU bill: there, the bill is made."""
-    par = recipe.parallel
-    if par.is_trivial or recipe.precision.quant is not None or not exact_reason(spec, recipe, convention):
+    reason = _approximate(spec, recipe, convention)
+    if not reason:
         return make_bill(spec, recipe, None, convention, attention).ranks
     core = _core(spec, recipe, convention, attention, None)
-    validate_layout(spec, par, recipe.seq_len)
-    return stage_classes(spec, recipe, core.inv, core.plan, core.eager, core.outside_rows,
-                         exact_reason(spec, recipe, convention))
+    validate_layout(spec, recipe.parallel, recipe.seq_len)
+    return stage_classes(spec, recipe, core.inv, core.plan, core.eager, core.outside_rows, reason)
+
+
+def verdict_peak(spec: ModelSpec, recipe: Recipe, convention: str = "eager", attention: str = "sdpa") -> float:
+    """The worst rank class's peak (bytes): `max(c.memory["peak"] for c in verdict_ranks(...))` — all a fit verdict
+    reads of them — under the approximate per-stage model without making the classes (ranks.stage_peak: one
+    timeline per stage key); elsewhere from verdict_ranks' classes."""
+    if not _approximate(spec, recipe, convention):
+        return max(c.memory["peak"] for c in make_bill(spec, recipe, None, convention, attention).ranks)
+    core = _core(spec, recipe, convention, attention, None)
+    validate_layout(spec, recipe.parallel, recipe.seq_len)
+    return stage_peak(spec, recipe, core.inv, core.plan, core.eager, core.outside_rows)
+
+
+def _approximate(spec: ModelSpec, recipe: Recipe, convention: str) -> str:
+    """Why the layout's rank classes come from the approximate per-stage model ('' where make_bill's classes are
+    read: the one-GPU layout, a quantised recipe, the layouts the measured FSDP2 / ZeRO-1 rules cover)."""
+    if recipe.parallel.is_trivial or recipe.precision.quant is not None:
+        return ""
+    return exact_reason(spec, recipe, convention)
 
 
 def rank_peaks(spec: ModelSpec, recipe: Recipe, convention: str = "eager", attention: str = "sdpa") -> list[float]:
