@@ -10,7 +10,7 @@ import random
 import pytest
 
 from stepbill.engine.bill import make_bill
-from stepbill.engine.bill_parts import bill_time, verdict_peak, verdict_ranks
+from stepbill.engine.bill_parts import bill_time, verdict_peak, verdict_ranks, verdict_worst
 from stepbill.engine.fit import Card, fit_verdict
 from stepbill.engine.plan import PlanRequest
 from stepbill.engine.plan.evaluate import Row, evaluate, recipe_for, reserve_for
@@ -116,9 +116,10 @@ def _pipelines() -> list[tuple[str, Recipe]]:
     return out
 
 
-def test_verdict_peak_is_the_worst_class_peak() -> None:
+def test_verdict_peak_and_worst_are_the_bills() -> None:
     """engine/bill_parts.verdict_peak (ranks.stage_peak: one timeline per stage key, the most in flight) is the
-    largest peak of make_bill's rank classes, under both conventions, or the same error."""
+    largest peak of make_bill's rank classes, under both conventions, or the same error; verdict_worst
+    (ranks.stage_worst) is make_bill's worst_rank, its numbers and lines."""
     cases = [(load_model(m), r) for m, r in _pipelines()]
     for space in SPACES:
         req, cands = _candidates(*space, n=6)
@@ -131,3 +132,11 @@ def test_verdict_peak_is_the_worst_class_peak() -> None:
             full = _outcome(lambda s=spec, r=recipe, c=convention: max(x.memory["peak"] for x in
                                                                    make_bill(s, r, None, c, "sdpa").ranks))
             assert fast == full, (spec.name, recipe.parallel, recipe.recompute, convention)
+            if isinstance(full, str):
+                continue
+            worst, judged = verdict_worst(spec, recipe, convention, "sdpa"), \
+                make_bill(spec, recipe, None, convention, "sdpa").worst_rank
+            assert worst.stages[0] == judged.stages[0]  # the class's first stage: its numbers and lines
+            for field in ("layers", "in_flight", "resident_items", "activation_items", "transient_items", "memory",
+                          "cpu", "owned", "model", "notes"):
+                assert getattr(worst, field) == getattr(judged, field), field

@@ -303,25 +303,81 @@ def _in_flight_bytes(recipe: Recipe, stage: int, kept: float) -> int:
     return round(0.0 if recipe.parallel.offload_activations else (flight - 1) * kept)
 
 
+class _Stages:
+    """One call's stages (`_stage_parts`) with their timelines made on demand, one per stage key and in-flight
+    bytes (each built by rank_timeline, as stage_classes builds a stage of its own)."""
+
+    def __init__(self, spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, one_plan: RecomputePlan,
+                 one_eager: EagerTerms | None,
+                 outside_rows: Callable[[Callable[[ActTensor], float]], float] | None) -> None:
+        self.keys, self.parts = _stage_parts(spec, recipe, inventory, one_plan, one_eager, outside_rows)
+        self.flights = [_in_flight_bytes(recipe, stage, self.parts[key][2]) for stage, key in enumerate(self.keys)]
+        self._made: dict[tuple[Any, int], Timeline] = {}
+
+    def timeline(self, stage: int) -> Timeline:
+        key, flight_bytes = self.keys[stage], self.flights[stage]
+        tl = self._made.get((key, flight_bytes))
+        if tl is None:
+            _, plan, _, eager, _, outside, base, *_ = self.parts[key]
+            tl = rank_timeline(replace(base, in_flight_bytes=flight_bytes), plan, outside, eager)
+            self._made[(key, flight_bytes)] = tl
+        return tl
+
+    def key_peaks(self) -> dict[tuple[int, tuple[str, ...]], int]:
+        """Each stage key's largest peak (bytes): its stage with the most in flight's. The stages of one key differ
+        only in their in-flight bytes, which every moment but the optimizer step adds to its activations before
+        rounding, so each moment's total, hence the peak, is non-decreasing in them."""
+        most: dict[tuple[int, tuple[str, ...]], int] = {}
+        for stage, key in enumerate(self.keys):
+            if key not in most or self.flights[stage] > self.flights[most[key]]:
+                most[key] = stage
+        return {key: self.timeline(stage).peak_value() for key, stage in most.items()}
+
+
 def stage_peak(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, one_plan: RecomputePlan,
                one_eager: EagerTerms | None,
                outside_rows: Callable[[Callable[[ActTensor], float]], float] | None) -> float:
     """`max(c.memory["peak"] for c in stage_classes(...))` (bytes) — the worst rank class's peak, what a fit verdict
-    reads — from one timeline per stage key instead of one per stage: the stages of one key differ only in their
-    in-flight bytes, which every moment but the optimizer step adds to its activations before rounding, so each
-    moment's total, hence the peak, is non-decreasing in them: the key's stage with the most in flight has its
-    largest peak (tests/test_bill_verdict.py)."""
-    keys, parts = _stage_parts(spec, recipe, inventory, one_plan, one_eager, outside_rows)
-    most: dict[tuple[int, tuple[str, ...]], int] = {}
-    for stage, key in enumerate(keys):
-        flight_bytes = _in_flight_bytes(recipe, stage, parts[key][2])
-        most[key] = max(most.get(key, flight_bytes), flight_bytes)
-    peak = 0
-    for key, flight_bytes in most.items():
-        _, plan, _, eager, _, outside, base, *_ = parts[key]
-        tl = rank_timeline(replace(base, in_flight_bytes=flight_bytes), plan, outside, eager)
-        peak = max(peak, tl.peak_value())
-    return float(peak)
+    reads — from one timeline per stage key instead of one per stage (`_Stages.key_peaks`; tests/
+    test_bill_verdict.py)."""
+    return float(max(_Stages(spec, recipe, inventory, one_plan, one_eager, outside_rows).key_peaks().values()))
+
+
+def stage_worst(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, one_plan: RecomputePlan,
+                one_eager: EagerTerms | None, outside_rows: Callable[[Callable[[ActTensor], float]], float] | None,
+                reason: str) -> RankClass:
+    """`worst_rank(stage_classes(...))` — the first class of the largest peak — with the timelines of the stage keys
+    (`_Stages.key_peaks`) and of that class's first stage alone: its numbers, lines and timeline are the class's (a
+    class's are its first stage's); its name, stages and ranks are that stage's alone (stage_classes merges the
+    stages of identical memory into one class). What a judged rank's step time reads (engine/bill_parts.bill_time)."""
+    stages = _Stages(spec, recipe, inventory, one_plan, one_eager, outside_rows)
+    peaks = stages.key_peaks()
+    peak = max(peaks.values())
+    for stage, key in enumerate(stages.keys):
+        if peaks[key] == peak and stages.timeline(stage).peak_value() == peak:
+            part = stages.parts[key]
+            return _stage_class(spec, recipe, stage, part, stages.timeline(stage), _kept_by_kind(part[1]), reason)
+    raise AssertionError("a stage of the largest peak")  # the key's own stage of the most in flight reaches it
+
+
+def _stage_class(spec: ModelSpec, recipe: Recipe, stage: int, part: tuple[Any, ...], tl: Timeline,
+                 by_kind: tuple[tuple[str, int, float], ...], reason: str) -> RankClass:
+    """The class of one stage of `recipe`'s layout alone, from its key's part (`_stage_parts`) and its timeline."""
+    par = recipe.parallel
+    held, plan, kept, _, transient, outside, _, cpu, gpu_items, weights, optimizer, grads = part
+    flight = in_flight_microbatches(recipe, stage)
+    last = stage == par.pp - 1
+    cpu = dict(cpu)
+    if par.offload_activations:
+        cpu_act = kept * flight
+        if cpu_act:
+            cpu["activations"] = cpu_act
+    memory = _memory(tl, weights, optimizer, grads)
+    activ = _activation_lines(plan, by_kind, tl, flight, outside)
+    tags = [t for t, on in (("first", stage == 0), ("last", last)) if on and par.pp > 1]
+    name = "all ranks" if par.pp == 1 else f"stage {stage}" + (f" ({', '.join(tags)})" if tags else "")
+    return RankClass(name, (stage,), par.dp * par.tp * par.cp, stage_layer_kinds(spec, par)[stage], flight,
+                     list(gpu_items), activ, list(transient), memory, cpu, held.owned, APPROXIMATE, (reason,), tl)
 
 
 def stage_classes(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, one_plan: RecomputePlan,
@@ -340,36 +396,26 @@ def stage_classes(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, on
     templates: dict[tuple[int, tuple[str, ...]], Any] = {}
     by_kind: dict[tuple[int, tuple[str, ...]], tuple[tuple[str, int, float], ...]] = {}
     for stage, key in enumerate(keys):
-        held, plan, kept, eager, transient, outside, base, cpu, gpu_items, weights, optimizer, grads = parts[key]
+        part = parts[key]
+        plan, kept, eager, outside, base = part[1], part[2], part[3], part[5], part[6]
         if key not in by_kind:
             by_kind[key] = _kept_by_kind(plan)
             # a template when other stages share it; a stage of its own builds its timeline directly
             templates[key] = timeline_template(base, plan, outside, eager) if keys.count(key) > 1 else None
         template = templates[key]
-        flight = in_flight_microbatches(recipe, stage)
-        last = stage == par.pp - 1
-        cpu = dict(cpu)
-        if par.offload_activations:
-            cpu_act = kept * flight
-            if cpu_act:
-                cpu["activations"] = cpu_act
         flight_bytes = _in_flight_bytes(recipe, stage, kept)
         if template is not None:
             tl = template.timeline(flight_bytes)  # the RankView's in_flight_bytes
         else:
             tl = rank_timeline(replace(base, in_flight_bytes=flight_bytes), plan, outside, eager)
-        memory = _memory(tl, weights, optimizer, grads)
-        activ = _activation_lines(plan, by_kind[key], tl, flight, outside)
-        tags = [t for t, on in (("first", stage == 0), ("last", last)) if on and par.pp > 1]
-        name = "all ranks" if par.pp == 1 else f"stage {stage}" + (f" ({', '.join(tags)})" if tags else "")
-        same = next((c for c in classes if c.memory == memory and c.layers == kinds[stage]), None)
+        mine = _stage_class(spec, recipe, stage, part, tl, by_kind[key], reason)
+        same = next((c for c in classes if c.memory == mine.memory and c.layers == kinds[stage]), None)
         if same is not None:  # identical stages form one class
             stages = (*same.stages, stage)
             classes[classes.index(same)] = replace(same, name="stages " + ",".join(map(str, stages)), stages=stages,
                                                    ranks=same.ranks + per_stage)
             continue
-        classes.append(RankClass(name, (stage,), per_stage, kinds[stage], flight, list(gpu_items), activ, list(transient), memory,
-                                 cpu, held.owned, APPROXIMATE, (reason,), tl))
+        classes.append(mine)
     return classes
 
 
