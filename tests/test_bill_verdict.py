@@ -4,24 +4,28 @@ drawn from the planner's own spaces (dense, MoE, pipeline, ZeRO, offload, every 
 
 from __future__ import annotations
 
+import functools
 import random
 
 import pytest
 
 from stepbill.engine.bill import make_bill
-from stepbill.engine.bill_parts import bill_time, verdict_ranks
+from stepbill.engine.bill_parts import bill_time, verdict_peak, verdict_ranks, verdict_worst
 from stepbill.engine.fit import Card, fit_verdict
 from stepbill.engine.plan import PlanRequest
 from stepbill.engine.plan.evaluate import Row, evaluate, recipe_for, reserve_for
 from stepbill.engine.plan.space import Candidate, Rejections, enumerate_space
 from stepbill.errors import StepbillError
 from stepbill.spec.hardware import load_gpu
+from stepbill.spec.parallel import Parallel
 from stepbill.spec.presets import load_model
+from stepbill.spec.recipe import Recipe, make_recipe
 
 SPACES = [("gpt3-125m", 8, 2048, 2048 * 64), ("mixtral-8x7b", 8, 4096, 4096 * 32), ("llama3-8b", 16, 4096, 4096 * 64)]
 
 
-def _candidates(model: str, gpus: int, seq: int, batch: int, n: int) -> tuple[PlanRequest, list[Candidate]]:
+@functools.lru_cache(maxsize=16)  # each test of a space draws from one enumeration
+def _space(model: str, gpus: int, seq: int, batch: int) -> tuple[PlanRequest, list[Candidate]]:
     req = PlanRequest(load_model(model), load_gpu("h100-sxm"), "h100-sxm", (gpus,), seq, model,
                       global_batch_tokens=batch)
     cands = []
@@ -31,6 +35,11 @@ def _candidates(model: str, gpus: int, seq: int, batch: int, n: int) -> tuple[Pl
                 cands.append(group.candidate(variant))
             except StepbillError:
                 continue
+    return req, cands
+
+
+def _candidates(model: str, gpus: int, seq: int, batch: int, n: int) -> tuple[PlanRequest, list[Candidate]]:
+    req, cands = _space(model, gpus, seq, batch)
     return req, random.Random(1).sample(cands, min(n, len(cands)))
 
 
@@ -88,3 +97,46 @@ def test_bill_time_equals_the_bills_time(space: tuple) -> None:  # type: ignore[
             assert fast == full, cand
         else:
             assert repr(fast.lines) == repr(full.lines), cand
+
+
+def _pipelines() -> list[tuple[str, Recipe]]:
+    """Layouts whose stages share keys and differ in micro-batches in flight: each schedule, activation offload,
+    sp, uneven micro-batch counts, every recompute kind."""
+    out = []
+    for model, par, recompute in [
+        ("llama3-8b", Parallel(dp=1, tp=2, pp=4, micro_batches=8), "none"),
+        ("llama3-8b", Parallel(dp=1, tp=2, pp=4, micro_batches=3), "selective:core_attn,mlp"),
+        ("llama3-8b", Parallel(dp=2, tp=1, pp=4, micro_batches=8, pp_schedule="gpipe"), "full"),
+        ("llama3-8b", Parallel(dp=1, tp=2, pp=4, micro_batches=8, pp_schedule="interleaved", vpp=2), "budget:3GiB"),
+        ("llama3-8b", Parallel(dp=1, tp=2, sp=True, pp=4, micro_batches=8, offload_activations=True), "none"),
+        ("mixtral-8x7b", Parallel(dp=2, ep=2, pp=4, micro_batches=16, zero=1), "budget:20GiB"),
+        ("gpt3-125m", Parallel(dp=2, pp=3, micro_batches=6, zero=3), "every:2"),
+    ]:
+        out.append((model, make_recipe("mixed-bf16", "adamw", 1, 2048, recompute, None, None, par, "single")))
+    return out
+
+
+def test_verdict_peak_and_worst_are_the_bills() -> None:
+    """engine/bill_parts.verdict_peak (ranks.stage_peak: one timeline per stage key, the most in flight) is the
+    largest peak of make_bill's rank classes, under both conventions, or the same error; verdict_worst
+    (ranks.stage_worst) is make_bill's worst_rank, its numbers and lines."""
+    cases = [(load_model(m), r) for m, r in _pipelines()]
+    for space in SPACES:
+        req, cands = _candidates(*space, n=6)
+        cases += [(req.spec, _outcome(lambda c=c, req=req: recipe_for(req, c))) for c in cands]
+    for spec, recipe in cases:
+        if isinstance(recipe, str):
+            continue
+        for convention in ("eager", "ideal"):
+            fast = _outcome(lambda s=spec, r=recipe, c=convention: verdict_peak(s, r, c, "sdpa"))
+            full = _outcome(lambda s=spec, r=recipe, c=convention: max(x.memory["peak"] for x in
+                                                                   make_bill(s, r, None, c, "sdpa").ranks))
+            assert fast == full, (spec.name, recipe.parallel, recipe.recompute, convention)
+            if isinstance(full, str):
+                continue
+            worst, judged = verdict_worst(spec, recipe, convention, "sdpa"), \
+                make_bill(spec, recipe, None, convention, "sdpa").worst_rank
+            assert worst.stages[0] == judged.stages[0]  # the class's first stage: its numbers and lines
+            for field in ("layers", "in_flight", "resident_items", "activation_items", "transient_items", "memory",
+                          "cpu", "owned", "model", "notes"):
+                assert getattr(worst, field) == getattr(judged, field), field

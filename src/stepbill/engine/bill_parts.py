@@ -19,7 +19,7 @@ from stepbill.engine.bill import (
 from stepbill.engine.memory.eager import EagerTerms
 from stepbill.engine.parallel import RankClass
 from stepbill.engine.parallel.fsdp2_ranks import exact_reason
-from stepbill.engine.parallel.ranks import stage_classes
+from stepbill.engine.parallel.ranks import stage_classes, stage_peak, stage_worst
 from stepbill.engine.recompute import RecomputePlan
 from stepbill.engine.steptime import DEFAULT_EFFICIENCY, StepTime, step_time
 from stepbill.engine.timing.step_terms import StepTerms, step_terms
@@ -36,13 +36,43 @@ def verdict_ranks(spec: ModelSpec, recipe: Recipe, convention: str = "eager", at
     read only the plan, the eager terms and the holdings, so the one-GPU timeline, FLOPs, collectives and
     checkpoint lines are not made (what a fit verdict needs: engine/plan/evaluate.py). The one-GPU layout and the
     layouts the measured FSDP2 / ZeRO-1 rules cover read the one-GPU bill: there, the bill is made."""
-    par = recipe.parallel
-    if par.is_trivial or recipe.precision.quant is not None or not exact_reason(spec, recipe, convention):
+    reason = _approximate(spec, recipe, convention)
+    if not reason:
         return make_bill(spec, recipe, None, convention, attention).ranks
     core = _core(spec, recipe, convention, attention, None)
-    validate_layout(spec, par, recipe.seq_len)
-    return stage_classes(spec, recipe, core.inv, core.plan, core.eager, core.outside_rows,
-                         exact_reason(spec, recipe, convention))
+    validate_layout(spec, recipe.parallel, recipe.seq_len)
+    return stage_classes(spec, recipe, core.inv, core.plan, core.eager, core.outside_rows, reason)
+
+
+def verdict_peak(spec: ModelSpec, recipe: Recipe, convention: str = "eager", attention: str = "sdpa") -> float:
+    """The worst rank class's peak (bytes): `max(c.memory["peak"] for c in verdict_ranks(...))` — all a fit verdict
+    reads of them — under the approximate per-stage model without making the classes (ranks.stage_peak: one
+    timeline per stage key); elsewhere from verdict_ranks' classes."""
+    if not _approximate(spec, recipe, convention):
+        return max(c.memory["peak"] for c in make_bill(spec, recipe, None, convention, attention).ranks)
+    core = _core(spec, recipe, convention, attention, None)
+    validate_layout(spec, recipe.parallel, recipe.seq_len)
+    return stage_peak(spec, recipe, core.inv, core.plan, core.eager, core.outside_rows)
+
+
+def verdict_worst(spec: ModelSpec, recipe: Recipe, convention: str = "eager", attention: str = "sdpa") -> RankClass:
+    """`max(verdict_ranks(...), key=peak)` — the worst rank class (the first of the largest peak), as
+    make_bill's `worst_rank` — its numbers, lines and timeline; under the approximate per-stage model made without
+    the other classes (ranks.stage_worst: its name, stages and ranks are then its first stage's alone)."""
+    reason = _approximate(spec, recipe, convention)
+    if not reason:
+        return max(make_bill(spec, recipe, None, convention, attention).ranks, key=lambda c: c.memory["peak"])
+    core = _core(spec, recipe, convention, attention, None)
+    validate_layout(spec, recipe.parallel, recipe.seq_len)
+    return stage_worst(spec, recipe, core.inv, core.plan, core.eager, core.outside_rows, reason)
+
+
+def _approximate(spec: ModelSpec, recipe: Recipe, convention: str) -> str:
+    """Why the layout's rank classes come from the approximate per-stage model ('' where make_bill's classes are
+    read: the one-GPU layout, a quantised recipe, the layouts the measured FSDP2 / ZeRO-1 rules cover)."""
+    if recipe.parallel.is_trivial or recipe.precision.quant is not None:
+        return ""
+    return exact_reason(spec, recipe, convention)
 
 
 def rank_peaks(spec: ModelSpec, recipe: Recipe, convention: str = "eager", attention: str = "sdpa") -> list[float]:
@@ -63,9 +93,9 @@ def bill_step_time(spec: ModelSpec, recipe: Recipe, worst: RankClass, gpu: GPU,
 def bill_time(spec: ModelSpec, recipe: Recipe, gpu: GPU, efficiency: float | None = DEFAULT_EFFICIENCY,
               convention: str = "ideal", attention: str = "sdpa") -> StepTime:
     """make_bill(spec, recipe, None, convention, attention, gpu, efficiency).time — its worst rank class by peak
-    (verdict_ranks: the same classes) judged by bill_step_time — without the bill's other lines: what the planner's
-    rows read (engine/plan/evaluate.py)."""
-    worst = max(verdict_ranks(spec, recipe, convention, attention), key=lambda c: c.memory["peak"])
+    (verdict_worst: the same class's numbers) judged by bill_step_time — without the bill's other lines: what the
+    planner's rows read (engine/plan/evaluate.py)."""
+    worst = verdict_worst(spec, recipe, convention, attention)  # the memory, in-flight and CPU numbers it reads
     return bill_step_time(spec, recipe, worst, gpu, efficiency, convention, attention)
 
 

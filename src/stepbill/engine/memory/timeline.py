@@ -95,7 +95,7 @@ class Timeline:
 
     _moments: tuple[Moment, ...] | None = None
     _keys: tuple[str, ...] = field(default=(), repr=False)
-    _rows: tuple[Row, ...] = field(default=(), repr=False)
+    _rows: Sequence[Row] = field(default=(), repr=False)  # a tuple, or a template's rows (_InFlightRows)
     _totals: tuple[int, ...] = field(default=(), repr=False)  # Moment.total of each row
     _phases: dict[Phase, Sequence[int]] | None = field(default=None, repr=False, compare=False)  # rows of each phase
 
@@ -106,7 +106,7 @@ class Timeline:
         sum, in its order) and `phases` (row indices of each phase) when the builder has them already."""
         if totals is None:
             totals = [sum(row[4]) for row in rows]  # Moment.total: the same numbers summed in the same order
-        return cls(None, keys, tuple(rows), tuple(totals), phases)
+        return cls(None, keys, rows if isinstance(rows, _InFlightRows) else tuple(rows), tuple(totals), phases)
 
     @cached_property
     def _made(self) -> dict[int, Moment]:
@@ -127,14 +127,18 @@ class Timeline:
 
     @cached_property
     def _peaks(self) -> dict[Phase | None, Moment]:
-        """The first moment of the largest total overall (key None) and per phase, in one pass."""
-        if self._moments is not None:
-            best: dict[Phase | None, Moment] = {}
-            for m in self._moments:
-                for key in (None, m.phase):
-                    if key not in best or m.total > best[key].total:  # first of equal totals: the earliest
-                        best[key] = m
-            return best
+        """The first moment of the largest total overall (key None) and per phase, in one pass (built from moments
+        given whole; a timeline built from rows makes each peak's Moment when it is read: `_peak`)."""
+        best: dict[Phase | None, Moment] = {}
+        for m in self.moments:
+            for key in (None, m.phase):
+                if key not in best or m.total > best[key].total:  # first of equal totals: the earliest
+                    best[key] = m
+        return best
+
+    @cached_property
+    def _peak_rows(self) -> dict[Phase | None, int]:
+        """The row index of each peak (`_peaks`' moments) of a timeline built from rows: the first of equal totals."""
         rows, totals = self._rows, self._totals
         peaks = {None: totals.index(max(totals))}  # index: the first of equal totals
         by_phase = self._phases
@@ -148,23 +152,42 @@ class Timeline:
                 peaks[phase] = indices.start + run.index(max(run))
             else:
                 peaks[phase] = max(indices, key=totals.__getitem__)
-        return {key: self._moment(i) for key, i in peaks.items()}
+        return peaks
+
+    def _peak(self, key: Phase | None) -> Moment:
+        if self._moments is not None:
+            return self._peaks[key]
+        return self._moment(self._peak_rows[key])
 
     @property
     def peak(self) -> Moment:
-        return self._peaks[None]
+        return self._peak(None)
+
+    def peak_value(self, phase: Phase | None = None, item: str | None = None) -> int:
+        """Bytes of the peak moment (`phase` None: the step's, else that phase's): its total, or one item's (0 where
+        the timeline has no such item) — the peak Moment's numbers, without making the Moment."""
+        if self._moments is not None:
+            moment = self._peaks[phase]
+            return moment.total if item is None else moment.items.get(item, 0)
+        index = self._peak_rows[phase]
+        if item is None:
+            return self._totals[index]
+        if index in self._made:  # the Moment is made already
+            return self._made[index].items.get(item, 0)
+        keys = self._keys
+        return self._rows[index][4][keys.index(item)] if item in keys else 0
 
     @property
     def peak_forward(self) -> Moment:
-        return self._peaks[Phase.FORWARD]
+        return self._peak(Phase.FORWARD)
 
     @property
     def peak_backward(self) -> Moment:
-        return self._peaks[Phase.BACKWARD]
+        return self._peak(Phase.BACKWARD)
 
     @property
     def peak_optimizer(self) -> Moment:
-        return self._peaks[Phase.OPTIMIZER]
+        return self._peak(Phase.OPTIMIZER)
 
     @cached_property
     def _index(self) -> dict[tuple[Phase, Part, int | None], list[Moment]]:
@@ -260,19 +283,61 @@ class TimelineTemplate:
 
     def timeline(self, in_flight_bytes: int) -> Timeline:
         """The timeline with `in_flight_bytes` of other micro-batches' activations alive outside the optimizer step
-        (each moment's activations rounded after the addition, as one rank's own builder does)."""
-        optimizer = Phase.OPTIMIZER
-        rows, totals = [], []
-        for phase, part, layer, kind, head, live, tail in self.rows:
-            values = (*head, round(live + (in_flight_bytes if phase is not optimizer else 0)), *tail)
-            rows.append((phase, part, layer, kind, values))
-            totals.append(sum(values))  # Moment.total: the same numbers summed in the same order
-        return Timeline.from_rows(self.keys, rows, totals, self.phases)
+        (each moment's activations rounded after the addition, as one rank's own builder does). Its totals are
+        summed here; a row's items are made only when its moment is read (`_InFlightRows`)."""
+        fixed, live, moves = self._sums
+        flight = in_flight_bytes
+        if fixed is None:  # an item that is not an int: each row summed in its own order
+            rows = _InFlightRows(self.rows, flight)
+            totals = [sum(rows[i][4]) for i in range(len(rows))]
+        else:  # ints: the sum of the other items + the rounded activations is the row's sum, exactly
+            totals = [f + round(a + flight) if m else f + round(a) for f, a, m in zip(fixed, live, moves, strict=True)]
+        return Timeline.from_rows(self.keys, _InFlightRows(self.rows, flight), totals, self.phases)  # type: ignore[arg-type]
+
+    @cached_property
+    def _sums(self) -> tuple[tuple[int, ...] | None, tuple[float, ...], tuple[bool, ...]]:
+        """Per row: the sum of its items but the activations (None when an item is not an int), its activation
+        bytes before the in-flight ones, and whether the in-flight ones are added (every phase but the optimizer
+        step). Shared: read it only."""
+        live = tuple(row[5] for row in self.rows)
+        moves = tuple(row[0] is not Phase.OPTIMIZER for row in self.rows)
+        items = [(*row[4], *row[6]) for row in self.rows]
+        if not all(type(x) is int for values in items for x in values):
+            return None, live, moves
+        return tuple(sum(values) for values in items), live, moves
 
     @cached_property
     def phases(self) -> dict[Phase, Sequence[int]]:
         """The moments of each phase (row indices, in step order). Shared: read it only."""
         return _phase_runs(self.rows)
+
+
+class _InFlightRows(Sequence[Row]):
+    """A template's rows with `flight` in-flight bytes added, each row made when it is read (a timeline's peaks read
+    three of them). Equal to the tuple of its rows."""
+
+    def __init__(self, rows: tuple[TemplateRow, ...], flight: int) -> None:
+        self._rows, self._flight = rows, flight
+        self._made: dict[int, Row] = {}  # the rows read so far
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return tuple(self[i] for i in range(*index.indices(len(self))))
+        made = self._made.get(index)
+        if made is None:
+            phase, part, layer, kind, head, live, tail = self._rows[index]
+            added = self._flight if phase is not Phase.OPTIMIZER else 0
+            made = self._made[index] = phase, part, layer, kind, (*head, round(live + added), *tail)
+        return made
+
+    def __eq__(self, other: object) -> bool:
+        return tuple(self) == (tuple(other) if isinstance(other, Sequence) else other)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
 
 
 def timeline_template(view: RankView, plan: RecomputePlan, outside: float = 0,

@@ -20,11 +20,10 @@ from functools import lru_cache
 from typing import Any
 
 from stepbill.engine.bill import activation_width, make_bill
-from stepbill.engine.bill_parts import bill_time, verdict_ranks
-from stepbill.engine.fit import Card, Reserve, communicators, default_reserve, fit_of_ranks, fit_verdict, user_reserve
+from stepbill.engine.bill_parts import bill_time, verdict_peak
+from stepbill.engine.fit import Card, RankFit, Reserve, communicators, default_reserve, fit_verdict, user_reserve
 from stepbill.engine.parallel.holdings import held_key, slicing_layout, stage_held
 from stepbill.engine.parallel.layout import representative_stage, stage_layer_indices
-from stepbill.engine.parallel.rank_class import RankClass
 from stepbill.engine.parallel.ranks import OPTIMIZER_SIDE, in_flight_microbatches
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.space import Candidate, PlanRequest
@@ -171,27 +170,31 @@ def evaluate(req: PlanRequest, cand: Candidate) -> Row | None:
     """The candidate's row, or None when a rank's peak exceeds the budget (the fit verdict of `stepbill bill`)."""
     cand = resolve_recompute(req, cand)
     recipe = recipe_for(req, cand)
-    card = Card.from_gpu(req.gpu)
-    reserve = reserve_for(req, cand.parallel)
-    try:  # the eager bill's rank classes, without its other lines (engine/bill_parts.verdict_ranks)
-        eager_ranks = _eager_verdict(req.spec, recipe)
+    try:  # the eager bill's worst rank class's peak, without its other lines (engine/bill_parts.verdict_peak)
+        eager_peak = _eager_verdict(req.spec, recipe)
         missing = ""
     except StepbillError as exc:  # no eager bill for this model: the verdict falls back to the ideal peaks
-        eager_ranks, missing = None, str(exc)
-    if eager_ranks is None:
+        eager_peak, missing = None, str(exc)
+    if eager_peak is None:
         bill = make_bill(req.spec, recipe, req.gpu.usable_bytes, "ideal", "sdpa", gpu=req.gpu,
                          efficiency=req.efficiency)
-        fit = fit_verdict(bill, None, card, reserve, missing)
-        time = bill.time
-    else:  # the time (make_bill's without its other lines: engine/bill_parts.bill_time) only for a row that fits
-        fit = fit_of_ranks(eager_ranks, recipe, "eager", "ideal", card, reserve)
-        time = bill_time(req.spec, recipe, req.gpu, req.efficiency, "ideal", "sdpa") if fit.fits else None
-    if not fit.fits:
-        return None
+        fit = fit_verdict(bill, None, Card.from_gpu(req.gpu), reserve_for(req, cand.parallel), missing)
+        if not fit.fits:
+            return None
+        time, peak, headroom, budget = bill.time, fit.worst.peak_bytes, fit.worst.headroom_bytes, fit.budget_bytes
+    else:  # engine/fit.fit_of_ranks' verdict: each class's RankFit has headroom budget − its peak (budget = usable −
+        # reserve: `budget_bytes`), all fit or not as the worst, the least headroom — the largest peak's
+        budget = budget_bytes(req, cand.parallel)
+        worst = RankFit("worst", 0, eager_peak, budget - eager_peak)
+        if not worst.fits:
+            return None
+        peak, headroom = worst.peak_bytes, worst.headroom_bytes
+        # the time (make_bill's without its other lines: engine/bill_parts.bill_time) only for a row that fits
+        time = bill_time(req.spec, recipe, req.gpu, req.efficiency, "ideal", "sdpa")
     assert time is not None
     run = run_lines(recipe, time, req.train_tokens, req.price_per_gpu_hour, req.global_batch_tokens)
     options = bill_options(req, cand)
-    return Row(cand, cand.parallel.world, fit.worst.peak_bytes, fit.worst.headroom_bytes, fit.budget_bytes,
+    return Row(cand, cand.parallel.world, peak, headroom, budget,
                time["time.step"].value, time["time.mfu"].value, time["time.tokens_per_s"].value,
                recipe.tokens_per_step, {k.removeprefix("run."): x.value for k, x in run.items()}, options,
                bill_command(req.model_name, options))
@@ -278,19 +281,18 @@ def _eager_peak(req: PlanRequest, cand: Candidate, budget_gib: float) -> float |
     recipe = make_recipe(req.recipe, req.optimizer, cand.micro_batch, req.seq, f"budget:{budget_gib:.2f}GiB", None,
                          None, cand.parallel, "single")
     try:
-        ranks = _eager_verdict(req.spec, recipe)
+        return _eager_verdict(req.spec, recipe)
     except StepbillError:
         return None
-    return max(c.memory["peak"] for c in ranks)
 
 
 @lru_cache(maxsize=BUDGET_STEPS + 1)
-def _eager_verdict(spec: ModelSpec, recipe: Recipe) -> list[RankClass]:
-    """`verdict_ranks(spec, recipe, "eager", "sdpa")`, the last few memoised: the budget's correction
-    (`budget_policy`) judges the budgets it tries, and `evaluate` then judges the one it spelled — the same recipe,
-    so a budget candidate's verdict is made once, not twice (pure in its arguments; shared: read it, never change
-    it). A StepbillError is not memoised: it is raised again."""
-    return verdict_ranks(spec, recipe, "eager", "sdpa")
+def _eager_verdict(spec: ModelSpec, recipe: Recipe) -> float:
+    """`verdict_peak(spec, recipe, "eager", "sdpa")` — the worst rank class's peak of the eager bill, all its fit
+    verdict reads — the last few memoised: the budget's correction (`budget_policy`) judges the budgets it tries,
+    and `evaluate` then judges the one it spelled — the same recipe, so a budget candidate's verdict is made once,
+    not twice (pure in its arguments). A StepbillError is not memoised: it is raised again."""
+    return verdict_peak(spec, recipe, "eager", "sdpa")
 
 
 def _spelled(budget_gib: float, floor_gib: float) -> float:

@@ -25,7 +25,7 @@ import itertools
 import os
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -155,8 +155,12 @@ def solve_exact(problem: Problem) -> Solution:
     """The exact optimum without a MILP solver: the cheapest point of the problem's staircase (`Staircase`) whose
     peak fits. Ties are broken one way, always: among drop sets of equal FLOPs the lowest peak (a chosen op drops
     every tensor it made — free once the op reruns), then the first in the staircase's order."""
+    return _solve_on(problem, staircase(problem))
+
+
+def _solve_on(problem: Problem, steps: Staircase) -> Solution:
+    """solve_exact with the problem's staircase given (`staircase(problem)`)."""
     check_budget(problem)
-    steps = staircase(problem)
     k = int(np.searchsorted(-steps.peak, -problem.budget * (1 + 1e-12) - 1e-6))  # first step whose peak fits
     while True:  # the steps' sums are numpy's: confirm with peak_of's own sum (a last-digit difference moves on)
         chosen = steps.chosen(min(k, len(steps.peak) - 1))
@@ -294,5 +298,16 @@ def problem_for_spec(spec: ModelSpec, budget: float, seq_len: int, micro_batch: 
 def solve_for_spec(spec: ModelSpec, budget: float, seq_len: int, micro_batch: int, activation_bytes: int,
                    convention: str = "ideal", attention: str = "sdpa") -> Solution:
     """The exact optimum for a model (solve_exact; memoised: the planner asks the same budget of the fit verdict,
-    the budget's correction and the bill; a Solution is read-only)."""
-    return solve_exact(problem_for_spec(spec, budget, seq_len, micro_batch, activation_bytes, convention, attention))
+    the budget's correction and the bill; a Solution is read-only). The problem less its budget and its staircase
+    are made once per model, sequence, micro-batch and convention (`_spec_problem`): a planner's budget candidates
+    ask one problem many budgets."""
+    problem, steps = _spec_problem(spec, seq_len, micro_batch, activation_bytes, convention, attention)
+    return _solve_on(replace(problem, budget=budget), steps)
+
+
+@functools.lru_cache(maxsize=256)
+def _spec_problem(spec: ModelSpec, seq_len: int, micro_batch: int, activation_bytes: int, convention: str,
+                  attention: str) -> tuple[Problem, Staircase]:
+    """problem_for_spec at budget 0 and its staircase (which reads no budget). Shared: read them only."""
+    problem = problem_for_spec(spec, 0.0, seq_len, micro_batch, activation_bytes, convention, attention)
+    return problem, staircase(problem)

@@ -257,7 +257,8 @@ def make_plan(spec: ModelSpec, policy: RecomputePolicy, seq_len: int, micro_batc
     elif policy.kind == "selective" or drop is not None:
         for k, r in rows.items():
             if drop is not None:
-                chosen = [t for t in r if t.name in set(drop.get(k, ()))]
+                names = set(drop.get(k, ()))
+                chosen = [t for t in r if t.name in names]
             else:
                 chosen = [t for m in policy.modules for t in module_rows(m, k, r)]
             layers[k] = _plan(k, r, list({t.name: t for t in chosen}.values()), seq_len)
