@@ -149,9 +149,11 @@ def _row_is_expert(spec: ModelSpec) -> tuple[bool, ...]:
 
 
 @lru_cache(maxsize=4096)
+@lru_cache(maxsize=8192)
 def slicing_layout(parallel: Any) -> Any:
     """`parallel` with only what slices parameters (dp, tp, pp, cp, ep, etp, zero, shard_group, vpp, pp_layers,
-    schedule) kept: sp off, no offload, micro-batches = pp (valid under every schedule). A memo key."""
+    schedule) kept: sp off, no offload, micro-batches = pp (valid under every schedule). A memo key; memoised itself
+    (a layout hashes once: spec.schema.hash_once), since making it validates a new Parallel."""
     return replace(parallel, sp=False, micro_batches=parallel.pp, offload_optimizer=False, offload_activations=False)
 
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import overload
 
 from stepbill.engine.plan.axes import (
@@ -175,9 +176,8 @@ class Group:
     def candidate(self, variant: Variant) -> Candidate:
         """The variant's candidate; a layout rule of spec/parallel.py it breaks raises StepbillError."""
         sp, micro_batch, micro_batches, offload_activations, recompute = variant
-        layout = replace(self.holdings_layout, sp=sp, micro_batches=micro_batches,
-                         offload_optimizer=self.offload_optimizer, offload_activations=offload_activations)
-        return Candidate(layout, micro_batch, recompute)
+        return Candidate(_variant_layout(self.holdings_layout, self.offload_optimizer, sp, micro_batches,
+                                         offload_activations), micro_batch, recompute)
 
     @property
     def candidates(self) -> list[Candidate]:
@@ -189,6 +189,16 @@ class Group:
             except StepbillError:
                 continue
         return out
+
+
+@lru_cache(maxsize=1024)
+def _variant_layout(holdings_layout: Parallel, offload_optimizer: bool, sp: bool, micro_batches: int,
+                    offload_activations: bool) -> Parallel:
+    """A group's layout with a variant's fields; a rule it breaks raises StepbillError (not memoised: raised
+    again). Memoised: a group's variants share one layout per (sp, micro-batches, activation offload) — every
+    recompute policy and micro-batch size of it — and making one validates a new Parallel."""
+    return replace(holdings_layout, sp=sp, micro_batches=micro_batches, offload_optimizer=offload_optimizer,
+                   offload_activations=offload_activations)
 
 
 def powers_of_two(high: int) -> list[int]:
