@@ -175,6 +175,8 @@ def _stage_groups(spec: ModelSpec, par: Parallel, order: tuple[str, ...]) -> tup
     stages, chunks and split only). Shared: read it, never change it."""
     key = (spec, par.pp, par.vpp, par.pp_layers, order)
     if key not in _GROUPS:
+        if len(_GROUPS) >= _MEMO_MAX:
+            _GROUPS.clear()
         groups: dict[tuple[int, tuple[str, ...]], int] = {}
         for stage, layers in enumerate(stage_layer_indices(spec, par)):
             groups.setdefault((representative_stage(spec, par, stage), tuple(order[i] for i in layers)), stage)
