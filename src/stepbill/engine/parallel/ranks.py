@@ -97,9 +97,10 @@ def rank_plan(one_plan: RecomputePlan, recipe: Recipe, order: tuple[str, ...]) -
     return plan
 
 
-#: Memos of rank_plan and rank_eager, keyed on the one-GPU object's id (the object is kept beside its result and
-#: checked, so a reused id misses) and the layout's divisors: a candidate's verdicts, and candidates that share a
-#: recompute plan, ask for the same few. Shared results: read them, never change them.
+#: Memos of rank_plan and rank_eager, keyed on the layout's divisors and the one-GPU object (its id, or for eager
+#: terms some of their numbers; the object is kept beside its result and checked the same or equal on a hit): a
+#: candidate's verdicts, and candidates that share a recompute plan, ask for the same few. Shared results: read
+#: them, never change them.
 _RANK_PLANS: dict[tuple[Any, ...], tuple[RecomputePlan, RecomputePlan]] = {}
 _RANK_EAGER: dict[tuple[Any, ...], tuple[EagerTerms, EagerTerms]] = {}
 MEMO_ENTRIES = 4096  # entries a memo keeps before it starts over
@@ -148,9 +149,12 @@ def rank_eager(eager: EagerTerms, recipe: Recipe, held: Held, inv: ParamInventor
     grad_div = unsharded / held.held["grads"] if held.held.get("grads") else 1.0
     counters = held.params_share  # AdamW keeps one step tensor per parameter tensor: the rank's share of them
     opt_div = par.tp * (par.zero_group if par.zero >= 1 else 1)
-    key = (id(eager), seq, width, par.tp, grad_div, counters, opt_div, par.offload_optimizer)
+    # keyed on a few of the one-GPU terms' numbers, checked equal whole on a hit: a budget candidate's verdicts
+    # each have their own terms (one per policy), mostly equal in value
+    key = (eager.constant, eager.forward_end, eager.head_temp, eager.optimizer_temp, seq, width, par.tp, grad_div,
+           counters, opt_div, par.offload_optimizer)
     found = _RANK_EAGER.get(key)
-    if found is not None and found[0] is eager:
+    if found is not None and (found[0] is eager or found[0] == eager):
         return found[1]
     one = eager
     if par.offload_optimizer:
