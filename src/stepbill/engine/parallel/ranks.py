@@ -277,8 +277,8 @@ def stage_parts(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, one_
                  ) -> tuple[list[tuple[int, tuple[str, ...]]], dict[tuple[int, tuple[str, ...]], tuple[Any, ...]]]:
     """Each stage's key (the rows it holds, representative_stage, and its layer order) and, per key, what its stages
     share: all but their micro-batches in flight (held items, the rank's plan, kept bytes per micro-batch, eager
-    terms, buffers' lines, outside bytes, RankView less the in-flight bytes, CPU items, resident lines, weights /
-    optimizer / grads), each made once per call."""
+    terms, buffers' lines, outside bytes, RankView less the in-flight bytes, CPU items, the key of its resident
+    lines (`_resident_part`) and its eager step counters), each made once per call."""
     par = recipe.parallel
     indices = stage_layer_indices(spec, par)
     divisor = row_divisor(recipe)
@@ -295,9 +295,9 @@ def stage_parts(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, one_
         if par.offload_activations:
             plan = offloaded_plan(plan)
         eager = rank_eager(one_eager, recipe, held, inventory) if one_eager is not None else None
-        base, cpu, transient, gpu_items, weights, optimizer, grads, outside = _stage_frame(
+        base, cpu, transient, resident, counters, outside = _stage_frame(
             spec, recipe, held, order, stage, key, eager, outside_rows, divisor)
-        parts[key] = (held, plan, kept, eager, transient, outside, base, cpu, gpu_items, weights, optimizer, grads)
+        parts[key] = (held, plan, kept, eager, transient, outside, base, cpu, resident, counters)
     return keys, parts
 
 
@@ -312,7 +312,9 @@ def stage_class(spec: ModelSpec, recipe: Recipe, stage: int, part: tuple[Any, ..
                  by_kind: tuple[tuple[str, int, float], ...], reason: str) -> RankClass:
     """The class of one stage of `recipe`'s layout alone, from its key's part (`stage_parts`) and its timeline."""
     par = recipe.parallel
-    held, plan, kept, _, transient, outside, _, cpu, gpu_items, weights, optimizer, grads = part
+    held, plan, kept, _, transient, outside, _, cpu, (spec_of, layout_key), counters = part
+    gpu_items, weights, optimizer, grads = _resident_part(spec_of, layout_key, held, par)
+    optimizer += counters  # the rank's AdamW step counters (eager)
     flight = in_flight_microbatches(recipe, stage)
     last = stage == par.pp - 1
     cpu = dict(cpu)
@@ -371,8 +373,8 @@ def _stage_frame(spec: ModelSpec, recipe: Recipe, held: Held, order: tuple[str, 
                  eager: EagerTerms | None, outside_rows: Callable[[Callable[[ActTensor], float]], float] | None,
                  divisor: Callable[[ActTensor], float]) -> tuple[Any, ...]:
     """What a stage's rank class holds whatever the recompute plan: its RankView less the in-flight bytes (the
-    layout's buffers in it), CPU items, the buffers' lines, resident lines and their weights / optimizer / grads
-    sums, the outside-layer bytes (the last stage's, eager). Memoised on the model, the recipe but its recompute
+    layout's buffers in it), CPU items, the buffers' lines, the key of its resident lines (`_resident_part`), its
+    eager step counters, the outside-layer bytes (the last stage's, eager). Memoised on the model, the recipe but its recompute
     policy and the stage's rows and order (`key`): the layout's part once, the view's part per eager step counters
     and outside rows, so a budget candidate's corrections, its verdict and its ideal verdict share them (shared:
     read them, never change them)."""
@@ -389,20 +391,32 @@ def _stage_frame(spec: ModelSpec, recipe: Recipe, held: Held, order: tuple[str, 
         return found
     layout = memo.get(layout_key)
     if layout is None:
-        par = recipe.parallel
-        buffers, transient = layout_buffers(spec, recipe, order, held)
-        gpu_items = _resident_lines(held, par, _cpu_items(held, par))
-        weights = sum(x.value for x in gpu_items if x.name.startswith("weights"))
-        optimizer = sum(x.value for x in gpu_items if x.name.startswith(OPTIMIZER_SIDE))
-        grads = sum(x.value for x in gpu_items if x.name == "grads")
-        layout = (buffers, transient, gpu_items, weights, optimizer, grads)
+        layout = layout_buffers(spec, recipe, order, held)
         _remember(memo, layout_key, layout)
-    buffers, transient, gpu_items, weights, optimizer, grads = layout
+    buffers, transient = layout
     base, cpu = _rank_view(recipe, held, order, stage, eager, spec.tied_embeddings, 0.0, buffers)
-    optimizer += eager.step_counters if eager is not None else 0
     outside = outside_rows(divisor) if (outside_rows is not None and last) else 0.0
-    found = (base, cpu, transient, gpu_items, weights, optimizer, grads, outside)
+    found = (base, cpu, transient, (spec, layout_key), eager.step_counters if eager is not None else 0, outside)
     _remember(memo, view_key, found)
+    return found
+
+
+def _resident_part(spec: ModelSpec, layout_key: tuple[Any, ...], held: Held, par: Any
+                   ) -> tuple[list[Line], float, float, float]:
+    """A stage's resident lines and their weights / optimizer (without eager step counters) / grads sums, made when
+    a class is made (a fit verdict's peak reads none of them); memoised with `_stage_frame`'s layout part."""
+    memo = _FRAMES.get(spec)
+    if memo is None:
+        _FRAMES.clear()
+        memo = _FRAMES[spec] = {}
+    key = ("resident", layout_key)
+    found = memo.get(key)
+    if found is None:
+        gpu_items = _resident_lines(held, par, _cpu_items(held, par))
+        found = (gpu_items, sum(x.value for x in gpu_items if x.name.startswith("weights")),
+                 sum(x.value for x in gpu_items if x.name.startswith(OPTIMIZER_SIDE)),
+                 sum(x.value for x in gpu_items if x.name == "grads"))
+        _remember(memo, key, found)
     return found
 
 
