@@ -19,7 +19,8 @@ from stepbill.engine.bill import (
 from stepbill.engine.memory.eager import EagerTerms
 from stepbill.engine.parallel import RankClass
 from stepbill.engine.parallel.fsdp2_ranks import exact_reason
-from stepbill.engine.parallel.ranks import stage_classes, stage_peak, stage_worst
+from stepbill.engine.parallel.ranks import stage_classes
+from stepbill.engine.parallel.worst_stage import stage_peak, stage_worst
 from stepbill.engine.recompute import RecomputePlan
 from stepbill.engine.steptime import DEFAULT_EFFICIENCY, StepTime, step_time
 from stepbill.engine.timing.step_terms import StepTerms, step_terms

@@ -1,6 +1,6 @@
 """Who holds what: how a parallel layout slices parameters (`layout`), what a rank holds (`holdings`), the layout's
 buffers (`buffers`), each rank class's timeline and memory
-(`ranks`, built on `rank_class`), the measured FSDP2 / ZeRO-1 rules (`fsdp2`, `fsdp2_moments`, `fsdp2_ranks`)
+(`ranks`, built on `rank_class`; the worst class alone: `worst_stage`), the measured FSDP2 / ZeRO-1 rules (`fsdp2`, `fsdp2_moments`, `fsdp2_ranks`)
 and the step's collectives (`collectives`)."""
 
 from stepbill.engine.parallel.buffers import DDP_BUCKET_BYTES

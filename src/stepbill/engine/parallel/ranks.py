@@ -32,7 +32,8 @@ from stepbill.engine.activations import ActTensor
 from stepbill.engine.kinds import Phase, Split
 from stepbill.engine.line import Line
 from stepbill.engine.memory.eager import EagerTerms
-from stepbill.engine.memory.timeline import Buffers, RankView, Timeline, rank_timeline, timeline_template
+from stepbill.engine.memory.timeline import Buffers, RankView, Timeline, rank_timeline
+from stepbill.engine.memory.timeline_template import timeline_template
 from stepbill.engine.parallel.buffers import layout_buffers
 from stepbill.engine.parallel.fsdp2_ranks import exact_classes, exact_reason
 from stepbill.engine.parallel.holdings import Held, rank_holdings
@@ -97,9 +98,10 @@ def rank_plan(one_plan: RecomputePlan, recipe: Recipe, order: tuple[str, ...]) -
     return plan
 
 
-#: Memos of rank_plan and rank_eager, keyed on the one-GPU object's id (the object is kept beside its result and
-#: checked, so a reused id misses) and the layout's divisors: a candidate's verdicts, and candidates that share a
-#: recompute plan, ask for the same few. Shared results: read them, never change them.
+#: Memos of rank_plan and rank_eager, keyed on the layout's divisors and the one-GPU object (its id, or for eager
+#: terms some of their numbers; the object is kept beside its result and checked the same or equal on a hit): a
+#: candidate's verdicts, and candidates that share a recompute plan, ask for the same few. Shared results: read
+#: them, never change them.
 _RANK_PLANS: dict[tuple[Any, ...], tuple[RecomputePlan, RecomputePlan]] = {}
 _RANK_EAGER: dict[tuple[Any, ...], tuple[EagerTerms, EagerTerms]] = {}
 MEMO_ENTRIES = 4096  # entries a memo keeps before it starts over
@@ -148,9 +150,12 @@ def rank_eager(eager: EagerTerms, recipe: Recipe, held: Held, inv: ParamInventor
     grad_div = unsharded / held.held["grads"] if held.held.get("grads") else 1.0
     counters = held.params_share  # AdamW keeps one step tensor per parameter tensor: the rank's share of them
     opt_div = par.tp * (par.zero_group if par.zero >= 1 else 1)
-    key = (id(eager), seq, width, par.tp, grad_div, counters, opt_div, par.offload_optimizer)
+    # keyed on a few of the one-GPU terms' numbers, checked equal whole on a hit: a budget candidate's verdicts
+    # each have their own terms (one per policy), mostly equal in value
+    key = (eager.constant, eager.forward_end, eager.head_temp, eager.optimizer_temp, seq, width, par.tp, grad_div,
+           counters, opt_div, par.offload_optimizer)
     found = _RANK_EAGER.get(key)
-    if found is not None and found[0] is eager:
+    if found is not None and (found[0] is eager or found[0] == eager):
         return found[1]
     one = eager
     if par.offload_optimizer:
@@ -160,7 +165,7 @@ def rank_eager(eager: EagerTerms, recipe: Recipe, held: Held, inv: ParamInventor
     return mine
 
 
-def _kept_by_kind(plan: RecomputePlan) -> tuple[tuple[str, int, float], ...]:
+def kept_by_kind(plan: RecomputePlan) -> tuple[tuple[str, int, float], ...]:
     """Per layer kind of the rank's plan: its layers on the stage and the bytes per token each keeps on average
     (what `_activation_lines` prints; made once per stage class, read by each of its stages)."""
     out = []
@@ -174,7 +179,7 @@ def _kept_by_kind(plan: RecomputePlan) -> tuple[tuple[str, int, float], ...]:
 def _activation_lines(plan: RecomputePlan, kept_by_kind: tuple[tuple[str, int, float], ...], tl: Timeline,
                       flight: float, outside: float) -> list[Line]:
     """The rank's activations at its forward peak, split into what its layers keep (× micro-batches in flight;
-    `kept_by_kind`: `_kept_by_kind(plan)`), outside-layer tensors and the working set of the layer being computed."""
+    `kept_by_kind`: `kept_by_kind(plan)`), outside-layer tensors and the working set of the layer being computed."""
     tokens = plan.tokens
     lines: list[Line] = []
     for kind, n, per_token in kept_by_kind:
@@ -267,13 +272,13 @@ def offloaded_plan(plan: RecomputePlan) -> RecomputePlan:
                                  for k, lp in plan.layers.items()}, segment=1)
 
 
-def _stage_parts(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, one_plan: RecomputePlan,
+def stage_parts(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, one_plan: RecomputePlan,
                  one_eager: EagerTerms | None, outside_rows: Callable[[Callable[[ActTensor], float]], float] | None
                  ) -> tuple[list[tuple[int, tuple[str, ...]]], dict[tuple[int, tuple[str, ...]], tuple[Any, ...]]]:
     """Each stage's key (the rows it holds, representative_stage, and its layer order) and, per key, what its stages
     share: all but their micro-batches in flight (held items, the rank's plan, kept bytes per micro-batch, eager
-    terms, buffers' lines, outside bytes, RankView less the in-flight bytes, CPU items, resident lines, weights /
-    optimizer / grads), each made once per call."""
+    terms, buffers' lines, outside bytes, RankView less the in-flight bytes, CPU items, the key of its resident
+    lines (`_resident_part`) and its eager step counters), each made once per call."""
     par = recipe.parallel
     indices = stage_layer_indices(spec, par)
     divisor = row_divisor(recipe)
@@ -290,81 +295,26 @@ def _stage_parts(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, one
         if par.offload_activations:
             plan = offloaded_plan(plan)
         eager = rank_eager(one_eager, recipe, held, inventory) if one_eager is not None else None
-        base, cpu, transient, gpu_items, weights, optimizer, grads, outside = _stage_frame(
+        base, cpu, transient, resident, counters, outside = _stage_frame(
             spec, recipe, held, order, stage, key, eager, outside_rows, divisor)
-        parts[key] = (held, plan, kept, eager, transient, outside, base, cpu, gpu_items, weights, optimizer, grads)
+        parts[key] = (held, plan, kept, eager, transient, outside, base, cpu, resident, counters)
     return keys, parts
 
 
-def _in_flight_bytes(recipe: Recipe, stage: int, kept: float) -> int:
+def in_flight_bytes(recipe: Recipe, stage: int, kept: float) -> int:
     """The RankView's in_flight_bytes of `stage`: the other micro-batches' kept activations (none on the GPU under
     activation offload)."""
     flight = in_flight_microbatches(recipe, stage)
     return round(0.0 if recipe.parallel.offload_activations else (flight - 1) * kept)
 
 
-class _Stages:
-    """One call's stages (`_stage_parts`) with their timelines made on demand, one per stage key and in-flight
-    bytes (each built by rank_timeline, as stage_classes builds a stage of its own)."""
-
-    def __init__(self, spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, one_plan: RecomputePlan,
-                 one_eager: EagerTerms | None,
-                 outside_rows: Callable[[Callable[[ActTensor], float]], float] | None) -> None:
-        self.keys, self.parts = _stage_parts(spec, recipe, inventory, one_plan, one_eager, outside_rows)
-        self.flights = [_in_flight_bytes(recipe, stage, self.parts[key][2]) for stage, key in enumerate(self.keys)]
-        self._made: dict[tuple[Any, int], Timeline] = {}
-
-    def timeline(self, stage: int) -> Timeline:
-        key, flight_bytes = self.keys[stage], self.flights[stage]
-        tl = self._made.get((key, flight_bytes))
-        if tl is None:
-            _, plan, _, eager, _, outside, base, *_ = self.parts[key]
-            tl = rank_timeline(replace(base, in_flight_bytes=flight_bytes), plan, outside, eager)
-            self._made[(key, flight_bytes)] = tl
-        return tl
-
-    def key_peaks(self) -> dict[tuple[int, tuple[str, ...]], int]:
-        """Each stage key's largest peak (bytes): its stage with the most in flight's. The stages of one key differ
-        only in their in-flight bytes, which every moment but the optimizer step adds to its activations before
-        rounding, so each moment's total, hence the peak, is non-decreasing in them."""
-        most: dict[tuple[int, tuple[str, ...]], int] = {}
-        for stage, key in enumerate(self.keys):
-            if key not in most or self.flights[stage] > self.flights[most[key]]:
-                most[key] = stage
-        return {key: self.timeline(stage).peak_value() for key, stage in most.items()}
-
-
-def stage_peak(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, one_plan: RecomputePlan,
-               one_eager: EagerTerms | None,
-               outside_rows: Callable[[Callable[[ActTensor], float]], float] | None) -> float:
-    """`max(c.memory["peak"] for c in stage_classes(...))` (bytes) — the worst rank class's peak, what a fit verdict
-    reads — from one timeline per stage key instead of one per stage (`_Stages.key_peaks`; tests/
-    test_bill_verdict.py)."""
-    return float(max(_Stages(spec, recipe, inventory, one_plan, one_eager, outside_rows).key_peaks().values()))
-
-
-def stage_worst(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, one_plan: RecomputePlan,
-                one_eager: EagerTerms | None, outside_rows: Callable[[Callable[[ActTensor], float]], float] | None,
-                reason: str) -> RankClass:
-    """`worst_rank(stage_classes(...))` — the first class of the largest peak — with the timelines of the stage keys
-    (`_Stages.key_peaks`) and of that class's first stage alone: its numbers, lines and timeline are the class's (a
-    class's are its first stage's); its name, stages and ranks are that stage's alone (stage_classes merges the
-    stages of identical memory into one class). What a judged rank's step time reads (engine/bill_parts.bill_time)."""
-    stages = _Stages(spec, recipe, inventory, one_plan, one_eager, outside_rows)
-    peaks = stages.key_peaks()
-    peak = max(peaks.values())
-    for stage, key in enumerate(stages.keys):
-        if peaks[key] == peak and stages.timeline(stage).peak_value() == peak:
-            part = stages.parts[key]
-            return _stage_class(spec, recipe, stage, part, stages.timeline(stage), _kept_by_kind(part[1]), reason)
-    raise AssertionError("a stage of the largest peak")  # the key's own stage of the most in flight reaches it
-
-
-def _stage_class(spec: ModelSpec, recipe: Recipe, stage: int, part: tuple[Any, ...], tl: Timeline,
+def stage_class(spec: ModelSpec, recipe: Recipe, stage: int, part: tuple[Any, ...], tl: Timeline,
                  by_kind: tuple[tuple[str, int, float], ...], reason: str) -> RankClass:
-    """The class of one stage of `recipe`'s layout alone, from its key's part (`_stage_parts`) and its timeline."""
+    """The class of one stage of `recipe`'s layout alone, from its key's part (`stage_parts`) and its timeline."""
     par = recipe.parallel
-    held, plan, kept, _, transient, outside, _, cpu, gpu_items, weights, optimizer, grads = part
+    held, plan, kept, _, transient, outside, _, cpu, (spec_of, layout_key), counters = part
+    gpu_items, weights, optimizer, grads = _resident_part(spec_of, layout_key, held, par)
+    optimizer += counters  # the rank's AdamW step counters (eager)
     flight = in_flight_microbatches(recipe, stage)
     last = stage == par.pp - 1
     cpu = dict(cpu)
@@ -391,24 +341,24 @@ def stage_classes(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, on
     per_stage = par.dp * par.tp * par.cp
     classes: list[RankClass] = []
     # Stages that hold the same rows (representative_stage) and run the same layer order share everything but
-    # their micro-batches in flight (_stage_parts); a key of several stages builds its timelines from one template.
-    keys, parts = _stage_parts(spec, recipe, inventory, one_plan, one_eager, outside_rows)
+    # their micro-batches in flight (stage_parts); a key of several stages builds its timelines from one template.
+    keys, parts = stage_parts(spec, recipe, inventory, one_plan, one_eager, outside_rows)
     templates: dict[tuple[int, tuple[str, ...]], Any] = {}
     by_kind: dict[tuple[int, tuple[str, ...]], tuple[tuple[str, int, float], ...]] = {}
     for stage, key in enumerate(keys):
         part = parts[key]
         plan, kept, eager, outside, base = part[1], part[2], part[3], part[5], part[6]
         if key not in by_kind:
-            by_kind[key] = _kept_by_kind(plan)
+            by_kind[key] = kept_by_kind(plan)
             # a template when other stages share it; a stage of its own builds its timeline directly
             templates[key] = timeline_template(base, plan, outside, eager) if keys.count(key) > 1 else None
         template = templates[key]
-        flight_bytes = _in_flight_bytes(recipe, stage, kept)
+        flight_bytes = in_flight_bytes(recipe, stage, kept)
         if template is not None:
             tl = template.timeline(flight_bytes)  # the RankView's in_flight_bytes
         else:
             tl = rank_timeline(replace(base, in_flight_bytes=flight_bytes), plan, outside, eager)
-        mine = _stage_class(spec, recipe, stage, part, tl, by_kind[key], reason)
+        mine = stage_class(spec, recipe, stage, part, tl, by_kind[key], reason)
         same = next((c for c in classes if c.memory == mine.memory and c.layers == kinds[stage]), None)
         if same is not None:  # identical stages form one class
             stages = (*same.stages, stage)
@@ -423,8 +373,8 @@ def _stage_frame(spec: ModelSpec, recipe: Recipe, held: Held, order: tuple[str, 
                  eager: EagerTerms | None, outside_rows: Callable[[Callable[[ActTensor], float]], float] | None,
                  divisor: Callable[[ActTensor], float]) -> tuple[Any, ...]:
     """What a stage's rank class holds whatever the recompute plan: its RankView less the in-flight bytes (the
-    layout's buffers in it), CPU items, the buffers' lines, resident lines and their weights / optimizer / grads
-    sums, the outside-layer bytes (the last stage's, eager). Memoised on the model, the recipe but its recompute
+    layout's buffers in it), CPU items, the buffers' lines, the key of its resident lines (`_resident_part`), its
+    eager step counters, the outside-layer bytes (the last stage's, eager). Memoised on the model, the recipe but its recompute
     policy and the stage's rows and order (`key`): the layout's part once, the view's part per eager step counters
     and outside rows, so a budget candidate's corrections, its verdict and its ideal verdict share them (shared:
     read them, never change them)."""
@@ -441,20 +391,32 @@ def _stage_frame(spec: ModelSpec, recipe: Recipe, held: Held, order: tuple[str, 
         return found
     layout = memo.get(layout_key)
     if layout is None:
-        par = recipe.parallel
-        buffers, transient = layout_buffers(spec, recipe, order, held)
-        gpu_items = _resident_lines(held, par, _cpu_items(held, par))
-        weights = sum(x.value for x in gpu_items if x.name.startswith("weights"))
-        optimizer = sum(x.value for x in gpu_items if x.name.startswith(OPTIMIZER_SIDE))
-        grads = sum(x.value for x in gpu_items if x.name == "grads")
-        layout = (buffers, transient, gpu_items, weights, optimizer, grads)
+        layout = layout_buffers(spec, recipe, order, held)
         _remember(memo, layout_key, layout)
-    buffers, transient, gpu_items, weights, optimizer, grads = layout
+    buffers, transient = layout
     base, cpu = _rank_view(recipe, held, order, stage, eager, spec.tied_embeddings, 0.0, buffers)
-    optimizer += eager.step_counters if eager is not None else 0
     outside = outside_rows(divisor) if (outside_rows is not None and last) else 0.0
-    found = (base, cpu, transient, gpu_items, weights, optimizer, grads, outside)
+    found = (base, cpu, transient, (spec, layout_key), eager.step_counters if eager is not None else 0, outside)
     _remember(memo, view_key, found)
+    return found
+
+
+def _resident_part(spec: ModelSpec, layout_key: tuple[Any, ...], held: Held, par: Any
+                   ) -> tuple[list[Line], float, float, float]:
+    """A stage's resident lines and their weights / optimizer (without eager step counters) / grads sums, made when
+    a class is made (a fit verdict's peak reads none of them); memoised with `_stage_frame`'s layout part."""
+    memo = _FRAMES.get(spec)
+    if memo is None:
+        _FRAMES.clear()
+        memo = _FRAMES[spec] = {}
+    key = ("resident", layout_key)
+    found = memo.get(key)
+    if found is None:
+        gpu_items = _resident_lines(held, par, _cpu_items(held, par))
+        found = (gpu_items, sum(x.value for x in gpu_items if x.name.startswith("weights")),
+                 sum(x.value for x in gpu_items if x.name.startswith(OPTIMIZER_SIDE)),
+                 sum(x.value for x in gpu_items if x.name == "grads"))
+        _remember(memo, key, found)
     return found
 
 

@@ -78,9 +78,10 @@ def cost_of(problem: Problem, chosen: set[tuple[str, str]]) -> float:
     return sum(problem.layers[g] * problem.op_cost[(g, o)] for g, o in ops)
 
 
-def _solution(problem: Problem, chosen: set[tuple[str, str]], method: str) -> Solution:
+def _solution(problem: Problem, chosen: set[tuple[str, str]], method: str, peak: float | None = None) -> Solution:
+    """The Solution of a drop set; `peak`: its peak_of when the caller has it already."""
     drop = {g: tuple(i.name for i in problem.items if i.group == g and (g, i.name) in chosen) for g in problem.layers}
-    return Solution(drop, cost_of(problem, chosen), peak_of(problem, chosen), method)
+    return Solution(drop, cost_of(problem, chosen), peak_of(problem, chosen) if peak is None else peak, method)
 
 
 def floor(problem: Problem) -> float:
@@ -91,8 +92,9 @@ def _fits(value: float, budget: float) -> bool:
     return value <= budget * (1 + 1e-12) + 1e-6
 
 
-def check_budget(problem: Problem) -> None:
-    low = floor(problem)
+def check_budget(problem: Problem, low: float | None = None) -> None:
+    """Raise when the budget is below the problem's floor (`low`: floor(problem) when the caller has it)."""
+    low = floor(problem) if low is None else low
     if not _fits(low, problem.budget):
         raise StepbillError(f"budget {problem.budget / GIB:.2f} GiB is below the floor {low / GIB:.2f} GiB "
                             "(every droppable tensor recomputed); raise it or shard activations (context parallel)")
@@ -158,14 +160,15 @@ def solve_exact(problem: Problem) -> Solution:
     return _solve_on(problem, staircase(problem))
 
 
-def _solve_on(problem: Problem, steps: Staircase) -> Solution:
-    """solve_exact with the problem's staircase given (`staircase(problem)`)."""
-    check_budget(problem)
+def _solve_on(problem: Problem, steps: Staircase, low: float | None = None) -> Solution:
+    """solve_exact with the problem's staircase given (`staircase(problem)`; `low`: its floor, when known)."""
+    check_budget(problem, low)
     k = int(np.searchsorted(-steps.peak, -problem.budget * (1 + 1e-12) - 1e-6))  # first step whose peak fits
     while True:  # the steps' sums are numpy's: confirm with peak_of's own sum (a last-digit difference moves on)
         chosen = steps.chosen(min(k, len(steps.peak) - 1))
-        if _fits(peak_of(problem, chosen), problem.budget) or k >= len(steps.peak) - 1:
-            return _solution(problem, chosen, "exact (staircase of op sets)")
+        peak = peak_of(problem, chosen)
+        if _fits(peak, problem.budget) or k >= len(steps.peak) - 1:
+            return _solution(problem, chosen, "exact (staircase of op sets)", peak)
         k += 1
 
 
@@ -301,13 +304,13 @@ def solve_for_spec(spec: ModelSpec, budget: float, seq_len: int, micro_batch: in
     the budget's correction and the bill; a Solution is read-only). The problem less its budget and its staircase
     are made once per model, sequence, micro-batch and convention (`_spec_problem`): a planner's budget candidates
     ask one problem many budgets."""
-    problem, steps = _spec_problem(spec, seq_len, micro_batch, activation_bytes, convention, attention)
-    return _solve_on(replace(problem, budget=budget), steps)
+    problem, steps, low = _spec_problem(spec, seq_len, micro_batch, activation_bytes, convention, attention)
+    return _solve_on(replace(problem, budget=budget), steps, low)
 
 
 @functools.lru_cache(maxsize=256)
 def _spec_problem(spec: ModelSpec, seq_len: int, micro_batch: int, activation_bytes: int, convention: str,
-                  attention: str) -> tuple[Problem, Staircase]:
-    """problem_for_spec at budget 0 and its staircase (which reads no budget). Shared: read them only."""
+                  attention: str) -> tuple[Problem, Staircase, float]:
+    """problem_for_spec at budget 0, its staircase and its floor (which read no budget). Shared: read them only."""
     problem = problem_for_spec(spec, 0.0, seq_len, micro_batch, activation_bytes, convention, attention)
-    return problem, staircase(problem)
+    return problem, staircase(problem), floor(problem)

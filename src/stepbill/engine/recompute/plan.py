@@ -172,6 +172,13 @@ class RecomputePlan:
         per_token = sum(p.recompute_flops_square * self.order.count(k) for k, p in self.layers.items())
         return per_token * self.tokens
 
+    @cached_property
+    def _row_bytes(self) -> dict[str, tuple[tuple[tuple[ActTensor, float], ...], tuple[tuple[ActTensor, float], ...]]]:
+        """Per layer kind, its kept and its dropped rows with their bytes per token at the plan's sequence (what
+        for_rank divides, per rank), made once per plan."""
+        return {kind: (tuple((t, t.bytes_at(self.seq_len)) for t in lp.kept),
+                       tuple((t, t.bytes_at(self.seq_len)) for t in lp.dropped)) for kind, lp in self.layers.items()}
+
     def for_rank(self, row_divisor: Callable[[ActTensor], float], input_divisor: float, work_divisor: float,
                  order: tuple[str, ...] | None = None) -> RecomputePlan:
         """The same policy on one rank of a layout: the same tensors kept and dropped (the choice is the
@@ -180,16 +187,19 @@ class RecomputePlan:
         layers of the rank's pipeline stage (`order`)."""
         order = self.order if order is None else order
         layers = {}
+        row_bytes = self._row_bytes
         for kind, lp in self.layers.items():
             if order and kind not in order:
                 continue  # not on this stage: left out below in any case
-            kept = sum(t.bytes_at(self.seq_len) / row_divisor(t) for t in lp.kept)
-            dropped = sum(t.bytes_at(self.seq_len) / row_divisor(t) for t in lp.dropped)
-            layers[kind] = replace(lp, kept_bytes=kept, dropped_bytes=dropped,
-                                   recompute_flops=lp.recompute_flops / work_divisor,
-                                   recompute_flops_noncausal=lp.recompute_flops_noncausal / work_divisor,
-                                   recompute_flops_square=lp.recompute_flops_square / work_divisor,
-                                   checkpoint_bytes=lp.checkpoint_bytes / input_divisor)
+            kept_rows, dropped_rows = row_bytes[kind]
+            kept = sum(b / row_divisor(t) for t, b in kept_rows)
+            dropped = sum(b / row_divisor(t) for t, b in dropped_rows)
+            layers[kind] = LayerPlan(  # replace(lp, ...) without its introspection: every field given
+                kind=lp.kind, kept=lp.kept, dropped=lp.dropped, kept_bytes=kept, dropped_bytes=dropped,
+                recompute_flops=lp.recompute_flops / work_divisor,
+                recompute_flops_noncausal=lp.recompute_flops_noncausal / work_divisor,
+                checkpoint_bytes=lp.checkpoint_bytes / input_divisor,
+                recompute_flops_square=lp.recompute_flops_square / work_divisor)
         first = sum(t.bytes_at(self.seq_len) / row_divisor(t) for t in self.first_unsaved) \
             if tuple(order) == tuple(self.order) else 0.0  # a later pipeline stage does not hold layer 0
         return replace(self, layers=layers, order=order,
