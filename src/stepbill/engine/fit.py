@@ -152,7 +152,7 @@ class Fit:
 
     @property
     def budget_bytes(self) -> float:
-        return self.card.usable_bytes - self.reserve.total_bytes
+        return fit_budget(self.card.usable_bytes, self.reserve)
 
     @property
     def fits(self) -> bool:
@@ -215,8 +215,8 @@ def fit_of_ranks(classes: list[RankClass], recipe: Recipe, convention: str, show
                  reserve: Reserve, fallback: str = "") -> Fit:
     """fit_verdict on the judged rank classes themselves (`classes` of a bill of `convention` for `recipe`, e.g.
     engine.bill_parts.verdict_ranks's): the planner judges them without making the judged bill's other lines."""
-    budget = card.usable_bytes - reserve.total_bytes
-    ranks = tuple(_rank_fit(c, budget) for c in classes)
+    budget = fit_budget(card.usable_bytes, reserve)
+    ranks = tuple(rank_fit(c.name, c.ranks, c.memory["peak"], budget) for c in classes)
     worst = min(ranks, key=lambda r: r.headroom_bytes)
     lines = {
         "fit.usable": Line("fit.usable", card.usable_bytes, "bytes", "{mib} MiB × 2^20 B as the driver reports it",
@@ -235,9 +235,14 @@ def fit_of_ranks(classes: list[RankClass], recipe: Recipe, convention: str, show
     return Fit(card, reserve, convention, shown_convention, fallback, ranks, lines, advice)
 
 
-def _rank_fit(rank: RankClass, budget: float) -> RankFit:
-    peak = rank.memory["peak"]
-    return RankFit(rank.name, rank.ranks, peak, budget - peak)
+def fit_budget(usable_bytes: float, reserve: Reserve) -> float:
+    """What a rank's peak must stay under (bytes): the card's usable memory less the reserve."""
+    return usable_bytes - reserve.total_bytes
+
+
+def rank_fit(name: str, ranks: int, peak_bytes: float, budget_bytes: float) -> RankFit:
+    """The verdict of one rank class whose peak is `peak_bytes`: headroom budget − peak (it fits at ≥ 0)."""
+    return RankFit(name, ranks, peak_bytes, budget_bytes - peak_bytes)
 
 
 # The next flag to try for the item that dominates a rank's memory, given what the layout already does.

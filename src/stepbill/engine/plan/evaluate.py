@@ -21,7 +21,16 @@ from typing import Any
 
 from stepbill.engine.bill import activation_width, make_bill
 from stepbill.engine.bill_parts import bill_time, verdict_peak
-from stepbill.engine.fit import Card, RankFit, Reserve, communicators, default_reserve, fit_verdict, user_reserve
+from stepbill.engine.fit import (
+    Card,
+    Reserve,
+    communicators,
+    default_reserve,
+    fit_budget,
+    fit_verdict,
+    rank_fit,
+    user_reserve,
+)
 from stepbill.engine.parallel.holdings import held_key, slicing_layout, stage_held
 from stepbill.engine.parallel.layout import representative_stage, stage_layer_indices
 from stepbill.engine.parallel.ranks import OPTIMIZER_SIDE, in_flight_microbatches
@@ -89,7 +98,7 @@ def budget_bytes(req: PlanRequest, parallel: Parallel) -> float:
     key = communicators(parallel)
     found = memo.budgets.get(key)
     if found is None:
-        found = memo.budgets[key] = req.gpu.usable_bytes - reserve_for(req, parallel).total_bytes
+        found = memo.budgets[key] = fit_budget(req.gpu.usable_bytes, reserve_for(req, parallel))
     return found
 
 
@@ -182,10 +191,9 @@ def evaluate(req: PlanRequest, cand: Candidate) -> Row | None:
         if not fit.fits:
             return None
         time, peak, headroom, budget = bill.time, fit.worst.peak_bytes, fit.worst.headroom_bytes, fit.budget_bytes
-    else:  # engine/fit.fit_of_ranks' verdict: each class's RankFit has headroom budget − its peak (budget = usable −
-        # reserve: `budget_bytes`), all fit or not as the worst, the least headroom — the largest peak's
+    else:  # engine/fit.fit_of_ranks' verdict: all classes fit or not as the one of least headroom, the largest peak
         budget = budget_bytes(req, cand.parallel)
-        worst = RankFit("worst", 0, eager_peak, budget - eager_peak)
+        worst = rank_fit("worst", 0, eager_peak, budget)
         if not worst.fits:
             return None
         peak, headroom = worst.peak_bytes, worst.headroom_bytes
