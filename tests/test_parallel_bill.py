@@ -77,6 +77,20 @@ def test_tp_splits_layer_matrices_not_norms() -> None:
     assert only.memory["weights"] == pytest.approx(4 * expected)
 
 
+def test_tp_embedding_gradient_convention_is_noted_on_the_first_stage() -> None:
+    """tp > 1: the stage holding the embedding names the gradient convention (vocab-parallel billed, torch's
+    RowwiseParallel whole table not) with V·h·grad bytes·(tp − 1)/tp; no other stage and no tp = 1 layout does."""
+    spec = load_preset("llama2-7b")
+    inv = param_inventory(spec)
+    recipe = make_recipe(recipe="mixed-bf16", optimizer="adamw", parallel=Parallel(tp=4, pp=2, micro_batches=2))
+    first, last = rank_classes(spec, recipe, inv)
+    (note,) = [n for n in first.notes if "RowwiseParallel" in n]
+    assert f"{32000 * 4096 * 2 * 3 // 4:,} B" in note and "8,000 of 32,000 rows" in note
+    assert not any("RowwiseParallel" in n for n in last.notes)
+    (only,) = rank_classes(spec, make_recipe(recipe="mixed-bf16", parallel=Parallel(dp=2, zero=1)), inv)
+    assert not any("RowwiseParallel" in n for n in only.notes)
+
+
 def test_experts_split_by_ep() -> None:
     """mixtral-8x7b with ep = 8: each rank holds one expert per layer (1/8 of the expert parameters)."""
     spec = load_preset("mixtral-8x7b")

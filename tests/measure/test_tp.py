@@ -97,6 +97,26 @@ def test_tp_rank_grads_optimizer_peak_equal_bill(tp, sp):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("tp", [2, 4])
+def test_tp_note_names_the_measured_embedding_gradient_gap(tp):
+    """The bill's grads are Megatron's vocab-parallel embedding's; its first-stage note names what torch's
+    RowwiseParallel embedding adds, and that figure is the measured gap to the byte."""
+    import re
+
+    from stepbill.engine.bill import make_bill
+    from stepbill.spec.hf import from_hf_config
+    from stepbill.spec.parallel import Parallel
+    from stepbill.spec.recipe import make_recipe
+
+    measured, predicted = _measure(tp, False)
+    recipe = make_recipe("fp32", "adamw", 1, SEQ, parallel=Parallel(tp=tp))
+    notes = make_bill(from_hf_config(CFG), recipe, convention="eager").ranks[0].notes
+    (note,) = [n for n in notes if "RowwiseParallel" in n]
+    more = int(re.search(r"([\d,]+) B \(", note).group(1).replace(",", ""))
+    assert predicted["grads"] + more == measured.grads
+
+
+@pytest.mark.slow
 def test_tp_loss_parallel_keeps_the_vocab_shard_of_the_logits():
     """torchtitan's default head (Shard(-1) logits, loss_parallel()): same resident state, and the forward
     holds 1/tp of the logits instead of all of them (at least tp−1 tp-ths of the fp32 logits saved)."""

@@ -163,12 +163,20 @@ def run_text(bill: Bill) -> list[Text]:
 
 
 def model_notes(bill: Bill) -> list[Text]:
-    """Which model produced the per-GPU numbers, once per distinct note."""
+    """Which model produced the per-GPU numbers with the notes every class shares, once per distinct line; then each
+    note only some classes carry, with their names."""
+    common = [n for n in (bill.ranks[0].notes if bill.ranks else ()) if all(n in c.notes for c in bill.ranks)]
     seen: list[str] = []
     for c in bill.ranks:
-        text = f"per-GPU model: {c.model}" + (f" — {'; '.join(c.notes)}" if c.notes else "")
+        text = f"per-GPU model: {c.model}" + (f" — {'; '.join(common)}" if common else "")
         if text not in seen:
             seen.append(text)
+    some: dict[str, list[str]] = {}
+    for c in bill.ranks:
+        for note in c.notes:
+            if note not in common:
+                some.setdefault(note, []).append(c.name)
+    seen += [f"{', '.join(names)}: {note}" for note, names in some.items()]
     return [Text(escape(t), style="dim") for t in seen]
 
 

@@ -176,3 +176,18 @@ def stage_fractions(spec: ModelSpec, parallel: Parallel, stage: int) -> tuple[fl
 #: Entries of stage_fractions' memo before it starts over.
 FRACTION_ENTRIES = 4096
 _FRACTIONS: dict[tuple, tuple[float, ...]] = {}
+
+
+def tp_embedding_note(spec: ModelSpec, grad_bytes: int, parallel: Parallel, stage: int) -> tuple[str, ...]:
+    """The convention the first stage's gradients take under tp > 1, in one line with what the other one costs: the
+    token embedding is split by vocabulary rows (`row_slice`, Megatron-LM's VocabParallelEmbedding), while torch
+    2.13's RowwiseParallel embedding (torchtitan's plan) keeps a whole (V, h) gradient on every rank — measured at
+    dp 1 on a tiny Llama, tp 2 and 4 (tests/measure/test_tp.py, docs/accuracy.md)."""
+    if parallel.tp == 1 or stage != 0:
+        return ()
+    v, h, tp = spec.vocab_size, spec.hidden_size, parallel.tp
+    more = v * h * grad_bytes * (tp - 1) / tp
+    return (f"tp {tp}: the token embedding's gradient is billed vocab-parallel ({v // tp:,} of {v:,} rows a rank, "
+            f"Megatron-LM's); torch 2.13's RowwiseParallel embedding keeps the whole ({v:,} × {h:,}) gradient on "
+            f"every rank: {more:,.0f} B ({more / 2**30:.2f} GiB) more = {v:,} × {h:,} × {grad_bytes} B × (tp − 1)/tp, "
+            "not billed",)

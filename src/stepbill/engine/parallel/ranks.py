@@ -37,7 +37,12 @@ from stepbill.engine.memory.timeline_template import timeline_template
 from stepbill.engine.parallel.buffers import layout_buffers
 from stepbill.engine.parallel.fsdp2_ranks import exact_classes, exact_reason
 from stepbill.engine.parallel.holdings import Held, rank_holdings
-from stepbill.engine.parallel.layout import representative_stage, stage_layer_indices, stage_layer_kinds
+from stepbill.engine.parallel.layout import (
+    representative_stage,
+    stage_layer_indices,
+    stage_layer_kinds,
+    tp_embedding_note,
+)
 from stepbill.engine.parallel.rank_class import (
     APPROXIMATE,
     IDEAL,
@@ -264,14 +269,6 @@ def rank_classes(one: SingleRank) -> list[RankClass]:
     return stage_classes(spec, recipe, one.inventory, one.plan, one.eager, one.outside_rows, reason)
 
 
-def offloaded_plan(plan: RecomputePlan) -> RecomputePlan:
-    """A rank's plan under activation offload: kept tensors go to CPU after each layer, so only the running layer's
-    stay on the GPU (each layer's rows count as rebuilt in its own backward: segment 1)."""
-    return replace(plan, layers={k: replace(lp, dropped_bytes=lp.kept_bytes + lp.dropped_bytes + lp.checkpoint_bytes,
-                                            kept_bytes=0.0, checkpoint_bytes=0.0)
-                                 for k, lp in plan.layers.items()}, segment=1)
-
-
 def stage_parts(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, one_plan: RecomputePlan,
                  one_eager: EagerTerms | None, outside_rows: Callable[[Callable[[ActTensor], float]], float] | None
                  ) -> tuple[list[tuple[int, tuple[str, ...]]], dict[tuple[int, tuple[str, ...]], tuple[Any, ...]]]:
@@ -293,7 +290,7 @@ def stage_parts(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, one_
         plan = rank_plan(one_plan, recipe, order)
         kept = plan.kept_after_forward()
         if par.offload_activations:
-            plan = offloaded_plan(plan)
+            plan = plan.offloaded()
         eager = rank_eager(one_eager, recipe, held, inventory) if one_eager is not None else None
         base, cpu, transient, resident, counters, outside = _stage_frame(
             spec, recipe, held, order, stage, key, eager, outside_rows, divisor)
@@ -327,7 +324,8 @@ def stage_class(spec: ModelSpec, recipe: Recipe, stage: int, part: tuple[Any, ..
     tags = [t for t, on in (("first", stage == 0), ("last", last)) if on and par.pp > 1]
     name = "all ranks" if par.pp == 1 else f"stage {stage}" + (f" ({', '.join(tags)})" if tags else "")
     return RankClass(name, (stage,), par.dp * par.tp * par.cp, stage_layer_kinds(spec, par)[stage], flight,
-                     list(gpu_items), activ, list(transient), memory, cpu, held.owned, APPROXIMATE, (reason,), tl)
+                     list(gpu_items), activ, list(transient), memory, cpu, held.owned, APPROXIMATE,
+                     (reason, *tp_embedding_note(spec, recipe.precision.grads, par, stage)), tl)
 
 
 def stage_classes(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, one_plan: RecomputePlan,

@@ -71,7 +71,6 @@ from stepbill.engine.parallel.rank_class import MEMORY_KEYS, RankClass
 from stepbill.engine.parallel.ranks import (
     OPTIMIZER_SIDE,
     in_flight_microbatches,
-    offloaded_plan,
     rank_eager,
     rank_plan,
     row_divisor,
@@ -231,7 +230,7 @@ def _stage_rows(rows_key: tuple, plan: RecomputePlan, recipe: Recipe, order: tup
     each kind — a layer's buffers read its kind only) on a stage
     running `order`: rank_plan's kept_after_forward and backward_live, which the timeline's last forward Part.LAYER
     and its backward Part.LAYER moments hold plus items ≥ 0. Under activation offload, nothing is kept and the
-    backward is ranks.offloaded_plan's. A budget candidate (rows_key[2]) reads least_kept(plan): its layers keep and
+    backward is RecomputePlan.offloaded's. A budget candidate (rows_key[2]) reads least_kept(plan): its layers keep and
     drop the `none` rows (segment 1), so its backward holds the rows kept before the layer plus the layer's every
     row, and least_kept keeps the fewest. Memoised on what it reads: the rows (rows_key), the order, the offload."""
     offload = recipe.parallel.offload_activations
@@ -248,7 +247,7 @@ def _stage_rows(rows_key: tuple, plan: RecomputePlan, recipe: Recipe, order: tup
         rank = rank_plan(plan, recipe, order)
         kept = 0.0 if offload else rank.kept_after_forward()
         most: dict[str, float] = {}  # the most alive in the backward of a layer of each kind
-        for kind, live in zip(order, (offloaded_plan(rank) if offload else rank).backward_live(), strict=True):
+        for kind, live in zip(order, (rank.offloaded() if offload else rank).backward_live(), strict=True):
             most[kind] = max(live, most.get(kind, live))
         _ROWS[key] = (kept, most)
     return _ROWS[key]

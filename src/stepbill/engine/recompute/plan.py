@@ -179,6 +179,13 @@ class RecomputePlan:
         return {kind: (tuple((t, t.bytes_at(self.seq_len)) for t in lp.kept),
                        tuple((t, t.bytes_at(self.seq_len)) for t in lp.dropped)) for kind, lp in self.layers.items()}
 
+    def offloaded(self) -> RecomputePlan:
+        """The plan under activation offload: kept tensors go to CPU after each layer, so only the running layer's
+        stay on the GPU (each layer's rows count as rebuilt in its own backward: segment 1)."""
+        return replace(self, layers={k: replace(lp, dropped_bytes=lp.kept_bytes + lp.dropped_bytes
+                                                + lp.checkpoint_bytes, kept_bytes=0.0, checkpoint_bytes=0.0)
+                                     for k, lp in self.layers.items()}, segment=1)
+
     def for_rank(self, row_divisor: Callable[[ActTensor], float], input_divisor: float, work_divisor: float,
                  order: tuple[str, ...] | None = None) -> RecomputePlan:
         """The same policy on one rank of a layout: the same tensors kept and dropped (the choice is the
