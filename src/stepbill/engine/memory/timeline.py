@@ -251,12 +251,12 @@ def rank_timeline(view: RankView, plan: RecomputePlan, outside: float = 0,
                   eager: EagerTerms | None = None) -> Timeline:
     """The moments of one rank: `plan`, `outside` and `eager` are the rank's own (see RankView)."""
     flight = view.in_flight_bytes
-    rows = _eager_moments(view, plan, outside, eager, flight) if eager is not None else \
-        _ideal_moments(view, plan, outside, flight)
-    return Timeline.from_rows(_keys(view, eager), rows, None, _phase_runs(rows))  # type: ignore[arg-type]
+    rows = eager_moments(view, plan, outside, eager, flight) if eager is not None else \
+        ideal_moments(view, plan, outside, flight)
+    return Timeline.from_rows(moment_keys(view, eager), rows, None, phase_runs(rows))  # type: ignore[arg-type]
 
 
-def _phase_runs(rows: list[Row] | tuple[TemplateRow, ...]) -> dict[Phase, Sequence[int]]:
+def phase_runs(rows: list[Row] | tuple[TemplateRow, ...]) -> dict[Phase, Sequence[int]]:
     """Row indices of each phase, in order of first appearance: a range when the phase's rows are contiguous (the
     builders' order: forward, backward, optimizer step), else a list."""
     phases = [row[0] for row in rows]
@@ -273,7 +273,7 @@ def _phase_runs(rows: list[Row] | tuple[TemplateRow, ...]) -> dict[Phase, Sequen
 TemplateRow = tuple[Phase, Part, "int | None", "str | None", tuple[int, ...], float, tuple[int, ...]]
 
 
-def _keys(view: RankView, eager: EagerTerms | None) -> tuple[str, ...]:
+def moment_keys(view: RankView, eager: EagerTerms | None) -> tuple[str, ...]:
     keys = EAGER_KEYS if eager is not None else IDEAL_KEYS
     return (*keys, "buffers") if view.buffers is not None else keys  # the layout's buffers, added last
 
@@ -283,7 +283,7 @@ IDEAL_KEYS = ("weights", "optimizer", "grads", "activations")
 EAGER_KEYS = (*IDEAL_KEYS, "inputs", "temporaries", "autocast_cache")
 
 
-def _ideal_moments(view: RankView, plan: RecomputePlan, outside: float,
+def ideal_moments(view: RankView, plan: RecomputePlan, outside: float,
                    flight: int | None = None) -> list[TemplateRow] | list[Row]:
     """Template rows, or with `flight` (the in-flight bytes) the timeline's rows."""
     weights, optimizer, buffers, order = view.weights, view.optimizer, view.buffers, plan.order
@@ -318,7 +318,7 @@ def _ideal_moments(view: RankView, plan: RecomputePlan, outside: float,
     return moments
 
 
-def _eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: EagerTerms,
+def eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: EagerTerms,
                    flight: int | None = None) -> list[TemplateRow] | list[Row]:
     """The eager convention's moments: as the ideal ones, plus inputs, logits, loss and LM head gradients,
     the largest moment inside each layer's backward, optimizer temporaries and amp's weight-cast cache. Template

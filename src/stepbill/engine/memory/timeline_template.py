@@ -17,10 +17,10 @@ from stepbill.engine.memory.timeline import (
     Row,
     TemplateRow,
     Timeline,
-    _eager_moments,
-    _ideal_moments,
-    _keys,
-    _phase_runs,
+    eager_moments,
+    ideal_moments,
+    moment_keys,
+    phase_runs,
 )
 from stepbill.engine.recompute import RecomputePlan
 
@@ -61,7 +61,7 @@ class TimelineTemplate:
     @cached_property
     def phases(self) -> dict[Phase, Sequence[int]]:
         """The moments of each phase (row indices, in step order). Shared: read it only."""
-        return _phase_runs(self.rows)
+        return phase_runs(self.rows)
 
 
 class _InFlightRows(Sequence[Row]):
@@ -95,5 +95,5 @@ class _InFlightRows(Sequence[Row]):
 def timeline_template(view: RankView, plan: RecomputePlan, outside: float = 0,
                       eager: EagerTerms | None = None) -> TimelineTemplate:
     """rank_timeline's moments for every `in_flight_bytes` (the view's own is not read)."""
-    rows = _eager_moments(view, plan, outside, eager) if eager is not None else _ideal_moments(view, plan, outside)
-    return TimelineTemplate(_keys(view, eager), tuple(rows))  # type: ignore[arg-type]
+    rows = eager_moments(view, plan, outside, eager) if eager is not None else ideal_moments(view, plan, outside)
+    return TimelineTemplate(moment_keys(view, eager), tuple(rows))  # type: ignore[arg-type]

@@ -27,7 +27,7 @@ FLOPs are a sum over a subset of the same ops), the largest over stages — and 
 (the budget reruns no TP / EP collective: engine/recompute/plan.Rerun).
 
 `peak_floor` — a lower bound of the judged peak (the eager bill's worst rank class), read off four moments of each
-stage's timeline (engine/memory/timeline._eager_moments), every other item of which is ≥ 0: the optimizer step
+stage's timeline (engine/memory/timeline.eager_moments), every other item of which is ≥ 0: the optimizer step
 (weights, optimizer, every gradient, the layout's buffers then: a DDP / ZeRO-1 bucket), the forward's last layer
 (the gradients already there — all of them under gradient accumulation, none otherwise — the kept activations of
 every micro-batch in flight, and that layer's buffers), each layer's backward (its live activations,
@@ -203,7 +203,7 @@ NO_BUFFERS = StageBuffers()
 
 def stage_buffers(spec: ModelSpec, recipe: Recipe, order: tuple[str, ...], stage: int) -> StageBuffers:
     """parallel/buffers.layout_buffers of a rank of `stage` running `order`, at peak_floor's moments
-    (memory/timeline._eager_moments' items: the optimizer step's Part.STEP, the forward's Part.LAYER of the last
+    (memory/timeline.eager_moments' items: the optimizer step's Part.STEP, the forward's Part.LAYER of the last
     layer, every layer's backward Part.LAYER, the loss's Part.LOSS) — the same function the rank's timeline reads,
     so each is that moment's `buffers` item."""
     buffers = layout_buffers(spec, recipe, order, rank_holdings(spec, recipe, stage))[0]
