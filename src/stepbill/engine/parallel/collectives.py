@@ -24,17 +24,19 @@ consecutive ranks and stays inside a node when n·k ≤ GPUs per node. Bytes are
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 
 from stepbill.engine import comm
 from stepbill.engine.line import Line
+from stepbill.engine.memo import Memo, fields_except
 from stepbill.engine.parallel.holdings import ResidentRecipe, row_item_elements, slicing_layout
 from stepbill.engine.parallel.layout import representative_stage, row_slice, stage_layer_kinds, stage_slices
 from stepbill.engine.params import ParamInventory, ParamTensor, param_inventory
 from stepbill.engine.recompute.plan import NO_RERUN, Rerun
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
+from stepbill.spec.parallel import Parallel
 from stepbill.spec.recipe import Recipe
 
 DEFAULT_GPUS_PER_NODE = 8
@@ -169,34 +171,71 @@ def step_collectives(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, gpu: 
                      rerun: Rerun = NO_RERUN) -> list[Collective]:
     """Every collective of one step on one rank of the largest pipeline stage; `rerun` (the recompute plan's
     RecomputePlan.rerun) adds the forward collectives its backward runs again. Memoised when `inv` is the model's
-    own inventory, on the recipe with the fields the collectives never read reset (`collective_recipe`: the
-    recompute policy reaches them only through `rerun`), so a planner's recompute variants of a candidate share one
-    list; the list is copied (the Collectives are frozen)."""
+    own inventory, in two parts, each on the fields it reads: the gradient syncs (`grad_sync_key`: not the tokens,
+    the recompute or sp) and the activation traffic (`activation_key` and `rerun`: not ZeRO, the optimizer or
+    offload), so a planner's micro-batch, sp and recompute variants of a layout share its gradient syncs and its
+    ZeRO and offload variants share the activation traffic; the list is new (the Collectives are frozen)."""
     if inv is not param_inventory(spec):
         return _step_collectives(spec, recipe, inv, gpu, rerun)
-    return list(_step_collectives_memo(spec, collective_recipe(recipe), gpu, rerun))
+    if recipe.parallel.world == 1:
+        return []
+    return [*_GRAD_SYNCS.get((spec, grad_sync_key(recipe), gpu), _grad_syncs, spec, recipe, inv, gpu),
+            *_ACTIVATION_TRAFFIC.get((spec, activation_key(recipe), gpu, rerun), _activation_traffic, spec, recipe,
+                                     gpu, rerun)]
 
 
-@lru_cache(maxsize=4096)
-def collective_recipe(recipe: Recipe) -> Recipe:
-    """`recipe` with the recompute policy, the optimizer implementation and the device reset: no collective reads
-    them (tests/test_comm_step.py checks it; what recompute reruns comes as step_collectives' `rerun`). The memo key of step_collectives; a new Recipe field stays in it."""
-    return replace(recipe, recompute="none", optimizer_impl="single", device="cpu")
+#: What the gradient syncs (_grad_syncs) never read: the tokens, the recompute policy (its reruns are activation
+#: traffic), the optimizer implementation, the device; sp and offload of the layout. Every other field is in the key
+#: (tests/test_comm_step.py checks both halves of the split on recipes that differ only in the unread fields).
+_GRAD_SYNC_RECIPE = fields_except(Recipe, {"micro_batch", "seq_len", "recompute", "optimizer_impl", "device",
+                                           "parallel"})
+_GRAD_SYNC_LAYOUT = fields_except(Parallel, {"sp", "offload_optimizer", "offload_activations"})
+#: What the activation traffic (_activation_traffic) never reads: the optimizer, LoRA, the recompute policy (it
+#: comes as `rerun`), the optimizer implementation, the device; ZeRO, its shard group and offload of the layout.
+_ACTIVATION_RECIPE = fields_except(Recipe, {"optimizer", "lora", "recompute", "optimizer_impl", "device", "parallel"})
+_ACTIVATION_LAYOUT = fields_except(Parallel, {"zero", "shard_group", "offload_optimizer", "offload_activations"})
 
 
-@lru_cache(maxsize=4096)
-def _step_collectives_memo(spec: ModelSpec, recipe: Recipe, gpu: GPU | None, rerun: Rerun) -> tuple[Collective, ...]:
-    return tuple(_step_collectives(spec, recipe, param_inventory(spec), gpu, rerun))
+def grad_sync_key(recipe: Recipe) -> tuple:
+    """The fields of `recipe` its DP / ZeRO collectives read (with the model and the GPU: their memo key)."""
+    return _GRAD_SYNC_RECIPE(recipe), _GRAD_SYNC_LAYOUT(recipe.parallel)
+
+
+def activation_key(recipe: Recipe) -> tuple:
+    """The fields of `recipe` its TP / PP / CP / EP collectives read (with the model, the GPU and the rerun: their
+    memo key)."""
+    return _ACTIVATION_RECIPE(recipe), _ACTIVATION_LAYOUT(recipe.parallel)
+
+
+_GRAD_SYNCS = Memo(4096)
+_ACTIVATION_TRAFFIC = Memo(4096)
 
 
 def _step_collectives(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, gpu: GPU | None,
                       rerun: Rerun) -> list[Collective]:
-    par, p = recipe.parallel, recipe.precision
-    if par.world == 1:  # one GPU talks to nobody (offload traffic is PCIe to the host, not a collective)
+    if recipe.parallel.world == 1:  # one GPU talks to nobody (offload traffic is PCIe to the host, not a collective)
         return []
+    return [*_grad_syncs(spec, recipe, inv, gpu), *_activation_traffic(spec, recipe, gpu, rerun)]
+
+
+def _grad_syncs(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, gpu: GPU | None) -> tuple[Collective, ...]:
+    """The DP / ZeRO collectives of the dense and the expert parameters (_data_parallel's rows)."""
+    par = recipe.parallel
+    per_node = gpu.gpus_per_node if gpu else DEFAULT_GPUS_PER_NODE
+    elems = rank_param_elements(spec, recipe, inv)
+    rows = _data_parallel(recipe, "dense", par.dp * par.cp, par.tp, elems["dense_grads"], elems["dense_weights"],
+                          per_node)
+    if spec.moe is not None:
+        rows += _data_parallel(recipe, "expert", par.edp, par.expert_tp * par.ep, elems["expert_grads"],
+                               elems["expert_weights"], per_node)
+    return _timed(rows, gpu)
+
+
+def _activation_traffic(spec: ModelSpec, recipe: Recipe, gpu: GPU | None, rerun: Rerun) -> tuple[Collective, ...]:
+    """The collectives that move activations: TP, PP, CP, EP (with what the recompute reruns)."""
+    par, p = recipe.parallel, recipe.precision
     per_node = gpu.gpus_per_node if gpu else DEFAULT_GPUS_PER_NODE
     m, tokens, h = par.micro_batches, recipe.tokens, spec.hidden_size
-    elems = rank_param_elements(spec, recipe, inv)
     kinds = stage_layer_kinds(spec, par)
     layers = max(sum(k.values()) for k in kinds)
     moe_layers = max(k.get("moe", 0) for k in kinds)
@@ -205,11 +244,7 @@ def _step_collectives(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, gpu:
     rebuilt_moe = max(k.get("moe", 0) for k in kinds) if "moe" in rerun.forward else 0
     rebuilt_attn = max(sum(n for kind, n in k.items() if kind in rerun.attention_core) for k in kinds)
     local_tokens = tokens / par.cp
-    rows = _data_parallel(recipe, "dense", par.dp * par.cp, par.tp, elems["dense_grads"], elems["dense_weights"],
-                          per_node)
-    if spec.moe is not None:
-        rows += _data_parallel(recipe, "expert", par.edp, par.expert_tp * par.ep, elems["expert_grads"],
-                               elems["expert_weights"], per_node)
+    rows: list[tuple] = []
     act = local_tokens * h * p.activation
     if par.tp > 1:
         sc = _scope(par.tp, 1, per_node)
@@ -243,6 +278,12 @@ def _step_collectives(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, gpu:
                      "(ep−1)/ep × {send_bytes} B (top-k × tokens × h), dispatch + combine, forward + backward"
                      + (", forward again in each rebuilt MoE layer (recompute)" if rebuilt_moe else ""),
                      {"send_bytes": send}))
+    return _timed(rows, gpu)
+
+
+def _timed(rows: list[tuple], gpu: GPU | None) -> tuple[Collective, ...]:
+    """The Collectives of (name, axis, op, group, scope, calls, bytes_per_call, overlap, formula, inputs[, local])
+    rows: each on its link at its bandwidth (hierarchical across nodes when `local` ranks of it share a node)."""
     out = []
     for name, axis, op, group, scope, calls, per_call, overlap, formula, inputs, *extra in rows:
         link, bw = _link(gpu, scope)
@@ -261,7 +302,7 @@ def _step_collectives(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, gpu:
         line = Line(f"comm.{name}", total, "bytes", "{calls} calls × " + formula,
                     {"calls": calls, **inputs, "per_call_bytes": float(per_call)}, convention=note)
         out.append(Collective(name, axis, op, group, scope, link, calls, total, seconds, overlap, line))
-    return out
+    return tuple(out)
 
 
 #: ring volume per rank as a multiple of the message M, for a group of n: all-reduce 2(n−1)/n, the others (n−1)/n
