@@ -38,6 +38,7 @@ from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.parallel import Parallel
 from stepbill.spec.recipe import Recipe
+from stepbill.spec.schema import hash_once
 
 DEFAULT_GPUS_PER_NODE = 8
 #: A GPU with no InfiniBand in the catalog (rtx-4090) still talks across nodes: over Ethernet, assumed one
@@ -51,6 +52,7 @@ HIDE = {
 }
 
 
+@hash_once
 @dataclass(frozen=True)
 class Collective:
     """One collective of the step on one rank: `bytes` over its busiest link per step, `seconds` at the link's
@@ -68,6 +70,12 @@ class Collective:
     overlap: str
     line: Line
 
+    def __hash__(self) -> int:
+        """Hashed without its line (made from the other fields; its inputs are a dict), once (hash_once): a timing
+        memo's key (timing/comm_time.py)."""
+        return hash((self.name, self.axis, self.op, self.group, self.scope, self.link, self.calls, self.bytes,
+                     self.seconds, self.overlap))
+
 
 def _scope(n: int, stride: int, per_node: int) -> str:
     return "intra-node" if n * stride <= per_node else "inter-node"
@@ -79,8 +87,12 @@ def rank_param_elements(spec: ModelSpec, recipe: Recipe | ResidentRecipe, inv: P
     inventory: a bill asks up to three times, a planner once per micro-batch, recompute and sp variant of a layout."""
     if inv is not param_inventory(spec):
         return _rank_param_elements(spec, recipe, inv)
-    key = ResidentRecipe(recipe.precision, recipe.optimizer, recipe.lora, slicing_layout(recipe.parallel))
+    key = ResidentRecipe(recipe.precision, recipe.optimizer, recipe.lora, _slicing_layout(recipe.parallel))
     return dict(_rank_param_elements_memo(spec, key))
+
+
+#: holdings.slicing_layout memoised on the layout (a Parallel built and checked once per layout, not per call)
+_slicing_layout = lru_cache(maxsize=4096)(slicing_layout)
 
 
 @lru_cache(maxsize=1024)

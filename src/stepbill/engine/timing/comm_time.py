@@ -24,8 +24,8 @@ Overlap (when the rank's compute can hide a collective):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 from stepbill.engine.parallel.collectives import Collective
 from stepbill.engine.timing.constants import (
@@ -100,9 +100,9 @@ def _overlap_class(name: str, axis: str, overlap: str, zero: int) -> str:
     return "critical" if overlap != "yes" else "bwd"
 
 
-@dataclass(frozen=True)
-class CommTiming:
-    """Seconds of the step's collectives by overlap class, and what of the hideable ones stays exposed."""
+class CommTiming(NamedTuple):
+    """Seconds of the step's collectives by overlap class, and what of the hideable ones stays exposed. A
+    NamedTuple, like StepTerms: made once per planner candidate."""
 
     critical_per_step: float  # TP / EP / PP: inside the pipeline stage time (all micro-batches)
     exposed_once: float  # ZeRO weight all-gather after the optimizer
@@ -115,25 +115,36 @@ class CommTiming:
 def comm_timing(collectives: list[Collective], gpus_per_node: int, zero: int, micro_batches: int, layers: int,
                 t_forward: float, t_backward: float, t_attention: float) -> CommTiming:
     """Apply the overlap rules: `t_forward` / `t_backward` / `t_attention` are the rank's compute seconds (all
-    micro-batches) that hide the collectives of each class."""
-    seconds = {c.name: collective_seconds(c, gpus_per_node) for c in collectives}
+    micro-batches) that hide the collectives of each class. The tails that cannot hide: a once-per-step gradient
+    sync's last bucket (GRAD_BUCKET_BYTES of a call), a per-micro-batch ZeRO collective's first layer of the first
+    micro-batch."""
+    seconds: dict[str, float] = {}
     groups: dict[str, float] = {}
     tails: dict[str, float] = {}
     by_axis = {"tp": 0.0, "ep": 0.0, "pp": 0.0}
+    per_layer, per_micro_batch = max(layers, 1), max(micro_batches, 1)
     for c in collectives:
-        cls = overlap_class(c, zero)
-        t = seconds[c.name]
+        t, cls, bucket_share = _classed(c, gpus_per_node, zero)
+        seconds[c.name] = t
         groups[cls] = groups.get(cls, 0.0) + t
         if cls == "critical":
             by_axis[c.axis] = by_axis.get(c.axis, 0.0) + t
-        if cls == "grad_once":
-            per_call = c.bytes / max(c.calls, 1)
-            tails[cls] = tails.get(cls, 0.0) + t * min(1.0, GRAD_BUCKET_BYTES / max(per_call, 1.0))
+        elif cls == "grad_once":
+            tails[cls] = tails.get(cls, 0.0) + t * bucket_share
         elif cls in ("fwd", "bwd"):
-            tails[cls] = tails.get(cls, 0.0) + t / max(layers, 1) / max(micro_batches, 1)
-    windows = {"grad_once": t_backward / max(micro_batches, 1), "bwd": t_backward, "fwd": t_forward,
+            tails[cls] = tails.get(cls, 0.0) + t / per_layer / per_micro_batch
+    windows = {"grad_once": t_backward / per_micro_batch, "bwd": t_backward, "fwd": t_forward,
                "attention": t_attention}
     spill = sum(max(tails.get(cls, 0.0), groups.get(cls, 0.0) - window) for cls, window in windows.items()
                 if groups.get(cls, 0.0) > 0)
     hideable = sum(groups.get(cls, 0.0) for cls in windows)
     return CommTiming(groups.get("critical", 0.0), groups.get("once", 0.0), hideable, spill, seconds, by_axis)
+
+
+@lru_cache(maxsize=16384)
+def _classed(c: Collective, gpus_per_node: int, zero: int) -> tuple[float, str, float]:
+    """(alpha-beta seconds, overlap class, the share of a call in its last gradient bucket) of one collective:
+    what comm_timing sums, memoised on the collective (a planner's candidates share step_collectives' memoised
+    Collectives)."""
+    per_call = c.bytes / max(c.calls, 1)
+    return collective_seconds(c, gpus_per_node), overlap_class(c, zero), min(1.0, GRAD_BUCKET_BYTES / max(per_call, 1.0))
