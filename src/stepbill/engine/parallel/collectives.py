@@ -84,18 +84,23 @@ def _scope(n: int, stride: int, per_node: int) -> str:
 def rank_param_elements(spec: ModelSpec, recipe: Recipe | ResidentRecipe, inv: ParamInventory) -> dict[str, float]:
     """Pre-ZeRO elements one rank of the largest stage holds: {dense_grads, dense_weights, expert_*}. Memoised on
     what it reads (model, precision, optimizer, LoRA, the layout's slicing degrees) when `inv` is the model's own
-    inventory: a bill asks up to three times, a planner once per micro-batch, recompute and sp variant of a layout."""
+    inventory, and before that on the whole layout (no slicing layout looked up per call): a bill asks up to three
+    times, a planner once per micro-batch, recompute and sp variant of a layout."""
     if inv is not param_inventory(spec):
         return _rank_param_elements(spec, recipe, inv)
-    key = ResidentRecipe(recipe.precision, recipe.optimizer, recipe.lora, _slicing_layout(recipe.parallel))
-    return dict(_rank_param_elements_memo(spec, key))
+    return dict(_HELD_ELEMENTS.get((spec, recipe.precision, recipe.optimizer, recipe.lora, recipe.parallel),
+                                   _own_rank_param_elements, spec, recipe))
 
 
-#: holdings.slicing_layout memoised on the layout (a Parallel built and checked once per layout, not per call)
-_slicing_layout = lru_cache(maxsize=4096)(slicing_layout)
+_HELD_ELEMENTS = Memo(4096)  # by layout: the same layout's candidates (micro-batch, recompute) ask again
 
 
-@lru_cache(maxsize=1024)
+def _own_rank_param_elements(spec: ModelSpec, recipe: Recipe | ResidentRecipe) -> dict[str, float]:
+    key = ResidentRecipe(recipe.precision, recipe.optimizer, recipe.lora, slicing_layout(recipe.parallel))
+    return _rank_param_elements_memo(spec, key)
+
+
+@lru_cache(maxsize=8192)  # DeepSeek-V3 × 64's whole space holds ~3,000 slicing layouts
 def _rank_param_elements_memo(spec: ModelSpec, recipe: ResidentRecipe) -> dict[str, float]:
     return _rank_param_elements(spec, recipe, param_inventory(spec))
 
@@ -244,53 +249,90 @@ def _grad_syncs(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, gpu: GPU |
 
 
 def _activation_traffic(spec: ModelSpec, recipe: Recipe, gpu: GPU | None, rerun: Rerun) -> tuple[Collective, ...]:
-    """The collectives that move activations: TP, PP, CP, EP (with what the recompute reruns)."""
+    """The collectives that move activations: TP, PP, CP, EP (with what the recompute reruns). Each axis's are
+    memoised on the numbers they read (a planner's layouts share them across the other axes)."""
     par, p = recipe.parallel, recipe.precision
     per_node = gpu.gpus_per_node if gpu else DEFAULT_GPUS_PER_NODE
-    m, tokens, h = par.micro_batches, recipe.tokens, spec.hidden_size
-    kinds = stage_layer_kinds(spec, par)
-    layers = max(sum(k.values()) for k in kinds)
-    moe_layers = max(k.get("moe", 0) for k in kinds)
-    # layers of the largest stage whose forward (TP, EP) or attention core (CP) the backward reruns
-    rebuilt = max(sum(n for kind, n in k.items() if kind in rerun.forward) for k in kinds)
-    rebuilt_moe = max(k.get("moe", 0) for k in kinds) if "moe" in rerun.forward else 0
-    rebuilt_attn = max(sum(n for kind, n in k.items() if kind in rerun.attention_core) for k in kinds)
-    local_tokens = tokens / par.cp
-    rows: list[tuple] = []
+    m, h = par.micro_batches, spec.hidden_size
+    # the stages' layer kinds read the layout's pp, vpp and pp_layers only (parallel/layout._stage_layers)
+    layers, moe_layers, rebuilt, rebuilt_moe, rebuilt_attn = _STAGE_COUNTS.get(
+        (spec, par.pp, par.vpp, par.pp_layers, rerun), _stage_counts, spec, par, rerun)
+    local_tokens = recipe.tokens / par.cp
     act = local_tokens * h * p.activation
+    out: tuple[Collective, ...] = ()
     if par.tp > 1:
-        sc = _scope(par.tp, 1, per_node)
-        calls = (4 * layers + 2 * rebuilt) * m
-        per = "4 per layer" + (" + 2 per rebuilt layer (recompute)" if rebuilt else "") + " per micro-batch"
-        if par.sp:
-            for op in ("all-gather", "reduce-scatter"):
-                rows.append((f"tp.{op}", "tp", op, par.tp, sc, calls, comm.ring_half_link_bytes(par.tp, act),
-                             "no", "(t−1)/t × {act_bytes} B, " + per, {"act_bytes": act}))
-        else:
-            rows.append(("tp.allreduce", "tp", "all-reduce", par.tp, sc, calls,
-                         comm.ring_allreduce_link_bytes(par.tp, act), "no",
-                         "2(t−1)/t × {act_bytes} B, " + per, {"act_bytes": act}))
+        out += _tp_traffic(par.tp, par.sp, act, layers, rebuilt, m, per_node, gpu)
     if par.pp > 1:
-        msg = act / (par.tp if par.sp else 1)
-        rows.append(("pp.p2p", "pp", "send/recv", 2, _scope(2, par.tp * par.cp * par.dp, per_node),
-                     2 * m * par.vpp, msg, "partly", "activation forward + gradient backward: {act_bytes} B each", {"act_bytes": msg}))
+        out += _pp_traffic(act / (par.tp if par.sp else 1), par.tp * par.cp * par.dp, m, par.vpp, per_node, gpu)
     if par.cp > 1:
         a = spec.attention
         kv = local_tokens * a.kv_heads / par.tp * (a.qk_head_dim + a.v_dim) * p.activation
-        rows.append(("cp.kv_ring", "cp", "send/recv", par.cp, _scope(par.cp, par.tp, per_node),
-                     (3 * layers + rebuilt_attn) * (par.cp - 1) * m, kv, "yes",
-                     "local K/V block {kv_bytes} B, cp−1 hops forward, K/V + dK/dV backward"
-                     + (", forward again in each rebuilt attention core (recompute)" if rebuilt_attn else ""),
-                     {"kv_bytes": kv}))
+        out += _cp_traffic(par.cp, par.tp, kv, layers, rebuilt_attn, m, per_node, gpu)
     if par.ep > 1 and moe_layers:
         assert spec.moe is not None
         send = local_tokens / (par.tp if par.sp else 1) * spec.moe.top_k * h * p.activation
-        rows.append(("ep.all_to_all", "ep", "all-to-all", par.ep, _scope(par.ep, par.expert_tp, per_node),
-                     (4 * moe_layers + 2 * rebuilt_moe) * m, comm.all_to_all_link_bytes(par.ep, send), "partly",
-                     "(ep−1)/ep × {send_bytes} B (top-k × tokens × h), dispatch + combine, forward + backward"
-                     + (", forward again in each rebuilt MoE layer (recompute)" if rebuilt_moe else ""),
-                     {"send_bytes": send}))
-    return _timed(rows, gpu)
+        out += _ep_traffic(par.ep, par.expert_tp, send, moe_layers, rebuilt_moe, m, per_node, gpu)
+    return out
+
+
+_STAGE_COUNTS = Memo(4096)
+
+
+def _stage_counts(spec: ModelSpec, par: Parallel, rerun: Rerun) -> tuple[int, int, int, int, int]:
+    """(layers, MoE layers, layers whose forward the backward reruns (TP, EP), rerun MoE layers, layers whose
+    attention core it reruns (CP)), each the most over the pipeline's stages."""
+    kinds = stage_layer_kinds(spec, par)
+    layers = max(sum(k.values()) for k in kinds)
+    moe_layers = max(k.get("moe", 0) for k in kinds)
+    rebuilt = max(sum(n for kind, n in k.items() if kind in rerun.forward) for k in kinds)
+    rebuilt_moe = max(k.get("moe", 0) for k in kinds) if "moe" in rerun.forward else 0
+    rebuilt_attn = max(sum(n for kind, n in k.items() if kind in rerun.attention_core) for k in kinds)
+    return layers, moe_layers, rebuilt, rebuilt_moe, rebuilt_attn
+
+
+@lru_cache(maxsize=4096)
+def _tp_traffic(tp: int, sp: bool, act: float, layers: int, rebuilt: int, m: int, per_node: int,
+                gpu: GPU | None) -> tuple[Collective, ...]:
+    """TP: 4 all-reduces per layer per micro-batch (or all-gather + reduce-scatter under SP), 2 more per rebuilt
+    layer; `act` the activation bytes of a micro-batch on the rank."""
+    sc = _scope(tp, 1, per_node)
+    calls = (4 * layers + 2 * rebuilt) * m
+    per = "4 per layer" + (" + 2 per rebuilt layer (recompute)" if rebuilt else "") + " per micro-batch"
+    if sp:
+        return _timed([(f"tp.{op}", "tp", op, tp, sc, calls, comm.ring_half_link_bytes(tp, act), "no",
+                        "(t−1)/t × {act_bytes} B, " + per, {"act_bytes": act})
+                       for op in ("all-gather", "reduce-scatter")], gpu)
+    return _timed([("tp.allreduce", "tp", "all-reduce", tp, sc, calls, comm.ring_allreduce_link_bytes(tp, act), "no",
+                    "2(t−1)/t × {act_bytes} B, " + per, {"act_bytes": act})], gpu)
+
+
+@lru_cache(maxsize=4096)
+def _pp_traffic(msg: float, stride: int, m: int, vpp: int, per_node: int, gpu: GPU | None) -> tuple[Collective, ...]:
+    """PP: one activation forward and one gradient backward per micro-batch per chunk (`stride`: tp·cp·dp)."""
+    return _timed([("pp.p2p", "pp", "send/recv", 2, _scope(2, stride, per_node), 2 * m * vpp, msg, "partly",
+                    "activation forward + gradient backward: {act_bytes} B each", {"act_bytes": msg})], gpu)
+
+
+@lru_cache(maxsize=4096)
+def _cp_traffic(cp: int, tp: int, kv: float, layers: int, rebuilt_attn: int, m: int, per_node: int,
+                gpu: GPU | None) -> tuple[Collective, ...]:
+    """CP: the K/V ring, cp−1 hops per layer forward, K/V + dK/dV backward, forward again per rebuilt core."""
+    return _timed([("cp.kv_ring", "cp", "send/recv", cp, _scope(cp, tp, per_node), (3 * layers + rebuilt_attn) * (cp - 1) * m,
+                    kv, "yes", "local K/V block {kv_bytes} B, cp−1 hops forward, K/V + dK/dV backward"
+                    + (", forward again in each rebuilt attention core (recompute)" if rebuilt_attn else ""),
+                    {"kv_bytes": kv})], gpu)
+
+
+@lru_cache(maxsize=4096)
+def _ep_traffic(ep: int, etp: int, send: float, moe_layers: int, rebuilt_moe: int, m: int, per_node: int,
+                gpu: GPU | None) -> tuple[Collective, ...]:
+    """EP: dispatch + combine all-to-alls, forward and backward, per MoE layer per micro-batch (2 more per rebuilt
+    MoE layer); `send` the bytes a rank sends per all-to-all (top-k copies of its tokens)."""
+    return _timed([("ep.all_to_all", "ep", "all-to-all", ep, _scope(ep, etp, per_node),
+                    (4 * moe_layers + 2 * rebuilt_moe) * m, comm.all_to_all_link_bytes(ep, send), "partly",
+                    "(ep−1)/ep × {send_bytes} B (top-k × tokens × h), dispatch + combine, forward + backward"
+                    + (", forward again in each rebuilt MoE layer (recompute)" if rebuilt_moe else ""),
+                    {"send_bytes": send})], gpu)
 
 
 def _timed(rows: list[tuple], gpu: GPU | None) -> tuple[Collective, ...]:

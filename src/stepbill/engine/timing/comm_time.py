@@ -123,8 +123,10 @@ def comm_timing(collectives: list[Collective], gpus_per_node: int, zero: int, mi
     tails: dict[str, float] = {}
     by_axis = {"tp": 0.0, "ep": 0.0, "pp": 0.0}
     per_layer, per_micro_batch = max(layers, 1), max(micro_batches, 1)
+    key = (gpus_per_node, zero)
     for c in collectives:
-        t, cls, bucket_share = _classed(c, gpus_per_node, zero)
+        memo = c.__dict__.get(_CLASSED)  # _classed's memo, looked up here: the loop runs for every candidate
+        t, cls, bucket_share = memo[key] if memo is not None and key in memo else _classed(c, gpus_per_node, zero)
         seconds[c.name] = t
         groups[cls] = groups.get(cls, 0.0) + t
         if cls == "critical":
@@ -141,10 +143,21 @@ def comm_timing(collectives: list[Collective], gpus_per_node: int, zero: int, mi
     return CommTiming(groups.get("critical", 0.0), groups.get("once", 0.0), hideable, spill, seconds, by_axis)
 
 
-@lru_cache(maxsize=16384)
 def _classed(c: Collective, gpus_per_node: int, zero: int) -> tuple[float, str, float]:
     """(alpha-beta seconds, overlap class, the share of a call in its last gradient bucket) of one collective:
-    what comm_timing sums, memoised on the collective (a planner's candidates share step_collectives' memoised
-    Collectives)."""
-    per_call = c.bytes / max(c.calls, 1)
-    return collective_seconds(c, gpus_per_node), overlap_class(c, zero), min(1.0, GRAD_BUCKET_BYTES / max(per_call, 1.0))
+    what comm_timing sums, kept on the collective by (GPUs per node, ZeRO stage) — a planner's candidates share
+    step_collectives' memoised Collectives, so each is classed once. The Collective is frozen: the memo sits in
+    its __dict__ beside its fields (eq, hash and repr never read it), as spec/schema.hash_once keeps a hash."""
+    memo = c.__dict__.get(_CLASSED)
+    if memo is None:
+        memo = {}
+        object.__setattr__(c, _CLASSED, memo)
+    key = (gpus_per_node, zero)
+    if key not in memo:
+        per_call = c.bytes / max(c.calls, 1)
+        memo[key] = (collective_seconds(c, gpus_per_node), overlap_class(c, zero),
+                     min(1.0, GRAD_BUCKET_BYTES / max(per_call, 1.0)))
+    return memo[key]
+
+
+_CLASSED = "_classed_by_gpus_per_node_and_zero"
