@@ -30,8 +30,8 @@ from functools import lru_cache
 from stepbill.engine import comm
 from stepbill.engine.line import Line
 from stepbill.engine.memo import Memo, fields_except
-from stepbill.engine.parallel.holdings import ResidentRecipe, row_item_elements, slicing_layout
-from stepbill.engine.parallel.layout import representative_stage, row_slice, stage_layer_kinds, stage_slices
+from stepbill.engine.parallel.holdings import ResidentRecipe, row_item_elements
+from stepbill.engine.parallel.layout import representative_stage, row_slice, stage_fractions, stage_layer_kinds
 from stepbill.engine.params import ParamInventory, ParamTensor, param_inventory
 from stepbill.engine.recompute.plan import NO_RERUN, Rerun
 from stepbill.spec.hardware import GPU
@@ -83,26 +83,19 @@ def _scope(n: int, stride: int, per_node: int) -> str:
 
 def rank_param_elements(spec: ModelSpec, recipe: Recipe | ResidentRecipe, inv: ParamInventory) -> dict[str, float]:
     """Pre-ZeRO elements one rank of the largest stage holds: {dense_grads, dense_weights, expert_*}. Memoised on
-    what it reads (model, precision, optimizer, LoRA, the layout's slicing degrees) when `inv` is the model's own
-    inventory, and before that on the whole layout (no slicing layout looked up per call): a bill asks up to three
-    times, a planner once per micro-batch, recompute and sp variant of a layout."""
+    what it reads when `inv` is the model's own inventory: the model, the precision, optimizer and LoRA (each row's
+    elements) and what a row's fraction reads of the layout (layout.stage_fractions: the stage split pp / vpp /
+    pp_layers, tp and ep·etp) — so a planner's layouts that differ in dp, cp, ZeRO, the schedule, sp, offload or
+    micro-batches share one entry."""
     if inv is not param_inventory(spec):
         return _rank_param_elements(spec, recipe, inv)
-    return dict(_HELD_ELEMENTS.get((spec, recipe.precision, recipe.optimizer, recipe.lora, recipe.parallel),
-                                   _own_rank_param_elements, spec, recipe))
+    par = recipe.parallel
+    key = (spec, recipe.precision, recipe.optimizer, recipe.lora, par.pp, par.vpp, par.pp_layers, par.tp,
+           par.ep * par.expert_tp)
+    return dict(_HELD_ELEMENTS.get(key, _rank_param_elements, spec, recipe, inv))
 
 
-_HELD_ELEMENTS = Memo(4096)  # by layout: the same layout's candidates (micro-batch, recompute) ask again
-
-
-def _own_rank_param_elements(spec: ModelSpec, recipe: Recipe | ResidentRecipe) -> dict[str, float]:
-    key = ResidentRecipe(recipe.precision, recipe.optimizer, recipe.lora, slicing_layout(recipe.parallel))
-    return _rank_param_elements_memo(spec, key)
-
-
-@lru_cache(maxsize=8192)  # DeepSeek-V3 × 64's whole space holds ~3,000 slicing layouts
-def _rank_param_elements_memo(spec: ModelSpec, recipe: ResidentRecipe) -> dict[str, float]:
-    return _rank_param_elements(spec, recipe, param_inventory(spec))
+_HELD_ELEMENTS = Memo(4096)
 
 
 def _rank_param_elements(spec: ModelSpec, recipe: Recipe | ResidentRecipe, inv: ParamInventory) -> dict[str, float]:
@@ -115,11 +108,11 @@ def _rank_param_elements(spec: ModelSpec, recipe: Recipe | ResidentRecipe, inv: 
         if representative_stage(spec, recipe.parallel, stage) != stage:
             continue  # holds what an earlier stage holds: the same totals, never strictly larger
         tot = {"dense_grads": 0.0, "dense_weights": 0.0, "expert_grads": 0.0, "expert_weights": 0.0}
-        slices = stage_slices(spec, recipe.parallel, stage) if own else \
-            [row_slice(spec, recipe.parallel, t, stage, kinds) for t in inv.tensors]
-        for (grads_key, weights_key, grads, weights), sl in zip(rows, slices, strict=True):
-            tot[grads_key] += grads * sl.fraction
-            tot[weights_key] += weights * sl.fraction
+        fractions = stage_fractions(spec, recipe.parallel, stage) if own else \
+            [row_slice(spec, recipe.parallel, t, stage, kinds).fraction for t in inv.tensors]
+        for (grads_key, weights_key, grads, weights), fraction in zip(rows, fractions, strict=True):
+            tot[grads_key] += grads * fraction
+            tot[weights_key] += weights * fraction
         if sum(tot.values()) > sum(best.values()):
             best = tot
     return best
