@@ -135,11 +135,13 @@ def comm_timing(collectives: list[Collective], gpus_per_node: int, zero: int, mi
             tails[cls] = tails.get(cls, 0.0) + t * bucket_share
         elif cls in ("fwd", "bwd"):
             tails[cls] = tails.get(cls, 0.0) + t / per_layer / per_micro_batch
-    windows = {"grad_once": t_backward / per_micro_batch, "bwd": t_backward, "fwd": t_forward,
-               "attention": t_attention}
-    spill = sum(max(tails.get(cls, 0.0), groups.get(cls, 0.0) - window) for cls, window in windows.items()
-                if groups.get(cls, 0.0) > 0)
-    hideable = sum(groups.get(cls, 0.0) for cls in windows)
+    spill = hideable = 0  # summed as sum() does, from the int 0, in the windows' order
+    for cls, window in (("grad_once", t_backward / per_micro_batch), ("bwd", t_backward), ("fwd", t_forward),
+                        ("attention", t_attention)):
+        group = groups.get(cls, 0.0)
+        hideable += group
+        if group > 0:
+            spill += max(tails.get(cls, 0.0), group - window)
     return CommTiming(groups.get("critical", 0.0), groups.get("once", 0.0), hideable, spill, seconds, by_axis)
 
 

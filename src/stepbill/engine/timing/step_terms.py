@@ -6,6 +6,7 @@ SI, bytes and FLOPs plain numbers.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 from stepbill.engine import comm
@@ -188,6 +189,12 @@ def _busiest_stage(spec: ModelSpec, inv: ParamInventory, kinds: tuple[tuple[tupl
     return best
 
 
+@lru_cache(maxsize=4096)
+def _bubble(pp: int, micro_batches: int) -> float:
+    """comm.pipeline_bubble of plain ints as a float, memoised (its argument checks cost more than its formula)."""
+    return float(comm.pipeline_bubble(pp, micro_batches))
+
+
 def step_terms(spec: ModelSpec, inv: ParamInventory, recipe: Recipe, worst: RankClass, collectives: list[Collective],
                gpu: GPU, flops: dict[str, Line], efficiency: float | None = None,
                dtype: str | None = None, plan: RecomputePlan | None = None) -> StepTerms:
@@ -211,7 +218,7 @@ def step_terms(spec: ModelSpec, inv: ParamInventory, recipe: Recipe, worst: Rank
     forward = flops["flops.forward"].value
     traffic, parts = hbm_traffic(recipe, worst, unsharded, flops["flops.recompute"].value / forward)
     t_memory = traffic / gpu.hbm_bytes_per_s
-    bubble = float(comm.pipeline_bubble(par.pp, par.micro_batches * par.vpp))
+    bubble = _bubble(par.pp, par.micro_batches * par.vpp)
     off = offload_terms(recipe, worst, gpu, held)
     timed = [c for c in collectives if c.seconds is not None]
     sc = ct = None
