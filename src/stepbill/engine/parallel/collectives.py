@@ -138,27 +138,28 @@ def _own_row_elements(spec: ModelSpec, recipe: ResidentRecipe) -> tuple[tuple[st
     return _row_elements(param_inventory(spec).tensors, recipe)
 
 
-def _data_parallel(recipe: Recipe, side: str, group: int, stride: int, grads: float, weights: float,
-                   per_node: int) -> list[tuple]:
-    """(name, axis, op, group, scope, calls, bytes_per_call, overlap, formula) rows of DP / ZeRO traffic."""
-    par, p = recipe.parallel, recipe.precision
-    m, rows = par.micro_batches, []
-    g_bytes, w_bytes = grads * p.grads, weights * p.weights
+@lru_cache(maxsize=8192)
+def _data_parallel(side: str, zero: int, shard_group: int | None, m: int, group: int, stride: int, g_bytes: float,
+                   w_bytes: float, per_node: int, gpu: GPU | None) -> tuple[Collective, ...]:
+    """The DP / ZeRO collectives of one side (dense or expert parameters) of a rank: `group` ranks at `stride`
+    replicate them, `g_bytes` / `w_bytes` its gradient and weight bytes. Memoised on these numbers (a planner's
+    layouts share a side's across the other side's axes)."""
+    rows: list[tuple] = []
     io = {"grad_bytes": g_bytes, "weight_bytes": w_bytes}
-    shard = min(par.shard_group or group, group)
+    shard = min(shard_group or group, group)
     if group == 1:
-        return rows
+        return ()
     sc = _scope(shard, stride, per_node)
     local = max(1, per_node // stride)  # ranks of a DP / ZeRO group inside one node (hierarchical collectives)
-    if par.zero == 0:
+    if zero == 0:
         rows.append((f"{side}.grad_allreduce", "dp", "all-reduce", group, _scope(group, stride, per_node), 1,
                      comm.ring_allreduce_link_bytes(group, g_bytes), "yes", "2(N−1)/N × {grad_bytes} B", io, local))
-        return rows
+        return _timed(rows, gpu)
     if shard > 1:
-        rs_calls = 1 if par.zero == 1 else m
+        rs_calls = 1 if zero == 1 else m
         rows.append((f"{side}.zero_reduce_scatter", "zero", "reduce-scatter", shard, sc, rs_calls,
                      comm.ring_half_link_bytes(shard, g_bytes), "yes", "(N−1)/N × {grad_bytes} B", io, local))
-        if par.zero == 3:
+        if zero == 3:
             rows.append((f"{side}.zero3_allgather_fwd", "zero", "all-gather", shard, sc, m,
                          comm.ring_half_link_bytes(shard, w_bytes), "yes", "(N−1)/N × {weight_bytes} B, prefetched", io,
                          local))
@@ -174,7 +175,7 @@ def _data_parallel(recipe: Recipe, side: str, group: int, stride: int, grads: fl
         rows.append((f"{side}.hybrid_replica_allreduce", "dp", "all-reduce", replicas,
                      _scope(replicas, stride * shard, per_node), 1,
                      comm.ring_allreduce_link_bytes(replicas, g_bytes / shard), "yes", "2(N−1)/N × {grad_bytes} B / g", {**io, "g": shard}))
-    return rows
+    return _timed(rows, gpu)
 
 
 def step_collectives(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, gpu: GPU | None = None,
@@ -230,15 +231,16 @@ def _step_collectives(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, gpu:
 
 def _grad_syncs(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, gpu: GPU | None) -> tuple[Collective, ...]:
     """The DP / ZeRO collectives of the dense and the expert parameters (_data_parallel's rows)."""
-    par = recipe.parallel
+    par, p = recipe.parallel, recipe.precision
     per_node = gpu.gpus_per_node if gpu else DEFAULT_GPUS_PER_NODE
     elems = rank_param_elements(spec, recipe, inv)
-    rows = _data_parallel(recipe, "dense", par.dp * par.cp, par.tp, elems["dense_grads"], elems["dense_weights"],
-                          per_node)
+    zero, shard_group, m = par.zero, par.shard_group, par.micro_batches
+    out = _data_parallel("dense", zero, shard_group, m, par.dp * par.cp, par.tp, elems["dense_grads"] * p.grads,
+                         elems["dense_weights"] * p.weights, per_node, gpu)
     if spec.moe is not None:
-        rows += _data_parallel(recipe, "expert", par.edp, par.expert_tp * par.ep, elems["expert_grads"],
-                               elems["expert_weights"], per_node)
-    return _timed(rows, gpu)
+        out += _data_parallel("expert", zero, shard_group, m, par.edp, par.expert_tp * par.ep,
+                              elems["expert_grads"] * p.grads, elems["expert_weights"] * p.weights, per_node, gpu)
+    return out
 
 
 def _activation_traffic(spec: ModelSpec, recipe: Recipe, gpu: GPU | None, rerun: Rerun) -> tuple[Collective, ...]:
