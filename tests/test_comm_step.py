@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -182,25 +184,57 @@ def test_rebuilt_moe_layers_rerun_their_all_to_alls() -> None:
     assert total == pytest.approx(6 * spec.n_moe_layers * 3 / 4 * 4096 * 2 * spec.hidden_size * 2)
 
 
-def test_collectives_memo_key_resets_only_unread_fields() -> None:
-    """step_collectives is memoised on collective_recipe(recipe) (recompute, optimizer implementation and device
-    reset): the unmemoised collectives of recipes that differ only there are the same, and each caller gets its own
-    list."""
-    from stepbill.engine.parallel.collectives import _step_collectives, collective_recipe
-    from stepbill.engine.recompute import NO_RERUN
+def test_collectives_memo_keys_leave_out_only_unread_fields() -> None:
+    """step_collectives is memoised in two parts: the gradient syncs on grad_sync_key (no tokens, recompute, sp,
+    offload, optimizer implementation or device) and the activation traffic on activation_key and the rerun (no
+    optimizer, LoRA, recompute, ZeRO, shard group or offload). Recipes that share a key get the same unmemoised
+    part; a field a part reads changes its key; the memoised list equals the unmemoised one for every recipe (the
+    memo warmed by its key-mates first), and each caller gets its own list."""
+    from stepbill.engine.parallel.collectives import (
+        _activation_traffic,
+        _grad_syncs,
+        _step_collectives,
+        activation_key,
+        grad_sync_key,
+    )
+    from stepbill.engine.recompute import NO_RERUN, Rerun
 
     spec = load_preset("mixtral-8x7b")
     inv, gpu = param_inventory(spec), load_gpu("h100-sxm")
     par = Parallel(dp=8, tp=2, pp=4, cp=2, ep=4, sp=True, zero=3, shard_group=4, micro_batches=8,
                    pp_schedule="interleaved", vpp=2, offload_optimizer=True)
     base = make_recipe(micro_batch=2, seq_len=4096, parallel=par)
-    variant = make_recipe(micro_batch=2, seq_len=4096, recompute="full", parallel=par, optimizer_impl="fused",
-                          device="cuda")
-    assert collective_recipe(variant) == base
-    want = _step_collectives(spec, base, inv, gpu, NO_RERUN)
-    assert len(want) >= 6 and _step_collectives(spec, variant, inv, gpu, NO_RERUN) == want
-    first, second = step_collectives(spec, variant, inv, gpu), step_collectives(spec, base, inv, gpu)
-    assert first == second == want and first is not second
+    same_grad_syncs = [
+        make_recipe(micro_batch=1, seq_len=8192, recompute="full", parallel=par, optimizer_impl="fused", device="cuda"),
+        make_recipe(micro_batch=2, seq_len=4096, parallel=replace(par, sp=False, offload_optimizer=False,
+                                                                   offload_activations=True)),
+    ]
+    same_traffic = [
+        make_recipe(micro_batch=2, seq_len=4096, recompute="full", optimizer="sgd", lora_rank=8, parallel=replace(
+            par, zero=1, shard_group=None, offload_optimizer=False, offload_activations=True), optimizer_impl="fused",
+            device="cuda"),
+    ]
+    want_syncs, want_traffic = _grad_syncs(spec, base, inv, gpu), _activation_traffic(spec, base, gpu, NO_RERUN)
+    assert len(want_syncs) >= 3 and len(want_traffic) >= 4
+    for r in same_grad_syncs:
+        assert grad_sync_key(r) == grad_sync_key(base) and _grad_syncs(spec, r, inv, gpu) == want_syncs
+    for r in same_traffic:
+        assert activation_key(r) == activation_key(base)
+        assert _activation_traffic(spec, r, gpu, NO_RERUN) == want_traffic
+    # a field each part reads is in its key (and changes the collectives)
+    fewer = make_recipe(micro_batch=2, seq_len=4096, parallel=replace(par, micro_batches=4))
+    assert grad_sync_key(fewer) != grad_sync_key(base) and _grad_syncs(spec, fewer, inv, gpu) != want_syncs
+    longer = make_recipe(micro_batch=2, seq_len=8192, parallel=par)
+    assert activation_key(longer) != activation_key(base)
+    assert _activation_traffic(spec, longer, gpu, NO_RERUN) != want_traffic
+    zero2 = make_recipe(micro_batch=2, seq_len=4096, parallel=replace(par, zero=2))
+    assert grad_sync_key(zero2) != grad_sync_key(base) and _grad_syncs(spec, zero2, inv, gpu) != want_syncs
+    rerun = Rerun(frozenset({"moe"}), frozenset({"moe"}))
+    assert _activation_traffic(spec, base, gpu, rerun) != want_traffic
+    for r in [base, *same_grad_syncs, *same_traffic, fewer, longer, zero2]:
+        for rr in (NO_RERUN, rerun):
+            got, again = step_collectives(spec, r, inv, gpu, rr), step_collectives(spec, r, inv, gpu, rr)
+            assert got == again == _step_collectives(spec, r, inv, gpu, rr) and got is not again
 
 
 @pytest.mark.parametrize("lora", [None, 8])

@@ -148,7 +148,7 @@ def test_gemm_shapes_carry_the_executed_flops(model: str, par: Parallel) -> None
 
 @pytest.mark.parametrize("model", ["deepseek-v3", "llama3-8b"])
 def test_stage_kernels_memo_key_drops_only_unread_fields(model: str) -> None:
-    """stage_kernels is memoised on kernel_layout(parallel), which resets the pipeline, micro-batch, ZeRO and
+    """stage_kernels is memoised on kernel_layout(parallel), which resets dp, the pipeline, micro-batch, ZeRO and
     offload fields: the kernels of a stage must be the same floats on the full layout (every field away from its
     default) and on that key, or the key has dropped a field the kernels read."""
     from stepbill.engine.timing.constants import generation

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
+from operator import attrgetter
 from typing import Any
 
 from stepbill.engine import activations as act
@@ -168,11 +169,24 @@ def _core(spec: ModelSpec, recipe: Recipe, convention: str, attention: str, gpu:
     if attention not in act.ATTENTIONS:
         raise unknown_name("attention implementation", attention, act.ATTENTIONS)
     fp8.require_fp8(recipe.precision, gpu)  # one line before any arithmetic: no fp8 tensor cores on this GPU
+    if convention != "eager":  # no outside-layer rows by rank: the core reads no field of the layout
+        return _one_gpu_core(spec, without_layout(recipe), convention, attention)
+    return _make_core(spec, recipe, convention, attention)
+
+
+def _make_core(spec: ModelSpec, recipe: Recipe, convention: str, attention: str) -> _Core:
     inv = param_inventory(spec)
     split = _own_trainable_split(spec, recipe.lora)  # raises when LoRA's targets match no matrix
     a_bytes, plan, outside, eager = _convention_terms(spec, without_layout(recipe), convention, attention)
     outside_rows = _outside_rows(spec, recipe, a_bytes) if convention == "eager" else None
     return _Core(inv, split, a_bytes, plan, outside, eager, outside_rows)
+
+
+@lru_cache(maxsize=512)
+def _one_gpu_core(spec: ModelSpec, one_gpu: Recipe, convention: str, attention: str) -> _Core:
+    """_make_core of a convention without outside rows by rank (ideal, megatron), once per one-GPU recipe
+    (`one_gpu`: without_layout(recipe)): a planner asks once per candidate. Shared: read it, never change it."""
+    return _make_core(spec, one_gpu, convention, attention)
 
 
 def _outside_rows(spec: ModelSpec, recipe: Recipe, a_bytes: Any) -> Callable[[Callable[[act.ActTensor], float]], float]:
@@ -211,10 +225,11 @@ def without_layout(recipe: Recipe, micro_batches: int = 1) -> Recipe:
     not read the layout, so a planner makes them once per micro-batch and recompute policy, not once per layout.
     Memoised on the recipe's other fields: building a Recipe checks every field, and a planner's candidates (each
     its own layout) ask for the same few."""
-    return _one_gpu_recipe(tuple(getattr(recipe, name) for name in _NOT_LAYOUT), micro_batches)
+    return _one_gpu_recipe(_NOT_LAYOUT_OF(recipe), micro_batches)
 
 
 _NOT_LAYOUT = tuple(f.name for f in fields(Recipe) if f.name != "parallel")  # every field of Recipe but its layout
+_NOT_LAYOUT_OF = attrgetter(*_NOT_LAYOUT)  # their values, a tuple
 
 
 @lru_cache(maxsize=1024)

@@ -24,18 +24,21 @@ consecutive ranks and stays inside a node when n·k ≤ GPUs per node. Bytes are
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 
 from stepbill.engine import comm
 from stepbill.engine.line import Line
-from stepbill.engine.parallel.holdings import ResidentRecipe, row_item_elements, slicing_layout
-from stepbill.engine.parallel.layout import representative_stage, row_slice, stage_layer_kinds, stage_slices
+from stepbill.engine.memo import Memo, fields_except
+from stepbill.engine.parallel.holdings import ResidentRecipe, row_item_elements
+from stepbill.engine.parallel.layout import representative_stage, row_slice, stage_fractions, stage_layer_kinds
 from stepbill.engine.params import ParamInventory, ParamTensor, param_inventory
 from stepbill.engine.recompute.plan import NO_RERUN, Rerun
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
+from stepbill.spec.parallel import Parallel
 from stepbill.spec.recipe import Recipe
+from stepbill.spec.schema import hash_once
 
 DEFAULT_GPUS_PER_NODE = 8
 #: A GPU with no InfiniBand in the catalog (rtx-4090) still talks across nodes: over Ethernet, assumed one
@@ -49,6 +52,7 @@ HIDE = {
 }
 
 
+@hash_once
 @dataclass(frozen=True)
 class Collective:
     """One collective of the step on one rank: `bytes` over its busiest link per step, `seconds` at the link's
@@ -66,6 +70,12 @@ class Collective:
     overlap: str
     line: Line
 
+    def __hash__(self) -> int:
+        """Hashed without its line (made from the other fields; its inputs are a dict), once (hash_once): a timing
+        memo's key (timing/comm_time.py)."""
+        return hash((self.name, self.axis, self.op, self.group, self.scope, self.link, self.calls, self.bytes,
+                     self.seconds, self.overlap))
+
 
 def _scope(n: int, stride: int, per_node: int) -> str:
     return "intra-node" if n * stride <= per_node else "inter-node"
@@ -73,17 +83,19 @@ def _scope(n: int, stride: int, per_node: int) -> str:
 
 def rank_param_elements(spec: ModelSpec, recipe: Recipe | ResidentRecipe, inv: ParamInventory) -> dict[str, float]:
     """Pre-ZeRO elements one rank of the largest stage holds: {dense_grads, dense_weights, expert_*}. Memoised on
-    what it reads (model, precision, optimizer, LoRA, the layout's slicing degrees) when `inv` is the model's own
-    inventory: a bill asks up to three times, a planner once per micro-batch, recompute and sp variant of a layout."""
+    what it reads when `inv` is the model's own inventory: the model, the precision, optimizer and LoRA (each row's
+    elements) and what a row's fraction reads of the layout (layout.stage_fractions: the stage split pp / vpp /
+    pp_layers, tp and ep·etp) — so a planner's layouts that differ in dp, cp, ZeRO, the schedule, sp, offload or
+    micro-batches share one entry."""
     if inv is not param_inventory(spec):
         return _rank_param_elements(spec, recipe, inv)
-    key = ResidentRecipe(recipe.precision, recipe.optimizer, recipe.lora, slicing_layout(recipe.parallel))
-    return dict(_rank_param_elements_memo(spec, key))
+    par = recipe.parallel
+    key = (spec, recipe.precision, recipe.optimizer, recipe.lora, par.pp, par.vpp, par.pp_layers, par.tp,
+           par.ep * par.expert_tp)
+    return dict(_HELD_ELEMENTS.get(key, _rank_param_elements, spec, recipe, inv))
 
 
-@lru_cache(maxsize=1024)
-def _rank_param_elements_memo(spec: ModelSpec, recipe: ResidentRecipe) -> dict[str, float]:
-    return _rank_param_elements(spec, recipe, param_inventory(spec))
+_HELD_ELEMENTS = Memo(4096)
 
 
 def _rank_param_elements(spec: ModelSpec, recipe: Recipe | ResidentRecipe, inv: ParamInventory) -> dict[str, float]:
@@ -96,11 +108,11 @@ def _rank_param_elements(spec: ModelSpec, recipe: Recipe | ResidentRecipe, inv: 
         if representative_stage(spec, recipe.parallel, stage) != stage:
             continue  # holds what an earlier stage holds: the same totals, never strictly larger
         tot = {"dense_grads": 0.0, "dense_weights": 0.0, "expert_grads": 0.0, "expert_weights": 0.0}
-        slices = stage_slices(spec, recipe.parallel, stage) if own else \
-            [row_slice(spec, recipe.parallel, t, stage, kinds) for t in inv.tensors]
-        for (grads_key, weights_key, grads, weights), sl in zip(rows, slices, strict=True):
-            tot[grads_key] += grads * sl.fraction
-            tot[weights_key] += weights * sl.fraction
+        fractions = stage_fractions(spec, recipe.parallel, stage) if own else \
+            [row_slice(spec, recipe.parallel, t, stage, kinds).fraction for t in inv.tensors]
+        for (grads_key, weights_key, grads, weights), fraction in zip(rows, fractions, strict=True):
+            tot[grads_key] += grads * fraction
+            tot[weights_key] += weights * fraction
         if sum(tot.values()) > sum(best.values()):
             best = tot
     return best
@@ -126,27 +138,28 @@ def _own_row_elements(spec: ModelSpec, recipe: ResidentRecipe) -> tuple[tuple[st
     return _row_elements(param_inventory(spec).tensors, recipe)
 
 
-def _data_parallel(recipe: Recipe, side: str, group: int, stride: int, grads: float, weights: float,
-                   per_node: int) -> list[tuple]:
-    """(name, axis, op, group, scope, calls, bytes_per_call, overlap, formula) rows of DP / ZeRO traffic."""
-    par, p = recipe.parallel, recipe.precision
-    m, rows = par.micro_batches, []
-    g_bytes, w_bytes = grads * p.grads, weights * p.weights
+@lru_cache(maxsize=8192)
+def _data_parallel(side: str, zero: int, shard_group: int | None, m: int, group: int, stride: int, g_bytes: float,
+                   w_bytes: float, per_node: int, gpu: GPU | None) -> tuple[Collective, ...]:
+    """The DP / ZeRO collectives of one side (dense or expert parameters) of a rank: `group` ranks at `stride`
+    replicate them, `g_bytes` / `w_bytes` its gradient and weight bytes. Memoised on these numbers (a planner's
+    layouts share a side's across the other side's axes)."""
+    rows: list[tuple] = []
     io = {"grad_bytes": g_bytes, "weight_bytes": w_bytes}
-    shard = min(par.shard_group or group, group)
+    shard = min(shard_group or group, group)
     if group == 1:
-        return rows
+        return ()
     sc = _scope(shard, stride, per_node)
     local = max(1, per_node // stride)  # ranks of a DP / ZeRO group inside one node (hierarchical collectives)
-    if par.zero == 0:
+    if zero == 0:
         rows.append((f"{side}.grad_allreduce", "dp", "all-reduce", group, _scope(group, stride, per_node), 1,
                      comm.ring_allreduce_link_bytes(group, g_bytes), "yes", "2(N−1)/N × {grad_bytes} B", io, local))
-        return rows
+        return _timed(rows, gpu)
     if shard > 1:
-        rs_calls = 1 if par.zero == 1 else m
+        rs_calls = 1 if zero == 1 else m
         rows.append((f"{side}.zero_reduce_scatter", "zero", "reduce-scatter", shard, sc, rs_calls,
                      comm.ring_half_link_bytes(shard, g_bytes), "yes", "(N−1)/N × {grad_bytes} B", io, local))
-        if par.zero == 3:
+        if zero == 3:
             rows.append((f"{side}.zero3_allgather_fwd", "zero", "all-gather", shard, sc, m,
                          comm.ring_half_link_bytes(shard, w_bytes), "yes", "(N−1)/N × {weight_bytes} B, prefetched", io,
                          local))
@@ -162,87 +175,164 @@ def _data_parallel(recipe: Recipe, side: str, group: int, stride: int, grads: fl
         rows.append((f"{side}.hybrid_replica_allreduce", "dp", "all-reduce", replicas,
                      _scope(replicas, stride * shard, per_node), 1,
                      comm.ring_allreduce_link_bytes(replicas, g_bytes / shard), "yes", "2(N−1)/N × {grad_bytes} B / g", {**io, "g": shard}))
-    return rows
+    return _timed(rows, gpu)
 
 
 def step_collectives(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, gpu: GPU | None = None,
                      rerun: Rerun = NO_RERUN) -> list[Collective]:
     """Every collective of one step on one rank of the largest pipeline stage; `rerun` (the recompute plan's
     RecomputePlan.rerun) adds the forward collectives its backward runs again. Memoised when `inv` is the model's
-    own inventory, on the recipe with the fields the collectives never read reset (`collective_recipe`: the
-    recompute policy reaches them only through `rerun`), so a planner's recompute variants of a candidate share one
-    list; the list is copied (the Collectives are frozen)."""
+    own inventory, in two parts, each on the fields it reads: the gradient syncs (`grad_sync_key`: not the tokens,
+    the recompute or sp) and the activation traffic (`activation_key` and `rerun`: not ZeRO, the optimizer or
+    offload), so a planner's micro-batch, sp and recompute variants of a layout share its gradient syncs and its
+    ZeRO and offload variants share the activation traffic; the list is new (the Collectives are frozen)."""
     if inv is not param_inventory(spec):
         return _step_collectives(spec, recipe, inv, gpu, rerun)
-    return list(_step_collectives_memo(spec, collective_recipe(recipe), gpu, rerun))
+    if recipe.parallel.world == 1:
+        return []
+    return [*_GRAD_SYNCS.get((spec, grad_sync_key(recipe), gpu), _grad_syncs, spec, recipe, inv, gpu),
+            *_ACTIVATION_TRAFFIC.get((spec, activation_key(recipe), gpu, rerun), _activation_traffic, spec, recipe,
+                                     gpu, rerun)]
 
 
-@lru_cache(maxsize=4096)
-def collective_recipe(recipe: Recipe) -> Recipe:
-    """`recipe` with the recompute policy, the optimizer implementation and the device reset: no collective reads
-    them (tests/test_comm_step.py checks it; what recompute reruns comes as step_collectives' `rerun`). The memo key of step_collectives; a new Recipe field stays in it."""
-    return replace(recipe, recompute="none", optimizer_impl="single", device="cpu")
+#: What the gradient syncs (_grad_syncs) never read: the tokens, the recompute policy (its reruns are activation
+#: traffic), the optimizer implementation, the device; sp and offload of the layout. Every other field is in the key
+#: (tests/test_comm_step.py checks both halves of the split on recipes that differ only in the unread fields).
+_GRAD_SYNC_RECIPE = fields_except(Recipe, {"micro_batch", "seq_len", "recompute", "optimizer_impl", "device",
+                                           "parallel"})
+_GRAD_SYNC_LAYOUT = fields_except(Parallel, {"sp", "offload_optimizer", "offload_activations"})
+#: What the activation traffic (_activation_traffic) never reads: the optimizer, LoRA, the recompute policy (it
+#: comes as `rerun`), the optimizer implementation, the device; ZeRO, its shard group and offload of the layout.
+_ACTIVATION_RECIPE = fields_except(Recipe, {"optimizer", "lora", "recompute", "optimizer_impl", "device", "parallel"})
+_ACTIVATION_LAYOUT = fields_except(Parallel, {"zero", "shard_group", "offload_optimizer", "offload_activations"})
 
 
-@lru_cache(maxsize=4096)
-def _step_collectives_memo(spec: ModelSpec, recipe: Recipe, gpu: GPU | None, rerun: Rerun) -> tuple[Collective, ...]:
-    return tuple(_step_collectives(spec, recipe, param_inventory(spec), gpu, rerun))
+def grad_sync_key(recipe: Recipe) -> tuple:
+    """The fields of `recipe` its DP / ZeRO collectives read (with the model and the GPU: their memo key)."""
+    return _GRAD_SYNC_RECIPE(recipe), _GRAD_SYNC_LAYOUT(recipe.parallel)
+
+
+def activation_key(recipe: Recipe) -> tuple:
+    """The fields of `recipe` its TP / PP / CP / EP collectives read (with the model, the GPU and the rerun: their
+    memo key)."""
+    return _ACTIVATION_RECIPE(recipe), _ACTIVATION_LAYOUT(recipe.parallel)
+
+
+_GRAD_SYNCS = Memo(4096)
+_ACTIVATION_TRAFFIC = Memo(32768)  # small tuples of the per-axis memos' shared Collectives: DeepSeek-V3 × 64 holds ~29,000
 
 
 def _step_collectives(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, gpu: GPU | None,
                       rerun: Rerun) -> list[Collective]:
-    par, p = recipe.parallel, recipe.precision
-    if par.world == 1:  # one GPU talks to nobody (offload traffic is PCIe to the host, not a collective)
+    if recipe.parallel.world == 1:  # one GPU talks to nobody (offload traffic is PCIe to the host, not a collective)
         return []
+    return [*_grad_syncs(spec, recipe, inv, gpu), *_activation_traffic(spec, recipe, gpu, rerun)]
+
+
+def _grad_syncs(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, gpu: GPU | None) -> tuple[Collective, ...]:
+    """The DP / ZeRO collectives of the dense and the expert parameters (_data_parallel's rows)."""
+    par, p = recipe.parallel, recipe.precision
     per_node = gpu.gpus_per_node if gpu else DEFAULT_GPUS_PER_NODE
-    m, tokens, h = par.micro_batches, recipe.tokens, spec.hidden_size
     elems = rank_param_elements(spec, recipe, inv)
-    kinds = stage_layer_kinds(spec, par)
-    layers = max(sum(k.values()) for k in kinds)
-    moe_layers = max(k.get("moe", 0) for k in kinds)
-    # layers of the largest stage whose forward (TP, EP) or attention core (CP) the backward reruns
-    rebuilt = max(sum(n for kind, n in k.items() if kind in rerun.forward) for k in kinds)
-    rebuilt_moe = max(k.get("moe", 0) for k in kinds) if "moe" in rerun.forward else 0
-    rebuilt_attn = max(sum(n for kind, n in k.items() if kind in rerun.attention_core) for k in kinds)
-    local_tokens = tokens / par.cp
-    rows = _data_parallel(recipe, "dense", par.dp * par.cp, par.tp, elems["dense_grads"], elems["dense_weights"],
-                          per_node)
+    zero, shard_group, m = par.zero, par.shard_group, par.micro_batches
+    out = _data_parallel("dense", zero, shard_group, m, par.dp * par.cp, par.tp, elems["dense_grads"] * p.grads,
+                         elems["dense_weights"] * p.weights, per_node, gpu)
     if spec.moe is not None:
-        rows += _data_parallel(recipe, "expert", par.edp, par.expert_tp * par.ep, elems["expert_grads"],
-                               elems["expert_weights"], per_node)
+        out += _data_parallel("expert", zero, shard_group, m, par.edp, par.expert_tp * par.ep,
+                              elems["expert_grads"] * p.grads, elems["expert_weights"] * p.weights, per_node, gpu)
+    return out
+
+
+def _activation_traffic(spec: ModelSpec, recipe: Recipe, gpu: GPU | None, rerun: Rerun) -> tuple[Collective, ...]:
+    """The collectives that move activations: TP, PP, CP, EP (with what the recompute reruns). Each axis's are
+    memoised on the numbers they read (a planner's layouts share them across the other axes)."""
+    par, p = recipe.parallel, recipe.precision
+    per_node = gpu.gpus_per_node if gpu else DEFAULT_GPUS_PER_NODE
+    m, h = par.micro_batches, spec.hidden_size
+    # the stages' layer kinds read the layout's pp, vpp and pp_layers only (parallel/layout._stage_layers)
+    layers, moe_layers, rebuilt, rebuilt_moe, rebuilt_attn = _STAGE_COUNTS.get(
+        (spec, par.pp, par.vpp, par.pp_layers, rerun), _stage_counts, spec, par, rerun)
+    local_tokens = recipe.tokens / par.cp
     act = local_tokens * h * p.activation
+    out: tuple[Collective, ...] = ()
     if par.tp > 1:
-        sc = _scope(par.tp, 1, per_node)
-        calls = (4 * layers + 2 * rebuilt) * m
-        per = "4 per layer" + (" + 2 per rebuilt layer (recompute)" if rebuilt else "") + " per micro-batch"
-        if par.sp:
-            for op in ("all-gather", "reduce-scatter"):
-                rows.append((f"tp.{op}", "tp", op, par.tp, sc, calls, comm.ring_half_link_bytes(par.tp, act),
-                             "no", "(t−1)/t × {act_bytes} B, " + per, {"act_bytes": act}))
-        else:
-            rows.append(("tp.allreduce", "tp", "all-reduce", par.tp, sc, calls,
-                         comm.ring_allreduce_link_bytes(par.tp, act), "no",
-                         "2(t−1)/t × {act_bytes} B, " + per, {"act_bytes": act}))
+        out += _tp_traffic(par.tp, par.sp, act, layers, rebuilt, m, per_node, gpu)
     if par.pp > 1:
-        msg = act / (par.tp if par.sp else 1)
-        rows.append(("pp.p2p", "pp", "send/recv", 2, _scope(2, par.tp * par.cp * par.dp, per_node),
-                     2 * m * par.vpp, msg, "partly", "activation forward + gradient backward: {act_bytes} B each", {"act_bytes": msg}))
+        out += _pp_traffic(act / (par.tp if par.sp else 1), par.tp * par.cp * par.dp, m, par.vpp, per_node, gpu)
     if par.cp > 1:
         a = spec.attention
         kv = local_tokens * a.kv_heads / par.tp * (a.qk_head_dim + a.v_dim) * p.activation
-        rows.append(("cp.kv_ring", "cp", "send/recv", par.cp, _scope(par.cp, par.tp, per_node),
-                     (3 * layers + rebuilt_attn) * (par.cp - 1) * m, kv, "yes",
-                     "local K/V block {kv_bytes} B, cp−1 hops forward, K/V + dK/dV backward"
-                     + (", forward again in each rebuilt attention core (recompute)" if rebuilt_attn else ""),
-                     {"kv_bytes": kv}))
+        out += _cp_traffic(par.cp, par.tp, kv, layers, rebuilt_attn, m, per_node, gpu)
     if par.ep > 1 and moe_layers:
         assert spec.moe is not None
         send = local_tokens / (par.tp if par.sp else 1) * spec.moe.top_k * h * p.activation
-        rows.append(("ep.all_to_all", "ep", "all-to-all", par.ep, _scope(par.ep, par.expert_tp, per_node),
-                     (4 * moe_layers + 2 * rebuilt_moe) * m, comm.all_to_all_link_bytes(par.ep, send), "partly",
-                     "(ep−1)/ep × {send_bytes} B (top-k × tokens × h), dispatch + combine, forward + backward"
-                     + (", forward again in each rebuilt MoE layer (recompute)" if rebuilt_moe else ""),
-                     {"send_bytes": send}))
+        out += _ep_traffic(par.ep, par.expert_tp, send, moe_layers, rebuilt_moe, m, per_node, gpu)
+    return out
+
+
+_STAGE_COUNTS = Memo(4096)
+
+
+def _stage_counts(spec: ModelSpec, par: Parallel, rerun: Rerun) -> tuple[int, int, int, int, int]:
+    """(layers, MoE layers, layers whose forward the backward reruns (TP, EP), rerun MoE layers, layers whose
+    attention core it reruns (CP)), each the most over the pipeline's stages."""
+    kinds = stage_layer_kinds(spec, par)
+    layers = max(sum(k.values()) for k in kinds)
+    moe_layers = max(k.get("moe", 0) for k in kinds)
+    rebuilt = max(sum(n for kind, n in k.items() if kind in rerun.forward) for k in kinds)
+    rebuilt_moe = max(k.get("moe", 0) for k in kinds) if "moe" in rerun.forward else 0
+    rebuilt_attn = max(sum(n for kind, n in k.items() if kind in rerun.attention_core) for k in kinds)
+    return layers, moe_layers, rebuilt, rebuilt_moe, rebuilt_attn
+
+
+@lru_cache(maxsize=4096)
+def _tp_traffic(tp: int, sp: bool, act: float, layers: int, rebuilt: int, m: int, per_node: int,
+                gpu: GPU | None) -> tuple[Collective, ...]:
+    """TP: 4 all-reduces per layer per micro-batch (or all-gather + reduce-scatter under SP), 2 more per rebuilt
+    layer; `act` the activation bytes of a micro-batch on the rank."""
+    sc = _scope(tp, 1, per_node)
+    calls = (4 * layers + 2 * rebuilt) * m
+    per = "4 per layer" + (" + 2 per rebuilt layer (recompute)" if rebuilt else "") + " per micro-batch"
+    if sp:
+        return _timed([(f"tp.{op}", "tp", op, tp, sc, calls, comm.ring_half_link_bytes(tp, act), "no",
+                        "(t−1)/t × {act_bytes} B, " + per, {"act_bytes": act})
+                       for op in ("all-gather", "reduce-scatter")], gpu)
+    return _timed([("tp.allreduce", "tp", "all-reduce", tp, sc, calls, comm.ring_allreduce_link_bytes(tp, act), "no",
+                    "2(t−1)/t × {act_bytes} B, " + per, {"act_bytes": act})], gpu)
+
+
+@lru_cache(maxsize=4096)
+def _pp_traffic(msg: float, stride: int, m: int, vpp: int, per_node: int, gpu: GPU | None) -> tuple[Collective, ...]:
+    """PP: one activation forward and one gradient backward per micro-batch per chunk (`stride`: tp·cp·dp)."""
+    return _timed([("pp.p2p", "pp", "send/recv", 2, _scope(2, stride, per_node), 2 * m * vpp, msg, "partly",
+                    "activation forward + gradient backward: {act_bytes} B each", {"act_bytes": msg})], gpu)
+
+
+@lru_cache(maxsize=4096)
+def _cp_traffic(cp: int, tp: int, kv: float, layers: int, rebuilt_attn: int, m: int, per_node: int,
+                gpu: GPU | None) -> tuple[Collective, ...]:
+    """CP: the K/V ring, cp−1 hops per layer forward, K/V + dK/dV backward, forward again per rebuilt core."""
+    return _timed([("cp.kv_ring", "cp", "send/recv", cp, _scope(cp, tp, per_node), (3 * layers + rebuilt_attn) * (cp - 1) * m,
+                    kv, "yes", "local K/V block {kv_bytes} B, cp−1 hops forward, K/V + dK/dV backward"
+                    + (", forward again in each rebuilt attention core (recompute)" if rebuilt_attn else ""),
+                    {"kv_bytes": kv})], gpu)
+
+
+@lru_cache(maxsize=4096)
+def _ep_traffic(ep: int, etp: int, send: float, moe_layers: int, rebuilt_moe: int, m: int, per_node: int,
+                gpu: GPU | None) -> tuple[Collective, ...]:
+    """EP: dispatch + combine all-to-alls, forward and backward, per MoE layer per micro-batch (2 more per rebuilt
+    MoE layer); `send` the bytes a rank sends per all-to-all (top-k copies of its tokens)."""
+    return _timed([("ep.all_to_all", "ep", "all-to-all", ep, _scope(ep, etp, per_node),
+                    (4 * moe_layers + 2 * rebuilt_moe) * m, comm.all_to_all_link_bytes(ep, send), "partly",
+                    "(ep−1)/ep × {send_bytes} B (top-k × tokens × h), dispatch + combine, forward + backward"
+                    + (", forward again in each rebuilt MoE layer (recompute)" if rebuilt_moe else ""),
+                    {"send_bytes": send})], gpu)
+
+
+def _timed(rows: list[tuple], gpu: GPU | None) -> tuple[Collective, ...]:
+    """The Collectives of (name, axis, op, group, scope, calls, bytes_per_call, overlap, formula, inputs[, local])
+    rows: each on its link at its bandwidth (hierarchical across nodes when `local` ranks of it share a node)."""
     out = []
     for name, axis, op, group, scope, calls, per_call, overlap, formula, inputs, *extra in rows:
         link, bw = _link(gpu, scope)
@@ -261,7 +351,7 @@ def _step_collectives(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, gpu:
         line = Line(f"comm.{name}", total, "bytes", "{calls} calls × " + formula,
                     {"calls": calls, **inputs, "per_call_bytes": float(per_call)}, convention=note)
         out.append(Collective(name, axis, op, group, scope, link, calls, total, seconds, overlap, line))
-    return out
+    return tuple(out)
 
 
 #: ring volume per rank as a multiple of the message M, for a group of n: all-reduce 2(n−1)/n, the others (n−1)/n

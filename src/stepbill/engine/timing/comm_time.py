@@ -24,8 +24,8 @@ Overlap (when the rank's compute can hide a collective):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 from stepbill.engine.parallel.collectives import Collective
 from stepbill.engine.timing.constants import (
@@ -100,9 +100,9 @@ def _overlap_class(name: str, axis: str, overlap: str, zero: int) -> str:
     return "critical" if overlap != "yes" else "bwd"
 
 
-@dataclass(frozen=True)
-class CommTiming:
-    """Seconds of the step's collectives by overlap class, and what of the hideable ones stays exposed."""
+class CommTiming(NamedTuple):
+    """Seconds of the step's collectives by overlap class, and what of the hideable ones stays exposed. A
+    NamedTuple, like StepTerms: made once per planner candidate."""
 
     critical_per_step: float  # TP / EP / PP: inside the pipeline stage time (all micro-batches)
     exposed_once: float  # ZeRO weight all-gather after the optimizer
@@ -115,25 +115,51 @@ class CommTiming:
 def comm_timing(collectives: list[Collective], gpus_per_node: int, zero: int, micro_batches: int, layers: int,
                 t_forward: float, t_backward: float, t_attention: float) -> CommTiming:
     """Apply the overlap rules: `t_forward` / `t_backward` / `t_attention` are the rank's compute seconds (all
-    micro-batches) that hide the collectives of each class."""
-    seconds = {c.name: collective_seconds(c, gpus_per_node) for c in collectives}
+    micro-batches) that hide the collectives of each class. The tails that cannot hide: a once-per-step gradient
+    sync's last bucket (GRAD_BUCKET_BYTES of a call), a per-micro-batch ZeRO collective's first layer of the first
+    micro-batch."""
+    seconds: dict[str, float] = {}
     groups: dict[str, float] = {}
     tails: dict[str, float] = {}
     by_axis = {"tp": 0.0, "ep": 0.0, "pp": 0.0}
+    per_layer, per_micro_batch = max(layers, 1), max(micro_batches, 1)
+    key = (gpus_per_node, zero)
     for c in collectives:
-        cls = overlap_class(c, zero)
-        t = seconds[c.name]
+        memo = c.__dict__.get(_CLASSED)  # _classed's memo, looked up here: the loop runs for every candidate
+        t, cls, bucket_share = memo[key] if memo is not None and key in memo else _classed(c, gpus_per_node, zero)
+        seconds[c.name] = t
         groups[cls] = groups.get(cls, 0.0) + t
         if cls == "critical":
             by_axis[c.axis] = by_axis.get(c.axis, 0.0) + t
-        if cls == "grad_once":
-            per_call = c.bytes / max(c.calls, 1)
-            tails[cls] = tails.get(cls, 0.0) + t * min(1.0, GRAD_BUCKET_BYTES / max(per_call, 1.0))
+        elif cls == "grad_once":
+            tails[cls] = tails.get(cls, 0.0) + t * bucket_share
         elif cls in ("fwd", "bwd"):
-            tails[cls] = tails.get(cls, 0.0) + t / max(layers, 1) / max(micro_batches, 1)
-    windows = {"grad_once": t_backward / max(micro_batches, 1), "bwd": t_backward, "fwd": t_forward,
-               "attention": t_attention}
-    spill = sum(max(tails.get(cls, 0.0), groups.get(cls, 0.0) - window) for cls, window in windows.items()
-                if groups.get(cls, 0.0) > 0)
-    hideable = sum(groups.get(cls, 0.0) for cls in windows)
+            tails[cls] = tails.get(cls, 0.0) + t / per_layer / per_micro_batch
+    spill = hideable = 0  # summed as sum() does, from the int 0, in the windows' order
+    for cls, window in (("grad_once", t_backward / per_micro_batch), ("bwd", t_backward), ("fwd", t_forward),
+                        ("attention", t_attention)):
+        group = groups.get(cls, 0.0)
+        hideable += group
+        if group > 0:
+            spill += max(tails.get(cls, 0.0), group - window)
     return CommTiming(groups.get("critical", 0.0), groups.get("once", 0.0), hideable, spill, seconds, by_axis)
+
+
+def _classed(c: Collective, gpus_per_node: int, zero: int) -> tuple[float, str, float]:
+    """(alpha-beta seconds, overlap class, the share of a call in its last gradient bucket) of one collective:
+    what comm_timing sums, kept on the collective by (GPUs per node, ZeRO stage) — a planner's candidates share
+    step_collectives' memoised Collectives, so each is classed once. The Collective is frozen: the memo sits in
+    its __dict__ beside its fields (eq, hash and repr never read it), as spec/schema.hash_once keeps a hash."""
+    memo = c.__dict__.get(_CLASSED)
+    if memo is None:
+        memo = {}
+        object.__setattr__(c, _CLASSED, memo)
+    key = (gpus_per_node, zero)
+    if key not in memo:
+        per_call = c.bytes / max(c.calls, 1)
+        memo[key] = (collective_seconds(c, gpus_per_node), overlap_class(c, zero),
+                     min(1.0, GRAD_BUCKET_BYTES / max(per_call, 1.0)))
+    return memo[key]
+
+
+_CLASSED = "_classed_by_gpus_per_node_and_zero"

@@ -18,6 +18,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from stepbill.engine.line import Line
+from stepbill.engine.memo import Memo, fields_except
 from stepbill.engine.parallel import RankClass
 from stepbill.engine.timing.constants import (
     DEFAULT_SMS,
@@ -70,17 +71,26 @@ def _sum(parts: list[tuple[int, LayerKernels]]) -> dict[str, float]:
     return {k: sum(n * getattr(lk, k) for n, lk in parts) for k in keys}
 
 
-@lru_cache(maxsize=4096)
 def kernel_layout(par: Parallel) -> Parallel:
     """`par` with the fields one layer's kernels on a rank never read reset (the pipeline, micro-batches, ZeRO,
-    offload): the memo key of `stage_kernels`, so a planner times a stage's kernels once per (tp, cp, sp, ep, etp,
-    dp) and not once per micro-batch count, ZeRO stage or offload. Only what is known unread is reset: a new field
-    of Parallel stays in the key (tests/test_timing.py checks the sums on `par` and on this key agree)."""
-    return replace(par, pp=1, vpp=1, pp_schedule="1f1b", pp_layers=None, micro_batches=1, zero=0, shard_group=None,
-                   offload_optimizer=False, offload_activations=False)
+    offload, and dp: set to ep · etp, the least that keeps the layout valid): the memo key of `stage_kernels`, so a
+    planner times a stage's kernels once per (tp, cp, sp, ep, etp) and not once per dp, micro-batch count, ZeRO stage
+    or offload. Only what is known unread is reset: a new field of Parallel stays in the key (tests/test_timing.py
+    checks the sums on `par` and on this key agree). Memoised on the fields it keeps (no Parallel made per lookup)."""
+    return _KERNEL_LAYOUTS.get(_KERNEL_FIELDS(par), _kernel_layout, par)
 
 
-@lru_cache(maxsize=4096)
+_KERNEL_FIELDS = fields_except(Parallel, {"dp", "pp", "vpp", "pp_schedule", "pp_layers", "micro_batches", "zero",
+                                          "shard_group", "offload_optimizer", "offload_activations"})
+_KERNEL_LAYOUTS = Memo(4096)
+
+
+def _kernel_layout(par: Parallel) -> Parallel:
+    return replace(par, dp=par.ep * par.expert_tp, pp=1, vpp=1, pp_schedule="1f1b", pp_layers=None, micro_batches=1,
+                   zero=0, shard_group=None, offload_optimizer=False, offload_activations=False)
+
+
+@lru_cache(maxsize=16384)  # DeepSeek-V3 × 64's whole space holds ~13,000 (layout, stage) pairs
 def stage_kernels(spec: ModelSpec, par: Parallel, seq_len: int, micro_batch: int, dev: GemmDevice,
                   params: Generation, act_bytes: float, frozen: bool, stage_kinds: tuple[tuple[str, int], ...],
                   last: bool) -> dict[str, float]:

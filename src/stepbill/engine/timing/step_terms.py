@@ -7,11 +7,12 @@ SI, bytes and FLOPs plain numbers.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from stepbill.engine import comm
 from stepbill.engine import flops as fl
 from stepbill.engine.line import Line
+from stepbill.engine.memo import Memo
 from stepbill.engine.parallel import RankClass
 from stepbill.engine.parallel.collectives import Collective, rank_param_elements
 from stepbill.engine.parallel.layout import stage_layer_kinds
@@ -23,6 +24,7 @@ from stepbill.engine.timing.comm_time import CommTiming, comm_timing
 from stepbill.engine.timing.step import StageCompute, stage_compute
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
+from stepbill.spec.parallel import Parallel
 from stepbill.spec.recipe import LoRA, Recipe
 
 #: CPU Adam throughput of one host (parameters updated per second, all cores), shared by the ranks of a node.
@@ -146,27 +148,29 @@ def slowest_stage(spec: ModelSpec, inv: ParamInventory, recipe: Recipe,
                   plan: RecomputePlan | None) -> tuple[int, float, float]:
     """(stage, executed FLOPs of one micro-batch, recompute FLOPs of one micro-batch) of the pipeline stage with
     the most work: its layers (uneven stages included), the LM head on the last stage (flops.stage_step_flops).
-    Memoised, with the model's own inventory, on exactly what it reads: the sequence, the micro-batch, each stage's
-    layer kinds, the plan's recompute FLOPs per layer kind, LoRA and whether the policy checkpoints whole layers."""
+    Memoised, with the model's own inventory, on exactly what it reads: the sequence, the micro-batch, the stages'
+    split (pp, vpp, pp_layers: each stage's layer kinds), the plan's recompute FLOPs per layer kind, LoRA and
+    whether the policy checkpoints whole layers."""
     per_token = tuple((k, lp.recompute_flops) for k, lp in plan.layers.items()) if plan is not None else ()
     whole_layers = plan is not None and plan.policy.kind in ("full", "every")
-    kinds = tuple(tuple(k.items()) for k in stage_layer_kinds(spec, recipe.parallel))
-    args = (recipe.seq_len, recipe.micro_batch, kinds, per_token, recipe.lora, whole_layers)
+    par = recipe.parallel
+    args = (recipe.seq_len, recipe.micro_batch, per_token, recipe.lora, whole_layers)
     if inv is param_inventory(spec):
-        return _busiest_stage_memo(spec, *args)
-    return _busiest_stage(spec, inv, *args)
+        # each stage's layer kinds read the layout's pp, vpp and pp_layers only (parallel/layout._stage_layers)
+        return _BUSIEST.get((spec, par.pp, par.vpp, par.pp_layers, *args), _busiest_of_layout, spec, inv, par, *args)
+    return _busiest_of_layout(spec, inv, par, *args)
 
 
-@lru_cache(maxsize=4096)
-def _busiest_stage_memo(spec: ModelSpec, seq_len: int, micro_batch: int, kinds: tuple[tuple[tuple[str, int], ...], ...],
-                        per_token: tuple[tuple[str, float], ...], lora: LoRA | None,
-                        whole_layers: bool) -> tuple[int, float, float]:
-    return _busiest_stage(spec, param_inventory(spec), seq_len, micro_batch, kinds, per_token, lora, whole_layers)
+_BUSIEST = Memo(4096)
 
 
-def _busiest_stage(spec: ModelSpec, inv: ParamInventory, seq_len: int, micro_batch: int,
-                   kinds: tuple[tuple[tuple[str, int], ...], ...], per_token: tuple[tuple[str, float], ...],
-                   lora: LoRA | None, whole_layers: bool) -> tuple[int, float, float]:
+def _busiest_of_layout(spec: ModelSpec, inv: ParamInventory, par: Parallel, *args: Any) -> tuple[int, float, float]:
+    return _busiest_stage(spec, inv, tuple(tuple(k.items()) for k in stage_layer_kinds(spec, par)), *args)
+
+
+def _busiest_stage(spec: ModelSpec, inv: ParamInventory, kinds: tuple[tuple[tuple[str, int], ...], ...], seq_len: int,
+                   micro_batch: int, per_token: tuple[tuple[str, float], ...], lora: LoRA | None,
+                   whole_layers: bool) -> tuple[int, float, float]:
     recompute_per_token = dict(per_token)
     last = len(kinds) - 1
     best = (0, -1.0, 0.0)
@@ -183,6 +187,12 @@ def _busiest_stage(spec: ModelSpec, inv: ParamInventory, seq_len: int, micro_bat
             rc = sum(n * recompute_per_token.get(k, 0.0) for k, n in stage_kinds.items()) * (micro_batch * seq_len)
             best = (stage, work, rc)
     return best
+
+
+@lru_cache(maxsize=4096)
+def _bubble(pp: int, micro_batches: int) -> float:
+    """comm.pipeline_bubble of plain ints as a float, memoised (its argument checks cost more than its formula)."""
+    return float(comm.pipeline_bubble(pp, micro_batches))
 
 
 def step_terms(spec: ModelSpec, inv: ParamInventory, recipe: Recipe, worst: RankClass, collectives: list[Collective],
@@ -208,7 +218,7 @@ def step_terms(spec: ModelSpec, inv: ParamInventory, recipe: Recipe, worst: Rank
     forward = flops["flops.forward"].value
     traffic, parts = hbm_traffic(recipe, worst, unsharded, flops["flops.recompute"].value / forward)
     t_memory = traffic / gpu.hbm_bytes_per_s
-    bubble = float(comm.pipeline_bubble(par.pp, par.micro_batches * par.vpp))
+    bubble = _bubble(par.pp, par.micro_batches * par.vpp)
     off = offload_terms(recipe, worst, gpu, held)
     timed = [c for c in collectives if c.seconds is not None]
     sc = ct = None
