@@ -157,7 +157,7 @@ def slicing_layout(parallel: Any) -> Any:
     return replace(parallel, sp=False, micro_batches=parallel.pp, offload_optimizer=False, offload_activations=False)
 
 
-@lru_cache(maxsize=1024)
+@lru_cache(maxsize=16384)  # a planner's peak floors and bills visit layouts in floor order, not group by group
 def _resident_cached(spec: ModelSpec, precision: Any, optimizer: str, lora: LoRA | None, par: Any,
                      stage: int) -> Held:
     from stepbill.engine.params import param_inventory

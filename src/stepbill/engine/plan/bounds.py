@@ -65,7 +65,7 @@ from stepbill.engine.memory.eager import EagerTerms
 from stepbill.engine.parallel.buffers import layout_buffers
 from stepbill.engine.parallel.collectives import rank_param_elements, step_collectives
 from stepbill.engine.parallel.fsdp2_ranks import exact_reason
-from stepbill.engine.parallel.holdings import rank_holdings
+from stepbill.engine.parallel.holdings import held_key, rank_holdings, stage_held
 from stepbill.engine.parallel.layout import representative_stage, stage_layer_indices, stage_layer_kinds
 from stepbill.engine.parallel.rank_class import MEMORY_KEYS, RankClass
 from stepbill.engine.parallel.ranks import (
@@ -115,8 +115,9 @@ def peak_floor(req: PlanRequest, cand: Candidate, resident: float, recipe: Recip
     # the layout's buffers (parallel/buffers.py) are on the timeline of the approximate per-stage model only; the
     # measured FSDP2 / ZeRO-1 rules place their own (engine/bill_parts.verdict_ranks: which model judges)
     with_buffers = not par.is_trivial and bool(exact_reason(spec, recipe, "eager"))
-    # what slices the parameters (holdings.slicing_layout's fields: rank_holdings' memo key, with the precision,
-    # optimizer and LoRA) and the optimizer offload: the stage's resident terms read nothing else
+    # what a stage's held bytes read (holdings.held_key, with the precision, optimizer and LoRA) and the optimizer
+    # offload; what slices the parameters (holdings.slicing_layout's fields: rank_holdings' memo key), the buffers'
+    held = (spec, recipe.precision, recipe.optimizer, recipe.lora, held_key(par), par.offload_optimizer)
     slicing = (spec, recipe.precision, recipe.optimizer, recipe.lora, par.dp, par.tp, par.pp, par.cp, par.ep, par.etp,
                par.zero, par.shard_group, par.vpp, par.pp_layers, par.pp_schedule, par.offload_optimizer)
     m = par.micro_batches
@@ -125,7 +126,7 @@ def peak_floor(req: PlanRequest, cand: Candidate, resident: float, recipe: Recip
         # stages of a group differ in micro-batches in flight only, and every term grows with it: the group's first
         # stage has the most (in_flight_microbatches)
         flight = in_flight_microbatches(recipe, stage)
-        on_gpu, grads = _memo_of(_HELD, (slicing, rep), _stage_held, spec, recipe, stage)
+        on_gpu, grads = _memo_of(_HELD, (held, rep), _stage_held, spec, recipe, stage)
         buf = _memo_of(_BUFFERS, (slicing, par.sp, recipe.tokens, rep, order), stage_buffers, spec, recipe, order,
                        stage) if with_buffers and order else NO_BUFFERS
         kept, live_of = _stage_rows(rows_key, plan, recipe, order)
@@ -159,8 +160,9 @@ def _memo_of(memo: dict[tuple, Any], key: tuple, compute: Callable[..., Any], *a
 
 
 def _stage_held(spec: ModelSpec, recipe: Recipe, stage: int) -> tuple[float, float]:
-    """(weights + optimizer states on the GPU, every gradient) of a rank of `stage`, bytes (rank_holdings)."""
-    held = rank_holdings(spec, recipe, stage).held
+    """(weights + optimizer states on the GPU, every gradient) of a rank of `stage`, bytes: holdings.stage_held,
+    rank_holdings' held bytes without its other sums (equal, bit for bit: tests/test_resident_bound.py)."""
+    held = stage_held(spec, recipe.precision, recipe.optimizer, recipe.lora, recipe.parallel, stage)
     weights = sum(v for k, v in held.items() if k.startswith("weights"))
     optimizer = 0.0 if recipe.parallel.offload_optimizer else \
         sum(v for k, v in held.items() if k.startswith(OPTIMIZER_SIDE))
