@@ -136,8 +136,9 @@ def test_peak_floor_memo_changes_no_value(name: str) -> None:
     cands = rng.sample(cands, min(len(cands), 400))
     warm = [peak_floor(req, cand, resident) for cand, resident in cands]
     for (cand, resident), value in zip(cands, warm, strict=True):
-        for memo in (bounds._HELD, bounds._BUFFERS, bounds._GROUPS, bounds._MEMO, bounds._ROWS, bounds._LEAST):
-            memo.clear()
+        for memo in (bounds._HELD, bounds._BUFFERS, bounds._GROUPS, bounds._MEMO, bounds._ROWS):
+            memo.cache_clear()
+        bounds._LEAST.clear()
         assert peak_floor(req, cand, resident) == value, cand
 
 

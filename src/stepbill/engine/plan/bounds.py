@@ -52,15 +52,14 @@ bound. All three floors are tested against full bills over random candidates (te
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import Any
 
 from stepbill.engine import flops as fl
 from stepbill.engine.bill import without_layout
 from stepbill.engine.bill_parts import bill_eager_parts, bill_plan, bill_step_terms
 from stepbill.engine.kinds import Part, Phase
+from stepbill.engine.memo import Memo
 from stepbill.engine.memory.eager import EagerTerms
 from stepbill.engine.parallel.buffers import layout_buffers
 from stepbill.engine.parallel.collectives import rank_param_elements, step_collectives
@@ -94,6 +93,7 @@ EMPTY_RANK = RankClass("empty", (), 0, {}, 1.0, [], [], [], dict.fromkeys(MEMORY
 
 
 ROUNDING_SLACK_BYTES = 8  # the timeline rounds each item of a moment to whole bytes
+MEMO_MAX = 1 << 16  # entries of each of peak_floor's memos (a few MB each)
 
 
 def peak_floor(req: PlanRequest, cand: Candidate, resident: float, recipe: Recipe | None = None) -> float:
@@ -126,9 +126,9 @@ def peak_floor(req: PlanRequest, cand: Candidate, resident: float, recipe: Recip
         # stages of a group differ in micro-batches in flight only, and every term grows with it: the group's first
         # stage has the most (in_flight_microbatches)
         flight = in_flight_microbatches(recipe, stage)
-        on_gpu, grads = _memo_of(_HELD, (held, rep), _stage_held, spec, recipe, stage)
-        buf = _memo_of(_BUFFERS, (slicing, par.sp, recipe.tokens, rep, order), stage_buffers, spec, recipe, order,
-                       stage) if with_buffers and order else NO_BUFFERS
+        on_gpu, grads = _HELD.get((held, rep), _stage_held, spec, recipe, stage)
+        buf = _BUFFERS.get((slicing, par.sp, recipe.tokens, rep, order), stage_buffers, spec, recipe, order,
+                           stage) if with_buffers and order else NO_BUFFERS
         kept, live_of = _stage_rows(rows_key, plan, recipe, order)
         # a layer's backward: its live activations, the other micro-batches' kept ones, its buffers (by its kind)
         backward = max(live + buf.backward_of.get(k, 0.0) for k, live in live_of.items()) if live_of else 0.0
@@ -138,25 +138,16 @@ def peak_floor(req: PlanRequest, cand: Candidate, resident: float, recipe: Recip
                    resting + kept * (flight - 1) + max(backward, buf.backward))
         if stage == par.pp - 1 and eager is not None and outside_rows is not None:
             # the loss's backward: the logits' inputs, and the loss's activations and fp32 temporaries
-            outside = _memo(("outside", *rows_key), outside_rows, row_divisor(recipe))
-            loss = _memo(("loss", spec, rows_key[1], par.cp * par.tp), _loss_bytes, spec, recipe, stage, eager)
+            outside = _MEMO.get(("outside", *rows_key), outside_rows, row_divisor(recipe))
+            loss = _MEMO.get(("loss", spec, rows_key[1], par.cp * par.tp), _loss_bytes, spec, recipe, stage, eager)
             live = max(live, resting + kept * flight + outside + loss + buf.loss)
         best = max(best, on_gpu + live - ROUNDING_SLACK_BYTES)
     return best
 
 
-#: peak_floor's memos, each on what its value reads (see the callers' keys); cleared when full.
-_HELD: dict[tuple, tuple[float, float]] = {}
-_BUFFERS: dict[tuple, StageBuffers] = {}
-
-
-def _memo_of(memo: dict[tuple, Any], key: tuple, compute: Callable[..., Any], *args: Any) -> Any:
-    """compute(*args), memoised in `memo` on `key` (what the value reads)."""
-    if key not in memo:
-        if len(memo) >= _MEMO_MAX:
-            memo.clear()
-        memo[key] = compute(*args)
-    return memo[key]
+#: peak_floor's memos, each on what its value reads (see the callers' keys; engine/memo.Memo: emptied when full).
+_HELD = Memo(MEMO_MAX)
+_BUFFERS = Memo(MEMO_MAX)
 
 
 def _stage_held(spec: ModelSpec, recipe: Recipe, stage: int) -> tuple[float, float]:
@@ -174,18 +165,17 @@ def _stage_groups(spec: ModelSpec, par: Parallel, order: tuple[str, ...]) -> tup
     stages holding the same rows and running the same layers (`order`: the model's layer kinds) have the same
     terms. Memoised on what it reads (layout.stage_layer_indices and representative_stage read the pipeline's
     stages, chunks and split only). Shared: read it, never change it."""
-    key = (spec, par.pp, par.vpp, par.pp_layers, order)
-    if key not in _GROUPS:
-        if len(_GROUPS) >= _MEMO_MAX:
-            _GROUPS.clear()
-        groups: dict[tuple[int, tuple[str, ...]], int] = {}
-        for stage, layers in enumerate(stage_layer_indices(spec, par)):
-            groups.setdefault((representative_stage(spec, par, stage), tuple(order[i] for i in layers)), stage)
-        _GROUPS[key] = tuple((rep, stage, kinds) for (rep, kinds), stage in groups.items())
-    return _GROUPS[key]
+    return _GROUPS.get((spec, par.pp, par.vpp, par.pp_layers, order), _groups_of, spec, par, order)
 
 
-_GROUPS: dict[tuple, tuple[tuple[int, int, tuple[str, ...]], ...]] = {}
+def _groups_of(spec: ModelSpec, par: Parallel, order: tuple[str, ...]) -> tuple[tuple[int, int, tuple[str, ...]], ...]:
+    groups: dict[tuple[int, tuple[str, ...]], int] = {}
+    for stage, layers in enumerate(stage_layer_indices(spec, par)):
+        groups.setdefault((representative_stage(spec, par, stage), tuple(order[i] for i in layers)), stage)
+    return tuple((rep, stage, kinds) for (rep, kinds), stage in groups.items())
+
+
+_GROUPS = Memo(MEMO_MAX)
 
 
 @dataclass(frozen=True)
@@ -235,27 +225,27 @@ def _stage_rows(rows_key: tuple, plan: RecomputePlan, recipe: Recipe, order: tup
     backward is RecomputePlan.offloaded's. A budget candidate (rows_key[2]) reads least_kept(plan): its layers keep and
     drop the `none` rows (segment 1), so its backward holds the rows kept before the layer plus the layer's every
     row, and least_kept keeps the fewest. Memoised on what it reads: the rows (rows_key), the order, the offload."""
+    return _ROWS.get((rows_key, order, recipe.parallel.offload_activations), _rows_of, rows_key, plan, recipe, order)
+
+
+def _rows_of(rows_key: tuple, plan: RecomputePlan, recipe: Recipe, order: tuple[str, ...]
+             ) -> tuple[float, dict[str, float]]:
+    if rows_key[2]:
+        least = (rows_key[0], rows_key[1])
+        if least not in _LEAST:
+            _LEAST.clear()  # one model and recipe at a time, as a search runs
+            _LEAST[least] = least_kept(plan)
+        plan = _LEAST[least]
+    rank = rank_plan(plan, recipe, order)
     offload = recipe.parallel.offload_activations
-    key = (rows_key, order, offload)
-    if key not in _ROWS:
-        if len(_ROWS) >= _MEMO_MAX:
-            _ROWS.clear()
-        if rows_key[2]:
-            least = (rows_key[0], rows_key[1])
-            if least not in _LEAST:
-                _LEAST.clear()  # one model and recipe at a time, as a search runs
-                _LEAST[least] = least_kept(plan)
-            plan = _LEAST[least]
-        rank = rank_plan(plan, recipe, order)
-        kept = 0.0 if offload else rank.kept_after_forward()
-        most: dict[str, float] = {}  # the most alive in the backward of a layer of each kind
-        for kind, live in zip(order, (rank.offloaded() if offload else rank).backward_live(), strict=True):
-            most[kind] = max(live, most.get(kind, live))
-        _ROWS[key] = (kept, most)
-    return _ROWS[key]
+    kept = 0.0 if offload else rank.kept_after_forward()
+    most: dict[str, float] = {}  # the most alive in the backward of a layer of each kind
+    for kind, live in zip(order, (rank.offloaded() if offload else rank).backward_live(), strict=True):
+        most[kind] = max(live, most.get(kind, live))
+    return kept, most
 
 
-_ROWS: dict[tuple, tuple[float, dict[str, float]]] = {}
+_ROWS = Memo(MEMO_MAX)
 _LEAST: dict[tuple, RecomputePlan] = {}  # least_kept of the last one-GPU plan a budget candidate read
 
 
@@ -270,17 +260,7 @@ def _loss_bytes(spec: ModelSpec, recipe: Recipe, stage: int, eager: EagerTerms) 
 #: (bill_eager_parts' rows) and the row divisors (row_divisor: cp, tp, sp, expert tp), the loss's bytes on cp × tp
 #: (_loss_bytes) — the same for every ZeRO stage, pipeline schedule, expert degree and optimizer offload of a layout,
 #: which the planner varies most. Cleared when full (as _ROWS, _HELD and _BUFFERS).
-_MEMO: dict[tuple, float] = {}
-_MEMO_MAX = 1 << 16
-
-
-def _memo(key: tuple, compute: Callable[..., float], *args: Any) -> float:
-    """compute(*args), memoised on `key` (what the value reads)."""
-    if key not in _MEMO:
-        if len(_MEMO) >= _MEMO_MAX:
-            _MEMO.clear()
-        _MEMO[key] = compute(*args)
-    return _MEMO[key]
+_MEMO = Memo(MEMO_MAX)
 
 
 def time_floor(req: PlanRequest, cand: Candidate, recipe: Recipe | None = None) -> float:
