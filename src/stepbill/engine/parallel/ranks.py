@@ -26,11 +26,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from stepbill.engine.activations import ActTensor
 from stepbill.engine.kinds import Phase, Split
 from stepbill.engine.line import Line
+from stepbill.engine.memo import Memo
 from stepbill.engine.memory.eager import EagerTerms
 from stepbill.engine.memory.timeline import Buffers, RankView, Timeline, rank_timeline
 from stepbill.engine.memory.timeline_template import timeline_template
@@ -269,19 +270,33 @@ def rank_classes(one: SingleRank) -> list[RankClass]:
     return stage_classes(spec, recipe, one.inventory, one.plan, one.eager, one.outside_rows, reason)
 
 
+class StagePart(NamedTuple):
+    """What the stages of one key (the rows they hold and their layer order) share: all but their micro-batches in
+    flight."""
+
+    held: Held
+    plan: RecomputePlan  # the rank's (under activation offload, RecomputePlan.offloaded)
+    kept: float  # activation bytes a micro-batch keeps after the forward
+    eager: EagerTerms | None
+    transient: list[Line]  # the layout's buffers' lines
+    outside: float  # outside-layer bytes (the last stage's, eager)
+    base: RankView  # less the in-flight bytes
+    cpu: dict[str, float]
+    resident_key: tuple[Any, ...]  # the layout key of its resident lines (`_resident_part`)
+    counters: float  # the rank's AdamW step counters (eager)
+
+
 def stage_parts(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, one_plan: RecomputePlan,
-                 one_eager: EagerTerms | None, outside_rows: Callable[[Callable[[ActTensor], float]], float] | None
-                 ) -> tuple[list[tuple[int, tuple[str, ...]]], dict[tuple[int, tuple[str, ...]], tuple[Any, ...]]]:
+                one_eager: EagerTerms | None, outside_rows: Callable[[Callable[[ActTensor], float]], float] | None
+                ) -> tuple[list[tuple[int, tuple[str, ...]]], dict[tuple[int, tuple[str, ...]], StagePart]]:
     """Each stage's key (the rows it holds, representative_stage, and its layer order) and, per key, what its stages
-    share: all but their micro-batches in flight (held items, the rank's plan, kept bytes per micro-batch, eager
-    terms, buffers' lines, outside bytes, RankView less the in-flight bytes, CPU items, the key of its resident
-    lines (`_resident_part`) and its eager step counters), each made once per call."""
+    share (StagePart), each made once per call."""
     par = recipe.parallel
     indices = stage_layer_indices(spec, par)
     divisor = row_divisor(recipe)
     orders = [tuple(one_plan.order[i] for i in indices[stage]) for stage in range(par.pp)]
     keys = [(representative_stage(spec, par, stage), orders[stage]) for stage in range(par.pp)]
-    parts: dict[tuple[int, tuple[str, ...]], tuple[Any, ...]] = {}
+    parts: dict[tuple[int, tuple[str, ...]], StagePart] = {}
     for stage, key in enumerate(keys):
         if key in parts:
             continue
@@ -294,7 +309,7 @@ def stage_parts(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, one_
         eager = rank_eager(one_eager, recipe, held, inventory) if one_eager is not None else None
         base, cpu, transient, resident, counters, outside = _stage_frame(
             spec, recipe, held, order, stage, key, eager, outside_rows, divisor)
-        parts[key] = (held, plan, kept, eager, transient, outside, base, cpu, resident, counters)
+        parts[key] = StagePart(held, plan, kept, eager, transient, outside, base, cpu, resident, counters)
     return keys, parts
 
 
@@ -305,26 +320,25 @@ def in_flight_bytes(recipe: Recipe, stage: int, kept: float) -> int:
     return round(0.0 if recipe.parallel.offload_activations else (flight - 1) * kept)
 
 
-def stage_class(spec: ModelSpec, recipe: Recipe, stage: int, part: tuple[Any, ...], tl: Timeline,
+def stage_class(spec: ModelSpec, recipe: Recipe, stage: int, part: StagePart, tl: Timeline,
                  by_kind: tuple[tuple[str, int, float], ...], reason: str) -> RankClass:
     """The class of one stage of `recipe`'s layout alone, from its key's part (`stage_parts`) and its timeline."""
     par = recipe.parallel
-    held, plan, kept, _, transient, outside, _, cpu, (spec_of, layout_key), counters = part
-    gpu_items, weights, optimizer, grads = _resident_part(spec_of, layout_key, held, par)
-    optimizer += counters  # the rank's AdamW step counters (eager)
+    gpu_items, weights, optimizer, grads = _resident_part(part.resident_key, part.held, par)
+    optimizer += part.counters  # the rank's AdamW step counters (eager)
     flight = in_flight_microbatches(recipe, stage)
     last = stage == par.pp - 1
-    cpu = dict(cpu)
+    cpu = dict(part.cpu)
     if par.offload_activations:
-        cpu_act = kept * flight
+        cpu_act = part.kept * flight
         if cpu_act:
             cpu["activations"] = cpu_act
     memory = _memory(tl, weights, optimizer, grads)
-    activ = _activation_lines(plan, by_kind, tl, flight, outside)
+    activ = _activation_lines(part.plan, by_kind, tl, flight, part.outside)
     tags = [t for t, on in (("first", stage == 0), ("last", last)) if on and par.pp > 1]
     name = "all ranks" if par.pp == 1 else f"stage {stage}" + (f" ({', '.join(tags)})" if tags else "")
     return RankClass(name, (stage,), par.dp * par.tp * par.cp, stage_layer_kinds(spec, par)[stage], flight,
-                     list(gpu_items), activ, list(transient), memory, cpu, held.owned, APPROXIMATE,
+                     list(gpu_items), activ, list(part.transient), memory, cpu, part.held.owned, APPROXIMATE,
                      (reason, *tp_embedding_note(spec, recipe.precision.grads, par, stage)), tl)
 
 
@@ -345,17 +359,17 @@ def stage_classes(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, on
     by_kind: dict[tuple[int, tuple[str, ...]], tuple[tuple[str, int, float], ...]] = {}
     for stage, key in enumerate(keys):
         part = parts[key]
-        plan, kept, eager, outside, base = part[1], part[2], part[3], part[5], part[6]
         if key not in by_kind:
-            by_kind[key] = kept_by_kind(plan)
+            by_kind[key] = kept_by_kind(part.plan)
             # a template when other stages share it; a stage of its own builds its timeline directly
-            templates[key] = timeline_template(base, plan, outside, eager) if keys.count(key) > 1 else None
+            templates[key] = timeline_template(part.base, part.plan, part.outside, part.eager) \
+                if keys.count(key) > 1 else None
         template = templates[key]
-        flight_bytes = in_flight_bytes(recipe, stage, kept)
+        flight_bytes = in_flight_bytes(recipe, stage, part.kept)
         if template is not None:
             tl = template.timeline(flight_bytes)  # the RankView's in_flight_bytes
         else:
-            tl = rank_timeline(replace(base, in_flight_bytes=flight_bytes), plan, outside, eager)
+            tl = rank_timeline(replace(part.base, in_flight_bytes=flight_bytes), part.plan, part.outside, part.eager)
         mine = stage_class(spec, recipe, stage, part, tl, by_kind[key], reason)
         same = next((c for c in classes if c.memory == mine.memory and c.layers == kinds[stage]), None)
         if same is not None:  # identical stages form one class
@@ -377,48 +391,38 @@ def _stage_frame(spec: ModelSpec, recipe: Recipe, held: Held, order: tuple[str, 
     and outside rows, so a budget candidate's corrections, its verdict and its ideal verdict share them (shared:
     read them, never change them)."""
     first, last = stage == 0, stage == recipe.parallel.pp - 1
-    layout_key = (recipe.precision, recipe.optimizer, recipe.micro_batch, recipe.seq_len, recipe.lora,
+    layout_key = (spec, recipe.precision, recipe.optimizer, recipe.micro_batch, recipe.seq_len, recipe.lora,
                   recipe.parallel, recipe.optimizer_impl, recipe.device, key, first, last)
-    memo = _FRAMES.get(spec)
-    if memo is None:
-        _FRAMES.clear()  # one model at a time (a planner's request)
-        memo = _FRAMES[spec] = {}
-    view_key = (layout_key, None if eager is None else eager.step_counters, outside_rows is None)
-    found = memo.get(view_key)
-    if found is not None:
-        return found
-    layout = memo.get(layout_key)
-    if layout is None:
-        layout = layout_buffers(spec, recipe, order, held)
-        _remember(memo, layout_key, layout)
-    buffers, transient = layout
+    view_key = ("view", layout_key, None if eager is None else eager.step_counters, outside_rows is None)
+    return _FRAMES.get(view_key, _view_part, spec, recipe, held, order, stage, eager, outside_rows, divisor,
+                       layout_key)
+
+
+def _view_part(spec: ModelSpec, recipe: Recipe, held: Held, order: tuple[str, ...], stage: int,
+               eager: EagerTerms | None, outside_rows: Callable[[Callable[[ActTensor], float]], float] | None,
+               divisor: Callable[[ActTensor], float], layout_key: tuple[Any, ...]) -> tuple[Any, ...]:
+    """_stage_frame's value (its docstring); the layout's buffers memoised on `layout_key` alone."""
+    last = stage == recipe.parallel.pp - 1
+    buffers, transient = _FRAMES.get(layout_key, layout_buffers, spec, recipe, order, held)
     base, cpu = _rank_view(recipe, held, order, stage, eager, spec.tied_embeddings, 0.0, buffers)
     outside = outside_rows(divisor) if (outside_rows is not None and last) else 0.0
-    found = (base, cpu, transient, (spec, layout_key), eager.step_counters if eager is not None else 0, outside)
-    _remember(memo, view_key, found)
-    return found
+    return base, cpu, transient, layout_key, eager.step_counters if eager is not None else 0, outside
 
 
-def _resident_part(spec: ModelSpec, layout_key: tuple[Any, ...], held: Held, par: Any
-                   ) -> tuple[list[Line], float, float, float]:
+def _resident_part(layout_key: tuple[Any, ...], held: Held, par: Any) -> tuple[list[Line], float, float, float]:
     """A stage's resident lines and their weights / optimizer (without eager step counters) / grads sums, made when
     a class is made (a fit verdict's peak reads none of them); memoised with `_stage_frame`'s layout part."""
-    memo = _FRAMES.get(spec)
-    if memo is None:
-        _FRAMES.clear()
-        memo = _FRAMES[spec] = {}
-    key = ("resident", layout_key)
-    found = memo.get(key)
-    if found is None:
-        gpu_items = _resident_lines(held, par, _cpu_items(held, par))
-        found = (gpu_items, sum(x.value for x in gpu_items if x.name.startswith("weights")),
-                 sum(x.value for x in gpu_items if x.name.startswith(OPTIMIZER_SIDE)),
-                 sum(x.value for x in gpu_items if x.name == "grads"))
-        _remember(memo, key, found)
-    return found
+    return _FRAMES.get(("resident", layout_key), _resident_sums, held, par)
 
 
-_FRAMES: dict[ModelSpec, dict[tuple[Any, ...], tuple[Any, ...]]] = {}  # _stage_frame's memo, by model
+def _resident_sums(held: Held, par: Any) -> tuple[list[Line], float, float, float]:
+    gpu_items = _resident_lines(held, par, _cpu_items(held, par))
+    return (gpu_items, sum(x.value for x in gpu_items if x.name.startswith("weights")),
+            sum(x.value for x in gpu_items if x.name.startswith(OPTIMIZER_SIDE)),
+            sum(x.value for x in gpu_items if x.name == "grads"))
+
+
+_FRAMES = Memo(MEMO_ENTRIES)  # _stage_frame's and _resident_part's memo (keys start with the layout key's model)
 
 
 def _cpu_items(held: Held, par: Any) -> dict[str, float]:

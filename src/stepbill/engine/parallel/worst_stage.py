@@ -31,15 +31,15 @@ class Stages:
                  one_eager: EagerTerms | None,
                  outside_rows: Callable[[Callable[[ActTensor], float]], float] | None) -> None:
         self.keys, self.parts = stage_parts(spec, recipe, inventory, one_plan, one_eager, outside_rows)
-        self.flights = [in_flight_bytes(recipe, stage, self.parts[key][2]) for stage, key in enumerate(self.keys)]
+        self.flights = [in_flight_bytes(recipe, stage, self.parts[key].kept) for stage, key in enumerate(self.keys)]
         self._made: dict[tuple[Any, int], Timeline] = {}
 
     def timeline(self, stage: int) -> Timeline:
         key, flight_bytes = self.keys[stage], self.flights[stage]
         tl = self._made.get((key, flight_bytes))
         if tl is None:
-            _, plan, _, eager, _, outside, base, *_ = self.parts[key]
-            tl = rank_timeline(replace(base, in_flight_bytes=flight_bytes), plan, outside, eager)
+            part = self.parts[key]
+            tl = rank_timeline(replace(part.base, in_flight_bytes=flight_bytes), part.plan, part.outside, part.eager)
             self._made[(key, flight_bytes)] = tl
         return tl
 
@@ -74,5 +74,5 @@ def stage_worst(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, one_
     for stage, key in enumerate(stages.keys):
         if peaks[key] == peak and stages.timeline(stage).peak_value() == peak:
             part = stages.parts[key]
-            return stage_class(spec, recipe, stage, part, stages.timeline(stage), kept_by_kind(part[1]), reason)
+            return stage_class(spec, recipe, stage, part, stages.timeline(stage), kept_by_kind(part.plan), reason)
     raise AssertionError("a stage of the largest peak")  # the key's own stage of the most in flight reaches it
