@@ -6,6 +6,7 @@ tests/test_steptime_terms.py, tests/test_bill_golden.py)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from stepbill.engine import activations as act
 from stepbill.engine.bill import (
@@ -40,9 +41,7 @@ def verdict_ranks(spec: ModelSpec, recipe: Recipe, convention: str = "eager", at
     reason = _approximate(spec, recipe, convention)
     if not reason:
         return make_bill(spec, recipe, None, convention, attention).ranks
-    core = _core(spec, recipe, convention, attention, None)
-    validate_layout(spec, recipe.parallel, recipe.seq_len)
-    return stage_classes(spec, recipe, core.inv, core.plan, core.eager, core.outside_rows, reason)
+    return stage_classes(*_stage_inputs(spec, recipe, convention, attention), reason)
 
 
 def verdict_peak(spec: ModelSpec, recipe: Recipe, convention: str = "eager", attention: str = "sdpa") -> float:
@@ -51,9 +50,7 @@ def verdict_peak(spec: ModelSpec, recipe: Recipe, convention: str = "eager", att
     timeline per stage key); elsewhere from verdict_ranks' classes."""
     if not _approximate(spec, recipe, convention):
         return max(c.memory["peak"] for c in make_bill(spec, recipe, None, convention, attention).ranks)
-    core = _core(spec, recipe, convention, attention, None)
-    validate_layout(spec, recipe.parallel, recipe.seq_len)
-    return stage_peak(spec, recipe, core.inv, core.plan, core.eager, core.outside_rows)
+    return stage_peak(*_stage_inputs(spec, recipe, convention, attention))
 
 
 def verdict_worst(spec: ModelSpec, recipe: Recipe, convention: str = "eager", attention: str = "sdpa") -> RankClass:
@@ -63,9 +60,7 @@ def verdict_worst(spec: ModelSpec, recipe: Recipe, convention: str = "eager", at
     reason = _approximate(spec, recipe, convention)
     if not reason:
         return max(make_bill(spec, recipe, None, convention, attention).ranks, key=lambda c: c.memory["peak"])
-    core = _core(spec, recipe, convention, attention, None)
-    validate_layout(spec, recipe.parallel, recipe.seq_len)
-    return stage_worst(spec, recipe, core.inv, core.plan, core.eager, core.outside_rows, reason)
+    return stage_worst(*_stage_inputs(spec, recipe, convention, attention), reason)
 
 
 def _approximate(spec: ModelSpec, recipe: Recipe, convention: str) -> str:
@@ -74,6 +69,14 @@ def _approximate(spec: ModelSpec, recipe: Recipe, convention: str) -> str:
     if recipe.parallel.is_trivial or recipe.precision.quant is not None:
         return ""
     return exact_reason(spec, recipe, convention)
+
+
+def _stage_inputs(spec: ModelSpec, recipe: Recipe, convention: str, attention: str) -> tuple[Any, ...]:
+    """What the approximate per-stage model reads of make_bill's core (stage_classes', stage_peak's and
+    stage_worst's leading arguments), once the layout is checked as make_bill checks it."""
+    core = _core(spec, recipe, convention, attention, None)
+    validate_layout(spec, recipe.parallel, recipe.seq_len)
+    return spec, recipe, core.inv, core.plan, core.eager, core.outside_rows
 
 
 def rank_peaks(spec: ModelSpec, recipe: Recipe, convention: str = "eager", attention: str = "sdpa") -> list[float]:
