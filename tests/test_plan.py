@@ -347,3 +347,23 @@ def test_without_a_global_batch_the_fronts_use_time_per_token(capsys: pytest.Cap
                             "--micro-batch", "1", "--fix", "zero=1,schedule=1f1b,recompute=none", "--jobs", "1"],
                            capsys)
     assert code == 0 and "Pareto front: GPUs vs time per token (1 / tokens/s)" in out
+
+
+@pytest.mark.slow
+def test_search_makes_no_reference_cycles_and_restores_the_collector() -> None:
+    """search pauses Python's cyclic garbage collector (search.collector_paused): safe only while no cycle is made
+    — after a branch-and-bound search over a MoE space with every recompute policy (the budget solver's included),
+    gc.collect() finds nothing to free. The collector is back as it was."""
+    import gc
+
+    req = request(small_moe(), "a100-40gb", 4, 4096, 8 * 4096, {})
+    gc.collect()
+    assert gc.isenabled()
+    result = search(req, "time", 5)
+    assert gc.isenabled() and result.stats.by_bill > 0
+    gc.disable()
+    try:
+        search(req, "memory", 5)
+        assert gc.collect() == 0
+    finally:
+        gc.enable()

@@ -113,33 +113,57 @@ def test_peak_floor_holds_the_layouts_buffers_and_backward() -> None:
     assert sorted(ratios)[len(ratios) // 2] > 0.98
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ["moe", "mla-moe"])
-def test_peak_floor_memo_changes_no_value(name: str) -> None:
-    """peak_floor's memos (per-stage terms on what they read, the stage groups, kept and backward bytes) never
-    change a floor: each candidate's floor with every memo warm from its siblings equals its floor from cold memos.
-    The siblings share a (tp, pp, cp) cell, so they differ in one or a few fields (ZeRO, shard group, ep, etp,
-    schedule, offloads, sp, micro-batch, recompute): a memo key missing one of them gives some pair a wrong floor."""
+def cell_siblings(name: str, seed: int, cells: int = 3) -> tuple[PlanRequest, list[tuple[Candidate, float]]]:
+    """Every candidate of the groups of a few random (tp, pp, cp) cells, with its group's resident bound: siblings
+    that differ in one or a few fields (ZeRO, shard group, ep, etp, schedule, offloads, sp, micro-batch, recompute),
+    so a memo key missing one of them gives some pair a wrong value."""
     model, gpus, seq, batch, efficiency = SPACES[name]
     req = PlanRequest(load_preset(model), load_gpu("h100-sxm"), "h100-sxm", (gpus,), seq, model,
                       global_batch_tokens=batch, efficiency=efficiency)
     groups = list(enumerate_space(req, Rejections()))
-    rng = random.Random(6)
+    rng = random.Random(seed)
     cands: list[tuple[Candidate, float]] = []
-    for _ in range(3):
+    for _ in range(cells):
         cell = rng.choice(groups).holdings_layout
         for group in groups:
             par = group.holdings_layout
             if (par.tp, par.pp, par.cp) == (cell.tp, cell.pp, cell.cp):
                 resident = resident_bound(req, par, group.offload_optimizer)
                 cands += [(group.candidate(v), resident) for v in group.variants]
-    cands = rng.sample(cands, min(len(cands), 400))
+    return req, cands
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["moe", "mla-moe"])
+def test_peak_floor_memo_changes_no_value(name: str) -> None:
+    """peak_floor's memos (per-stage terms on what they read, the stage groups, kept and backward bytes) never
+    change a floor: each candidate's floor with every memo warm from its siblings (cell_siblings) equals its floor
+    from cold memos."""
+    req, cands = cell_siblings(name, 6)
+    cands = random.Random(6).sample(cands, min(len(cands), 400))
     warm = [peak_floor(req, cand, resident) for cand, resident in cands]
     for (cand, resident), value in zip(cands, warm, strict=True):
         for memo in (bounds._HELD, bounds._BUFFERS, bounds._GROUPS, bounds._MEMO, bounds._ROWS):
             memo.cache_clear()
         bounds._LEAST.clear()
         assert peak_floor(req, cand, resident) == value, cand
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["moe", "mla-moe"])
+def test_budget_floor_memo_changes_no_value(name: str) -> None:
+    """budget_floor's stage bounds, memoised across ZeRO stages, shard groups, schedules and offloads, never change
+    a floor: each budget candidate's floor warm from its siblings equals its floor from a cold memo."""
+    req, cands = cell_siblings(name, 7)
+    budgets = [cand for cand, _ in cands if cand.recompute == BUDGET_AT_FREE]
+    budgets = random.Random(7).sample(budgets, min(len(budgets), 200))
+    assert len(budgets) >= 50
+    bounds._STAGE_BOUNDS.cache_clear()
+    warm = [budget_floor(req, cand) for cand in budgets]
+    assert len(bounds._STAGE_BOUNDS.values) < len(budgets)  # siblings shared entries
+    for cand, value in zip(budgets, warm, strict=True):
+        bounds._STAGE_BOUNDS.cache_clear()
+        assert budget_floor(req, cand) == value, cand
 
 
 def test_time_floor_equals_the_bill_without_optimizer_or_offload() -> None:

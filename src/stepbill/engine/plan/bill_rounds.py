@@ -1,7 +1,7 @@
 """The branch and bound's second pass in worker processes (`jobs` > 1): the leads are taken best key first, as
 branch_bound.bill_in_order takes them, but in rounds. A round pops the best leads that `Answer.cannot_take` cannot
 skip — up to SHARPEN_PER_JOB × jobs that still carry their group's resident bound, up to `jobs` whose peak floor is
-exact — and hands them to the workers: the first are sharpened (bounds.peak_floor) and go back into the heap, the
+exact — and hands them to the workers: the first are sharpened (bounds.peak_floor) and go back into the queue, the
 others are billed and their rows join the answer. Each round's skips are decided against the rows of the rounds
 before it, so a round may bill a lead that a row of the same round would have let it skip: more bills than one
 process makes, never a different answer (a lead is skipped only when billed rows beat its floors on the objective
@@ -12,13 +12,12 @@ every core.
 
 from __future__ import annotations
 
-import heapq
 import multiprocessing
 import threading
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
 
-from stepbill.engine.plan.branch_bound import Answer, Billed, Lead, Progress, bill_lead, sharpen
+from stepbill.engine.plan.branch_bound import Answer, Billed, Lead, LeadQueue, Progress, bill_lead, sharpen
 from stepbill.engine.plan.evaluate import Row
 from stepbill.engine.plan.space import Group, PlanRequest
 
@@ -66,18 +65,17 @@ def bill_in_rounds(req: PlanRequest, groups: list[Group], leads: list[Lead], obj
     rejected: dict[str, int] = {}
     by_bill = by_floor = done = 0
     workers_cpu = 0.0
-    heap = leads
-    heapq.heapify(heap)
-    total = len(heap)
+    queue = LeadQueue(leads)
+    total = len(queue)
     with ProcessPoolExecutor(jobs, mp_context=worker_context(), initializer=_init,
                              initargs=(req, groups, objective)) as pool:
-        while heap:
+        while queue:
             if deadline_at is not None and time.time() > deadline_at:
-                return Billed(answer.rows, by_bill, by_floor, len(heap), rejected), workers_cpu
+                return Billed(answer.rows, by_bill, by_floor, len(queue), rejected), workers_cpu
             to_sharpen: list[Lead] = []
             to_bill: list[Lead] = []
-            while heap and len(to_sharpen) < SHARPEN_PER_JOB * jobs and len(to_bill) < jobs:
-                lead = heapq.heappop(heap)
+            while queue and len(to_sharpen) < SHARPEN_PER_JOB * jobs and len(to_bill) < jobs:
+                lead = queue.pop()
                 if answer.cannot_take(lead):
                     by_floor += 1
                     done += 1
@@ -91,7 +89,7 @@ def bill_in_rounds(req: PlanRequest, groups: list[Group], leads: list[Lead], obj
                 sharpened, cpu = future.result()
                 workers_cpu += cpu
                 for lead in sharpened:
-                    heapq.heappush(heap, lead)
+                    queue.push(lead)
             for future in billing:  # the rows are ranked by a total order afterwards (search.py)
                 reason, row, cpu = future.result()
                 workers_cpu += cpu

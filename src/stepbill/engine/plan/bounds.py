@@ -59,7 +59,7 @@ from stepbill.engine import flops as fl
 from stepbill.engine.bill import without_layout
 from stepbill.engine.bill_parts import bill_eager_parts, bill_plan, bill_step_terms
 from stepbill.engine.kinds import Part, Phase
-from stepbill.engine.memo import Memo
+from stepbill.engine.memo import Memo, fields_except
 from stepbill.engine.memory.eager import EagerTerms
 from stepbill.engine.parallel.buffers import layout_buffers
 from stepbill.engine.parallel.collectives import rank_param_elements, step_collectives
@@ -301,7 +301,22 @@ def budget_floor(req: PlanRequest, cand: Candidate) -> float:
 def _stage_bounds(req: PlanRequest, recipe: Recipe) -> tuple[float, tuple[float, float, float]]:
     """(the smallest over pipeline stages of the stage's kernel seconds without recompute, and the largest
     forward / backward / attention windows over stages with every droppable tensor rebuilt) — timing/step.py's
-    stage_compute, called as steptime._per_op calls it for the slowest stage. `recipe` is the `none` policy's."""
+    stage_compute, called as steptime._per_op calls it for the slowest stage. `recipe` is the `none` policy's.
+    Memoised on what it reads: the one-GPU recipe, the GPU and the layout's fields but dp, ZeRO, the shard group,
+    the schedule's name and offload (_STAGE_BOUNDS_FIELDS) — the budget candidates of a layout's ZeRO stages and
+    offload choices share one entry."""
+    key = (req.spec, req.gpu, without_layout(recipe), _STAGE_BOUNDS_FIELDS(recipe.parallel))
+    return _STAGE_BOUNDS.get(key, _stage_bounds_of, req, recipe)
+
+
+#: stage_compute reads the layout's kernel fields (timing/step.kernel_layout: tp, cp, ep, etp, sp), the micro-batches
+#: and the stage split (pp, vpp, pp_layers: layout.stage_layer_kinds and the held weights, rank_param_elements' key)
+_STAGE_BOUNDS_FIELDS = fields_except(Parallel, {"dp", "zero", "shard_group", "pp_schedule", "offload_optimizer",
+                                                "offload_activations"})
+_STAGE_BOUNDS = Memo(MEMO_MAX)
+
+
+def _stage_bounds_of(req: PlanRequest, recipe: Recipe) -> tuple[float, tuple[float, float, float]]:
     spec, gpu, par = req.spec, req.gpu, recipe.parallel
     inv = param_inventory(spec)
     held = rank_param_elements(spec, recipe, inv)

@@ -23,9 +23,11 @@ over processes), so layouts per CPU-second is the rate of one core whatever `job
 
 from __future__ import annotations
 
+import gc
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -119,6 +121,27 @@ def search(req: PlanRequest, objective: str = "time", k: int = 10, progress: Pro
     bills in rounds, bill_rounds.py) in that many worker processes (the answer is the same: rows are ranked by a total
     order)."""
     sort_key(objective)  # an unknown objective fails before the search
+    with collector_paused():
+        return _search(req, objective, k, progress, deadline_s, jobs, exhaustive)
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the search, back as it was after. The search makes no reference
+    cycles (tests/test_plan.py checks that gc.collect() finds none after one), so pausing costs no memory, while the
+    collector's passes over the millions of leads and memo entries a large search holds cost about a sixth of its
+    CPU time (DeepSeek-V3 × 64: 19.5 → 16.3 CPU-s). Worker processes forked inside it inherit the pause."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _search(req: PlanRequest, objective: str, k: int, progress: Progress | None, deadline_s: float | None,
+            jobs: int, exhaustive: bool) -> PlanResult:
     start, start_cpu = time.perf_counter(), time.process_time()
     rejected = Rejections()
     groups = list(enumerate_space(req, rejected))

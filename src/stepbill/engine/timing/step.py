@@ -90,7 +90,7 @@ def _kernel_layout(par: Parallel) -> Parallel:
                    zero=0, shard_group=None, offload_optimizer=False, offload_activations=False)
 
 
-@lru_cache(maxsize=16384)  # DeepSeek-V3 × 64's whole space holds ~13,000 (layout, stage) pairs
+@lru_cache(maxsize=1 << 17)  # whole spaces: DeepSeek-V3 × 64 holds ~13,000 (layout, stage) pairs, × 2,048 ~73,000
 def stage_kernels(spec: ModelSpec, par: Parallel, seq_len: int, micro_batch: int, dev: GemmDevice,
                   params: Generation, act_bytes: float, frozen: bool, stage_kinds: tuple[tuple[str, int], ...],
                   last: bool) -> dict[str, float]:
