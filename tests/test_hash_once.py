@@ -35,3 +35,25 @@ def test_copies_recompute_their_hash() -> None:
         clone = pickle.loads(pickle.dumps(obj))
         assert "_hash_once" not in clone.__dict__ and clone == obj and hash(clone) == hash(obj)
         assert copy.deepcopy(obj) == obj
+
+
+def test_a_recipe_on_another_layout_equals_the_one_built_again() -> None:
+    """Recipe.on_layout (the planner's recipe per candidate): equal to the Recipe built with every field, hashing
+    as it does (the original's kept hash is not copied), the original unchanged; the rule that reads the layout
+    with another field (a quantised base on one GPU only) still refuses."""
+    import pytest
+
+    from stepbill.errors import StepbillError
+
+    base = make_recipe("mixed-bf16", "adamw", 2, 4096, "selective:core_attn")
+    hash(base)
+    layout = Parallel(dp=4, tp=2, pp=2, zero=1, micro_batches=8)
+    moved = base.on_layout(layout)
+    built = make_recipe("mixed-bf16", "adamw", 2, 4096, "selective:core_attn", parallel=layout)
+    assert moved == built and hash(moved) == hash(built) != hash(base)
+    assert moved.parallel is layout and base.parallel == Parallel() and base != moved
+    assert pickle.loads(pickle.dumps(moved)) == built
+    qlora = make_recipe("qlora-nf4", lora_rank=16)
+    assert qlora.on_layout(Parallel()) == qlora
+    with pytest.raises(StepbillError, match="one GPU only"):
+        qlora.on_layout(layout)

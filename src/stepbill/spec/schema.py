@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_typ
 
 from stepbill.errors import StepbillError, shown
 
-_HASH = "_hash_once"  # where hash_once keeps an instance's hash (not a field: eq, repr, asdict never see it)
+HASH_SLOT = "_hash_once"  # where hash_once keeps an instance's hash (not a field: eq, repr, asdict never see it)
 
 
 def hash_once(cls: type) -> type:
@@ -33,14 +33,14 @@ def hash_once(cls: type) -> type:
 
     def __hash__(self: Any) -> int:
         try:
-            return self.__dict__[_HASH]
+            return self.__dict__[HASH_SLOT]
         except KeyError:
             value = generated(self)  # type: ignore[misc]
-            object.__setattr__(self, _HASH, value)
+            object.__setattr__(self, HASH_SLOT, value)
             return value
 
     def __getstate__(self: Any) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != _HASH}
+        return {k: v for k, v in self.__dict__.items() if k != HASH_SLOT}
 
     cls.__hash__ = __hash__  # type: ignore[assignment]
     cls.__getstate__ = __getstate__  # type: ignore[attr-defined]

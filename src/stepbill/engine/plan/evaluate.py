@@ -77,10 +77,16 @@ class Row:
 
 
 def recipe_for(req: PlanRequest, cand: Candidate) -> Recipe:
-    """The recipe `stepbill bill` builds from the candidate's options (api.make_step_bill's make_recipe call)."""
+    """The recipe `stepbill bill` builds from the candidate's options (api.make_step_bill's make_recipe call):
+    that call's recipe on one GPU, memoised per micro-batch and policy, put on the candidate's layout
+    (Recipe.on_layout: equal to it, without checking every field again for each candidate)."""
     cand = resolve_recompute(req, cand)
-    return make_recipe(req.recipe, req.optimizer, cand.micro_batch, req.seq, cand.recompute, None, None,
-                       cand.parallel, "single")
+    return _one_gpu(req.recipe, req.optimizer, cand.micro_batch, req.seq, cand.recompute).on_layout(cand.parallel)
+
+
+@lru_cache(maxsize=4096)
+def _one_gpu(recipe: str, optimizer: str, micro_batch: int, seq: int, recompute: str) -> Recipe:
+    return make_recipe(recipe, optimizer, micro_batch, seq, recompute, None, None, None, "single")
 
 
 def reserve_for(req: PlanRequest, parallel: Parallel) -> Reserve:
