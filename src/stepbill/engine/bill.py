@@ -237,7 +237,7 @@ def _one_gpu_recipe(values: tuple[Any, ...], micro_batches: int) -> Recipe:
     return Recipe(**dict(zip(_NOT_LAYOUT, values, strict=True)), parallel=Parallel(micro_batches=micro_batches))
 
 
-@lru_cache(maxsize=512)
+@lru_cache(maxsize=2048)  # a planner's bills in floor order revisit one-GPU recipes (~14,000 in DeepSeek-V3 × 2,048)
 def _convention_terms(spec: ModelSpec, one_gpu: Recipe, convention: str,
                       attention: str) -> tuple[Any, RecomputePlan, float, EagerTerms | None]:
     """The activation width, recompute plan, outside-layer bytes and eager terms of a recipe: they read no field of

@@ -219,7 +219,8 @@ def activation_key(recipe: Recipe) -> tuple:
 
 
 _GRAD_SYNCS = Memo(4096)
-_ACTIVATION_TRAFFIC = Memo(32768)  # small tuples of the per-axis memos' shared Collectives: DeepSeek-V3 × 64 holds ~29,000
+#: small tuples of the per-axis memos' shared Collectives: DeepSeek-V3 × 64 holds ~29,000 keys, × 2,048 ~150,000
+_ACTIVATION_TRAFFIC = Memo(1 << 18)
 
 
 def _step_collectives(spec: ModelSpec, recipe: Recipe, inv: ParamInventory, gpu: GPU | None,

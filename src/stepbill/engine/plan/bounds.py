@@ -94,6 +94,9 @@ EMPTY_RANK = RankClass("empty", (), 0, {}, 1.0, [], [], [], dict.fromkeys(MEMORY
 
 ROUNDING_SLACK_BYTES = 8  # the timeline rounds each item of a moment to whole bytes
 MEMO_MAX = 1 << 16  # entries of each of peak_floor's memos (a few MB each)
+#: entries of the buffers' and rows' memos: a whole DeepSeek-V3 × 2,048 search reads ~465,000 and ~232,000 keys, in
+#: the bills' floor order (a memo emptied each 65,536 recomputed ~150,000 and ~45,000 of them); ~1 kB an entry
+ROWS_MEMO_MAX = 1 << 18
 
 
 def peak_floor(req: PlanRequest, cand: Candidate, resident: float, recipe: Recipe | None = None) -> float:
@@ -147,7 +150,7 @@ def peak_floor(req: PlanRequest, cand: Candidate, resident: float, recipe: Recip
 
 #: peak_floor's memos, each on what its value reads (see the callers' keys; engine/memo.Memo: emptied when full).
 _HELD = Memo(MEMO_MAX)
-_BUFFERS = Memo(MEMO_MAX)
+_BUFFERS = Memo(ROWS_MEMO_MAX)
 
 
 def _stage_held(spec: ModelSpec, recipe: Recipe, stage: int) -> tuple[float, float]:
@@ -245,7 +248,7 @@ def _rows_of(rows_key: tuple, plan: RecomputePlan, recipe: Recipe, order: tuple[
     return kept, most
 
 
-_ROWS = Memo(MEMO_MAX)
+_ROWS = Memo(ROWS_MEMO_MAX)
 _LEAST: dict[tuple, RecomputePlan] = {}  # least_kept of the last one-GPU plan a budget candidate read
 
 

@@ -191,7 +191,7 @@ class Group:
         return out
 
 
-@lru_cache(maxsize=1024)
+@lru_cache(maxsize=1 << 16)  # the bills and peak floors visit layouts in floor order, not group by group
 def _variant_layout(holdings_layout: Parallel, offload_optimizer: bool, sp: bool, micro_batches: int,
                     offload_activations: bool) -> Parallel:
     """A group's layout with a variant's fields; a rule it breaks raises StepbillError (not memoised: raised

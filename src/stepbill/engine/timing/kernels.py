@@ -117,7 +117,7 @@ def memory_bound_bytes_per_token(spec: ModelSpec, kind: str, par: Parallel, act_
     return total
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=1 << 14)  # a whole DeepSeek-V3 × 2,048 search reads ~11,000
 def layer_kernels(spec: ModelSpec, kind: str, par: Parallel, seq_len: int, micro_batch: int, dev: GemmDevice,
                   attn_fwd_eff: float, attn_bwd_eff: float, act_bytes: float, frozen: bool) -> LayerKernels:
     """One layer of `kind` on one rank, one micro-batch. Memoised (stages with other counts of the same layer
