@@ -14,7 +14,7 @@ from stepbill.engine.bill_parts import verdict_ranks
 from stepbill.engine.plan import PlanRequest, bounds, search
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.bounds import budget_floor, peak_floor, time_floor
-from stepbill.engine.plan.branch_bound import Answer
+from stepbill.engine.plan.branch_bound import Answer, LeadQueue
 from stepbill.engine.plan.evaluate import Row, recipe_for, resident_bound, resolve_recompute
 from stepbill.engine.plan.pareto import front_time
 from stepbill.engine.plan.rank import objective_key
@@ -181,6 +181,29 @@ def test_time_floor_equals_the_bill_without_optimizer_or_offload() -> None:
 def _row(step: float, peak: float, world: int = 8, tokens: int = 1000) -> Row:
     return Row(Candidate(Parallel(dp=world), 1, "none"), world, peak, 0.0, 0.0, step, 0.5, tokens / step, tokens,
                {}, {}, f"cmd {step} {peak}")
+
+
+def test_lead_queue_pops_as_one_heap() -> None:
+    """LeadQueue (sorted once, a heap for the leads that come back) gives the leads in the order one heap of them all
+    would, with leads pushed back between pops, ties on the key broken by the indices."""
+    import heapq
+
+    rng = random.Random(3)
+    leads = [((float(rng.randrange(50)), 8, 0.0), 1.0, 0.0, 8, rng.randrange(9), i, False, 1.0) for i in range(300)]
+    queue, heap = LeadQueue(list(leads)), list(leads)
+    heapq.heapify(heap)
+    popped: list = []
+    while heap:
+        assert len(queue) == len(heap)
+        a, b = queue.pop(), heapq.heappop(heap)
+        assert a == b
+        popped.append(a)
+        if rng.random() < 0.3:  # back, sharpened: a key no lower
+            back = ((a[0][0] + rng.randrange(3), *a[0][1:]), *a[1:6], True, a[7])
+            assert queue.before(back) == (bool(heap) and heap[0] < back)
+            queue.push(back)
+            heapq.heappush(heap, back)
+    assert not queue and len(popped) > len(leads)
 
 
 def test_answer_keeps_the_top_k_and_the_memory_staircase() -> None:
