@@ -57,3 +57,32 @@ def test_a_recipe_on_another_layout_equals_the_one_built_again() -> None:
     assert qlora.on_layout(Parallel()) == qlora
     with pytest.raises(StepbillError, match="one GPU only"):
         qlora.on_layout(layout)
+
+
+def test_a_layout_with_changed_fields_equals_replace() -> None:
+    """Parallel.with_fields (the planner's variant layouts): equal to dataclasses.replace, hashing as it does, and
+    the same one-line error where replace refuses (a changed field out of its range, a rule across fields)."""
+    import random
+
+    import pytest
+
+    from stepbill.errors import StepbillError
+
+    base = Parallel(dp=4, tp=2, pp=4, ep=8, zero=1, micro_batches=8, pp_schedule="interleaved", vpp=2)
+    hash(base)
+    rng = random.Random(0)
+    for _ in range(200):
+        changes = {"sp": rng.choice([False, True]), "micro_batches": rng.choice([0, 1, 2, 4, 6, 8, 12, 16]),
+                   "offload_optimizer": rng.choice([False, True]), "offload_activations": rng.choice([False, True, 1]),
+                   "tp": rng.choice([1, 2, 4])}
+        try:
+            want = dataclasses.replace(base, **changes)
+        except StepbillError as e:
+            with pytest.raises(StepbillError) as got:
+                base.with_fields(**changes)
+            assert str(got.value) == str(e)
+            continue
+        moved = base.with_fields(**changes)
+        assert moved == want and hash(moved) == hash(want) and "_hash_once" not in dataclasses.asdict(moved)
+    with pytest.raises(TypeError):
+        base.with_fields(nodes=2)

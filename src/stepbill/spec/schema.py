@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import types
+from collections.abc import Collection
 from dataclasses import dataclass
 from functools import cache
 from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
@@ -245,11 +246,15 @@ def _default_rule(base: Any) -> Rule | None:
     return None  # dict / Any: not validated here
 
 
-def check_fields(obj: Any, owner: str, flags: dict[str, str] | None = None) -> None:
-    """Check every annotated field of the dataclass `obj`; the first violation is a one-line StepbillError.
+def check_fields(obj: Any, owner: str, flags: dict[str, str] | None = None,
+                 only: Collection[str] | None = None) -> None:
+    """Check every annotated field of the dataclass `obj` (or those named in `only`); the first violation is a
+    one-line StepbillError.
 
     A field is named `owner.field`, or by its command-line flag where `flags` gives one (e.g. "--seq")."""
     for name, rule, nullable in _rules(type(obj)):
+        if only is not None and name not in only:
+            continue
         value = getattr(obj, name)
         if value is None and nullable:
             continue

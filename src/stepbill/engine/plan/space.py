@@ -40,7 +40,7 @@ at other K or every:auto, budgets other than the rank's free memory, recompute m
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import overload
 
@@ -197,8 +197,8 @@ def _variant_layout(holdings_layout: Parallel, offload_optimizer: bool, sp: bool
     """A group's layout with a variant's fields; a rule it breaks raises StepbillError (not memoised: raised
     again). Memoised: a group's variants share one layout per (sp, micro-batches, activation offload) — every
     recompute policy and micro-batch size of it — and making one validates a new Parallel."""
-    return replace(holdings_layout, sp=sp, micro_batches=micro_batches, offload_optimizer=offload_optimizer,
-                   offload_activations=offload_activations)
+    return holdings_layout.with_fields(sp=sp, micro_batches=micro_batches, offload_optimizer=offload_optimizer,
+                                       offload_activations=offload_activations)
 
 
 def powers_of_two(high: int) -> list[int]:
