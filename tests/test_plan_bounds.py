@@ -224,6 +224,10 @@ def test_answer_keeps_the_top_k_and_the_memory_staircase() -> None:
     assert not answer.cannot_take(equal)  # its floors tie the K-th key: billed (the command breaks the tie)
     assert answer.cannot_take((objective_key("time", True, 2.5, 8, 50.0, 1000), 2.5, 50.0, 8, 0, 0))
     assert not answer.cannot_take((objective_key("time", True, 2.5, 4, 50.0, 1000), 2.5, 50.0, 4, 0, 0))  # fewer GPUs
+    assert answer.cannot_take((objective_key("time", True, 2.5, 16, 50.0, 1000), 2.5, 50.0, 16, 0, 0))  # more GPUs
+    answer.add(_row(0.5, 60.0, world=4))  # a faster row on fewer GPUs: the 4-GPU lead's GPU front is now beaten
+    assert answer.cannot_take((objective_key("time", True, 2.5, 4, 70.0, 1000), 2.5, 70.0, 4, 0, 0))
+    assert not answer.cannot_take((objective_key("time", True, 2.5, 2, 70.0, 1000), 2.5, 70.0, 2, 0, 0))
 
 
 @pytest.mark.slow

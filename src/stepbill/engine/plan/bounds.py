@@ -119,10 +119,14 @@ def peak_floor(req: PlanRequest, cand: Candidate, resident: float, recipe: Recip
     # measured FSDP2 / ZeRO-1 rules place their own (engine/bill_parts.verdict_ranks: which model judges)
     with_buffers = not par.is_trivial and bool(exact_reason(spec, recipe, "eager"))
     # what a stage's held bytes read (holdings.held_key, with the precision, optimizer and LoRA) and the optimizer
-    # offload; what slices the parameters (holdings.slicing_layout's fields: rank_holdings' memo key), the buffers'
+    # offload
     held = (spec, recipe.precision, recipe.optimizer, recipe.lora, held_key(par), par.offload_optimizer)
-    slicing = (spec, recipe.precision, recipe.optimizer, recipe.lora, par.dp, par.tp, par.pp, par.cp, par.ep, par.etp,
-               par.zero, par.shard_group, par.vpp, par.pp_layers, par.pp_schedule, par.offload_optimizer)
+    # what the buffers read (parallel/buffers.layout_buffers): the held grads and one unit's weights and grads
+    # (Held.grads, unit_weights, unit_grads, unit_grads_held: the held key's), the ZeRO stage and group (DDP's
+    # buckets read the group at ZeRO 0, where the held key does not), cp, tp, ep, sp, the tokens — not dp apart from
+    # the groups, the schedule's name or offload, which would multiply the keys by four (~465,000 → ~ 150,000 in a
+    # whole DeepSeek-V3 × 2,048 search)
+    buffers_key = (held[:5], par.zero_group, par.cp, par.ep, par.sp, recipe.tokens)
     m = par.micro_batches
     best = resident
     for rep, stage, order in _stage_groups(spec, par, plan.order):
@@ -130,7 +134,7 @@ def peak_floor(req: PlanRequest, cand: Candidate, resident: float, recipe: Recip
         # stage has the most (in_flight_microbatches)
         flight = in_flight_microbatches(recipe, stage)
         on_gpu, grads = _HELD.get((held, rep), _stage_held, spec, recipe, stage)
-        buf = _BUFFERS.get((slicing, par.sp, recipe.tokens, rep, order), stage_buffers, spec, recipe, order,
+        buf = _BUFFERS.get((buffers_key, rep, order), stage_buffers, spec, recipe, order,
                            stage) if with_buffers and order else NO_BUFFERS
         kept, live_of = _stage_rows(rows_key, plan, recipe, order)
         # a layer's backward: its live activations, the other micro-batches' kept ones, its buffers (by its kind)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -100,6 +101,8 @@ class Answer:
         self.rows: list[Row] = []
         self._top: list[tuple[float, ...]] = []  # the k best keys so far, ascending
         self._by_world: dict[int, float] = {}  # GPUs → the best front time among rows with that many
+        self._worlds: list[int] = []  # its GPU counts ascending, ...
+        self._fastest_upto: list[float] = []  # ... and the best front time among rows with at most that many
         self._peaks: list[float] = []  # the memory-vs-time staircase: peaks ascending ...
         self._times: list[float] = []  # ... times strictly descending
 
@@ -109,6 +112,8 @@ class Answer:
         del self._top[self.k:]
         t = front_time(self.fixed_batch, row.step_s, row.tokens_per_step)
         self._by_world[row.world] = min(t, self._by_world.get(row.world, t))
+        self._worlds = sorted(self._by_world)
+        self._fastest_upto = list(itertools.accumulate((self._by_world[w] for w in self._worlds), min))
         peak = row.peak_bytes
         i = bisect.bisect_right(self._peaks, peak)
         if i and self._times[i - 1] <= t:
@@ -124,7 +129,8 @@ class Answer:
         key, t, peak, world = lead[0], lead[1], lead[2], lead[3]
         if len(self._top) < self.k or not key > self._top[-1]:
             return False
-        if not any(w <= world and best < t for w, best in self._by_world.items()):
+        j = bisect.bisect_right(self._worlds, world)  # the fastest row with no more GPUs
+        if not j or not self._fastest_upto[j - 1] < t:
             return False
         i = bisect.bisect_right(self._peaks, peak)
         return bool(i) and self._times[i - 1] < t
