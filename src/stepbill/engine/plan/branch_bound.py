@@ -16,7 +16,7 @@ import bisect
 import heapq
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
@@ -28,6 +28,8 @@ from stepbill.engine.plan.space import Candidate, Group, PlanRequest
 from stepbill.errors import StepbillError
 
 Progress = Callable[[int, int], None]
+#: The groups a lead's group index (Lead[4]) reads: the search's list, or a partition's (index → group).
+Groups = Sequence[Group] | Mapping[int, Group]
 
 #: A candidate waiting for its bill: (objective key of its floors, its time floor as the fronts read time, its peak
 #: floor in bytes, GPUs, group index, variant index, whether the peak floor is bounds.peak_floor's rather than the
@@ -85,7 +87,7 @@ def _lead(req: PlanRequest, objective: str, fixed_batch: bool, cand: Candidate, 
             peak, par.world, index, v, exact, step)
 
 
-def sharpen(req: PlanRequest, groups: list[Group], lead: Lead, objective: str) -> Lead:
+def sharpen(req: PlanRequest, groups: Groups, lead: Lead, objective: str) -> Lead:
     """The lead with bounds.peak_floor for its peak floor (its key remade: `--objective memory` reads the peak)."""
     group = groups[lead[4]]
     cand = group.candidate(group.variants[lead[5]])
@@ -177,7 +179,7 @@ class LeadQueue:
         heapq.heappush(self._back, lead)
 
 
-def bill_in_order(req: PlanRequest, groups: list[Group], leads: list[Lead], objective: str, k: int,
+def bill_in_order(req: PlanRequest, groups: Groups, leads: list[Lead], objective: str, k: int,
                   deadline_at: float | None, progress: Progress | None = None) -> Billed:
     """Bill the leads best floor first; skip those `Answer.cannot_take`; sharpen a lead's peak floor before billing
     it (module docstring). A sharpened lead that still comes first is decided at once, as a heap would pop it."""

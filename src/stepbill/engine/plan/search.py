@@ -24,15 +24,16 @@ over processes), so layouts per CPU-second is the rate of one core whatever `job
 from __future__ import annotations
 
 import gc
+import multiprocessing
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from stepbill.engine.plan.bill_rounds import bill_in_rounds, worker_context
-from stepbill.engine.plan.branch_bound import Floors, bill_in_order, floors
+from stepbill.engine.plan.branch_bound import Billed, Floors, bill_in_order, floors
 from stepbill.engine.plan.evaluate import (
     Row,
     budget_bytes,
@@ -117,9 +118,9 @@ def search(req: PlanRequest, objective: str = "time", k: int = 10, progress: Pro
     docstring), or with `exhaustive` every candidate's verdict and every fitting row. With `deadline_s` (wall-clock
     seconds) the search stops once it has run that long; the candidates left are counted in `stats.not_searched` and
     the answer covers only what was searched (groups are taken in a fixed random order, so that is a uniform sample
-    of the space's groups). `jobs` > 1 decides the groups (branch and bound: their floors, then the peak floors and
-    bills in rounds, bill_rounds.py) in that many worker processes (the answer is the same: rows are ranked by a total
-    order)."""
+    of the space's groups). `jobs` > 1 decides the groups in that many worker processes (branch and bound: one
+    partition of the space's (tp, pp, cp) cells each, `_branch_and_bound`); the answer is the same (rows are ranked
+    by a total order)."""
     sort_key(objective)  # an unknown objective fails before the search
     with collector_paused():
         return _search(req, objective, k, progress, deadline_s, jobs, exhaustive)
@@ -177,38 +178,147 @@ def _search(req: PlanRequest, objective: str, k: int, progress: Progress | None,
 def _branch_and_bound(req: PlanRequest, objective: str, k: int, groups: list[Group], rejected: Rejections,
                       progress: Progress | None, deadline_at: float | None, jobs: int, start: float,
                       start_cpu: float) -> PlanResult:
-    """The resident bound and every candidate's floors (in `jobs` processes), then the bills in floor order."""
+    """The resident bound, every candidate's floors, then the bills in floor order — over the whole space, or with
+    `jobs` > 1 over `jobs` partitions of it in worker processes, each its own branch and bound (`_bound_part`), their
+    rows merged. Exact either way: a row in the top K or on a front of the whole space is in the top K or on that
+    front of its partition (a partition's rows are some of the space's), so its partition bills it."""
     to_decide = sum(len(g.variants) for g in groups)
     ruled_out = sum(rejected.counts.values())
     indexed = list(enumerate(groups))
     if jobs > 1:
-        calls = [(req, chunk, objective, deadline_at)
-                 for chunk in _chunks(indexed, jobs * CHUNKS_PER_JOB, lambda pair: len(pair[1].variants))]
-        parts = _in_workers(_floors_part, calls, jobs, progress, to_decide, lambda part: part[0].decided)
+        calls = [(req, part, objective, k, deadline_at) for part in _partitions(indexed, jobs)]
+        parts = _bound_in_workers(calls, jobs, progress, to_decide)
     else:
-        parts = [_floors_part(req, indexed, objective, deadline_at, progress, to_decide)]
-    by_bound = sum(p[1] for p in parts)
-    leads = [lead for p in parts for lead in p[0].leads]
+        parts = [_bound_part(req, indexed, objective, k, deadline_at, progress, progress, to_decide)]
+    rows = [row for p in parts for row in p.billed.rows]
     for p in parts:
-        for reason, n in p[0].rejected.items():
+        for reason, n in (*p.floors.rejected.items(), *p.billed.rejected.items()):
             rejected.add(reason, n)
-        rejected.add("resident_over_budget", p[1])
-    decided = sum(p[0].decided for p in parts)
-    if jobs > 1 and len(leads) >= PARALLEL_MIN_CANDIDATES:
-        billed, billing_cpu = bill_in_rounds(req, groups, leads, objective, k, deadline_at, jobs, progress)
-    else:
-        billed, billing_cpu = bill_in_order(req, groups, leads, objective, k, deadline_at, progress), 0.0
-    for reason, n in billed.rejected.items():
-        rejected.add(reason, n)
-    rejected.add("outranked", billed.by_floor)
+        rejected.add("resident_over_budget", p.by_bound)
+        rejected.add("outranked", p.billed.by_floor)
     fixed_batch = req.global_batch_tokens is not None
-    rows = billed.rows
-    workers_cpu = (sum(p[0].cpu_seconds for p in parts) if jobs > 1 else 0.0) + billing_cpu
-    stats = SearchStats(ruled_out + to_decide, billed.by_bill, by_bound, time.perf_counter() - start,
-                        time.process_time() - start_cpu + workers_cpu, dict(sorted(rejected.counts.items())),
-                        to_decide - decided + billed.not_searched, jobs, billed.by_floor, exhaustive=False)
+    workers_cpu = sum(p.cpu_seconds for p in parts) if jobs > 1 else 0.0
+    not_searched = sum(p.not_searched for p in parts) + to_decide - sum(p.decided for p in parts)
+    stats = SearchStats(ruled_out + to_decide, sum(p.billed.by_bill for p in parts), sum(p.by_bound for p in parts),
+                        time.perf_counter() - start, time.process_time() - start_cpu + workers_cpu,
+                        dict(sorted(rejected.counts.items())), not_searched, jobs,
+                        sum(p.billed.by_floor for p in parts), exhaustive=False)
     return PlanResult(req, objective, k, top(rows, objective, len(rows), fixed_batch), stats,
                       gpus_vs_time(rows, fixed_batch), memory_vs_time(rows, fixed_batch))
+
+
+@dataclass
+class _Bound:
+    """What one partition's branch and bound found: its floors pass, the candidates its resident bound rejected, its
+    bills, and its CPU seconds."""
+
+    floors: Floors
+    by_bound: int
+    billed: Billed
+    cpu_seconds: float
+
+    @property
+    def decided(self) -> int:
+        """Candidates of the groups its floors pass went through (a deadline may stop it before the last)."""
+        return self.floors.decided
+
+    @property
+    def not_searched(self) -> int:
+        return self.billed.not_searched
+
+
+def _bound_part(req: PlanRequest, indexed: list[tuple[int, Group]], objective: str, k: int,
+                deadline_at: float | None, floors_progress: Progress | None = None,
+                bills_progress: Progress | None = None, total: int = 0) -> _Bound:
+    """Branch and bound over the (index, group) pairs: their floors (`_floors_part`; progress in candidates of
+    `total`), then their bills in floor order against their own answer (branch_bound.bill_in_order; progress in
+    leads)."""
+    cpu0 = time.process_time()
+    found, by_bound = _floors_part(req, indexed, objective, deadline_at, floors_progress, total)
+    billed = bill_in_order(req, dict(indexed), found.leads, objective, k, deadline_at, bills_progress)
+    return _Bound(found, by_bound, billed, time.process_time() - cpu0)
+
+
+#: A worker's progress, shared with the search's process (set by the pool's initializer): candidates through the
+#: floors, leads decided, leads made — multiprocessing Values, added to under their locks.
+_COUNTERS: tuple[Any, Any, Any] | None = None
+PROGRESS_POLL_S = 0.25  # how often the search's process reads the workers' counters
+
+
+def _share_counters(counters: tuple[Any, Any, Any]) -> None:
+    global _COUNTERS
+    _COUNTERS = counters
+
+
+def _add(counter: Any, n: int) -> None:
+    if n:
+        with counter.get_lock():
+            counter.value += n
+
+
+def _bound_worker(req: PlanRequest, indexed: list[tuple[int, Group]], objective: str, k: int,
+                  deadline_at: float | None) -> _Bound:
+    """_bound_part in a worker process, its progress added to the shared counters as it goes."""
+    assert _COUNTERS is not None
+    through, decided, made = _COUNTERS
+    reported = [0, 0]  # candidates through the floors, leads decided: what this worker has added so far
+
+    def floors_progress(done: int, _total: int) -> None:
+        _add(through, done - reported[0])
+        reported[0] = done
+
+    def bills_progress(done: int, _total: int) -> None:
+        _add(decided, done - reported[1])
+        reported[1] = done
+
+    def floors_done(found: Floors) -> None:
+        floors_progress(found.decided, 0)  # with the candidates the resident bound decided
+        _add(made, len(found.leads))
+
+    cpu0 = time.process_time()
+    found, by_bound = _floors_part(req, indexed, objective, deadline_at, floors_progress)
+    floors_done(found)
+    billed = bill_in_order(req, dict(indexed), found.leads, objective, k, deadline_at, bills_progress)
+    return _Bound(found, by_bound, billed, time.process_time() - cpu0)
+
+
+def _bound_in_workers(calls: list[tuple], jobs: int, progress: Progress | None, total: int) -> list[_Bound]:
+    """`_bound_worker(*args)` for every args of `calls` in `jobs` worker processes; `progress` reads their shared
+    counters every PROGRESS_POLL_S: the candidates through the floors (of `total`) until every worker is through,
+    then the leads decided (of those made), as one process reports its two passes."""
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    context = worker_context()
+    counters = (context.Value("q", 0), context.Value("q", 0), context.Value("q", 0))
+    through, decided, made = counters
+    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_share_counters, initargs=(counters,)) as pool:
+        futures = [pool.submit(_bound_worker, *args) for args in calls]
+        pending = set(futures)
+        while pending:
+            _, pending = wait(pending, timeout=PROGRESS_POLL_S, return_when=FIRST_COMPLETED)
+            if progress is not None:
+                if through.value < total:
+                    progress(through.value, total)
+                else:
+                    progress(decided.value, made.value)
+        return [future.result() for future in futures]
+
+
+def _partitions(indexed: list[tuple[int, Group]], n: int) -> list[list[tuple[int, Group]]]:
+    """The (index, group) pairs in `n` partitions of about equal candidate counts, each (tp, pp, cp) cell whole in
+    one (its groups share the most memoised parts: a worker computes them once), each partition in the given
+    order."""
+    cells: dict[tuple[int, int, int], list[int]] = {}
+    for i, (_, group) in enumerate(indexed):
+        par = group.holdings_layout
+        cells.setdefault((par.tp, par.pp, par.cp), []).append(i)
+    loads = [0] * n
+    members: list[list[int]] = [[] for _ in range(n)]
+    for cell in sorted(cells.values(), key=lambda c: -sum(len(indexed[i][1].variants) for i in c)):
+        j = loads.index(min(loads))
+        loads[j] += sum(len(indexed[i][1].variants) for i in cell)
+        members[j] += cell
+    return [[indexed[i] for i in sorted(m)] for m in members if m]
 
 
 def _resident_fits(req: PlanRequest, group: Group) -> float | None:
@@ -308,6 +418,14 @@ def _decide_parallel(req: PlanRequest, groups: list[Group], deadline_at: float |
     """`_decide` over chunks of the groups in `jobs` worker processes. Progress is reported as chunks finish."""
     calls = [(req, chunk, deadline_at) for chunk in _chunks(groups, jobs * CHUNKS_PER_JOB)]
     return _in_workers(_decide, calls, jobs, progress, total, lambda part: part.decided)
+
+
+def worker_context() -> multiprocessing.context.BaseContext:
+    """Fork where the platform has it and this process runs no other thread (workers inherit its memos), else
+    spawn."""
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1 \
+        else "spawn"
+    return multiprocessing.get_context(method)
 
 
 def _in_workers(fn: Callable[..., R], calls: list[tuple], jobs: int, progress: Progress | None, total: int,
