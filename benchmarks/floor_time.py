@@ -3,7 +3,7 @@ planner's own candidates in its own order.
 
 For each request (Llama-3-70B × 64 H100, seq 8,192, 512 × 8,192-token batch; DeepSeek-V3 × 2,048 H100, seq 4,096,
 3,840 × 4,096-token batch) the space is enumerated (engine/plan/space.py), the groups whose resident bound fits
-(search._resident_fits) are shuffled (seed 0) and taken whole until they hold `--sample` candidates, and each
+(partition.resident_fits) are shuffled (seed 0) and taken whole until they hold `--sample` candidates, and each
 candidate gets its time floor (an explicit policy) or its budget floor (budget at free memory), as
 branch_bound.floors calls them (a variant's activation-offload twin reuses its floor), from empty caches. The
 resident bounds and recipes are not timed. Reported: CPU ms (time.process_time) per time floor and per budget
@@ -29,7 +29,7 @@ from stepbill.engine.plan import PlanRequest
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.bounds import _empty_rank_time, budget_floor, time_floor
 from stepbill.engine.plan.evaluate import recipe_for
-from stepbill.engine.plan.search import _resident_fits
+from stepbill.engine.plan.partition import resident_fits
 from stepbill.engine.plan.space import Candidate, Rejections, enumerate_space
 from stepbill.errors import StepbillError
 from stepbill.spec.hardware import load_gpu
@@ -50,7 +50,7 @@ def request(name: str) -> PlanRequest:
 def sample(req: PlanRequest, n: int) -> list[list[tuple[tuple, Candidate]]]:
     """Whole groups whose resident bound fits, shuffled (seed 0), until they hold n candidates: per group its
     (variant, candidate) pairs in the planner's order."""
-    groups = [g for g in enumerate_space(req, Rejections()) if _resident_fits(req, g) is not None]
+    groups = [g for g in enumerate_space(req, Rejections()) if resident_fits(req, g) is not None]
     random.Random(0).shuffle(groups)
     out, count = [], 0
     for g in groups:

@@ -234,7 +234,7 @@ def test_answer_keeps_the_top_k_and_the_memory_staircase() -> None:
 @pytest.mark.parametrize("objective", ["time", "memory"])
 def test_branch_and_bound_in_workers_gives_the_same_answer(objective: str) -> None:
     """jobs = 2 runs a branch and bound over each of two partitions of the space in worker processes
-    (search._bound_part) and merges their rows: the top K and both fronts are the same as one process's, and every
+    (partition.bound_part) and merges their rows: the top K and both fronts are the same as one process's, and every
     candidate is decided once (each partition prunes against its own rows, so the bills differ)."""
     req = PlanRequest(load_preset("gpt3-125m"), load_gpu("h100-sxm"), "h100-sxm", (8,), 2048, "gpt3-125m",
                       global_batch_tokens=2**20, fixed=(("zero", 1),))

@@ -24,25 +24,27 @@ over processes), so layouts per CPU-second is the rate of one core whatever `job
 from __future__ import annotations
 
 import gc
-import multiprocessing
 import random
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from stepbill.engine.plan.branch_bound import Billed, Floors, bill_in_order, floors
 from stepbill.engine.plan.evaluate import (
     Row,
-    budget_bytes,
     budget_drops_nothing,
     evaluate,
-    resident_bound,
     resolve_recompute,
 )
 from stepbill.engine.plan.pareto import gpus_vs_time, memory_vs_time
+from stepbill.engine.plan.partition import (
+    bound_in_workers,
+    bound_part,
+    partitions,
+    resident_fits,
+    worker_context,
+)
 from stepbill.engine.plan.rank import sort_key, top
 from stepbill.engine.plan.space import Group, PlanRequest, Rejections, enumerate_space
 from stepbill.errors import StepbillError
@@ -119,7 +121,7 @@ def search(req: PlanRequest, objective: str = "time", k: int = 10, progress: Pro
     seconds) the search stops once it has run that long; the candidates left are counted in `stats.not_searched` and
     the answer covers only what was searched (groups are taken in a fixed random order, so that is a uniform sample
     of the space's groups). `jobs` > 1 decides the groups in that many worker processes (branch and bound: one
-    partition of the space's (tp, pp, cp) cells each, `_branch_and_bound`); the answer is the same (rows are ranked
+    partition of the space's (tp, pp, cp) cells each, `_branch_and_bound`, partition.py); the answer is the same (rows are ranked
     by a total order)."""
     sort_key(objective)  # an unknown objective fails before the search
     with collector_paused():
@@ -179,17 +181,17 @@ def _branch_and_bound(req: PlanRequest, objective: str, k: int, groups: list[Gro
                       progress: Progress | None, deadline_at: float | None, jobs: int, start: float,
                       start_cpu: float) -> PlanResult:
     """The resident bound, every candidate's floors, then the bills in floor order — over the whole space, or with
-    `jobs` > 1 over `jobs` partitions of it in worker processes, each its own branch and bound (`_bound_part`), their
+    `jobs` > 1 over `jobs` partitions of it in worker processes, each its own branch and bound (partition.py), their
     rows merged. Exact either way: a row in the top K or on a front of the whole space is in the top K or on that
     front of its partition (a partition's rows are some of the space's), so its partition bills it."""
     to_decide = sum(len(g.variants) for g in groups)
     ruled_out = sum(rejected.counts.values())
     indexed = list(enumerate(groups))
     if jobs > 1:
-        calls = [(req, part, objective, k, deadline_at) for part in _partitions(indexed, jobs)]
-        parts = _bound_in_workers(calls, jobs, progress, to_decide)
+        calls = [(req, part, objective, k, deadline_at) for part in partitions(indexed, jobs)]
+        parts = bound_in_workers(calls, jobs, progress, to_decide)
     else:
-        parts = [_bound_part(req, indexed, objective, k, deadline_at, progress, progress, to_decide)]
+        parts = [bound_part(req, indexed, objective, k, deadline_at, progress, progress, to_decide)]
     rows = [row for p in parts for row in p.billed.rows]
     for p in parts:
         for reason, n in (*p.floors.rejected.items(), *p.billed.rejected.items()):
@@ -205,147 +207,6 @@ def _branch_and_bound(req: PlanRequest, objective: str, k: int, groups: list[Gro
                         sum(p.billed.by_floor for p in parts), exhaustive=False)
     return PlanResult(req, objective, k, top(rows, objective, len(rows), fixed_batch), stats,
                       gpus_vs_time(rows, fixed_batch), memory_vs_time(rows, fixed_batch))
-
-
-@dataclass
-class _Bound:
-    """What one partition's branch and bound found: its floors pass, the candidates its resident bound rejected, its
-    bills, and its CPU seconds."""
-
-    floors: Floors
-    by_bound: int
-    billed: Billed
-    cpu_seconds: float
-
-    @property
-    def decided(self) -> int:
-        """Candidates of the groups its floors pass went through (a deadline may stop it before the last)."""
-        return self.floors.decided
-
-    @property
-    def not_searched(self) -> int:
-        return self.billed.not_searched
-
-
-def _bound_part(req: PlanRequest, indexed: list[tuple[int, Group]], objective: str, k: int,
-                deadline_at: float | None, floors_progress: Progress | None = None,
-                bills_progress: Progress | None = None, total: int = 0) -> _Bound:
-    """Branch and bound over the (index, group) pairs: their floors (`_floors_part`; progress in candidates of
-    `total`), then their bills in floor order against their own answer (branch_bound.bill_in_order; progress in
-    leads)."""
-    cpu0 = time.process_time()
-    found, by_bound = _floors_part(req, indexed, objective, deadline_at, floors_progress, total)
-    billed = bill_in_order(req, dict(indexed), found.leads, objective, k, deadline_at, bills_progress)
-    return _Bound(found, by_bound, billed, time.process_time() - cpu0)
-
-
-#: A worker's progress, shared with the search's process (set by the pool's initializer): candidates through the
-#: floors, leads decided, leads made — multiprocessing Values, added to under their locks.
-_COUNTERS: tuple[Any, Any, Any] | None = None
-PROGRESS_POLL_S = 0.25  # how often the search's process reads the workers' counters
-
-
-def _share_counters(counters: tuple[Any, Any, Any]) -> None:
-    global _COUNTERS
-    _COUNTERS = counters
-
-
-def _add(counter: Any, n: int) -> None:
-    if n:
-        with counter.get_lock():
-            counter.value += n
-
-
-def _bound_worker(req: PlanRequest, indexed: list[tuple[int, Group]], objective: str, k: int,
-                  deadline_at: float | None) -> _Bound:
-    """_bound_part in a worker process, its progress added to the shared counters as it goes."""
-    assert _COUNTERS is not None
-    through, decided, made = _COUNTERS
-    reported = [0, 0]  # candidates through the floors, leads decided: what this worker has added so far
-
-    def floors_progress(done: int, _total: int) -> None:
-        _add(through, done - reported[0])
-        reported[0] = done
-
-    def bills_progress(done: int, _total: int) -> None:
-        _add(decided, done - reported[1])
-        reported[1] = done
-
-    def floors_done(found: Floors) -> None:
-        floors_progress(found.decided, 0)  # with the candidates the resident bound decided
-        _add(made, len(found.leads))
-
-    cpu0 = time.process_time()
-    found, by_bound = _floors_part(req, indexed, objective, deadline_at, floors_progress)
-    floors_done(found)
-    billed = bill_in_order(req, dict(indexed), found.leads, objective, k, deadline_at, bills_progress)
-    return _Bound(found, by_bound, billed, time.process_time() - cpu0)
-
-
-def _bound_in_workers(calls: list[tuple], jobs: int, progress: Progress | None, total: int) -> list[_Bound]:
-    """`_bound_worker(*args)` for every args of `calls` in `jobs` worker processes; `progress` reads their shared
-    counters every PROGRESS_POLL_S: the candidates through the floors (of `total`) until every worker is through,
-    then the leads decided (of those made), as one process reports its two passes."""
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-
-    context = worker_context()
-    counters = (context.Value("q", 0), context.Value("q", 0), context.Value("q", 0))
-    through, decided, made = counters
-    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_share_counters, initargs=(counters,)) as pool:
-        futures = [pool.submit(_bound_worker, *args) for args in calls]
-        pending = set(futures)
-        while pending:
-            _, pending = wait(pending, timeout=PROGRESS_POLL_S, return_when=FIRST_COMPLETED)
-            if progress is not None:
-                if through.value < total:
-                    progress(through.value, total)
-                else:
-                    progress(decided.value, made.value)
-        return [future.result() for future in futures]
-
-
-def _partitions(indexed: list[tuple[int, Group]], n: int) -> list[list[tuple[int, Group]]]:
-    """The (index, group) pairs in `n` partitions of about equal candidate counts, each (tp, pp, cp) cell whole in
-    one (its groups share the most memoised parts: a worker computes them once), each partition in the given
-    order."""
-    cells: dict[tuple[int, int, int], list[int]] = {}
-    for i, (_, group) in enumerate(indexed):
-        par = group.holdings_layout
-        cells.setdefault((par.tp, par.pp, par.cp), []).append(i)
-    loads = [0] * n
-    members: list[list[int]] = [[] for _ in range(n)]
-    for cell in sorted(cells.values(), key=lambda c: -sum(len(indexed[i][1].variants) for i in c)):
-        j = loads.index(min(loads))
-        loads[j] += sum(len(indexed[i][1].variants) for i in cell)
-        members[j] += cell
-    return [[indexed[i] for i in sorted(m)] for m in members if m]
-
-
-def _resident_fits(req: PlanRequest, group: Group) -> float | None:
-    """The group's resident bound (bytes) when it is within the budget; None when it alone exceeds it (the exact
-    bound rejects every candidate of the group; the stages past the first one over the budget are not summed)."""
-    budget = budget_bytes(req, group.holdings_layout)
-    bound = resident_bound(req, group.holdings_layout, group.offload_optimizer, budget)
-    return None if bound > budget else bound
-
-
-def _floors_part(req: PlanRequest, indexed: list[tuple[int, Group]], objective: str, deadline_at: float | None,
-                 progress: Progress | None = None, total: int = 0) -> tuple[Floors, int]:
-    """The resident bound of each (index, group), then the floors of the candidates it leaves: (Floors, candidates
-    the bound rejected)."""
-    cpu0 = time.process_time()
-    kept: list[tuple[int, Group, float]] = []
-    rejected = 0
-    for index, group in indexed:
-        bound = _resident_fits(req, group)
-        if bound is None:
-            rejected += len(group.variants)
-        else:
-            kept.append((index, group, bound))
-    found = floors(req, kept, objective, deadline_at, progress, total)
-    found.decided += rejected
-    found.cpu_seconds = time.process_time() - cpu0  # the bounds' CPU too (a worker's, under jobs > 1)
-    return found, rejected
 
 
 #: Below this many candidates to decide, worker processes cost more to start than they save.
@@ -376,7 +237,7 @@ def _decide(req: PlanRequest, groups: list[Group], deadline_at: float | None, pr
         if deadline_at is not None and time.time() > deadline_at:
             break
         n = len(group.variants)
-        if _resident_fits(req, group) is None:
+        if resident_fits(req, group) is None:
             rejected.add("resident_over_budget", n)
             by_bound += n
         else:
@@ -418,14 +279,6 @@ def _decide_parallel(req: PlanRequest, groups: list[Group], deadline_at: float |
     """`_decide` over chunks of the groups in `jobs` worker processes. Progress is reported as chunks finish."""
     calls = [(req, chunk, deadline_at) for chunk in _chunks(groups, jobs * CHUNKS_PER_JOB)]
     return _in_workers(_decide, calls, jobs, progress, total, lambda part: part.decided)
-
-
-def worker_context() -> multiprocessing.context.BaseContext:
-    """Fork where the platform has it and this process runs no other thread (workers inherit its memos), else
-    spawn."""
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1 \
-        else "spawn"
-    return multiprocessing.get_context(method)
 
 
 def _in_workers(fn: Callable[..., R], calls: list[tuple], jobs: int, progress: Progress | None, total: int,

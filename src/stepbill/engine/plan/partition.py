@@ -1,0 +1,171 @@
+"""Branch and bound over a part of the space — the whole of it in one process, or one worker's partition of it
+(search.py's `jobs`): the resident bound of each group, every candidate's floors, then the bills in floor order
+against the part's own answer; and the partitions, the workers and the progress they share.
+
+A partition is whole (tp, pp, cp) cells of the space, dealt by candidate count: the groups of a cell share most of
+their memoised parts (held bytes, collectives, kernels, rows), so a worker computes them once. Merging the
+partitions' rows is exact: a row in the top K or on a front of the whole space is in the top K or on that front of
+its partition (a partition's rows are some of the space's), and a partition's branch and bound bills every such row
+(branch_bound.py).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from stepbill.engine.plan.branch_bound import Billed, Floors, Progress, bill_in_order, floors
+from stepbill.engine.plan.evaluate import budget_bytes, resident_bound
+from stepbill.engine.plan.space import Group, PlanRequest
+
+
+@dataclass
+class Bound:
+    """What one partition's branch and bound found: its floors pass, the candidates its resident bound rejected, its
+    bills, and its CPU seconds."""
+
+    floors: Floors
+    by_bound: int
+    billed: Billed
+    cpu_seconds: float
+
+    @property
+    def decided(self) -> int:
+        """Candidates of the groups its floors pass went through (a deadline may stop it before the last)."""
+        return self.floors.decided
+
+    @property
+    def not_searched(self) -> int:
+        return self.billed.not_searched
+
+
+def bound_part(req: PlanRequest, indexed: list[tuple[int, Group]], objective: str, k: int,
+                deadline_at: float | None, floors_progress: Progress | None = None,
+                bills_progress: Progress | None = None, total: int = 0) -> Bound:
+    """Branch and bound over the (index, group) pairs: their floors (`floors_part`; progress in candidates of
+    `total`), then their bills in floor order against their own answer (branch_bound.bill_in_order; progress in
+    leads)."""
+    cpu0 = time.process_time()
+    found, by_bound = floors_part(req, indexed, objective, deadline_at, floors_progress, total)
+    billed = bill_in_order(req, dict(indexed), found.leads, objective, k, deadline_at, bills_progress)
+    return Bound(found, by_bound, billed, time.process_time() - cpu0)
+
+
+#: A worker's progress, shared with the search's process (set by the pool's initializer): candidates through the
+#: floors, leads decided, leads made — multiprocessing Values, added to under their locks.
+_COUNTERS: tuple[Any, Any, Any] | None = None
+PROGRESS_POLL_S = 0.25  # how often the search's process reads the workers' counters
+
+
+def _share_counters(counters: tuple[Any, Any, Any]) -> None:
+    global _COUNTERS
+    _COUNTERS = counters
+
+
+def _add(counter: Any, n: int) -> None:
+    if n:
+        with counter.get_lock():
+            counter.value += n
+
+
+def _bound_worker(req: PlanRequest, indexed: list[tuple[int, Group]], objective: str, k: int,
+                  deadline_at: float | None) -> Bound:
+    """bound_part in a worker process, its progress added to the shared counters as it goes."""
+    assert _COUNTERS is not None
+    through, decided, made = _COUNTERS
+    reported = [0, 0]  # candidates through the floors, leads decided: what this worker has added so far
+
+    def floors_progress(done: int, _total: int) -> None:
+        _add(through, done - reported[0])
+        reported[0] = done
+
+    def bills_progress(done: int, _total: int) -> None:
+        _add(decided, done - reported[1])
+        reported[1] = done
+
+    def floors_done(found: Floors) -> None:
+        floors_progress(found.decided, 0)  # with the candidates the resident bound decided
+        _add(made, len(found.leads))
+
+    cpu0 = time.process_time()
+    found, by_bound = floors_part(req, indexed, objective, deadline_at, floors_progress)
+    floors_done(found)
+    billed = bill_in_order(req, dict(indexed), found.leads, objective, k, deadline_at, bills_progress)
+    return Bound(found, by_bound, billed, time.process_time() - cpu0)
+
+
+def bound_in_workers(calls: list[tuple], jobs: int, progress: Progress | None, total: int) -> list[Bound]:
+    """`_bound_worker(*args)` for every args of `calls` in `jobs` worker processes; `progress` reads their shared
+    counters every PROGRESS_POLL_S: the candidates through the floors (of `total`) until every worker is through,
+    then the leads decided (of those made), as one process reports its two passes."""
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    context = worker_context()
+    counters = (context.Value("q", 0), context.Value("q", 0), context.Value("q", 0))
+    through, decided, made = counters
+    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_share_counters, initargs=(counters,)) as pool:
+        futures = [pool.submit(_bound_worker, *args) for args in calls]
+        pending = set(futures)
+        while pending:
+            _, pending = wait(pending, timeout=PROGRESS_POLL_S, return_when=FIRST_COMPLETED)
+            if progress is not None:
+                if through.value < total:
+                    progress(through.value, total)
+                else:
+                    progress(decided.value, made.value)
+        return [future.result() for future in futures]
+
+
+def partitions(indexed: list[tuple[int, Group]], n: int) -> list[list[tuple[int, Group]]]:
+    """The (index, group) pairs in `n` partitions of about equal candidate counts, each (tp, pp, cp) cell whole in
+    one (its groups share the most memoised parts: a worker computes them once), each partition in the given
+    order."""
+    cells: dict[tuple[int, int, int], list[int]] = {}
+    for i, (_, group) in enumerate(indexed):
+        par = group.holdings_layout
+        cells.setdefault((par.tp, par.pp, par.cp), []).append(i)
+    loads = [0] * n
+    members: list[list[int]] = [[] for _ in range(n)]
+    for cell in sorted(cells.values(), key=lambda c: -sum(len(indexed[i][1].variants) for i in c)):
+        j = loads.index(min(loads))
+        loads[j] += sum(len(indexed[i][1].variants) for i in cell)
+        members[j] += cell
+    return [[indexed[i] for i in sorted(m)] for m in members if m]
+
+
+def resident_fits(req: PlanRequest, group: Group) -> float | None:
+    """The group's resident bound (bytes) when it is within the budget; None when it alone exceeds it (the exact
+    bound rejects every candidate of the group; the stages past the first one over the budget are not summed)."""
+    budget = budget_bytes(req, group.holdings_layout)
+    bound = resident_bound(req, group.holdings_layout, group.offload_optimizer, budget)
+    return None if bound > budget else bound
+
+
+def floors_part(req: PlanRequest, indexed: list[tuple[int, Group]], objective: str, deadline_at: float | None,
+                 progress: Progress | None = None, total: int = 0) -> tuple[Floors, int]:
+    """The resident bound of each (index, group), then the floors of the candidates it leaves: (Floors, candidates
+    the bound rejected)."""
+    cpu0 = time.process_time()
+    kept: list[tuple[int, Group, float]] = []
+    rejected = 0
+    for index, group in indexed:
+        bound = resident_fits(req, group)
+        if bound is None:
+            rejected += len(group.variants)
+        else:
+            kept.append((index, group, bound))
+    found = floors(req, kept, objective, deadline_at, progress, total)
+    found.decided += rejected
+    found.cpu_seconds = time.process_time() - cpu0  # the bounds' CPU too (a worker's, under jobs > 1)
+    return found, rejected
+
+
+def worker_context() -> multiprocessing.context.BaseContext:
+    """Fork where the platform has it and this process runs no other thread (workers inherit its memos), else
+    spawn."""
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1 \
+        else "spawn"
+    return multiprocessing.get_context(method)
