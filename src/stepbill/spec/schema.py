@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 import types
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from functools import cache
 from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
@@ -244,6 +245,15 @@ def _default_rule(base: Any) -> Rule | None:
     if isinstance(base, type) and dataclasses.is_dataclass(base):
         return Instance(base)
     return None  # dict / Any: not validated here
+
+
+def fields_dict(cls: type) -> Callable[[Any], dict[str, Any]]:
+    """A getter of an instance's dataclass fields as a dict (field name → value): what a copy with some fields
+    changed starts from (Recipe.on_layout, Parallel.with_fields) — the fields alone, never what else the instance
+    keeps in its __dict__ (hash_once's hash)."""
+    names = tuple(f.name for f in dataclasses.fields(cls))
+    getter = operator.attrgetter(*names)
+    return lambda obj: dict(zip(names, getter(obj), strict=True))
 
 
 def check_fields(obj: Any, owner: str, flags: dict[str, str] | None = None,
