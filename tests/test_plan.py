@@ -358,17 +358,23 @@ def test_without_a_global_batch_the_fronts_use_time_per_token(capsys: pytest.Cap
 def test_search_makes_no_reference_cycles_and_restores_the_collector() -> None:
     """search pauses Python's cyclic garbage collector (search.collector_paused): safe only while no cycle is made
     — after a branch-and-bound search over a MoE space with every recompute policy (the budget solver's included),
-    gc.collect() finds nothing to free. The collector is back as it was."""
-    import gc
+    gc.collect() finds nothing to free. Run in a fresh interpreter: in this one, objects other tests left in cycles
+    (autograd graphs) become garbage when a memo lets go of them, which the search did not make. The collector is
+    back as it was."""
+    import subprocess
+    import sys
 
-    req = request(small_moe(), "a100-40gb", 4, 4096, 8 * 4096, {})
-    gc.collect()
-    assert gc.isenabled()
-    result = search(req, "time", 5)
-    assert gc.isenabled() and result.stats.by_bill > 0
-    gc.disable()
-    try:
-        search(req, "memory", 5)
-        assert gc.collect() == 0
-    finally:
-        gc.enable()
+    code = """
+import gc
+from stepbill.engine.plan import search
+from tests.test_plan import request, small_moe
+req = request(small_moe(), "a100-40gb", 4, 4096, 8 * 4096, {})
+gc.collect()
+result = search(req, "time", 5)
+assert gc.isenabled() and result.stats.by_bill > 0
+gc.disable()
+search(req, "memory", 5)
+print(gc.collect(), gc.isenabled())
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert done.stdout.split() == ["0", "False"], done.stdout + done.stderr
