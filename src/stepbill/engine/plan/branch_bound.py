@@ -188,6 +188,8 @@ def bill_in_order(req: PlanRequest, groups: Groups, leads: list[Lead], objective
     by_bill = by_floor = done = 0
     queue = LeadQueue(leads)
     total = len(queue)
+    if progress is not None:
+        progress(0, total)  # the pass's total, before its first lead
     lead: Lead | None = None  # a sharpened lead that comes before every lead left
     while lead is not None or queue:
         if deadline_at is not None and time.time() > deadline_at:

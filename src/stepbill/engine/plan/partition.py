@@ -14,12 +14,15 @@ from __future__ import annotations
 import multiprocessing
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from stepbill.engine.plan.branch_bound import Billed, Floors, Progress, bill_in_order, floors
 from stepbill.engine.plan.evaluate import budget_bytes, resident_bound
 from stepbill.engine.plan.space import Group, PlanRequest
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -76,25 +79,23 @@ def _bound_worker(req: PlanRequest, indexed: list[tuple[int, Group]], objective:
     """bound_part in a worker process, its progress added to the shared counters as it goes."""
     assert _COUNTERS is not None
     through, decided, made = _COUNTERS
-    reported = [0, 0]  # candidates through the floors, leads decided: what this worker has added so far
+    return bound_part(req, indexed, objective, k, deadline_at, _reporter(through), _reporter(decided, made))
 
-    def floors_progress(done: int, _total: int) -> None:
-        _add(through, done - reported[0])
-        reported[0] = done
 
-    def bills_progress(done: int, _total: int) -> None:
-        _add(decided, done - reported[1])
-        reported[1] = done
+def _reporter(counter: Any, totals: Any = None) -> Progress:
+    """A progress callback that adds to `counter` what it has not added yet, and once to `totals` its pass's
+    total."""
+    added, total_added = 0, False
 
-    def floors_done(found: Floors) -> None:
-        floors_progress(found.decided, 0)  # with the candidates the resident bound decided
-        _add(made, len(found.leads))
+    def report(done: int, total: int) -> None:
+        nonlocal added, total_added
+        _add(counter, done - added)
+        added = done
+        if totals is not None and not total_added:
+            _add(totals, total)
+            total_added = True
 
-    cpu0 = time.process_time()
-    found, by_bound = floors_part(req, indexed, objective, deadline_at, floors_progress)
-    floors_done(found)
-    billed = bill_in_order(req, dict(indexed), found.leads, objective, k, deadline_at, bills_progress)
-    return Bound(found, by_bound, billed, time.process_time() - cpu0)
+    return report
 
 
 def bound_in_workers(calls: list[tuple], jobs: int, progress: Progress | None, total: int) -> list[Bound]:
@@ -120,20 +121,27 @@ def bound_in_workers(calls: list[tuple], jobs: int, progress: Progress | None, t
 
 
 def partitions(indexed: list[tuple[int, Group]], n: int) -> list[list[tuple[int, Group]]]:
-    """The (index, group) pairs in `n` partitions of about equal candidate counts, each (tp, pp, cp) cell whole in
-    one (its groups share the most memoised parts: a worker computes them once), each partition in the given
-    order."""
+    """The (index, group) pairs in `n` partitions of about equal candidate counts (`deal`), each (tp, pp, cp) cell
+    whole in one (its groups share the most memoised parts: a worker computes them once), each partition in the
+    given order."""
     cells: dict[tuple[int, int, int], list[int]] = {}
     for i, (_, group) in enumerate(indexed):
         par = group.holdings_layout
         cells.setdefault((par.tp, par.pp, par.cp), []).append(i)
+    dealt = deal(list(cells.values()), n, lambda cell: sum(len(indexed[i][1].variants) for i in cell))
+    return [[indexed[i] for i in sorted(i for cell in part for i in cell)] for part in dealt]
+
+
+def deal(items: list[T], n: int, size: Callable[[T], int]) -> list[list[T]]:
+    """`items` dealt into at most `n` non-empty lists of about equal total `size` (largest first, each to the
+    lightest list so far), each list keeping the items' order."""
     loads = [0] * n
     members: list[list[int]] = [[] for _ in range(n)]
-    for cell in sorted(cells.values(), key=lambda c: -sum(len(indexed[i][1].variants) for i in c)):
+    for i in sorted(range(len(items)), key=lambda i: -size(items[i])):
         j = loads.index(min(loads))
-        loads[j] += sum(len(indexed[i][1].variants) for i in cell)
-        members[j] += cell
-    return [[indexed[i] for i in sorted(m)] for m in members if m]
+        loads[j] += size(items[i])
+        members[j].append(i)
+    return [[items[i] for i in sorted(m)] for m in members if m]
 
 
 def resident_fits(req: PlanRequest, group: Group) -> float | None:
@@ -159,6 +167,8 @@ def floors_part(req: PlanRequest, indexed: list[tuple[int, Group]], objective: s
             kept.append((index, group, bound))
     found = floors(req, kept, objective, deadline_at, progress, total)
     found.decided += rejected
+    if progress is not None:
+        progress(found.decided, total)  # with the candidates the resident bound decided
     found.cpu_seconds = time.process_time() - cpu0  # the bounds' CPU too (a worker's, under jobs > 1)
     return found, rejected
 

@@ -41,6 +41,7 @@ from stepbill.engine.plan.pareto import gpus_vs_time, memory_vs_time
 from stepbill.engine.plan.partition import (
     bound_in_workers,
     bound_part,
+    deal,
     partitions,
     resident_fits,
     worker_context,
@@ -52,7 +53,6 @@ from stepbill.errors import StepbillError
 SAMPLE_SEED = 0  # the shuffle of the groups (fixed: the same request decides the same groups in the same order)
 
 Progress = Callable[[int, int], None]  # (candidates decided, candidates to decide)
-T = TypeVar("T")
 R = TypeVar("R")
 
 
@@ -121,8 +121,8 @@ def search(req: PlanRequest, objective: str = "time", k: int = 10, progress: Pro
     seconds) the search stops once it has run that long; the candidates left are counted in `stats.not_searched` and
     the answer covers only what was searched (groups are taken in a fixed random order, so that is a uniform sample
     of the space's groups). `jobs` > 1 decides the groups in that many worker processes (branch and bound: one
-    partition of the space's (tp, pp, cp) cells each, `_branch_and_bound`, partition.py); the answer is the same (rows are ranked
-    by a total order)."""
+    partition of the space's (tp, pp, cp) cells each, `_branch_and_bound`, partition.py); the answer is the same
+    (rows are ranked by a total order)."""
     sort_key(objective)  # an unknown objective fails before the search
     with collector_paused():
         return _search(req, objective, k, progress, deadline_s, jobs, exhaustive)
@@ -131,9 +131,10 @@ def search(req: PlanRequest, objective: str = "time", k: int = 10, progress: Pro
 @contextmanager
 def collector_paused() -> Iterator[None]:
     """Python's cyclic garbage collector off for the search, back as it was after. The search makes no reference
-    cycles (tests/test_plan.py checks that gc.collect() finds none after one), so pausing costs no memory, while the
-    collector's passes over the millions of leads and memo entries a large search holds cost about a sixth of its
-    CPU time (DeepSeek-V3 × 64: 19.5 → 16.3 CPU-s). Worker processes forked inside it inherit the pause."""
+    cycles (tests/test_plan.py: gc.collect() finds none after two searches in a fresh interpreter), so pausing costs
+    no memory, while the collector's passes over the millions of leads and memo entries a large search holds cost
+    about a sixth of its CPU time (DeepSeek-V3 × 64: 19.5 → 16.3 CPU-s). Worker processes forked inside it inherit
+    the pause."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -262,22 +263,11 @@ def _decide(req: PlanRequest, groups: list[Group], deadline_at: float | None, pr
     return _Part(rows, by_bill, by_bound, done, rejected.counts, time.process_time() - cpu0)
 
 
-def _chunks(items: list[T], n: int, size: Callable[[T], int] = lambda g: len(g.variants)) -> list[list[T]]:
-    """`items` (groups, or (index, group) pairs with `size` reading the group) dealt into `n` chunks of about equal
-    candidate counts (largest first, each to the lightest chunk), each chunk keeping the enumeration order."""
-    loads = [0] * n
-    members: list[list[int]] = [[] for _ in range(n)]
-    for i in sorted(range(len(items)), key=lambda i: -size(items[i])):
-        j = loads.index(min(loads))
-        loads[j] += size(items[i])
-        members[j].append(i)
-    return [[items[i] for i in sorted(m)] for m in members if m]
-
-
 def _decide_parallel(req: PlanRequest, groups: list[Group], deadline_at: float | None, jobs: int,
                      progress: Progress | None, total: int) -> list[_Part]:
     """`_decide` over chunks of the groups in `jobs` worker processes. Progress is reported as chunks finish."""
-    calls = [(req, chunk, deadline_at) for chunk in _chunks(groups, jobs * CHUNKS_PER_JOB)]
+    chunks = deal(groups, jobs * CHUNKS_PER_JOB, lambda g: len(g.variants))
+    calls = [(req, chunk, deadline_at) for chunk in chunks]
     return _in_workers(_decide, calls, jobs, progress, total, lambda part: part.decided)
 
 
