@@ -120,13 +120,14 @@ def peak_floor(req: PlanRequest, cand: Candidate, resident: float, recipe: Recip
     with_buffers = not par.is_trivial and bool(exact_reason(spec, recipe, "eager"))
     # what a stage's held bytes read (holdings.held_key, with the precision, optimizer and LoRA) and the optimizer
     # offload
-    held = (spec, recipe.precision, recipe.optimizer, recipe.lora, held_key(par), par.offload_optimizer)
+    holding = (spec, recipe.precision, recipe.optimizer, recipe.lora, held_key(par))
+    held = (holding, par.offload_optimizer)
     # what the buffers read (parallel/buffers.layout_buffers): the held grads and one unit's weights and grads
-    # (Held.grads, unit_weights, unit_grads, unit_grads_held: the held key's), the ZeRO stage and group (DDP's
+    # (Held.grads, unit_weights, unit_grads, unit_grads_held: the holding's), the ZeRO stage and group (DDP's
     # buckets read the group at ZeRO 0, where the held key does not), cp, tp, ep, sp, the tokens — not dp apart from
-    # the groups, the schedule's name or offload, which would multiply the keys by four (~465,000 → ~ 150,000 in a
+    # the groups, the schedule's name or offload, which would multiply the keys by four (~465,000 → ~150,000 in a
     # whole DeepSeek-V3 × 2,048 search)
-    buffers_key = (held[:5], par.zero_group, par.cp, par.ep, par.sp, recipe.tokens)
+    buffers_key = (holding, par.zero_group, par.cp, par.ep, par.sp, recipe.tokens)
     m = par.micro_batches
     best = resident
     for rep, stage, order in _stage_groups(spec, par, plan.order):
