@@ -10,12 +10,12 @@ layers re-cut the same tp·cp·dp ranks of a stage into etp × ep × edp (expert
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
-from stepbill.spec.schema import BATCH, DEGREE, WORLD, IntTuple, OneOf, check_fields, fields_dict, hash_once
+from stepbill.spec.schema import BATCH, DEGREE, WORLD, IntTuple, OneOf, check_fields, hash_once, unchecked_replace
 
 PPSchedule = Literal["gpipe", "1f1b", "interleaved"]
 ZERO_STAGES = (0, 1, 2, 3)
@@ -72,12 +72,8 @@ class Parallel:
         """dataclasses.replace(self, **changes) — equal to it, the same errors — without checking again the fields
         it keeps (checked when this layout was made): the changed fields are checked, then every rule across
         fields. What a planner does for each variant of a layout (sp, micro-batches, offload): about 600,000 of
-        them in a whole DeepSeek-V3 × 2,048 search, at about 3 µs each against replace's 5.6 µs (timeit)."""
-        unknown = set(changes) - _FIELD_NAMES
-        if unknown:
-            raise TypeError(f"Parallel has no field {sorted(unknown)}")
-        copy = object.__new__(Parallel)
-        copy.__dict__.update(_FIELDS_OF(self), **changes)  # the fields alone: a kept hash is this layout's
+        them in a whole DeepSeek-V3 × 2,048 search, at about 4 µs each against replace's 5.7 µs (timeit)."""
+        copy = unchecked_replace(self, **changes)
         check_fields(copy, "parallel", FLAGS, only=changes)
         copy._check_rules()
         return copy
@@ -151,10 +147,6 @@ class Parallel:
     def is_trivial(self) -> bool:
         """One GPU, nothing sharded: the global bill is the per-rank bill."""
         return self.world == 1 and self.zero == 0 and not (self.offload_optimizer or self.offload_activations)
-
-
-_FIELD_NAMES = frozenset(f.name for f in fields(Parallel))
-_FIELDS_OF = fields_dict(Parallel)
 
 
 def pipeline_stage_layers(n_layers: int, pp: int, explicit: tuple[int, ...] | None = None) -> tuple[int, ...]:

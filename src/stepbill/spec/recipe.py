@@ -8,7 +8,7 @@ from typing import Annotated
 from stepbill.errors import StepbillError, unknown_name
 from stepbill.spec.parallel import Parallel
 from stepbill.spec.recompute_policy import RecomputePolicy, parse_recompute
-from stepbill.spec.schema import BATCH, TOKENS, WIDTH, Names, check_fields, fields_dict, hash_once
+from stepbill.spec.schema import BATCH, TOKENS, WIDTH, Names, check_fields, hash_once, unchecked_replace
 
 
 @hash_once
@@ -166,11 +166,9 @@ class Recipe:
         """This recipe with `parallel` for its layout: equal to the Recipe built with every field again, without
         checking again the fields it keeps (checked when this one was made; a Parallel checks its own when it is
         made), only the rule that reads the layout with them. What a planner does for each candidate, millions of
-        times: make_recipe costs about 3 µs, this copy about 1 µs (timeit, this machine)."""
+        times: make_recipe costs about 3 µs, this copy about 1.5 µs (timeit, this machine)."""
         self._check_layout(parallel)
-        copy = object.__new__(Recipe)
-        copy.__dict__.update(_FIELDS_OF(self), parallel=parallel)  # the fields alone: a kept hash is this recipe's
-        return copy
+        return unchecked_replace(self, parallel=parallel)
 
     @property
     def recompute_policy(self) -> RecomputePolicy:
@@ -187,8 +185,6 @@ class Recipe:
         """Tokens in one optimizer step: dp replicas × micro-batches per step × tokens per micro-batch."""
         return self.parallel.dp * self.parallel.micro_batches * self.tokens
 
-
-_FIELDS_OF = fields_dict(Recipe)
 
 
 def precision(name: str) -> Precision:

@@ -16,14 +16,14 @@ import dataclasses
 import math
 import operator
 import types
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass
 from functools import cache
 from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from stepbill.errors import StepbillError, shown
 
-HASH_SLOT = "_hash_once"  # where hash_once keeps an instance's hash (not a field: eq, repr, asdict never see it)
+_HASH = "_hash_once"  # where hash_once keeps an instance's hash (not a field: eq, repr, asdict never see it)
 
 
 def hash_once(cls: type) -> type:
@@ -35,14 +35,14 @@ def hash_once(cls: type) -> type:
 
     def __hash__(self: Any) -> int:
         try:
-            return self.__dict__[HASH_SLOT]
+            return self.__dict__[_HASH]
         except KeyError:
             value = generated(self)  # type: ignore[misc]
-            object.__setattr__(self, HASH_SLOT, value)
+            object.__setattr__(self, _HASH, value)
             return value
 
     def __getstate__(self: Any) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != HASH_SLOT}
+        return {k: v for k, v in self.__dict__.items() if k != _HASH}
 
     cls.__hash__ = __hash__  # type: ignore[assignment]
     cls.__getstate__ = __getstate__  # type: ignore[attr-defined]
@@ -247,13 +247,22 @@ def _default_rule(base: Any) -> Rule | None:
     return None  # dict / Any: not validated here
 
 
-def fields_dict(cls: type) -> Callable[[Any], dict[str, Any]]:
-    """A getter of an instance's dataclass fields as a dict (field name → value): what a copy with some fields
-    changed starts from (Recipe.on_layout, Parallel.with_fields) — the fields alone, never what else the instance
-    keeps in its __dict__ (hash_once's hash)."""
-    names = tuple(f.name for f in dataclasses.fields(cls))
-    getter = operator.attrgetter(*names)
-    return lambda obj: dict(zip(names, getter(obj), strict=True))
+def unchecked_replace(obj: Any, **changes: Any) -> Any:
+    """dataclasses.replace(obj, **changes) without running __init__ / __post_init__: no field is checked, the caller
+    checks what it must (Recipe.on_layout, Parallel.with_fields). The copy holds the dataclass fields alone, never
+    what else `obj` keeps in its __dict__ (hash_once's hash); an unknown field is a TypeError, as replace's."""
+    names = _field_names(type(obj))
+    unknown = set(changes) - set(names)
+    if unknown:
+        raise TypeError(f"{type(obj).__name__} has no field {sorted(unknown)}")
+    copy = object.__new__(type(obj))
+    copy.__dict__.update(zip(names, operator.attrgetter(*names)(obj), strict=True), **changes)
+    return copy
+
+
+@cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 def check_fields(obj: Any, owner: str, flags: dict[str, str] | None = None,
