@@ -251,18 +251,20 @@ def unchecked_replace(obj: Any, **changes: Any) -> Any:
     """dataclasses.replace(obj, **changes) without running __init__ / __post_init__: no field is checked, the caller
     checks what it must (Recipe.on_layout, Parallel.with_fields). The copy holds the dataclass fields alone, never
     what else `obj` keeps in its __dict__ (hash_once's hash); an unknown field is a TypeError, as replace's."""
-    names = _field_names(type(obj))
-    unknown = set(changes) - set(names)
-    if unknown:
-        raise TypeError(f"{type(obj).__name__} has no field {sorted(unknown)}")
-    copy = object.__new__(type(obj))
-    copy.__dict__.update(zip(names, operator.attrgetter(*names)(obj), strict=True), **changes)
+    cls = type(obj)
+    names, known, values = _fields_of(cls)
+    if not known.issuperset(changes):
+        raise TypeError(f"{cls.__name__} has no field {sorted(set(changes) - known)}")
+    copy = object.__new__(cls)
+    copy.__dict__.update(zip(names, values(obj), strict=True), **changes)
     return copy
 
 
 @cache
-def _field_names(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(cls))
+def _fields_of(cls: type) -> tuple[tuple[str, ...], frozenset[str], Any]:
+    """A dataclass's field names, as a tuple and a set, and a getter of their values (a tuple, in that order)."""
+    names = tuple(f.name for f in dataclasses.fields(cls))
+    return names, frozenset(names), operator.attrgetter(*names)
 
 
 def check_fields(obj: Any, owner: str, flags: dict[str, str] | None = None,
