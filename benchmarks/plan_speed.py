@@ -49,7 +49,7 @@ def plan_rate(model: str, gpu: str, gpus: int, seq: int, batch_tokens: int, fix:
         mode = "exhaustive" if exhaustive else "branch and bound"
         print(f"{model:>14} on {gpus:>5,} × {gpu}, {mode:>16}: {s.evaluated:>7,} evaluated in {s.cpu_seconds:7.2f} "
               f"CPU-s = {s.layouts_per_cpu_s:9,.0f} layouts/CPU-s ({s.seconds:.2f} s wall-clock in {s.jobs} process"
-              f"{'es' if s.jobs > 1 else ''}; {s.by_bill:,} by bill, {s.by_bound:,} by the resident bound, "
+              f"{'es' if s.jobs > 1 else ''}; {s.by_bill:,} by bill, {s.by_bound:,} by a memory bound, "
               f"{s.by_floor:,} by the floors)")
     same = all([r.command for r in getattr(results[True], k)] == [r.command for r in getattr(results[False], k)]
                for k in ("top", "gpus_vs_time", "memory_vs_time"))
@@ -132,7 +132,7 @@ def deepseek_2048_whole(jobs: int) -> None:
     s = result.stats
     best = result.best
     print(f"DeepSeek-V3 on 2,048 H100, whole space, branch and bound: {s.candidates:,} candidates, {s.evaluated:,} "
-          f"evaluated ({s.by_bound:,} by the resident bound, {s.by_floor:,} by the floors, {s.by_bill:,} by bill) in "
+          f"evaluated ({s.by_bound:,} by a memory bound, {s.by_floor:,} by the floors, {s.by_bill:,} by bill) in "
           f"{s.cpu_seconds:,.0f} CPU-s ({s.seconds:,.0f} s wall-clock in {s.jobs} process"
           f"{'es' if s.jobs > 1 else ''}) = {s.layouts_per_cpu_s:,.0f} layouts/CPU-s; best "
           f"{best.step_s if best else float('nan'):.2f} s per step: {best.command if best else '-'}")

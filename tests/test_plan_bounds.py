@@ -230,6 +230,71 @@ def test_answer_keeps_the_top_k_and_the_memory_staircase() -> None:
     assert not answer.cannot_take((objective_key("time", True, 2.5, 2, 70.0, 1000), 2.5, 70.0, 2, 0, 0))
 
 
+@pytest.mark.parametrize("objective", ["time", "memory"])
+def test_peak_to_beat_is_where_cannot_take_starts(objective: str) -> None:
+    """Answer.peak_to_beat (where sharpening may stop reading a peak floor) is exactly the least peak floor at which
+    cannot_take rules a lead out, over random answers and leads; inf where no peak floor would."""
+    rng = random.Random(7)
+    for _ in range(40):
+        answer = Answer(objective, 3, True)
+        for _ in range(rng.randrange(8)):
+            answer.add(_row(float(rng.randrange(1, 9)), float(rng.randrange(1, 30)), world=rng.choice((4, 8, 16))))
+        for _ in range(10):
+            step, world = rng.randrange(1, 12) + 0.5 * rng.randrange(2), rng.choice((4, 8, 16))
+            low = float(rng.randrange(1, 30))
+
+            beat = answer.peak_to_beat(_lead(objective, step, world, low))
+            for peak in (low, low + 0.5, *(p for p in answer._peaks if p >= low), low + 100.0):
+                out = answer.cannot_take(_lead(objective, step, world, peak))
+                # under --objective memory the key reads the peak: a lead its key keeps in at `low` (inf there) may
+                # be ruled out higher up, so inf is then only an upper bound of where cannot_take starts
+                assert out == (peak >= beat) or (objective == "memory" and beat == float("inf") and out), \
+                    (step, world, peak, beat)
+
+
+def _lead(objective: str, step: float, world: int, peak: float) -> tuple:
+    return (objective_key(objective, True, step, world, peak, 1000), front_time(True, step, 1000), peak, world, 0, 0,
+            False, step)
+
+
+def test_peak_floor_stops_once_it_reaches_enough() -> None:
+    """peak_floor(..., enough=e) reads stages only until the bound reaches e: never above the whole floor, and
+    either at least e or the whole floor."""
+    req, cands = sample("moe", 16, seed=5)
+    for cand, resident in cands:
+        whole = peak_floor(req, cand, resident)
+        for enough in (resident, (resident + whole) / 2, whole, whole + 1.0):
+            part = peak_floor(req, cand, resident, enough=enough)
+            assert part <= whole and (part >= enough or part == whole), (cand, enough)
+
+
+@pytest.mark.slow
+def test_a_peak_floor_over_the_budget_never_fits() -> None:
+    """Sharpening rejects a lead whose peak floor exceeds the budget without its bill (reason
+    peak_floor_over_budget): each one so rejected, billed, does not fit."""
+    from stepbill.engine.plan import branch_bound
+    from stepbill.engine.plan.evaluate import evaluate
+
+    req = PlanRequest(load_preset("llama3-8b"), load_gpu("h100-sxm"), "h100-sxm", (8,), 4096, "llama3-8b",
+                      global_batch_tokens=4 * 2**20)
+    rejected: list[Candidate] = []
+    sharpen = branch_bound.sharpen
+
+    def recording(req: PlanRequest, groups: dict, lead: tuple, *args: object) -> object:
+        out = sharpen(req, groups, lead, *args)  # type: ignore[arg-type]
+        if out is None:
+            group = groups[lead[4]]
+            rejected.append(group.candidate(group.variants[lead[5]]))
+        return out
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(branch_bound, "sharpen", recording)
+        result = search(req, "time", 10)
+    assert result.stats.rejected["peak_floor_over_budget"] == len(rejected) > 100
+    for cand in random.Random(0).sample(rejected, 20):
+        assert evaluate(req, cand) is None, cand
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("objective", ["time", "memory"])
 def test_branch_and_bound_in_workers_gives_the_same_answer(objective: str) -> None:

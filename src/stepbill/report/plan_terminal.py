@@ -94,7 +94,7 @@ def render_plan(result: PlanResult, space_note: str) -> Group:
     parts.append(Text(f"search: {stats.evaluated:,} candidates evaluated in {stats.seconds:.2f} s wall-clock, "
                       f"{stats.cpu_seconds:.2f} s CPU in {stats.jobs} process{'es' if stats.jobs > 1 else ''} "
                       f"({stats.layouts_per_cpu_s:,.0f}/CPU-s; {stats.by_bill:,} by "
-                      f"bill, {stats.by_bound:,} decided by the exact resident bound"
+                      f"bill, {stats.by_bound:,} by an exact memory bound"
                       + (f", {stats.by_floor:,} by the exact floors" if not stats.exhaustive else "") + ")"))
     parts.append(Text(f"space: {space_note}"))
     return Group(*parts)

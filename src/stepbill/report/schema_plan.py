@@ -33,8 +33,9 @@ class PlanSearchJson(Strict):
     candidates: int = Field(description="every point of the space, rule-rejected ones included")
     evaluated: int = Field(description="candidates decided: evaluated_by_bill + decided_by_bound + decided_by_floor")
     evaluated_by_bill: int = Field(description="candidates whose bills were made (make_bill, eager + ideal)")
-    decided_by_bound: int = Field(description="candidates rejected by the exact resident bound (their verdict is "
-                                  "exact; their peak is not computed)")
+    decided_by_bound: int = Field(description="candidates rejected by an exact lower bound of their peak over the "
+                                  "budget: their group's resident bound or (branch and bound) their peak floor (their "
+                                  "verdict is exact; their peak is not computed)")
     decided_by_floor: int = Field(description="branch and bound: candidates whose exact floors (step time, peak) "
                                   "cannot reach the top K or a Pareto front, left unbilled (reason `outranked`); 0 "
                                   "when exhaustive")

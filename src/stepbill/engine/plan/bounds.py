@@ -52,6 +52,7 @@ bound. All three floors are tested against full bills over random candidates (te
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
@@ -99,9 +100,12 @@ MEMO_MAX = 1 << 16  # entries of each of peak_floor's memos (a few MB each)
 ROWS_MEMO_MAX = 1 << 18
 
 
-def peak_floor(req: PlanRequest, cand: Candidate, resident: float, recipe: Recipe | None = None) -> float:
+def peak_floor(req: PlanRequest, cand: Candidate, resident: float, recipe: Recipe | None = None,
+               enough: float = math.inf) -> float:
     """A lower bound (bytes) of the candidate's judged peak, never below `resident` (its group's resident bound);
-    `recipe`: the candidate's (recipe_for), when the caller has it."""
+    `recipe`: the candidate's (recipe_for), when the caller has it. With `enough`, the stages left are not read once
+    the bound reaches it (the bound so far is returned: a lower bound still, and a caller that only asks whether
+    the floor reaches `enough` has its answer)."""
     solved = cand.recompute == BUDGET_AT_FREE  # the budget solver's policy, not yet solved
     if solved:
         cand, recipe = replace(cand, recompute="none"), None  # its rows: the none policy's, less what it may drop
@@ -150,6 +154,8 @@ def peak_floor(req: PlanRequest, cand: Candidate, resident: float, recipe: Recip
             loss = _MEMO.get(("loss", spec, rows_key[1], par.cp * par.tp), _loss_bytes, spec, recipe, stage, eager)
             live = max(live, resting + kept * flight + outside + loss + buf.loss)
         best = max(best, on_gpu + live - ROUNDING_SLACK_BYTES)
+        if best >= enough:
+            break
     return best
 
 

@@ -11,12 +11,13 @@ K rows already billed beat its floors on the objective (strictly, so ties are bi
 GPUs is strictly faster than its time floor (the GPUs-vs-time front), and a billed row with a peak no larger
 than its peak floor is strictly faster (the memory-vs-time front). Its true key is at least its floors' key, so
 it can be neither in the top K nor on a front: the answer — top K, both fronts — is the exhaustive search's.
-What is lost is the list of every layout that fits; `exhaustive` keeps it.
+A candidate whose peak floor, once computed, exceeds the budget cannot fit (its judged peak is at least the floor):
+it is rejected unbilled — reason `peak_floor_over_budget` — as the resident bound rejects a whole group. What is lost is the list of every layout that fits; `exhaustive` keeps it.
 
 Counting (`SearchStats`): `candidates` is every point of the space; rule-rejected points are counted per reason but
 not as evaluated. `evaluated` = `by_bill` (candidates whose bills were made) + `by_bound` (candidates the resident
-bound rejected: the bound decides their verdict exactly — no peak of theirs can be under the budget — though their
-peaks are not computed) + `by_floor` (candidates the floors showed cannot enter the answer). `seconds` is
+bound or their peak floor rejected: the bound decides their verdict exactly — no peak of theirs can be under the
+budget — though their peaks are not computed) + `by_floor` (candidates the floors showed cannot enter the answer). `seconds` is
 wall-clock; `cpu_seconds` the CPU time of this process and of its worker processes (`jobs` > 1 spreads the groups
 over processes), so layouts per CPU-second is the rate of one core whatever `jobs` is.
 """
@@ -202,7 +203,8 @@ def _branch_and_bound(req: PlanRequest, objective: str, k: int, groups: list[Gro
     fixed_batch = req.global_batch_tokens is not None
     workers_cpu = sum(p.cpu_seconds for p in parts) if jobs > 1 else 0.0
     not_searched = sum(p.not_searched for p in parts) + to_decide - sum(p.decided for p in parts)
-    stats = SearchStats(ruled_out + to_decide, sum(p.billed.by_bill for p in parts), sum(p.by_bound for p in parts),
+    by_bound = sum(p.by_bound + p.billed.by_bound for p in parts)  # the resident bound's and the peak floors'
+    stats = SearchStats(ruled_out + to_decide, sum(p.billed.by_bill for p in parts), by_bound,
                         time.perf_counter() - start, time.process_time() - start_cpu + workers_cpu,
                         dict(sorted(rejected.counts.items())), not_searched, jobs,
                         sum(p.billed.by_floor for p in parts), exhaustive=False)
