@@ -27,7 +27,8 @@ from bill_profile import clear_engine_caches, print_profile
 
 from stepbill.engine.plan import PlanRequest
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
-from stepbill.engine.plan.bounds import _empty_rank_time, budget_floor, time_floor
+from stepbill.engine.plan.bounds import empty_rank_time, time_floor
+from stepbill.engine.plan.budget_bound import budget_floor
 from stepbill.engine.plan.evaluate import recipe_for
 from stepbill.engine.plan.partition import resident_fits
 from stepbill.engine.plan.space import Candidate, Rejections, enumerate_space
@@ -68,11 +69,11 @@ def sample(req: PlanRequest, n: int) -> list[list[tuple[tuple, Candidate]]]:
 def one_pass(req: PlanRequest, groups: list[list[tuple[tuple, Candidate]]],
              cold: bool = True) -> tuple[float, int, float, int, list]:
     """(CPU s in time floors, their count, CPU s in budget floors, their count, every floor in order), from empty
-    caches (`cold`) or with only the floors' memo (bounds._empty_rank_time) emptied."""
+    caches (`cold`) or with only the floors' memo (bounds.empty_rank_time) emptied."""
     if cold:
         clear_engine_caches()
     else:
-        _empty_rank_time.cache_clear()
+        empty_rank_time.cache_clear()
     t_time = t_budget = 0.0
     n_time = n_budget = 0
     values: list = []

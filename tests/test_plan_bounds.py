@@ -11,10 +11,11 @@ import pytest
 
 from stepbill.engine.bill import make_bill
 from stepbill.engine.bill_parts import verdict_ranks
-from stepbill.engine.plan import PlanRequest, bounds, search
+from stepbill.engine.plan import PlanRequest, bounds, budget_bound, search
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
-from stepbill.engine.plan.bounds import budget_floor, peak_floor, time_floor
+from stepbill.engine.plan.bounds import peak_floor, time_floor
 from stepbill.engine.plan.branch_bound import Answer, LeadQueue
+from stepbill.engine.plan.budget_bound import budget_floor
 from stepbill.engine.plan.evaluate import Row, recipe_for, resident_bound, resolve_recompute
 from stepbill.engine.plan.pareto import front_time
 from stepbill.engine.plan.rank import objective_key
@@ -98,6 +99,33 @@ def test_budget_peak_floor_never_exceeds_the_solved_budgets_peak(name: str) -> N
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("name", ["dense", "moe"])
+def test_fitted_budget_floor_never_exceeds_a_fitting_bill(name: str) -> None:
+    """budget_floor(fitted=True) — the recompute the budget must rerun for the candidate to fit (the eager solver's
+    steps that pass the peak floor's moments bound the spelled budget from above; the ideal solver's steps under it
+    bound each stage's rerun from below) — is at least the plain floor and at most time.step of the solved budget's
+    bill when that bill fits; inf only when it does not fit."""
+    from stepbill.engine.plan.evaluate import evaluate
+
+    req, cands = sample(name, 300, seed=2)
+    seen = {"tighter": 0, "inf": 0}
+    for cand, _ in cands:
+        if cand.recompute != BUDGET_AT_FREE:
+            continue
+        plain, fitted = budget_floor(req, cand), budget_floor(req, cand, fitted=True)
+        row = evaluate(req, cand)
+        if fitted == float("inf"):
+            assert row is None, cand
+            seen["inf"] += 1
+            continue
+        assert plain <= fitted, cand
+        if row is not None:
+            assert fitted <= row.step_s * (1 + 1e-12), (cand, fitted, row.step_s)
+            seen["tighter"] += fitted > plain * (1 + 1e-6)
+    assert seen["tighter"] >= 2 and seen["inf"] >= 2, seen
+
+
+@pytest.mark.slow
 def test_peak_floor_holds_the_layouts_buffers_and_backward() -> None:
     """DeepSeek-V3 on 2,048 GPUs (ZeRO-3 gathers of 256-expert layers, reduce-scatter buffers, every-K segments
     rebuilt at large micro-batches): with the layout's buffers and each layer's backward in the floor, the median
@@ -158,11 +186,11 @@ def test_budget_floor_memo_changes_no_value(name: str) -> None:
     budgets = [cand for cand, _ in cands if cand.recompute == BUDGET_AT_FREE]
     budgets = random.Random(7).sample(budgets, min(len(budgets), 200))
     assert len(budgets) >= 50
-    bounds._STAGE_BOUNDS.cache_clear()
+    budget_bound._STAGE_BOUNDS.cache_clear()
     warm = [budget_floor(req, cand) for cand in budgets]
-    assert len(bounds._STAGE_BOUNDS.values) < len(budgets)  # siblings shared entries
+    assert len(budget_bound._STAGE_BOUNDS.values) < len(budgets)  # siblings shared entries
     for cand, value in zip(budgets, warm, strict=True):
-        bounds._STAGE_BOUNDS.cache_clear()
+        budget_bound._STAGE_BOUNDS.cache_clear()
         assert budget_floor(req, cand) == value, cand
 
 

@@ -9,22 +9,7 @@ grads + weights: added to the pipeline time), the activation bytes in the HBM tr
 compute, under `--efficiency`) and, under activation offload, the kept bytes copied over PCIe (inside a max with
 the hidden network time). Zero bytes there can only lower each term, so floor ≤ time.step of `stepbill bill`.
 
-`budget_floor` — the budget solver at the rank's free memory, before its policy is solved (solving costs eager
-bills): the policy drops some set of tensors, so the step reruns r ≥ 0 FLOPs. With r the pipeline's
-kernels only grow (stage_compute adds the recompute's share of a forward, ≥ 0, at the same scale — the budget is
-not a checkpointing policy, so the stage's work without recompute is the `none` policy's), but the slowest stage
-may change and the hideable collectives' spill may shrink (their window grows), so the floor keeps what r cannot
-lower: the lightest stage's kernels without recompute, the critical TP / EP / PP collectives, the bubble, the
-ZeRO weight all-gather after the optimizer, exposed offload, and the hideable collectives' spill with every window
-at its largest — each stage's windows with every droppable tensor rebuilt (no drop set reruns more ops: a budget's
-FLOPs are a sum over a subset of the same ops), the largest over stages — and the optimizer step at zero:
-
-    per-op:       floor = (min over stages of kernels(r = 0) + critical comm) / (1 − bubble) + all-gather + offload
-                          + spill(the `none` policy's collectives, windows at r_max)
-    --efficiency: floor = (executed FLOPs without recompute / (peak × efficiency)) / (1 − bubble) + exposed comm
-                          + offload
-
-(the budget reruns no TP / EP collective: engine/recompute/plan.Rerun).
+`budget_floor` (the budget solver's candidates, their policy unsolved): engine/plan/budget_bound.py.
 
 `peak_floor` — a lower bound of the judged peak (the eager bill's worst rank class), read off four moments of each
 stage's timeline (engine/memory/timeline.eager_moments), every other item of which is ≥ 0: the optimizer step
@@ -53,20 +38,20 @@ bound. All three floors are tested against full bills over random candidates (te
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from typing import NamedTuple
 
-from stepbill.engine import flops as fl
 from stepbill.engine.bill import without_layout
-from stepbill.engine.bill_parts import bill_eager_parts, bill_plan, bill_step_terms
+from stepbill.engine.bill_parts import bill_eager_parts, bill_step_terms
 from stepbill.engine.kinds import Part, Phase
-from stepbill.engine.memo import Memo, fields_except
+from stepbill.engine.memo import Memo
 from stepbill.engine.memory.eager import EagerTerms
 from stepbill.engine.parallel.buffers import layout_buffers
-from stepbill.engine.parallel.collectives import rank_param_elements, step_collectives
 from stepbill.engine.parallel.fsdp2_ranks import exact_reason
 from stepbill.engine.parallel.holdings import held_key, rank_holdings, stage_held
-from stepbill.engine.parallel.layout import representative_stage, stage_layer_indices, stage_layer_kinds
+from stepbill.engine.parallel.layout import representative_stage, stage_layer_indices
 from stepbill.engine.parallel.rank_class import MEMORY_KEYS, RankClass
 from stepbill.engine.parallel.ranks import (
     OPTIMIZER_SIDE,
@@ -79,9 +64,7 @@ from stepbill.engine.params import param_inventory
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.evaluate import recipe_for
 from stepbill.engine.plan.space import Candidate, PlanRequest
-from stepbill.engine.recompute import RecomputePlan, op_flops
-from stepbill.engine.timing.comm_time import comm_timing
-from stepbill.engine.timing.step import stage_compute
+from stepbill.engine.recompute import RecomputePlan
 from stepbill.engine.timing.step_terms import StepTerms
 from stepbill.errors import StepbillError
 from stepbill.spec.hardware import GPU
@@ -119,6 +102,45 @@ def peak_floor(req: PlanRequest, cand: Candidate, resident: float, recipe: Recip
     spec, par = req.spec, recipe.parallel
     # what a rank's activation rows are divided by (ranks.row_divisor; rank_plan's other divisors read the same)
     rows_key = (spec, without_layout(recipe), solved, par.cp, par.tp, par.sp, par.expert_tp)
+    best = resident
+    for side in stage_sides(req, recipe, plan, eager, outside_rows, rows_key):
+        kept, live_of = stage_rows(rows_key, plan, recipe, side.order)
+        buf, flight, resting = side.buffers, side.flight, side.resting
+        # a layer's backward: its live activations, the other micro-batches' kept ones, its buffers (by its kind)
+        backward = max(live + buf.backward_of.get(k, 0.0) for k, live in live_of.items()) if live_of else 0.0
+        # the optimizer step; the forward's last layer (the loss's backward on the last stage); each layer's backward
+        live = max(side.grads + buf.optimizer, resting + kept * flight + side.after_forward,
+                   resting + kept * (flight - 1) + max(backward, buf.backward))
+        best = max(best, side.on_gpu + live - ROUNDING_SLACK_BYTES)
+        if best >= enough:
+            break
+    return best
+
+
+class StageSide(NamedTuple):
+    """What a rank of a group of pipeline stages (peak_floor's `_stage_groups`: the same rows, the same layers) holds
+    at peak_floor's moments besides its activation rows, on the group's first stage (the most micro-batches in
+    flight; every term grows with them), bytes unless said."""
+
+    order: tuple[str, ...]  # the stages' layer kinds in order
+    stage: int  # the group's first stage
+    last_stage: int  # and its last (the fewest micro-batches in flight)
+    flight: float  # micro-batches in flight on the first stage (in_flight_microbatches)
+    on_gpu: float  # weights + optimizer states on the GPU
+    grads: float  # every gradient
+    resting: float  # the gradients held between micro-batches (all of them under accumulation, none otherwise)
+    buffers: StageBuffers
+    #: besides the kept rows in flight, the most held after the forward: the last layer's buffers, or on the last
+    #: stage (with an eager bill) the loss's backward — the logits' inputs, the loss's activations and fp32
+    #: temporaries, its buffers — when that is more
+    after_forward: float
+
+
+def stage_sides(req: PlanRequest, recipe: Recipe, plan: RecomputePlan, eager: EagerTerms | None,
+                 outside_rows: Callable | None, rows_key: tuple) -> Iterator[StageSide]:
+    """Each group's StageSide for `recipe` (its eager plan, terms and outside-layer rows: bill_eager_parts), in stage
+    order; `rows_key`: what its rows read (peak_floor's)."""
+    spec, par = req.spec, recipe.parallel
     # the layout's buffers (parallel/buffers.py) are on the timeline of the approximate per-stage model only; the
     # measured FSDP2 / ZeRO-1 rules place their own (engine/bill_parts.verdict_ranks: which model judges)
     with_buffers = not par.is_trivial and bool(exact_reason(spec, recipe, "eager"))
@@ -133,30 +155,17 @@ def peak_floor(req: PlanRequest, cand: Candidate, resident: float, recipe: Recip
     # whole DeepSeek-V3 × 2,048 search)
     buffers_key = (holding, par.zero_group, par.cp, par.ep, par.sp, recipe.tokens)
     m = par.micro_batches
-    best = resident
-    for rep, stage, order in _stage_groups(spec, par, plan.order):
-        # stages of a group differ in micro-batches in flight only, and every term grows with it: the group's first
-        # stage has the most (in_flight_microbatches)
-        flight = in_flight_microbatches(recipe, stage)
+    for rep, stage, order, last_stage in _stage_groups(spec, par, plan.order):
         on_gpu, grads = _HELD.get((held, rep), _stage_held, spec, recipe, stage)
         buf = _BUFFERS.get((buffers_key, rep, order), stage_buffers, spec, recipe, order,
                            stage) if with_buffers and order else NO_BUFFERS
-        kept, live_of = _stage_rows(rows_key, plan, recipe, order)
-        # a layer's backward: its live activations, the other micro-batches' kept ones, its buffers (by its kind)
-        backward = max(live + buf.backward_of.get(k, 0.0) for k, live in live_of.items()) if live_of else 0.0
-        resting = grads if m > 1 else 0.0
-        # the optimizer step; the forward's last layer; the backward of each layer
-        live = max(grads + buf.optimizer, resting + kept * flight + buf.forward_last,
-                   resting + kept * (flight - 1) + max(backward, buf.backward))
+        after = buf.forward_last
         if stage == par.pp - 1 and eager is not None and outside_rows is not None:
-            # the loss's backward: the logits' inputs, and the loss's activations and fp32 temporaries
             outside = _MEMO.get(("outside", *rows_key), outside_rows, row_divisor(recipe))
             loss = _MEMO.get(("loss", spec, rows_key[1], par.cp * par.tp), _loss_bytes, spec, recipe, stage, eager)
-            live = max(live, resting + kept * flight + outside + loss + buf.loss)
-        best = max(best, on_gpu + live - ROUNDING_SLACK_BYTES)
-        if best >= enough:
-            break
-    return best
+            after = max(after, outside + loss + buf.loss)
+        yield StageSide(order, stage, last_stage, in_flight_microbatches(recipe, stage), on_gpu, grads,
+                        grads if m > 1 else 0.0, buf, after)
 
 
 #: peak_floor's memos, each on what its value reads (see the callers' keys; engine/memo.Memo: emptied when full).
@@ -174,19 +183,22 @@ def _stage_held(spec: ModelSpec, recipe: Recipe, stage: int) -> tuple[float, flo
     return weights + optimizer, held.get("grads", 0.0)
 
 
-def _stage_groups(spec: ModelSpec, par: Parallel, order: tuple[str, ...]) -> tuple[tuple[int, int, tuple[str, ...]], ...]:
-    """(representative stage, the first stage so represented, its layer kinds in order) for each distinct pair:
-    stages holding the same rows and running the same layers (`order`: the model's layer kinds) have the same
-    terms. Memoised on what it reads (layout.stage_layer_indices and representative_stage read the pipeline's
-    stages, chunks and split only). Shared: read it, never change it."""
+StageGroups = tuple[tuple[int, int, tuple[str, ...], int], ...]
+
+
+def _stage_groups(spec: ModelSpec, par: Parallel, order: tuple[str, ...]) -> StageGroups:
+    """(representative stage, the first stage so represented, its layer kinds in order, the last stage so
+    represented) for each distinct pair: stages holding the same rows and running the same layers (`order`: the
+    model's layer kinds) have the same terms. Memoised on what it reads (layout.stage_layer_indices and
+    representative_stage read the pipeline's stages, chunks and split only). Shared: read it, never change it."""
     return _GROUPS.get((spec, par.pp, par.vpp, par.pp_layers, order), _groups_of, spec, par, order)
 
 
-def _groups_of(spec: ModelSpec, par: Parallel, order: tuple[str, ...]) -> tuple[tuple[int, int, tuple[str, ...]], ...]:
-    groups: dict[tuple[int, tuple[str, ...]], int] = {}
+def _groups_of(spec: ModelSpec, par: Parallel, order: tuple[str, ...]) -> StageGroups:
+    groups: dict[tuple[int, tuple[str, ...]], list[int]] = {}
     for stage, layers in enumerate(stage_layer_indices(spec, par)):
-        groups.setdefault((representative_stage(spec, par, stage), tuple(order[i] for i in layers)), stage)
-    return tuple((rep, stage, kinds) for (rep, kinds), stage in groups.items())
+        groups.setdefault((representative_stage(spec, par, stage), tuple(order[i] for i in layers)), []).append(stage)
+    return tuple((rep, stages[0], kinds, stages[-1]) for (rep, kinds), stages in groups.items())
 
 
 _GROUPS = Memo(MEMO_MAX)
@@ -230,7 +242,7 @@ def least_kept(plan: RecomputePlan) -> RecomputePlan:
     return replace(plan, layers=layers)
 
 
-def _stage_rows(rows_key: tuple, plan: RecomputePlan, recipe: Recipe, order: tuple[str, ...]
+def stage_rows(rows_key: tuple, plan: RecomputePlan, recipe: Recipe, order: tuple[str, ...]
                 ) -> tuple[float, dict[str, float]]:
     """(kept activation bytes per micro-batch after the forward, and the most alive in the backward of a layer of
     each kind — a layer's buffers read its kind only) on a stage
@@ -281,87 +293,12 @@ def time_floor(req: PlanRequest, cand: Candidate, recipe: Recipe | None = None) 
     """A lower bound of the candidate's time.step (s) under `stepbill bill`; the policy must be explicit. The same
     with and without activation offload (its PCIe traffic is the floor's zero)."""
     recipe = recipe or recipe_for(req, cand)
-    return _empty_rank_time(req.spec, recipe, req.gpu, req.efficiency).t_step
+    return empty_rank_time(req.spec, recipe, req.gpu, req.efficiency).t_step
 
 
 @lru_cache(maxsize=64)
-def _empty_rank_time(spec: ModelSpec, recipe: Recipe, gpu: GPU, efficiency: float | None) -> StepTerms:
+def empty_rank_time(spec: ModelSpec, recipe: Recipe, gpu: GPU, efficiency: float | None) -> StepTerms:
     """bill_step_terms with EMPTY_RANK (the numbers of bill_step_time's lines, no line made), the last few
     memoised: a budget candidate's floor reads the terms of its `none` twin, whose own floor the same group has just
     computed. Shared: read it, never change it."""
     return bill_step_terms(spec, recipe, EMPTY_RANK, gpu, efficiency)
-
-
-def budget_floor(req: PlanRequest, cand: Candidate) -> float:
-    """A lower bound of time.step (s) for any recompute policy of the candidate that adds no TP / EP collective —
-    the budget solver's, whatever it drops (see the module's docstring)."""
-    none = replace(cand, recompute="none")
-    recipe = recipe_for(req, none)
-    terms = _empty_rank_time(req.spec, recipe, req.gpu, req.efficiency)
-    bubble = terms.bubble  # time.bubble
-    offload = terms.offload.exposed  # time.offload_exposed
-    if req.efficiency is not None:  # time.compute / (1 − bubble) + time.comm_exposed + offload
-        return terms.t_compute / (1 - bubble) + terms.comm_exposed + offload
-    critical = terms.comm_critical  # time.comm_critical
-    gather = terms.comm_exposed - critical  # time.comm_exposed − critical: the ZeRO weight all-gather after the optimizer
-    kernels, windows = _stage_bounds(req, recipe)
-    par = recipe.parallel
-    timed = [c for c in step_collectives(req.spec, recipe, param_inventory(req.spec), req.gpu) if c.seconds is not None]
-    layers = max(max(sum(k.values()) for k in stage_layer_kinds(req.spec, par)), 1)
-    spill = comm_timing(timed, req.gpu.gpus_per_node, par.zero, par.micro_batches, layers, *windows).hidden_spill
-    return (kernels + critical) / (1 - bubble) + gather + offload + spill
-
-
-def _stage_bounds(req: PlanRequest, recipe: Recipe) -> tuple[float, tuple[float, float, float]]:
-    """(the smallest over pipeline stages of the stage's kernel seconds without recompute, and the largest
-    forward / backward / attention windows over stages with every droppable tensor rebuilt) — timing/step.py's
-    stage_compute, called as steptime._per_op calls it for the slowest stage. `recipe` is the `none` policy's.
-    Memoised on what it reads: the one-GPU recipe, the GPU and the layout's fields but dp, ZeRO, the shard group,
-    the schedule's name and offload (_STAGE_BOUNDS_FIELDS) — the budget candidates of a layout's ZeRO stages and
-    offload choices share one entry."""
-    key = (req.spec, req.gpu, without_layout(recipe), _STAGE_BOUNDS_FIELDS(recipe.parallel))
-    return _STAGE_BOUNDS.get(key, _stage_bounds_of, req, recipe)
-
-
-#: stage_compute reads the layout's kernel fields (timing/step.kernel_layout: tp, cp, ep, etp, sp), the micro-batches
-#: and the stage split (pp, vpp, pp_layers: layout.stage_layer_kinds and the held weights, rank_param_elements' key)
-_STAGE_BOUNDS_FIELDS = fields_except(Parallel, {"dp", "zero", "shard_group", "pp_schedule", "offload_optimizer",
-                                                "offload_activations"})
-_STAGE_BOUNDS = Memo(MEMO_MAX)
-
-
-def _stage_bounds_of(req: PlanRequest, recipe: Recipe) -> tuple[float, tuple[float, float, float]]:
-    spec, gpu, par = req.spec, req.gpu, recipe.parallel
-    inv = param_inventory(spec)
-    held = rank_param_elements(spec, recipe, inv)
-    weights = held["dense_weights"] + held["expert_weights"]
-    peak = gpu.peak_flops(recipe.precision.compute)
-    split, m, tokens = par.tp * par.cp, par.micro_batches, recipe.tokens
-    rebuild_all = _rebuild_all_per_token(req.spec, without_layout(recipe))
-    kernels, fwd, bwd, attn = float("inf"), 0.0, 0.0, 0.0
-    seen: set[tuple] = set()
-    for stage, kinds in enumerate(stage_layer_kinds(spec, par)):
-        first, last = stage == 0, stage == par.pp - 1
-        key = (tuple(sorted(kinds.items())), first, last)
-        if key in seen:
-            continue
-        seen.add(key)
-        work = fl.stage_step_flops(spec, inv, recipe.seq_len, recipe.micro_batch, kinds, first, last, {},
-                                   recipe.lora, False)
-        rest = stage_compute(spec, recipe, EMPTY_RANK, gpu, peak, kinds, last, work * m / split, 0.0, weights)
-        rebuilt = sum(n * rebuild_all.get(k, 0.0) for k, n in kinds.items()) * tokens * m / split
-        most = stage_compute(spec, recipe, EMPTY_RANK, gpu, peak, kinds, last, work * m / split + rebuilt, rebuilt,
-                             weights)
-        kernels = min(kernels, rest.kernels)
-        fwd, bwd, attn = max(fwd, most.forward), max(bwd, most.backward), max(attn, most.attention)
-    return kernels, (fwd, bwd, attn)
-
-
-@lru_cache(maxsize=256)
-def _rebuild_all_per_token(spec: ModelSpec, one_gpu: Recipe) -> dict[str, float]:
-    """FLOPs per token (causal, as LayerPlan.recompute_flops) to rebuild every droppable tensor of each layer kind:
-    an upper bound of any drop set's (op_flops sums each distinct producing op once, all nonnegative). It reads
-    the one-GPU plan only (`one_gpu`: without_layout(recipe)), so it is memoised on it. Shared: never change it."""
-    recipe = one_gpu
-    plan = bill_plan(spec, recipe)  # the `none` policy keeps every row
-    return {k: op_flops([t for t in lp.kept if t.recompute.droppable], recipe.seq_len) for k, lp in plan.layers.items()}

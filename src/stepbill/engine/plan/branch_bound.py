@@ -25,7 +25,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
-from stepbill.engine.plan.bounds import budget_floor, peak_floor, time_floor
+from stepbill.engine.plan.bounds import peak_floor, time_floor
+from stepbill.engine.plan.budget_bound import budget_floor
 from stepbill.engine.plan.evaluate import Row, budget_bytes, budget_drops_nothing, evaluate, resolve_recompute
 from stepbill.engine.plan.pareto import front_time
 from stepbill.engine.plan.rank import objective_key, row_key
@@ -37,9 +38,10 @@ Progress = Callable[[int, int], None]
 Groups = Sequence[Group] | Mapping[int, Group]
 
 #: A candidate waiting for its bill: (objective key of its floors, its time floor as the fronts read time, its peak
-#: floor in bytes, GPUs, group index, variant index, whether the peak floor is bounds.peak_floor's rather than the
-#: group's resident bound, its step-time floor in s). Tuples sort by the key, then the indices (a total order).
-Lead = tuple[tuple[float, ...], float, float, int, int, int, bool, float]
+#: floor in bytes, GPUs, group index, variant index, how sharp its floors are — False: the group's resident bound for
+#: a peak floor; True: bounds.peak_floor's; 2: and, for the budget solver's, the fitted step-time floor
+#: (`fit_budget`) — its step-time floor in s). Tuples sort by the key, then the indices (a total order).
+Lead = tuple[tuple[float, ...], float, float, int, int, int, bool | int, float]
 #: The rejection reason of a candidate whose exact peak floor exceeds the budget (engine/plan/space.REASONS).
 PEAK_FLOOR_OVER_BUDGET = "peak_floor_over_budget"
 
@@ -87,7 +89,7 @@ def floors(req: PlanRequest, groups: list[tuple[int, Group, float]], objective: 
 
 
 def _lead(req: PlanRequest, objective: str, fixed_batch: bool, cand: Candidate, step: float, peak: float,
-          index: int, v: int, exact: bool) -> Lead:
+          index: int, v: int, exact: bool | int) -> Lead:
     par = cand.parallel
     tokens = par.dp * par.micro_batches * cand.micro_batch * req.seq  # Recipe.tokens_per_step
     return (objective_key(objective, fixed_batch, step, par.world, peak, tokens), front_time(fixed_batch, step, tokens),
@@ -108,6 +110,20 @@ def sharpen(req: PlanRequest, groups: Groups, lead: Lead, objective: str, peak_t
     if peak > budget:
         return None
     return _lead(req, objective, req.global_batch_tokens is not None, cand, lead[7], peak, lead[4], lead[5], True)
+
+
+def fit_budget(req: PlanRequest, groups: Groups, lead: Lead, objective: str) -> Lead | None:
+    """A sharpened lead of the budget solver (its policy unsolved) with the step-time floor of its policy if it fits
+    (budget_bound.budget_floor(fitted=True): the recompute the budget forces), computed only once the lead would
+    otherwise be billed (the floor reads the solver's staircases: ~10× a peak floor); None when no step of the
+    solver lets it fit. Its exact flag becomes 2: fitted."""
+    group = groups[lead[4]]
+    cand = group.candidate(group.variants[lead[5]])
+    step = budget_floor(req, cand, fitted=True)
+    if step == math.inf:
+        return None
+    return _lead(req, objective, req.global_batch_tokens is not None, cand, max(step, lead[7]), lead[2], lead[4],
+                 lead[5], 2)
 
 
 class Answer:
@@ -244,6 +260,17 @@ def bill_in_order(req: PlanRequest, groups: Groups, leads: list[Lead], objective
                     queue.push(lead)
                     lead = None
                 continue  # decided on its own floors
+        elif lead[6] is True and groups[lead[4]].variants[lead[5]][4] == BUDGET_AT_FREE:
+            fitted = fit_budget(req, groups, lead, objective)
+            if fitted is None:  # no step the budget solver can take lets it fit
+                by_bound += 1
+                rejected[PEAK_FLOOR_OVER_BUDGET] = rejected.get(PEAK_FLOOR_OVER_BUDGET, 0) + 1
+            else:
+                lead = fitted
+                if queue.before(lead):
+                    queue.push(lead)
+                    lead = None
+                continue  # decided on its fitted floor
         else:
             reason, row = bill_lead(req, groups[lead[4]], lead[5])
             if row is not None:

@@ -79,8 +79,9 @@ REASONS: dict[str, str] = {
     "layout_invalid": "another layout rule of spec/parallel.py",
     "resident_over_budget": "weights + grads + optimizer states of a rank exceed the budget alone (exact bound)",
     "peak_over_budget": "a rank's peak exceeds usable memory − reserve",
-    "peak_floor_over_budget": "an exact lower bound of a rank's peak (its peak floor) exceeds usable memory − reserve: "
-    "cannot fit, not billed (branch and bound; --exhaustive bills it)",
+    "peak_floor_over_budget": "an exact lower bound of a rank's peak (its peak floor; for the budget solver's, at "
+    "every step the solver can take) exceeds usable memory − reserve: cannot fit, not billed (branch and bound; "
+    "--exhaustive bills it)",
     "outranked": "its exact floors (step time, peak) cannot reach the top K or a Pareto front: not billed "
     "(branch and bound; --exhaustive bills it)",
 }

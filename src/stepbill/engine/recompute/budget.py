@@ -163,13 +163,20 @@ def solve_exact(problem: Problem) -> Solution:
 def _solve_on(problem: Problem, steps: Staircase, low: float | None = None) -> Solution:
     """solve_exact with the problem's staircase given (`staircase(problem)`; `low`: its floor, when known)."""
     check_budget(problem, low)
-    k = int(np.searchsorted(-steps.peak, -problem.budget * (1 + 1e-12) - 1e-6))  # first step whose peak fits
+    k = first_fitting_step(steps, problem.budget)
     while True:  # the steps' sums are numpy's: confirm with peak_of's own sum (a last-digit difference moves on)
         chosen = steps.chosen(min(k, len(steps.peak) - 1))
         peak = peak_of(problem, chosen)
         if _fits(peak, problem.budget) or k >= len(steps.peak) - 1:
             return _solution(problem, chosen, "exact (staircase of op sets)", peak)
         k += 1
+
+
+def first_fitting_step(steps: Staircase, budget: float) -> int:
+    """The first step of the staircase (the cheapest) whose peak fits `budget` (bytes), within the solver's tolerance
+    (`_fits`); len(steps.peak) when none does. The solver starts there and moves on only while its own sum of the
+    step's peak (peak_of) misses the budget in the last digits."""
+    return int(np.searchsorted(-steps.peak, -budget * (1 + 1e-12) - 1e-6))
 
 
 @dataclass(frozen=True)
@@ -302,14 +309,14 @@ def solve_for_spec(spec: ModelSpec, budget: float, seq_len: int, micro_batch: in
                    convention: str = "ideal", attention: str = "sdpa") -> Solution:
     """The exact optimum for a model (solve_exact; memoised: the planner asks the same budget of the fit verdict,
     the budget's correction and the bill; a Solution is read-only). The problem less its budget and its staircase
-    are made once per model, sequence, micro-batch and convention (`_spec_problem`): a planner's budget candidates
+    are made once per model, sequence, micro-batch and convention (`spec_problem`): a planner's budget candidates
     ask one problem many budgets."""
-    problem, steps, low = _spec_problem(spec, seq_len, micro_batch, activation_bytes, convention, attention)
+    problem, steps, low = spec_problem(spec, seq_len, micro_batch, activation_bytes, convention, attention)
     return _solve_on(replace(problem, budget=budget), steps, low)
 
 
 @functools.lru_cache(maxsize=256)
-def _spec_problem(spec: ModelSpec, seq_len: int, micro_batch: int, activation_bytes: int, convention: str,
+def spec_problem(spec: ModelSpec, seq_len: int, micro_batch: int, activation_bytes: int, convention: str,
                   attention: str) -> tuple[Problem, Staircase, float]:
     """problem_for_spec at budget 0, its staircase and its floor (which read no budget). Shared: read them only."""
     problem = problem_for_spec(spec, 0.0, seq_len, micro_batch, activation_bytes, convention, attention)
