@@ -234,8 +234,9 @@ class LeadQueue:
 
 def bill_in_order(req: PlanRequest, groups: Groups, leads: list[Lead], objective: str, k: int,
                   deadline_at: float | None, progress: Progress | None = None) -> Billed:
-    """Bill the leads best floor first; skip those `Answer.cannot_take`; sharpen a lead's peak floor before billing
-    it (module docstring). A sharpened lead that still comes first is decided at once, as a heap would pop it."""
+    """Bill the leads best floor first; skip those `Answer.cannot_take`; sharpen a lead's peak floor (and a budget
+    solver's time floor: `fit_budget`) before billing it, rejecting it when they show it cannot fit (module
+    docstring). A sharpened lead that still comes first is decided at once, as a heap would pop it."""
     answer = Answer(objective, k, req.global_batch_tokens is not None)
     rejected: dict[str, int] = {}
     by_bill = by_floor = by_bound = done = 0
@@ -251,28 +252,19 @@ def bill_in_order(req: PlanRequest, groups: Groups, leads: list[Lead], objective
             lead = queue.pop()
         if answer.cannot_take(lead):
             by_floor += 1
-        elif not lead[6]:
-            sharpened = sharpen(req, groups, lead, objective, answer.peak_to_beat(lead))
-            if sharpened is None:  # its peak floor exceeds the budget: it cannot fit
+        elif not lead[6] or (lead[6] is True and groups[lead[4]].variants[lead[5]][4] == BUDGET_AT_FREE):
+            # sharper floors before a bill: the peak floor; then, for the budget solver's, the fitted time floor
+            sharper = sharpen(req, groups, lead, objective, answer.peak_to_beat(lead)) if not lead[6] \
+                else fit_budget(req, groups, lead, objective)
+            if sharper is None:  # it cannot fit
                 by_bound += 1
                 rejected[PEAK_FLOOR_OVER_BUDGET] = rejected.get(PEAK_FLOOR_OVER_BUDGET, 0) + 1
             else:
-                lead = sharpened
+                lead = sharper
                 if queue.before(lead):
                     queue.push(lead)
                     lead = None
-                continue  # decided on its own floors
-        elif lead[6] is True and groups[lead[4]].variants[lead[5]][4] == BUDGET_AT_FREE:
-            fitted = fit_budget(req, groups, lead, objective)
-            if fitted is None:  # no step the budget solver can take lets it fit
-                by_bound += 1
-                rejected[PEAK_FLOOR_OVER_BUDGET] = rejected.get(PEAK_FLOOR_OVER_BUDGET, 0) + 1
-            else:
-                lead = fitted
-                if queue.before(lead):
-                    queue.push(lead)
-                    lead = None
-                continue  # decided on its fitted floor
+                continue  # decided on its sharper floors
         else:
             reason, row = bill_lead(req, groups[lead[4]], lead[5])
             if row is not None:
