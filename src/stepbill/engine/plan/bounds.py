@@ -124,7 +124,6 @@ class StageSide(NamedTuple):
 
     order: tuple[str, ...]  # the stages' layer kinds in order
     stage: int  # the group's first stage
-    last_stage: int  # and its last (the fewest micro-batches in flight)
     flight: float  # micro-batches in flight on the first stage (in_flight_microbatches)
     on_gpu: float  # weights + optimizer states on the GPU
     grads: float  # every gradient
@@ -155,7 +154,7 @@ def stage_sides(req: PlanRequest, recipe: Recipe, plan: RecomputePlan, eager: Ea
     # whole DeepSeek-V3 × 2,048 search)
     buffers_key = (holding, par.zero_group, par.cp, par.ep, par.sp, recipe.tokens)
     m = par.micro_batches
-    for rep, stage, order, last_stage in _stage_groups(spec, par, plan.order):
+    for rep, stage, order in _stage_groups(spec, par, plan.order):
         on_gpu, grads = _HELD.get((held, rep), _stage_held, spec, recipe, stage)
         buf = _BUFFERS.get((buffers_key, rep, order), stage_buffers, spec, recipe, order,
                            stage) if with_buffers and order else NO_BUFFERS
@@ -164,7 +163,7 @@ def stage_sides(req: PlanRequest, recipe: Recipe, plan: RecomputePlan, eager: Ea
             outside = _MEMO.get(("outside", *rows_key), outside_rows, row_divisor(recipe))
             loss = _MEMO.get(("loss", spec, rows_key[1], par.cp * par.tp), _loss_bytes, spec, recipe, stage, eager)
             after = max(after, outside + loss + buf.loss)
-        yield StageSide(order, stage, last_stage, in_flight_microbatches(recipe, stage), on_gpu, grads,
+        yield StageSide(order, stage, in_flight_microbatches(recipe, stage), on_gpu, grads,
                         grads if m > 1 else 0.0, buf, after)
 
 
@@ -183,22 +182,19 @@ def _stage_held(spec: ModelSpec, recipe: Recipe, stage: int) -> tuple[float, flo
     return weights + optimizer, held.get("grads", 0.0)
 
 
-StageGroups = tuple[tuple[int, int, tuple[str, ...], int], ...]
-
-
-def _stage_groups(spec: ModelSpec, par: Parallel, order: tuple[str, ...]) -> StageGroups:
-    """(representative stage, the first stage so represented, its layer kinds in order, the last stage so
-    represented) for each distinct pair: stages holding the same rows and running the same layers (`order`: the
-    model's layer kinds) have the same terms. Memoised on what it reads (layout.stage_layer_indices and
-    representative_stage read the pipeline's stages, chunks and split only). Shared: read it, never change it."""
+def _stage_groups(spec: ModelSpec, par: Parallel, order: tuple[str, ...]) -> tuple[tuple[int, int, tuple[str, ...]], ...]:
+    """(representative stage, the first stage so represented, its layer kinds in order) for each distinct pair:
+    stages holding the same rows and running the same layers (`order`: the model's layer kinds) have the same
+    terms. Memoised on what it reads (layout.stage_layer_indices and representative_stage read the pipeline's
+    stages, chunks and split only). Shared: read it, never change it."""
     return _GROUPS.get((spec, par.pp, par.vpp, par.pp_layers, order), _groups_of, spec, par, order)
 
 
-def _groups_of(spec: ModelSpec, par: Parallel, order: tuple[str, ...]) -> StageGroups:
-    groups: dict[tuple[int, tuple[str, ...]], list[int]] = {}
+def _groups_of(spec: ModelSpec, par: Parallel, order: tuple[str, ...]) -> tuple[tuple[int, int, tuple[str, ...]], ...]:
+    groups: dict[tuple[int, tuple[str, ...]], int] = {}
     for stage, layers in enumerate(stage_layer_indices(spec, par)):
-        groups.setdefault((representative_stage(spec, par, stage), tuple(order[i] for i in layers)), []).append(stage)
-    return tuple((rep, stages[0], kinds, stages[-1]) for (rep, kinds), stages in groups.items())
+        groups.setdefault((representative_stage(spec, par, stage), tuple(order[i] for i in layers)), stage)
+    return tuple((rep, stage, kinds) for (rep, kinds), stage in groups.items())
 
 
 _GROUPS = Memo(MEMO_MAX)

@@ -105,59 +105,67 @@ def budget_floor(req: PlanRequest, cand: Candidate, fitted: bool = False) -> flo
 def _fitted_kernels(req: PlanRequest, recipe: Recipe) -> float:
     """A lower bound of the slowest stage's kernel seconds under the budget policy of a candidate that fits (inf: none
     of the eager solver's steps lets it fit); `recipe` is the `none` policy's. Steps 1–3 of the module's docstring;
-    0 where the bound does not apply (LoRA: the solver ranks full fine-tuning rows there; no eager bill)."""
+    0 where the bound does not apply (LoRA: the solver ranks full fine-tuning rows there; activation offload; no
+    eager bill)."""
     spec, par = req.spec, recipe.parallel
     if recipe.lora is not None or par.offload_activations:  # offload: no kept row stays on the GPU
         return 0.0
     try:
-        plan, eager, outside_rows = bill_eager_parts(spec, recipe)
+        parts = bill_eager_parts(spec, recipe)
     except StepbillError:
         return 0.0
     one = without_layout(recipe)
-    eager_steps, ideal_steps = _staircase(spec, one, "eager"), _staircase(spec, one, "ideal")
-    divisors = (par.cp, par.tp, par.sp, par.expert_tp)
-    freed = _FREED.get((spec, one, divisors), _freed_on_rank, spec, recipe, eager_steps)
-    rows_key = (spec, one, False, *divisors)  # peak_floor's key of the none policy's rows
-    budget = budget_bytes(req, par) + ROUNDING_SLACK_BYTES
-    fits = np.ones(len(eager_steps[0].peak), dtype=bool)
-    groups = []
-    for side in stage_sides(req, recipe, plan, eager, outside_rows, rows_key):
-        kept = stage_rows(rows_key, plan, recipe, side.order)[0]  # the none policy's, per micro-batch
-        counts = {k: side.order.count(k) for k in eager_steps[1]}
-        dropped = sum(n * freed[k] for k, n in counts.items() if n)
-        fits &= (kept - dropped) * side.flight + side.resting + side.after_forward + side.on_gpu <= budget
-        groups.append((side, counts))
-    if not fits.any():
+    k_min, stages = _cheapest_fitting_step(req, recipe, parts, _staircase(spec, one, "eager"))
+    if k_min is None:
         return math.inf  # no step the eager solver can take lets the candidate fit
-    k_min = int(np.argmax(fits))
     if k_min == 0:
-        return 0.0  # the cheapest step fits: no recompute forced
-    x_up = float(eager_steps[0].peak[k_min - 1]) * (1 + SUM_SLACK)
-    steps, kinds = ideal_steps
-    first = min(first_fitting_step(steps, x_up), len(steps.peak) - 1)
+        return 0.0  # the cheapest step may fit: no recompute forced
+    x_up = float(_staircase(spec, one, "eager")[0].peak[k_min - 1]) * (1 + SUM_SLACK)
+    ideal_steps = _staircase(spec, one, "ideal")
+    first = min(first_fitting_step(ideal_steps[0], x_up), len(ideal_steps[0].peak) - 1)
     per_layer = _FLOPS.get((spec, one), _rerun_per_layer, ideal_steps)
     inv = param_inventory(spec)
     held = rank_param_elements(spec, recipe, inv)
     weights = held["dense_weights"] + held["expert_weights"]
     peak = req.gpu.peak_flops(recipe.precision.compute)
     split, m = par.tp * par.cp, par.micro_batches
-    stages = []  # (kinds, last, work, least recompute) per group, one micro-batch on one GPU
-    for side, counts in groups:
-        stage_kinds = stage_layer_kinds(spec, par)[side.stage]
-        last = side.stage == par.pp - 1
-        work = fl.stage_step_flops(spec, inv, recipe.seq_len, recipe.micro_batch, stage_kinds, side.stage == 0, last,
-                                   {}, None, False)
-        rerun = sum(counts[k] * per_layer[k][first:] for k in kinds if counts.get(k))
-        least = float(np.min(rerun)) * (1 - SUM_SLACK) if counts and not np.isscalar(rerun) else 0.0
-        stages.append((stage_kinds, last, work, least))
-    busiest = max(work + least for _, _, work, least in stages)  # E: the slowest stage executes at least this
+    rows = []  # (layer kinds, last, work, least recompute) per stage group, one micro-batch on one GPU
+    for stage in stages:
+        kinds = stage_layer_kinds(spec, par)[stage]
+        last = stage == par.pp - 1
+        work = fl.stage_step_flops(spec, inv, recipe.seq_len, recipe.micro_batch, kinds, stage == 0, last, {}, None,
+                                   False)
+        rerun = sum(n * per_layer[k][first:] for k, n in kinds.items())  # at each step the solver may take
+        rows.append((kinds, last, work, float(np.min(rerun)) * (1 - SUM_SLACK) if kinds else 0.0))
+    busiest = max(work + least for _, _, work, least in rows)  # E: the slowest stage executes at least this
     kernels = math.inf
-    for stage_kinds, last, work, least in stages:
+    for kinds, last, work, least in rows:
         rerun = max(least, busiest - work)
-        sc = stage_compute(spec, recipe, EMPTY_RANK, req.gpu, peak, stage_kinds, last, (work + rerun) * m / split,
+        sc = stage_compute(spec, recipe, EMPTY_RANK, req.gpu, peak, kinds, last, (work + rerun) * m / split,
                            rerun * m / split, weights)
         kernels = min(kernels, sc.kernels)
     return kernels
+
+
+def _cheapest_fitting_step(req: PlanRequest, recipe: Recipe, parts: tuple, eager_steps: Steps
+                           ) -> tuple[int | None, list[int]]:
+    """(the first eager staircase step whose kept rows pass every stage group's peak-floor moment after the forward
+    — None when none does — and each group's first stage): step 1 of the module's docstring. `parts`: the `none`
+    recipe's bill_eager_parts."""
+    spec, par = req.spec, recipe.parallel
+    plan, eager, outside_rows = parts
+    one, divisors = without_layout(recipe), (par.cp, par.tp, par.sp, par.expert_tp)
+    freed = _FREED.get((spec, one, divisors), _freed_on_rank, spec, recipe, eager_steps)
+    rows_key = (spec, one, False, *divisors)  # peak_floor's key of the none policy's rows
+    limit = budget_bytes(req, par) + ROUNDING_SLACK_BYTES  # peak ≥ the moment − the slack, and fits at ≤ budget
+    fits = np.ones(len(eager_steps[0].peak), dtype=bool)
+    stages = []
+    for side in stage_sides(req, recipe, plan, eager, outside_rows, rows_key):
+        kept = stage_rows(rows_key, plan, recipe, side.order)[0]  # the none policy's, per micro-batch
+        dropped = sum(side.order.count(k) * freed[k] for k in eager_steps[1] if k in side.order)
+        fits &= (kept - dropped) * side.flight + side.resting + side.after_forward + side.on_gpu <= limit
+        stages.append(side.stage)
+    return (int(np.argmax(fits)) if fits.any() else None), stages
 
 
 Steps = tuple[Staircase, dict[str, int]]
@@ -214,11 +222,13 @@ def _rerun_per_layer(ideal_steps: Steps) -> dict[str, np.ndarray]:
             for n, (kind, front) in enumerate(zip(layers, steps.fronts, strict=True))}
 
 
-#: Memos of the fitted floor: per one-GPU recipe and row divisors, the bytes each eager step frees per layer kind;
-#: per one-GPU recipe, the FLOPs each ideal step reruns per layer kind.
-_FREED = Memo(MEMO_MAX)
-_FREED_BY_SPLIT = Memo(MEMO_MAX)
-_FLOPS = Memo(MEMO_MAX)
+#: Memos of the fitted floor, their values arrays over a staircase's steps: per one-GPU recipe (and row divisors), the
+#: bytes each eager step frees per layer kind; per one-GPU recipe, the FLOPs each ideal step reruns per layer kind. A
+#: search has a few one-GPU recipes (one per micro-batch size) and divisors (cp, tp, sp, etp).
+FITTED_MEMO_MAX = 4096
+_FREED = Memo(FITTED_MEMO_MAX)
+_FREED_BY_SPLIT = Memo(FITTED_MEMO_MAX)
+_FLOPS = Memo(FITTED_MEMO_MAX)
 
 
 def _stage_bounds(req: PlanRequest, recipe: Recipe) -> tuple[float, tuple[float, float, float]]:
