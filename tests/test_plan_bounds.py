@@ -13,7 +13,7 @@ from stepbill.engine.bill import make_bill
 from stepbill.engine.bill_parts import verdict_ranks
 from stepbill.engine.plan import PlanRequest, bounds, budget_bound, search
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
-from stepbill.engine.plan.bounds import peak_floor, time_floor
+from stepbill.engine.plan.bounds import offload_twin_floor, peak_floor, time_floor, time_floor_terms
 from stepbill.engine.plan.branch_bound import Answer, LeadQueue
 from stepbill.engine.plan.budget_bound import budget_floor
 from stepbill.engine.plan.evaluate import Row, recipe_for, resident_bound, resolve_recompute
@@ -350,6 +350,22 @@ def test_time_floor_does_not_read_activation_offload() -> None:
         on, off = (dataclasses.replace(cand, parallel=dataclasses.replace(cand.parallel, offload_activations=x))
                    for x in (True, False))
         assert time_floor(req, on) == time_floor(req, off)
+
+
+@pytest.mark.parametrize("name", ["dense", "moe"])
+def test_offload_twin_floor_equals_the_time_floor(name: str) -> None:
+    """A candidate with optimizer offload: its time floor read off its twin's numbers (the same candidate without
+    offload) with its own offload terms is its time floor, ==."""
+    req, cands = sample(name, 40, seed=6)
+    checked = 0
+    for cand, _ in cands:
+        if cand.recompute == BUDGET_AT_FREE:
+            continue
+        on, off = (dataclasses.replace(cand, parallel=dataclasses.replace(cand.parallel, offload_optimizer=x))
+                   for x in (True, False))
+        assert offload_twin_floor(req, on, time_floor_terms(req, off)) == time_floor(req, on), cand
+        checked += 1
+    assert checked >= 20
 
 
 @pytest.mark.slow

@@ -68,7 +68,7 @@ def render_plan(result: PlanResult, space_note: str) -> Group:
     if not stats.complete:
         share = 1 - stats.not_searched / max(stats.candidates, 1)
         parts.append(Text(f"incomplete: the deadline stopped the search with {stats.not_searched:,} candidates not "
-                          f"decided ({share:.1%} of the space searched, its groups in a fixed random order); a "
+                          f"decided ({share:.1%} of the space searched, its layouts in a fixed random order); a "
                           "layout not searched may beat these rows", style="bold"))
     run = req.train_tokens is not None
     # without a global batch steps carry different token counts: the fronts (as the ranking) use time per token

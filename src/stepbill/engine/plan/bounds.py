@@ -49,6 +49,7 @@ from stepbill.engine.kinds import Part, Phase
 from stepbill.engine.memo import Memo
 from stepbill.engine.memory.eager import EagerTerms
 from stepbill.engine.parallel.buffers import layout_buffers
+from stepbill.engine.parallel.collectives import rank_param_elements
 from stepbill.engine.parallel.fsdp2_ranks import exact_reason
 from stepbill.engine.parallel.holdings import held_key, rank_holdings, stage_held
 from stepbill.engine.parallel.layout import representative_stage, stage_layer_indices
@@ -65,7 +66,7 @@ from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.evaluate import recipe_for
 from stepbill.engine.plan.space import Candidate, PlanRequest
 from stepbill.engine.recompute import RecomputePlan
-from stepbill.engine.timing.step_terms import StepTerms
+from stepbill.engine.timing.step_terms import StepTerms, offload_terms, per_op_total
 from stepbill.errors import StepbillError
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
@@ -288,8 +289,27 @@ _MEMO = Memo(MEMO_MAX)
 def time_floor(req: PlanRequest, cand: Candidate, recipe: Recipe | None = None) -> float:
     """A lower bound of the candidate's time.step (s) under `stepbill bill`; the policy must be explicit. The same
     with and without activation offload (its PCIe traffic is the floor's zero)."""
+    return time_floor_terms(req, cand, recipe).t_step
+
+
+def time_floor_terms(req: PlanRequest, cand: Candidate, recipe: Recipe | None = None) -> StepTerms:
+    """The numbers of the candidate's time floor (`time_floor` is their t_step). Shared: read them, never change
+    them."""
     recipe = recipe or recipe_for(req, cand)
-    return empty_rank_time(req.spec, recipe, req.gpu, req.efficiency).t_step
+    return empty_rank_time(req.spec, recipe, req.gpu, req.efficiency)
+
+
+def offload_twin_floor(req: PlanRequest, cand: Candidate, twin: StepTerms) -> float:
+    """time_floor of a candidate with optimizer offload from `twin`, the time floor's numbers of the same candidate
+    without it (per-op model): the step time reads the optimizer offload in its offload terms alone
+    (step_terms.offload_terms; the collectives, kernels and FLOPs read no offload field, and the floor's optimizer
+    step is zero either way), so its t_step is step_terms.per_op_total of the twin's pipeline time, collectives and
+    kernels with the candidate's offload terms — the same numbers through the same arithmetic as time_floor's
+    (tests/test_plan_bounds.py: equal, ==)."""
+    assert twin.comm is not None and req.efficiency is None, "the per-op model's numbers"
+    recipe = recipe_for(req, cand)
+    held = rank_param_elements(req.spec, recipe, param_inventory(req.spec))
+    return per_op_total(twin.t_pipe, twin.comm, twin.t_rank, offload_terms(recipe, EMPTY_RANK, req.gpu, held))[1]
 
 
 @lru_cache(maxsize=64)

@@ -27,13 +27,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
-from stepbill.engine.plan.bounds import peak_floor, time_floor
+from stepbill.engine.plan.bounds import offload_twin_floor, peak_floor, time_floor_terms
 from stepbill.engine.plan.budget_bound import budget_floor
 from stepbill.engine.plan.evaluate import Row, budget_bytes, budget_drops_nothing, evaluate, resolve_recompute
 from stepbill.engine.plan.pareto import front_time
 from stepbill.engine.plan.rank import objective_key, row_key
 from stepbill.engine.plan.space import Candidate, Group, PlanRequest
+from stepbill.engine.timing.step_terms import StepTerms
 from stepbill.errors import StepbillError
+from stepbill.spec.parallel import Parallel
 
 Progress = Callable[[int, int], None]
 #: The groups a lead's group index (Lead[4]) reads: the search's list, or a partition's (index → group).
@@ -66,10 +68,16 @@ def floors(req: PlanRequest, groups: list[tuple[int, Group, float]], objective: 
     cpu0 = time.process_time()
     out = Floors()
     fixed_batch = req.global_batch_tokens is not None
+    # the time floors' numbers of the last group without optimizer offload, by variant: its twin with offload (the
+    # same layout, next in the order: space.enumerate_space, search.py's shuffle) reads them (bounds.offload_twin_floor)
+    unloaded: tuple[Parallel, dict[tuple, StepTerms]] | None = None
     for index, group, peak_floor_of_group in groups:
         if deadline_at is not None and time.time() > deadline_at:
             break
         steps: dict[tuple, float] = {}  # time floors of this group's variants
+        terms: dict[tuple, StepTerms] = {}
+        twins = unloaded[1] if unloaded is not None and unloaded[0] is group.holdings_layout \
+            and group.offload_optimizer and req.efficiency is None else {}
         for v, variant in enumerate(group.variants):
             try:
                 cand = group.candidate(variant)
@@ -79,10 +87,17 @@ def floors(req: PlanRequest, groups: list[tuple[int, Group, float]], objective: 
             if cand.recompute == BUDGET_AT_FREE:
                 step = budget_floor(req, cand)
             else:
-                twin = (*variant[:3], False, *variant[4:])  # activation offload: the same time floor
-                step = steps[twin] if twin in steps else time_floor(req, cand)
+                key = (*variant[:3], False, *variant[4:])  # activation offload: the same time floor
+                if key in steps:
+                    step = steps[key]
+                elif key in twins:
+                    step = offload_twin_floor(req, cand, twins[key])
+                else:
+                    terms[key] = time_floor_terms(req, cand)
+                    step = terms[key].t_step
                 steps[variant] = step
             out.leads.append(_lead(req, objective, fixed_batch, cand, step, peak_floor_of_group, index, v, False))
+        unloaded = None if group.offload_optimizer else (group.holdings_layout, terms)
         out.decided += len(group.variants)
         if progress is not None:
             progress(out.decided, total)

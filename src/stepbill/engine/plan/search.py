@@ -120,8 +120,8 @@ def search(req: PlanRequest, objective: str = "time", k: int = 10, progress: Pro
     """Plan `req`: the top `k` rows under `objective` and both Pareto fronts, by branch and bound (module
     docstring), or with `exhaustive` every candidate's verdict and every fitting row. With `deadline_s` (wall-clock
     seconds) the search stops once it has run that long; the candidates left are counted in `stats.not_searched` and
-    the answer covers only what was searched (groups are taken in a fixed random order, so that is a uniform sample
-    of the space's groups). `jobs` > 1 decides the groups in that many worker processes (branch and bound: one
+    the answer covers only what was searched (layouts are taken in a fixed random order, so that is a uniform sample
+    of the space's layouts: `_shuffled`). `jobs` > 1 decides the groups in that many worker processes (branch and bound: one
     partition of the space's (tp, pp, cp) cells each, `_branch_and_bound`, partition.py); the answer is the same
     (rows are ranked by a total order)."""
     sort_key(objective)  # an unknown objective fails before the search
@@ -149,10 +149,7 @@ def _search(req: PlanRequest, objective: str, k: int, progress: Progress | None,
             jobs: int, exhaustive: bool) -> PlanResult:
     start, start_cpu = time.perf_counter(), time.process_time()
     rejected = Rejections()
-    groups = list(enumerate_space(req, rejected))
-    # A fixed shuffle: a search stopped by its deadline has decided a uniform random sample of the groups, not the
-    # first corner of the enumeration (tp 1, pp 1, ...); a complete search ranks the same rows either way.
-    random.Random(SAMPLE_SEED).shuffle(groups)
+    groups = _shuffled(list(enumerate_space(req, rejected)))
     to_decide = sum(len(g.variants) for g in groups)
     ruled_out = sum(rejected.counts.values())
     deadline_at = None if deadline_s is None else time.time() + deadline_s
@@ -210,6 +207,22 @@ def _branch_and_bound(req: PlanRequest, objective: str, k: int, groups: list[Gro
                         sum(p.billed.by_floor for p in parts), exhaustive=False)
     return PlanResult(req, objective, k, top(rows, objective, len(rows), fixed_batch), stats,
                       gpus_vs_time(rows, fixed_batch), memory_vs_time(rows, fixed_batch))
+
+
+def _shuffled(groups: list[Group]) -> list[Group]:
+    """The groups in a fixed random order of their layouts: a search stopped by its deadline has decided a uniform
+    random sample of the layouts, not the first corner of the enumeration (tp 1, pp 1, ...); a complete search ranks
+    the same rows either way. A layout's groups (one per optimizer offload choice, enumerated in turn: they share its
+    `holdings_layout`) stay next to each other, so the floors of the one with offload read its twin's
+    (branch_bound.floors)."""
+    layouts: list[list[Group]] = []
+    for group in groups:
+        if layouts and layouts[-1][0].holdings_layout is group.holdings_layout:
+            layouts[-1].append(group)
+        else:
+            layouts.append([group])
+    random.Random(SAMPLE_SEED).shuffle(layouts)
+    return [group for layout in layouts for group in layout]
 
 
 #: Below this many candidates to decide, worker processes cost more to start than they save.

@@ -195,6 +195,15 @@ def _bubble(pp: int, micro_batches: int) -> float:
     return float(comm.pipeline_bubble(pp, micro_batches))
 
 
+def per_op_total(t_pipe: float, comm: CommTiming, t_rank: float, off: OffloadTerms) -> tuple[float, float]:
+    """(time.comm_spill, time.step) of the per-op model from the pipeline time, the collectives' timing, the rank's
+    kernels and the offload terms: the hideable collectives' spill or the offload traffic compute cannot cover,
+    whichever is more, added to the pipeline, the exposed collectives and the exposed offload. The planner reads it
+    alone for a candidate that differs from another in its offload terms only (engine/plan/bounds.py)."""
+    spill = max(comm.hidden_spill, off.hideable - t_rank)
+    return spill, t_pipe + comm.exposed_once + off.exposed + spill
+
+
 def step_terms(spec: ModelSpec, inv: ParamInventory, recipe: Recipe, worst: RankClass, collectives: list[Collective],
                gpu: GPU, flops: dict[str, Line], efficiency: float | None = None,
                dtype: str | None = None, plan: RecomputePlan | None = None) -> StepTerms:
@@ -245,8 +254,7 @@ def step_terms(spec: ModelSpec, inv: ParamInventory, recipe: Recipe, worst: Rank
         t_compute = t_rank + sc.optimizer
         t_pipe = (t_rank + ct.critical_per_step) / (1 - bubble) + sc.optimizer
         critical, exposed, hideable = ct.critical_per_step, ct.critical_per_step + ct.exposed_once, ct.hideable
-        spill = max(ct.hidden_spill, off.hideable - t_rank)
-        t_step = t_pipe + ct.exposed_once + off.exposed + spill
+        spill, t_step = per_op_total(t_pipe, ct, t_rank, off)
     tokens = recipe.tokens_per_step
     return StepTerms(
         efficiency, dtype, peak, model, model_causal, rank_model, recompute_square, stage, stage_mb, split, executed,
