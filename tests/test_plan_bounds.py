@@ -355,17 +355,20 @@ def test_time_floor_does_not_read_activation_offload() -> None:
 @pytest.mark.parametrize("name", ["dense", "moe"])
 def test_offload_twin_floor_equals_the_time_floor(name: str) -> None:
     """A candidate with optimizer offload: its time floor read off its twin's numbers (the same candidate without
-    offload) with its own offload terms is its time floor, ==."""
+    offload) with its own offload terms is its time floor, ==; so is a budget candidate's floor read off its none
+    policy's twin."""
     req, cands = sample(name, 40, seed=6)
     checked = 0
     for cand, _ in cands:
-        if cand.recompute == BUDGET_AT_FREE:
-            continue
         on, off = (dataclasses.replace(cand, parallel=dataclasses.replace(cand.parallel, offload_optimizer=x))
                    for x in (True, False))
-        assert offload_twin_floor(req, on, time_floor_terms(req, off)) == time_floor(req, on), cand
+        if cand.recompute == BUDGET_AT_FREE:  # its floor reads the none policy's numbers
+            none = dataclasses.replace(off, recompute="none")
+            assert budget_floor(req, on, twin=time_floor_terms(req, none)) == budget_floor(req, on), cand
+        else:
+            assert offload_twin_floor(req, on, time_floor_terms(req, off)) == time_floor(req, on), cand
         checked += 1
-    assert checked >= 20
+    assert checked >= 30
 
 
 @pytest.mark.slow

@@ -85,7 +85,7 @@ def floors(req: PlanRequest, groups: list[tuple[int, Group, float]], objective: 
                 out.rejected["layout_invalid"] = out.rejected.get("layout_invalid", 0) + 1
                 continue
             if cand.recompute == BUDGET_AT_FREE:
-                step = budget_floor(req, cand)
+                step = budget_floor(req, cand, twin=twins.get((*variant[:3], False, "none")))
             else:
                 key = (*variant[:3], False, *variant[4:])  # activation offload: the same time floor
                 if key in steps:

@@ -69,6 +69,7 @@ from stepbill.engine.recompute import op_flops
 from stepbill.engine.recompute.budget import Staircase, first_fitting_step, spec_problem
 from stepbill.engine.timing.comm_time import comm_timing
 from stepbill.engine.timing.step import stage_compute
+from stepbill.engine.timing.step_terms import StepTerms, offload_terms
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.parallel import Parallel
@@ -79,15 +80,21 @@ from stepbill.spec.recipe import Recipe
 SUM_SLACK = 1e-9
 
 
-def budget_floor(req: PlanRequest, cand: Candidate, fitted: bool = False) -> float:
+def budget_floor(req: PlanRequest, cand: Candidate, fitted: bool = False, twin: StepTerms | None = None) -> float:
     """A lower bound of time.step (s) for any recompute policy of the candidate that adds no TP / EP collective —
     the budget solver's, whatever it drops; with `fitted`, of the budget solver's policy when the candidate fits
-    (inf: it cannot fit). See the module's docstring."""
+    (inf: it cannot fit). See the module's docstring. `twin`: the time floor's numbers of the candidate's `none`
+    policy without optimizer offload (per-op model), for a candidate with it: they differ in the offload terms alone
+    (bounds.offload_twin_floor), which are then the candidate's own."""
     none = replace(cand, recompute="none")
     recipe = recipe_for(req, none)
-    terms = empty_rank_time(req.spec, recipe, req.gpu, req.efficiency)
+    if twin is None:
+        terms = empty_rank_time(req.spec, recipe, req.gpu, req.efficiency)
+        offload = terms.offload.exposed  # time.offload_exposed
+    else:
+        terms, offload = twin, offload_terms(recipe, EMPTY_RANK, req.gpu,
+                                             rank_param_elements(req.spec, recipe, param_inventory(req.spec))).exposed
     bubble = terms.bubble  # time.bubble
-    offload = terms.offload.exposed  # time.offload_exposed
     if req.efficiency is not None:  # time.compute / (1 − bubble) + time.comm_exposed + offload
         return terms.t_compute / (1 - bubble) + terms.comm_exposed + offload
     critical = terms.comm_critical  # time.comm_critical
