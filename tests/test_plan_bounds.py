@@ -234,6 +234,20 @@ def test_lead_queue_pops_as_one_heap() -> None:
     assert not queue and len(popped) > len(leads)
 
 
+def test_leads_sort_as_tuples() -> None:
+    """branch_bound._sort_leads (by the key's first number, then each tie by the whole lead) is `list.sort()`'s
+    order, with many ties, ints (the gpus objective's key starts with the GPU count) and floats."""
+    from stepbill.engine.plan.branch_bound import _sort_leads
+
+    rng = random.Random(11)
+    for first in (lambda: float(rng.randrange(5)), lambda: rng.choice((8, 16, 32)), rng.random):
+        leads = [((first(), rng.randrange(3), float(rng.randrange(4))), 1.0, 0.0, 8, rng.randrange(5), i, False, 1.0)
+                 for i in range(500)]
+        mine = list(leads)
+        _sort_leads(mine)
+        assert mine == sorted(leads)
+
+
 def test_answer_keeps_the_top_k_and_the_memory_staircase() -> None:
     """Answer.cannot_take: a lead is dropped only when K rows beat its key, a row with no more GPUs is faster, and
     a row with no more memory is faster (strictly: ties are billed)."""

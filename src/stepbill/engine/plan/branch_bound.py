@@ -217,13 +217,31 @@ class Billed:
     by_bound: int = 0  # their peak floors exceed the budget (reason PEAK_FLOOR_OVER_BUDGET)
 
 
+def _sort_leads(leads: list[Lead]) -> None:
+    """Sort `leads` in their tuples' order, as `leads.sort()` does, faster: by the first number of their keys alone
+    (stable), then each run of equal first numbers by the whole tuple. Comparing the nested tuples themselves costs
+    several times more (2.45 M leads: ~9 s against ~3 s, timeit) and almost every comparison is decided by that
+    first number."""
+    leads.sort(key=_first_of_key)
+    start = 0
+    for end in range(1, len(leads) + 1):
+        if end == len(leads) or leads[end][0][0] != leads[start][0][0]:
+            if end - start > 1:
+                leads[start:end] = sorted(leads[start:end])
+            start = end
+
+
+def _first_of_key(lead: Lead) -> float:
+    return lead[0][0]
+
+
 class LeadQueue:
     """The leads best first (Lead tuples' order, a total order): sorted once, with a heap for the leads that come
     back sharpened. The same order as one heap of them all, at a sort's cost instead of a heap pop each (the search
     takes millions)."""
 
     def __init__(self, leads: list[Lead]) -> None:
-        leads.sort()
+        _sort_leads(leads)
         self._sorted, self._next = leads, 0
         self._back: list[Lead] = []  # sharpened leads, a heap
 
