@@ -42,15 +42,19 @@ exact for the answer (tests/test_plan_bounds.py checks it against solved, fittin
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from functools import lru_cache
 
 import numpy as np
 
 from stepbill.engine import flops as fl
+from stepbill.engine.activations import ActTensor
 from stepbill.engine.bill import activation_width, without_layout
 from stepbill.engine.bill_parts import bill_eager_parts, bill_plan
+from stepbill.engine.kinds import Split
 from stepbill.engine.memo import Memo, fields_except
+from stepbill.engine.memory.eager import EagerTerms
 from stepbill.engine.parallel.collectives import rank_param_elements, step_collectives
 from stepbill.engine.parallel.layout import stage_layer_kinds
 from stepbill.engine.parallel.ranks import row_divisor
@@ -65,7 +69,7 @@ from stepbill.engine.plan.bounds import (
 )
 from stepbill.engine.plan.evaluate import budget_bytes, recipe_for
 from stepbill.engine.plan.space import Candidate, PlanRequest
-from stepbill.engine.recompute import op_flops
+from stepbill.engine.recompute import RecomputePlan, op_flops
 from stepbill.engine.recompute.budget import Staircase, first_fitting_step, spec_problem
 from stepbill.engine.timing.comm_time import comm_timing
 from stepbill.engine.timing.step import stage_compute
@@ -154,7 +158,7 @@ def _fitted_kernels(req: PlanRequest, recipe: Recipe) -> float:
     return kernels
 
 
-def _cheapest_fitting_step(req: PlanRequest, recipe: Recipe, parts: tuple, eager_steps: Steps
+def _cheapest_fitting_step(req: PlanRequest, recipe: Recipe, parts: EagerParts, eager_steps: Steps
                            ) -> tuple[int | None, list[int]]:
     """(the first eager staircase step whose kept rows pass every stage group's peak-floor moment after the forward
     — None when none does — and each group's first stage): step 1 of the module's docstring. `parts`: the `none`
@@ -176,6 +180,8 @@ def _cheapest_fitting_step(req: PlanRequest, recipe: Recipe, parts: tuple, eager
 
 
 Steps = tuple[Staircase, dict[str, int]]
+#: bill_parts.bill_eager_parts' answer: the eager plan, its eager terms, the outside-layer bytes by row divisor
+EagerParts = tuple[RecomputePlan, EagerTerms | None, Callable[[Callable[[ActTensor], float]], float] | None]
 
 
 def _staircase(spec: ModelSpec, one: Recipe, convention: str) -> Steps:
@@ -198,13 +204,14 @@ def _freed_on_rank(spec: ModelSpec, recipe: Recipe, eager_steps: Steps) -> dict[
     return {kind: freed @ shares for kind, freed in by_split.items()}
 
 
-def _freed_by_split(spec: ModelSpec, recipe: Recipe, eager_steps: Steps) -> tuple[dict[str, np.ndarray], list]:
+def _freed_by_split(spec: ModelSpec, recipe: Recipe, eager_steps: Steps
+                    ) -> tuple[dict[str, np.ndarray], list[ActTensor]]:
     """Per layer kind, the one-GPU bytes (one micro-batch) one layer of it frees at each eager staircase step, a
     column per Split of the tensors (steps × splits), and a tensor of each Split (what row_divisor reads). It reads
     the one-GPU recipe only: memoised on it, the layouts' divisors applied after (`_freed_on_rank`)."""
     steps, layers = eager_steps
     plan = bill_eager_parts(spec, recipe)[0]  # the none policy keeps every row
-    examples: dict[object, object] = {}
+    examples: dict[Split, ActTensor] = {}
     for lp in plan.layers.values():
         for t in lp.kept:
             examples.setdefault(t.split, t)
