@@ -186,7 +186,6 @@ class Recipe:
         return self.parallel.dp * self.parallel.micro_batches * self.tokens
 
 
-
 def precision(name: str) -> Precision:
     """The named precision recipe."""
     if name not in PRECISIONS:

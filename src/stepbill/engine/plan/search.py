@@ -1,25 +1,26 @@
-"""The search: enumerate the space, decide whole groups with the exact resident bound, then either bill every
-candidate (`exhaustive`) or branch and bound — bill only the candidates whose exact lower bounds can still reach
-the top K or a Pareto front.
+"""The search: enumerate the space, decide whole groups with the exact resident bound, then either bill every candidate
+(`exhaustive`) or branch and bound — bill only the candidates whose exact lower bounds can still reach the top K or
+a Pareto front.
 
 Branch and bound (the default). Every candidate the resident bound leaves gets exact lower bounds from the bill's
 own model (engine/plan/bounds.py): a step-time floor (time_floor; the budget solver's policy, unsolved:
 budget_floor) and a peak floor (peak_floor: the stage's resident state with its resting gradients and the kept
-activations in flight, and on the last stage the loss's backward; the group's resident bound at least). Candidates are billed in ascending order of the
-objective's key made of those floors; a candidate is left unbilled — reason `outranked` — only when all three hold:
-K rows already billed beat its floors on the objective (strictly, so ties are billed), a billed row with no more
-GPUs is strictly faster than its time floor (the GPUs-vs-time front), and a billed row with a peak no larger
-than its peak floor is strictly faster (the memory-vs-time front). Its true key is at least its floors' key, so
-it can be neither in the top K nor on a front: the answer — top K, both fronts — is the exhaustive search's.
-A candidate whose peak floor, once computed, exceeds the budget cannot fit (its judged peak is at least the floor):
-it is rejected unbilled — reason `peak_floor_over_budget` — as the resident bound rejects a whole group. What is lost is the list of every layout that fits; `exhaustive` keeps it.
+activations in flight, and on the last stage the loss's backward; the group's resident bound at least). Candidates
+are billed in ascending order of the objective's key made of those floors; a candidate is left unbilled — reason
+`outranked` — only when all three hold: K rows already billed beat its floors on the objective (strictly, so ties
+are billed), a billed row with no more GPUs is strictly faster than its time floor (the GPUs-vs-time front), and a
+billed row with a peak no larger than its peak floor is strictly faster (the memory-vs-time front). Its true key is
+at least its floors' key, so it can be neither in the top K nor on a front: the answer — top K, both fronts — is the
+exhaustive search's. A candidate whose peak floor, once computed, exceeds the budget cannot fit (its judged peak is
+at least the floor): it is rejected unbilled — reason `peak_floor_over_budget` — as the resident bound rejects a
+whole group. What is lost is the list of every layout that fits; `exhaustive` keeps it.
 
 Counting (`SearchStats`): `candidates` is every point of the space; rule-rejected points are counted per reason but
 not as evaluated. `evaluated` = `by_bill` (candidates whose bills were made) + `by_bound` (candidates the resident
 bound or their peak floor rejected: the bound decides their verdict exactly — no peak of theirs can be under the
-budget — though their peaks are not computed) + `by_floor` (candidates the floors showed cannot enter the answer). `seconds` is
-wall-clock; `cpu_seconds` the CPU time of this process and of its worker processes (`jobs` > 1 spreads the groups
-over processes), so layouts per CPU-second is the rate of one core whatever `jobs` is.
+budget — though their peaks are not computed) + `by_floor` (candidates the floors showed cannot enter the answer).
+`seconds` is wall-clock; `cpu_seconds` the CPU time of this process and of its worker processes (`jobs` > 1 spreads
+the groups over processes), so layouts per CPU-second is the rate of one core whatever `jobs` is.
 """
 
 from __future__ import annotations
@@ -121,9 +122,9 @@ def search(req: PlanRequest, objective: str = "time", k: int = 10, progress: Pro
     docstring), or with `exhaustive` every candidate's verdict and every fitting row. With `deadline_s` (wall-clock
     seconds) the search stops once it has run that long; the candidates left are counted in `stats.not_searched` and
     the answer covers only what was searched (layouts are taken in a fixed random order, so that is a uniform sample
-    of the space's layouts: `_shuffled`). `jobs` > 1 decides the groups in that many worker processes (branch and bound: one
-    partition of the space's (tp, pp, cp) cells each, `_branch_and_bound`, partition.py); the answer is the same
-    (rows are ranked by a total order)."""
+    of the space's layouts: `_shuffled`). `jobs` > 1 decides the groups in that many worker processes (branch and
+    bound: one partition of the space's (tp, pp, cp) cells each, `_branch_and_bound`, partition.py); the answer is
+    the same (rows are ranked by a total order)."""
     sort_key(objective)  # an unknown objective fails before the search
     with collector_paused():
         return _search(req, objective, k, progress, deadline_s, jobs, exhaustive)
