@@ -66,7 +66,7 @@ from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.evaluate import recipe_for
 from stepbill.engine.plan.space import Candidate, PlanRequest
 from stepbill.engine.recompute import RecomputePlan
-from stepbill.engine.timing.step_terms import StepTerms, offload_terms, per_op_total
+from stepbill.engine.timing.step_terms import OffloadTerms, StepTerms, offload_terms, per_op_total
 from stepbill.errors import StepbillError
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
@@ -307,9 +307,14 @@ def offload_twin_floor(req: PlanRequest, cand: Candidate, twin: StepTerms) -> fl
     kernels with the candidate's offload terms — the same numbers through the same arithmetic as time_floor's
     (tests/test_plan_bounds.py: equal, ==)."""
     assert twin.comm is not None and req.efficiency is None, "the per-op model's numbers"
-    recipe = recipe_for(req, cand)
+    return per_op_total(twin.t_pipe, twin.comm, twin.t_rank, floor_offload_terms(req, recipe_for(req, cand)))[1]
+
+
+def floor_offload_terms(req: PlanRequest, recipe: Recipe) -> OffloadTerms:
+    """The offload terms of the floors' step time (step_terms.offload_terms of a rank holding nothing, EMPTY_RANK):
+    what a candidate with optimizer offload adds to its twin's numbers without it."""
     held = rank_param_elements(req.spec, recipe, param_inventory(req.spec))
-    return per_op_total(twin.t_pipe, twin.comm, twin.t_rank, offload_terms(recipe, EMPTY_RANK, req.gpu, held))[1]
+    return offload_terms(recipe, EMPTY_RANK, req.gpu, held)
 
 
 @lru_cache(maxsize=64)

@@ -64,6 +64,7 @@ from stepbill.engine.plan.bounds import (
     MEMO_MAX,
     ROUNDING_SLACK_BYTES,
     empty_rank_time,
+    floor_offload_terms,
     stage_rows,
     stage_sides,
 )
@@ -72,8 +73,8 @@ from stepbill.engine.plan.space import Candidate, PlanRequest
 from stepbill.engine.recompute import RecomputePlan, op_flops
 from stepbill.engine.recompute.budget import Staircase, first_fitting_step, spec_problem
 from stepbill.engine.timing.comm_time import comm_timing
-from stepbill.engine.timing.step import stage_compute
-from stepbill.engine.timing.step_terms import StepTerms, offload_terms
+from stepbill.engine.timing.step import StageCompute, stage_compute
+from stepbill.engine.timing.step_terms import StepTerms
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.parallel import Parallel
@@ -96,8 +97,7 @@ def budget_floor(req: PlanRequest, cand: Candidate, fitted: bool = False, twin: 
         terms = empty_rank_time(req.spec, recipe, req.gpu, req.efficiency)
         offload = terms.offload.exposed  # time.offload_exposed
     else:
-        terms, offload = twin, offload_terms(recipe, EMPTY_RANK, req.gpu,
-                                             rank_param_elements(req.spec, recipe, param_inventory(req.spec))).exposed
+        terms, offload = twin, floor_offload_terms(req, recipe).exposed
     bubble = terms.bubble  # time.bubble
     if req.efficiency is not None:  # time.compute / (1 − bubble) + time.comm_exposed + offload
         return terms.t_compute / (1 - bubble) + terms.comm_exposed + offload
@@ -126,35 +126,30 @@ def _fitted_kernels(req: PlanRequest, recipe: Recipe) -> float:
     except StepbillError:
         return 0.0
     one = without_layout(recipe)
-    k_min, stages = _cheapest_fitting_step(req, recipe, parts, _staircase(spec, one, "eager"))
+    eager_steps = _staircase(spec, one, "eager")
+    k_min, stages = _cheapest_fitting_step(req, recipe, parts, eager_steps)
     if k_min is None:
         return math.inf  # no step the eager solver can take lets the candidate fit
     if k_min == 0:
         return 0.0  # the cheapest step may fit: no recompute forced
-    x_up = float(_staircase(spec, one, "eager")[0].peak[k_min - 1]) * (1 + SUM_SLACK)
+    x_up = float(eager_steps[0].peak[k_min - 1]) * (1 + SUM_SLACK)
     ideal_steps = _staircase(spec, one, "ideal")
     first = min(first_fitting_step(ideal_steps[0], x_up), len(ideal_steps[0].peak) - 1)
     per_layer = _FLOPS.get((spec, one), _rerun_per_layer, ideal_steps)
-    inv = param_inventory(spec)
-    held = rank_param_elements(spec, recipe, inv)
-    weights = held["dense_weights"] + held["expert_weights"]
-    peak = req.gpu.peak_flops(recipe.precision.compute)
     split, m = par.tp * par.cp, par.micro_batches
     rows = []  # (layer kinds, last, work, least recompute) per stage group, one micro-batch on one GPU
     for stage in stages:
         kinds = stage_layer_kinds(spec, par)[stage]
         last = stage == par.pp - 1
-        work = fl.stage_step_flops(spec, inv, recipe.seq_len, recipe.micro_batch, kinds, stage == 0, last, {}, None,
-                                   False)
+        work = _stage_work(req, recipe, kinds, stage == 0, last)
         rerun = sum(n * per_layer[k][first:] for k, n in kinds.items())  # at each step the solver may take
         rows.append((kinds, last, work, float(np.min(rerun)) * (1 - SUM_SLACK) if kinds else 0.0))
     busiest = max(work + least for _, _, work, least in rows)  # E: the slowest stage executes at least this
     kernels = math.inf
     for kinds, last, work, least in rows:
         rerun = max(least, busiest - work)
-        sc = stage_compute(spec, recipe, EMPTY_RANK, req.gpu, peak, kinds, last, (work + rerun) * m / split,
-                           rerun * m / split, weights)
-        kernels = min(kernels, sc.kernels)
+        kernels = min(kernels, _stage_kernels(req, recipe, kinds, last, (work + rerun) * m / split,
+                                              rerun * m / split).kernels)
     return kernels
 
 
@@ -264,11 +259,7 @@ _STAGE_BOUNDS = Memo(MEMO_MAX)
 
 
 def _stage_bounds_of(req: PlanRequest, recipe: Recipe) -> tuple[float, tuple[float, float, float]]:
-    spec, gpu, par = req.spec, req.gpu, recipe.parallel
-    inv = param_inventory(spec)
-    held = rank_param_elements(spec, recipe, inv)
-    weights = held["dense_weights"] + held["expert_weights"]
-    peak = gpu.peak_flops(recipe.precision.compute)
+    spec, par = req.spec, recipe.parallel
     split, m, tokens = par.tp * par.cp, par.micro_batches, recipe.tokens
     rebuild_all = _rebuild_all_per_token(req.spec, without_layout(recipe))
     kernels, fwd, bwd, attn = float("inf"), 0.0, 0.0, 0.0
@@ -279,15 +270,29 @@ def _stage_bounds_of(req: PlanRequest, recipe: Recipe) -> tuple[float, tuple[flo
         if key in seen:
             continue
         seen.add(key)
-        work = fl.stage_step_flops(spec, inv, recipe.seq_len, recipe.micro_batch, kinds, first, last, {},
-                                   recipe.lora, False)
-        rest = stage_compute(spec, recipe, EMPTY_RANK, gpu, peak, kinds, last, work * m / split, 0.0, weights)
+        work = _stage_work(req, recipe, kinds, first, last)
+        rest = _stage_kernels(req, recipe, kinds, last, work * m / split, 0.0)
         rebuilt = sum(n * rebuild_all.get(k, 0.0) for k, n in kinds.items()) * tokens * m / split
-        most = stage_compute(spec, recipe, EMPTY_RANK, gpu, peak, kinds, last, work * m / split + rebuilt, rebuilt,
-                             weights)
+        most = _stage_kernels(req, recipe, kinds, last, work * m / split + rebuilt, rebuilt)
         kernels = min(kernels, rest.kernels)
         fwd, bwd, attn = max(fwd, most.forward), max(bwd, most.backward), max(attn, most.attention)
     return kernels, (fwd, bwd, attn)
+
+
+def _stage_work(req: PlanRequest, recipe: Recipe, kinds: dict[str, int], first: bool, last: bool) -> float:
+    """One micro-batch's executed FLOPs of a stage running `kinds`, without recompute (flops.stage_step_flops, as
+    step_terms.slowest_stage counts them)."""
+    return fl.stage_step_flops(req.spec, param_inventory(req.spec), recipe.seq_len, recipe.micro_batch, kinds, first,
+                               last, {}, recipe.lora, False)
+
+
+def _stage_kernels(req: PlanRequest, recipe: Recipe, kinds: dict[str, int], last: bool, executed: float,
+                   recompute: float) -> StageCompute:
+    """timing/step.stage_compute of a stage running `kinds` on a rank holding nothing (EMPTY_RANK), `executed` and
+    `recompute` its FLOPs over the step, as step_terms calls it for the slowest stage."""
+    held = rank_param_elements(req.spec, recipe, param_inventory(req.spec))
+    return stage_compute(req.spec, recipe, EMPTY_RANK, req.gpu, req.gpu.peak_flops(recipe.precision.compute), kinds,
+                         last, executed, recompute, held["dense_weights"] + held["expert_weights"])
 
 
 @lru_cache(maxsize=256)
