@@ -22,6 +22,7 @@ import bisect
 import heapq
 import itertools
 import math
+import operator
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -186,34 +187,25 @@ class Answer:
         self._peaks[first:j], self._times[first:j] = [peak], [t]
 
     def cannot_take(self, lead: Lead) -> bool:
-        """Whether a candidate with these floors can be neither in the top K nor on a front (module docstring)."""
-        key, t, peak, world = lead[0], lead[1], lead[2], lead[3]
-        if len(self._top) < self.k or not key > self._top[-1]:
-            return False
-        j = bisect.bisect_right(self._worlds, world)  # the fastest row with no more GPUs
-        if not j or not self._fastest_upto[j - 1] < t:
-            return False
-        i = bisect.bisect_right(self._peaks, peak)
-        return bool(i) and self._times[i - 1] < t
+        """Whether a candidate with these floors can be neither in the top K nor on a front (module docstring): K
+        rows beat its key, a row with no more GPUs is strictly faster, and a row with no more memory than its peak
+        floor is strictly faster — its peak floor is at least `peak_to_beat`."""
+        return lead[2] >= self.peak_to_beat(lead)
 
     def peak_to_beat(self, lead: Lead) -> float:
-        """The least peak floor at which `cannot_take` rules the lead out, the rest of it as it is: the peak of the
-        first staircase row strictly faster than its time floor, when its key and GPUs already rule it out of the
-        top K and the GPUs-vs-time front (inf otherwise). Those two only grow stricter as rows are added, so a
-        lead with at least this peak floor stays ruled out. (Under `--objective memory` the key reads the peak: a
-        larger peak floor only raises it.)"""
+        """The least peak floor at which the lead cannot be taken, the rest of it as it is: the peak of the first
+        staircase row strictly faster than its time floor, when its key and GPUs already rule it out of the top K and
+        the GPUs-vs-time front (inf otherwise). Those two only grow stricter as rows are added, so a lead with at
+        least this peak floor stays ruled out. (Under `--objective memory` the key reads the peak: a larger peak
+        floor only raises it.)"""
         key, t, world = lead[0], lead[1], lead[3]
         if len(self._top) < self.k or not key > self._top[-1]:
             return math.inf
-        j = bisect.bisect_right(self._worlds, world)
+        j = bisect.bisect_right(self._worlds, world)  # the fastest row with no more GPUs
         if not j or not self._fastest_upto[j - 1] < t:
             return math.inf
-        i = bisect.bisect_right(self._times, -t, key=_negated)  # times descend: the first strictly faster than t
+        i = bisect.bisect_right(self._times, -t, key=operator.neg)  # times descend: the first strictly faster than t
         return self._peaks[i] if i < len(self._peaks) else math.inf
-
-
-def _negated(x: float) -> float:
-    return -x
 
 
 @dataclass
