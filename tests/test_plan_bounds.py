@@ -385,6 +385,28 @@ def test_offload_twin_floor_equals_the_time_floor(name: str) -> None:
     assert checked >= 30
 
 
+@pytest.mark.parametrize("name", ["dense", "moe"])
+def test_floors_read_the_time_layout(name: str) -> None:
+    """A candidate under GPipe has the time floor and the budget floor of the same candidate under 1F1B, ==
+    (bounds.time_layout: the schedule reaches the step time through the bubble alone; branch_bound.floors computes
+    them once per time layout), while their bills' peaks differ (GPipe keeps every micro-batch in flight)."""
+    req, cands = sample(name, 60, seed=8)
+    checked = 0
+    for cand, _ in cands:
+        par = cand.parallel
+        if par.pp == 1 or par.pp_schedule == "interleaved":
+            continue
+        gpipe, one_f = (dataclasses.replace(cand, parallel=dataclasses.replace(par, pp_schedule=s))
+                        for s in ("gpipe", "1f1b"))
+        assert bounds.time_layout(gpipe.parallel) == one_f.parallel
+        if cand.recompute == BUDGET_AT_FREE:
+            assert budget_floor(req, gpipe) == budget_floor(req, one_f), cand
+        else:
+            assert time_floor_terms(req, gpipe) == time_floor_terms(req, one_f), cand
+        checked += 1
+    assert checked >= 20
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("objective", ["time", "cost", "memory"])
 def test_branch_and_bound_without_a_global_batch(objective: str) -> None:

@@ -299,6 +299,17 @@ def time_floor_terms(req: PlanRequest, cand: Candidate, recipe: Recipe | None = 
     return empty_rank_time(req.spec, recipe, req.gpu, req.efficiency)
 
 
+@lru_cache(maxsize=1 << 16)
+def time_layout(par: Parallel) -> Parallel:
+    """The layout as the floors' step time reads it: a GPipe layout is read as the same layout under 1F1B. The step
+    time reads the schedule through the bubble alone, comm.pipeline_bubble(pp, v·m) — the same for both — and the
+    schedule's other effect, the micro-batches in flight (parallel/ranks.in_flight_microbatches), is memory, which
+    the floors' rank does not hold (EMPTY_RANK). So every floor of this module and of budget_bound.budget_floor
+    (not its fitted form, which reads the peak) is the same for a candidate and its time layout's
+    (tests/test_plan_bounds.py: equal, ==); branch_bound.floors computes them once per time layout."""
+    return par.with_fields(pp_schedule="1f1b") if par.pp_schedule == "gpipe" else par
+
+
 def offload_twin_floor(req: PlanRequest, cand: Candidate, twin: StepTerms) -> float:
     """time_floor of a candidate with optimizer offload from `twin`, the time floor's numbers of the same candidate
     without it (per-op model): the step time reads the optimizer offload in its offload terms alone

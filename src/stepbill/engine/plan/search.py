@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from stepbill.engine.plan.bounds import time_layout
 from stepbill.engine.plan.evaluate import (
     Row,
     budget_drops_nothing,
@@ -51,6 +52,7 @@ from stepbill.engine.plan.partition import (
 from stepbill.engine.plan.rank import sort_key, top
 from stepbill.engine.plan.space import Group, PlanRequest, Rejections, enumerate_space
 from stepbill.errors import StepbillError
+from stepbill.spec.parallel import Parallel
 
 SAMPLE_SEED = 0  # the shuffle of the groups (fixed: the same request decides the same groups in the same order)
 
@@ -211,17 +213,15 @@ def _branch_and_bound(req: PlanRequest, objective: str, k: int, groups: list[Gro
 
 
 def _shuffled(groups: list[Group]) -> list[Group]:
-    """The groups in a fixed random order of their layouts: a search stopped by its deadline has decided a uniform
-    random sample of the layouts, not the first corner of the enumeration (tp 1, pp 1, ...); a complete search ranks
-    the same rows either way. A layout's groups (one per optimizer offload choice, enumerated in turn: they share its
-    `holdings_layout`) stay next to each other, so the floors of the one with offload read its twin's
-    (branch_bound.floors)."""
-    layouts: list[list[Group]] = []
+    """The groups in a fixed random order of their time layouts: a search stopped by its deadline has decided a
+    uniform random sample of them, not the first corner of the enumeration (tp 1, pp 1, ...); a complete search
+    ranks the same rows either way. A time layout's groups (bounds.time_layout: a layout under 1F1B and under GPipe,
+    each with and without optimizer offload) stay together, in the enumeration's order, so the floors of the later
+    ones read the earlier ones' (branch_bound.floors)."""
+    units: dict[Parallel, list[Group]] = {}
     for group in groups:
-        if layouts and layouts[-1][0].holdings_layout is group.holdings_layout:
-            layouts[-1].append(group)
-        else:
-            layouts.append([group])
+        units.setdefault(time_layout(group.holdings_layout), []).append(group)
+    layouts = list(units.values())
     random.Random(SAMPLE_SEED).shuffle(layouts)
     return [group for layout in layouts for group in layout]
 
