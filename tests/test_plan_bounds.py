@@ -407,6 +407,22 @@ def test_floors_read_the_time_layout(name: str) -> None:
     assert checked >= 20
 
 
+@pytest.mark.parametrize("name", ["dense", "moe"])
+def test_every_k_has_one_time_floor(name: str) -> None:
+    """every:K's time floor is the same for every K, == (bounds.time_policy: K moves the peak alone), while the bills'
+    peaks differ."""
+    req, cands = sample(name, 40, seed=9)
+    checked = 0
+    for cand, _ in cands:
+        if cand.recompute == BUDGET_AT_FREE:
+            continue
+        two, *more = (time_floor_terms(req, dataclasses.replace(cand, recompute=f"every:{k}")) for k in (2, 3, 4))
+        assert all(terms == two for terms in more), cand
+        checked += 1
+    assert checked >= 20
+    assert bounds.time_policy("every:7") == bounds.time_policy("every:2") != bounds.time_policy("full")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("objective", ["time", "cost", "memory"])
 def test_branch_and_bound_without_a_global_batch(objective: str) -> None:

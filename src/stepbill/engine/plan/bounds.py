@@ -310,6 +310,15 @@ def time_layout(par: Parallel) -> Parallel:
     return par.with_fields(pp_schedule="1f1b") if par.pp_schedule == "gpipe" else par
 
 
+def time_policy(policy: str) -> str:
+    """A recompute policy as the floors' step time reads it: every:K as every K's. Under every:K each layer of a
+    segment is rebuilt once whatever K (recompute/plan.make_plan: the same per-layer recompute FLOPs and reruns as
+    every:1), and the segment length (RecomputePlan.segment) is read by the memory alone — the kept checkpoints
+    and the backward's live rows. So the time floor of every:K is every:K''s (tests/test_plan_bounds.py: equal,
+    ==); branch_bound.floors computes it once per variant."""
+    return "every" if policy.startswith("every") else policy
+
+
 def offload_twin_floor(req: PlanRequest, cand: Candidate, twin: StepTerms) -> float:
     """time_floor of a candidate with optimizer offload from `twin`, the time floor's numbers of the same candidate
     without it (per-op model): the step time reads the optimizer offload in its offload terms alone

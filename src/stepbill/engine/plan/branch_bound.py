@@ -28,12 +28,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
-from stepbill.engine.plan.bounds import offload_twin_floor, peak_floor, time_floor_terms, time_layout
+from stepbill.engine.plan.bounds import offload_twin_floor, peak_floor, time_floor_terms, time_layout, time_policy
 from stepbill.engine.plan.budget_bound import budget_floor
 from stepbill.engine.plan.evaluate import Row, budget_bytes, budget_drops_nothing, evaluate, resolve_recompute
 from stepbill.engine.plan.pareto import front_time
 from stepbill.engine.plan.rank import objective_key, row_key
-from stepbill.engine.plan.space import Candidate, Group, PlanRequest, Variant
+from stepbill.engine.plan.space import Candidate, Group, PlanRequest
 from stepbill.engine.timing.step_terms import StepTerms
 from stepbill.errors import StepbillError
 from stepbill.spec.parallel import Parallel
@@ -72,12 +72,12 @@ def floors(req: PlanRequest, groups: list[tuple[int, Group, float]], objective: 
     out = Floors()
     fixed_batch = req.global_batch_tokens is not None
     # What the groups so far of the current time layout (bounds.time_layout: GPipe's is 1F1B's) found, which the
-    # next ones read: their floors by optimizer offload choice and variant — a group of the same time layout and
+    # next ones read: their floors by optimizer offload choice and floor key — a group of the same time layout and
     # choice has the same floors — and the time floors' numbers without offload, which a group with offload reads
     # (bounds.offload_twin_floor). search._shuffled keeps a time layout's groups together; a group that finds none
     # computes its own.
     layout: Parallel | None = None
-    same_time: dict[bool, dict[Variant, float]] = {}
+    same_time: dict[bool, dict[tuple, float]] = {}
     unloaded: dict[tuple, StepTerms] = {}
     for index, group, peak_floor_of_group in groups:
         if deadline_at is not None and time.time() > deadline_at:
@@ -85,7 +85,7 @@ def floors(req: PlanRequest, groups: list[tuple[int, Group, float]], objective: 
         if time_layout(group.holdings_layout) != layout:
             layout, same_time, unloaded = time_layout(group.holdings_layout), {}, {}
         earlier = same_time.setdefault(group.offload_optimizer, {})
-        steps: dict[tuple, float] = {}  # time floors of this group's variants
+        steps: dict[tuple, float] = {}  # time floors of this group's variants, by floor key
         terms: dict[tuple, StepTerms] = {}
         twins = unloaded if group.offload_optimizer and req.efficiency is None else {}
         for v, variant in enumerate(group.variants):
@@ -94,19 +94,21 @@ def floors(req: PlanRequest, groups: list[tuple[int, Group, float]], objective: 
             except StepbillError:
                 out.rejected["layout_invalid"] = out.rejected.get("layout_invalid", 0) + 1
                 continue
-            key = (*variant[:3], False, *variant[4:])  # activation offload: the same time floor
-            if variant in earlier:
-                step = earlier[variant]
-            elif cand.recompute == BUDGET_AT_FREE:
-                step = budget_floor(req, cand, twin=twins.get((*variant[:3], False, "none")))
-            elif key in steps:
+            budget = cand.recompute == BUDGET_AT_FREE
+            # a floor key: the same time floor with and without activation offload, and for every K of every:K
+            key = variant if budget else (*variant[:3], False, time_policy(variant[4]))
+            if key in steps:
                 step = steps[key]
+            elif key in earlier:
+                step = earlier[key]
+            elif budget:
+                step = budget_floor(req, cand, twin=twins.get((*variant[:3], False, "none")))
             elif key in twins:
                 step = offload_twin_floor(req, cand, twins[key])
             else:
                 terms[key] = time_floor_terms(req, cand)
                 step = terms[key].t_step
-            steps[variant] = step
+            steps[key] = step
             out.leads.append(_lead(req, objective, fixed_batch, cand, step, peak_floor_of_group, index, v, RESIDENT))
         earlier.update(steps)
         if not group.offload_optimizer:
