@@ -33,7 +33,7 @@ from stepbill.engine.plan.budget_bound import budget_floor
 from stepbill.engine.plan.evaluate import Row, budget_bytes, budget_drops_nothing, evaluate, resolve_recompute
 from stepbill.engine.plan.pareto import front_time
 from stepbill.engine.plan.rank import objective_key, row_key
-from stepbill.engine.plan.space import Candidate, Group, PlanRequest
+from stepbill.engine.plan.space import Candidate, Group, PlanRequest, Variant
 from stepbill.engine.timing.step_terms import StepTerms
 from stepbill.errors import StepbillError
 from stepbill.spec.parallel import Parallel
@@ -89,27 +89,26 @@ def floors(req: PlanRequest, groups: list[tuple[int, Group, float]], objective: 
         terms: dict[tuple, StepTerms] = {}
         twins = unloaded if group.offload_optimizer and req.efficiency is None else {}
         for v, variant in enumerate(group.variants):
-            try:
-                cand = group.candidate(variant)
-            except StepbillError:
-                out.rejected["layout_invalid"] = out.rejected.get("layout_invalid", 0) + 1
-                continue
-            budget = cand.recompute == BUDGET_AT_FREE
+            budget = variant[4] == BUDGET_AT_FREE
             # a floor key: the same time floor with and without activation offload, and for every K of every:K
             key = variant if budget else (*variant[:3], False, time_policy(variant[4]))
-            if key in steps:
-                step = steps[key]
-            elif key in earlier:
-                step = earlier[key]
-            elif budget:
-                step = budget_floor(req, cand, twin=twins.get((*variant[:3], False, "none")))
-            elif key in twins:
-                step = offload_twin_floor(req, cand, twins[key])
-            else:
-                terms[key] = time_floor_terms(req, cand)
-                step = terms[key].t_step
-            steps[key] = step
-            out.leads.append(_lead(req, objective, fixed_batch, cand, step, peak_floor_of_group, index, v, RESIDENT))
+            step = steps.get(key, earlier.get(key))
+            if step is None:  # not found: computed (a variant that shares a key breaks no rule its twin keeps)
+                try:
+                    cand = group.candidate(variant)
+                except StepbillError:
+                    out.rejected["layout_invalid"] = out.rejected.get("layout_invalid", 0) + 1
+                    continue
+                if budget:
+                    step = budget_floor(req, cand, twin=twins.get((*variant[:3], False, "none")))
+                elif key in twins:
+                    step = offload_twin_floor(req, cand, twins[key])
+                else:
+                    terms[key] = time_floor_terms(req, cand)
+                    step = terms[key].t_step
+                steps[key] = step
+            out.leads.append(_lead(req, objective, fixed_batch, group, variant, step, peak_floor_of_group, index, v,
+                                   RESIDENT))
         earlier.update(steps)
         if not group.offload_optimizer:
             unloaded.update(terms)
@@ -120,12 +119,12 @@ def floors(req: PlanRequest, groups: list[tuple[int, Group, float]], objective: 
     return out
 
 
-def _lead(req: PlanRequest, objective: str, fixed_batch: bool, cand: Candidate, step: float, peak: float,
-          index: int, v: int, sharpness: int) -> Lead:
-    par = cand.parallel
-    tokens = par.dp * par.micro_batches * cand.micro_batch * req.seq  # Recipe.tokens_per_step
-    return (objective_key(objective, fixed_batch, step, par.world, peak, tokens), front_time(fixed_batch, step, tokens),
-            peak, par.world, index, v, sharpness, step)
+def _lead(req: PlanRequest, objective: str, fixed_batch: bool, group: Group, variant: Variant, step: float,
+          peak: float, index: int, v: int, sharpness: int) -> Lead:
+    layout = group.holdings_layout  # its dp and GPUs: a variant changes neither
+    tokens = layout.dp * variant[2] * variant[1] * req.seq  # Recipe.tokens_per_step: dp × micro-batches × micro-batch
+    return (objective_key(objective, fixed_batch, step, layout.world, peak, tokens),
+            front_time(fixed_batch, step, tokens), peak, layout.world, index, v, sharpness, step)
 
 
 def sharpen(req: PlanRequest, groups: Groups, lead: Lead, objective: str, peak_to_beat: float = math.inf
@@ -140,7 +139,7 @@ def sharpen(req: PlanRequest, groups: Groups, lead: Lead, objective: str, peak_t
     peak = peak_floor(req, cand, lead[2], enough=min(math.nextafter(budget, math.inf), peak_to_beat))
     if peak > budget:
         return None
-    return _lead(req, objective, req.global_batch_tokens is not None, cand, lead[7], peak, lead[4], lead[5], PEAK)
+    return _remade(req, groups, lead, objective, lead[7], peak, PEAK)
 
 
 def fit_budget(req: PlanRequest, groups: Groups, lead: Lead, objective: str) -> Lead | None:
@@ -152,8 +151,15 @@ def fit_budget(req: PlanRequest, groups: Groups, lead: Lead, objective: str) -> 
     step = budget_floor(req, cand, fitted=True)
     if step == math.inf:
         return None
-    return _lead(req, objective, req.global_batch_tokens is not None, cand, max(step, lead[7]), lead[2], lead[4],
-                 lead[5], FITTED)
+    return _remade(req, groups, lead, objective, max(step, lead[7]), lead[2], FITTED)
+
+
+def _remade(req: PlanRequest, groups: Groups, lead: Lead, objective: str, step: float, peak: float,
+            sharpness: int) -> Lead:
+    """The lead with sharper floors: its step-time floor `step`, its peak floor `peak`."""
+    group = groups[lead[4]]
+    return _lead(req, objective, req.global_batch_tokens is not None, group, group.variants[lead[5]], step, peak,
+                 lead[4], lead[5], sharpness)
 
 
 def _candidate(groups: Groups, lead: Lead) -> Candidate:
@@ -298,10 +304,11 @@ def bill_in_order(req: PlanRequest, groups: Groups, leads: list[Lead], objective
             return Billed(answer.rows, by_bill, by_floor, len(queue) + (lead is not None), rejected, by_bound)
         if lead is None:
             lead = queue.pop()
-        if answer.cannot_take(lead):
+        to_beat = answer.peak_to_beat(lead)
+        if lead[2] >= to_beat:  # answer.cannot_take(lead)
             by_floor += 1
         elif _sharper(groups, lead):
-            sharper = sharpen(req, groups, lead, objective, answer.peak_to_beat(lead)) if lead[6] == RESIDENT \
+            sharper = sharpen(req, groups, lead, objective, to_beat) if lead[6] == RESIDENT \
                 else fit_budget(req, groups, lead, objective)
             if sharper is None:  # it cannot fit
                 by_bound += 1
