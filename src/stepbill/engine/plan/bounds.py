@@ -144,23 +144,6 @@ def stage_sides(req: PlanRequest, recipe: Recipe, plan: RecomputePlan, eager: Ea
     # the layout's buffers (parallel/buffers.py) are on the timeline of the approximate per-stage model only; the
     # measured FSDP2 / ZeRO-1 rules place their own (engine/bill_parts.verdict_ranks: which model judges)
     with_buffers = not par.is_trivial and bool(exact_reason(spec, recipe, "eager"))
-    # what every side but the loss's moment reads (_layout_sides): the same for each recompute policy of a layout and
-    # micro-batch, which the search sharpens in turn
-    key = (spec, recipe.precision, recipe.optimizer, recipe.lora, par, recipe.tokens, with_buffers, plan.order)
-    for side in _SIDES.get(key, _layout_sides, spec, recipe, plan.order, with_buffers):
-        if side.stage == par.pp - 1 and eager is not None and outside_rows is not None:
-            # the loss's backward: the outside-layer rows, the loss's activation change and fp32 temporaries
-            outside = _MEMO.get(("outside", *rows_key), outside_rows, row_divisor(recipe))
-            loss = _MEMO.get(("loss", spec, rows_key[1], par.cp * par.tp), _loss_bytes, spec, recipe, side.stage, eager)
-            side = side._replace(after_forward=max(side.after_forward, outside + loss + side.buffers.loss))
-        yield side
-
-
-def _layout_sides(spec: ModelSpec, recipe: Recipe, order: tuple[str, ...], with_buffers: bool
-                  ) -> tuple[StageSide, ...]:
-    """stage_sides without the loss's moment (after_forward: the last layer's buffers): what a rank of each group of
-    stages holds besides its rows, read off the held bytes' and the buffers' memos."""
-    par = recipe.parallel
     # what a stage's held bytes read (holdings.held_key, with the precision, optimizer and LoRA) and the optimizer
     # offload
     holding = (spec, recipe.precision, recipe.optimizer, recipe.lora, held_key(par))
@@ -172,20 +155,22 @@ def _layout_sides(spec: ModelSpec, recipe: Recipe, order: tuple[str, ...], with_
     # whole DeepSeek-V3 × 2,048 search)
     buffers_key = (holding, par.zero_group, par.cp, par.ep, par.sp, recipe.tokens)
     m = par.micro_batches
-    sides = []
-    for rep, stage, kinds in _stage_groups(spec, par, order):
+    for rep, stage, order in _stage_groups(spec, par, plan.order):
         on_gpu, grads = _HELD.get((held, rep), _stage_held, spec, recipe, stage)
-        buf = _BUFFERS.get((buffers_key, rep, kinds), stage_buffers, spec, recipe, kinds,
-                           stage) if with_buffers and kinds else NO_BUFFERS
-        sides.append(StageSide(kinds, stage, in_flight_microbatches(recipe, stage), on_gpu, grads,
-                               grads if m > 1 else 0.0, buf, buf.forward_last))
-    return tuple(sides)
+        buf = _BUFFERS.get((buffers_key, rep, order), stage_buffers, spec, recipe, order,
+                           stage) if with_buffers and order else NO_BUFFERS
+        after = buf.forward_last
+        if stage == par.pp - 1 and eager is not None and outside_rows is not None:
+            outside = _MEMO.get(("outside", *rows_key), outside_rows, row_divisor(recipe))
+            loss = _MEMO.get(("loss", spec, rows_key[1], par.cp * par.tp), _loss_bytes, spec, recipe, stage, eager)
+            after = max(after, outside + loss + buf.loss)
+        yield StageSide(order, stage, in_flight_microbatches(recipe, stage), on_gpu, grads,
+                        grads if m > 1 else 0.0, buf, after)
 
 
 #: peak_floor's memos, each on what its value reads (see the callers' keys; engine/memo.Memo: emptied when full).
 _HELD = Memo(MEMO_MAX)
 _BUFFERS = Memo(ROWS_MEMO_MAX)
-_SIDES = Memo(ROWS_MEMO_MAX)
 
 
 def _stage_held(spec: ModelSpec, recipe: Recipe, stage: int) -> tuple[float, float]:
