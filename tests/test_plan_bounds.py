@@ -5,13 +5,14 @@ answer's bookkeeping (branch_bound.Answer) keeps the top K and the memory-vs-tim
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import random
 
 import pytest
 
 from stepbill.engine.bill import make_bill
 from stepbill.engine.bill_parts import verdict_ranks
-from stepbill.engine.plan import PlanRequest, bounds, budget_bound, search
+from stepbill.engine.plan import PlanRequest, bounds, branch_bound, budget_bound, search
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.bounds import offload_twin_floor, peak_floor, time_floor, time_floor_terms
 from stepbill.engine.plan.branch_bound import Answer, LeadQueue
@@ -19,6 +20,7 @@ from stepbill.engine.plan.budget_bound import budget_floor
 from stepbill.engine.plan.evaluate import Row, recipe_for, resident_bound, resolve_recompute
 from stepbill.engine.plan.pareto import front_time
 from stepbill.engine.plan.rank import objective_key
+from stepbill.engine.plan.search import _shuffled
 from stepbill.engine.plan.space import Candidate, Rejections, enumerate_space
 from stepbill.errors import StepbillError
 from stepbill.spec.hardware import load_gpu
@@ -421,6 +423,33 @@ def test_every_k_has_one_time_floor(name: str) -> None:
         checked += 1
     assert checked >= 20
     assert bounds.time_policy("every:7") == bounds.time_policy("every:2") != bounds.time_policy("full")
+
+
+def test_floors_pass_reads_each_twin_exactly() -> None:
+    """The floors pass computes a floor once per time layout, offload choice and floor key and reads it for the
+    rest (branch_bound.floors, search._shuffled): every lead's step floor equals the candidate's own floor computed
+    alone, ==, and the shuffle keeps each time layout's groups together, in the enumeration's order."""
+    model, gpus, seq, batch, _ = SPACES["dense"]
+    req = PlanRequest(load_preset(model), load_gpu("h100-sxm"), "h100-sxm", (gpus,), seq, model,
+                      global_batch_tokens=batch)
+    enumerated = list(enumerate_space(req, Rejections()))
+    groups = _shuffled(enumerated)
+    assert sorted(map(id, groups)) == sorted(map(id, enumerated))
+    runs = [bounds.time_layout(g.holdings_layout) for g in groups]
+    starts = [layout for i, layout in enumerate(runs) if i == 0 or layout != runs[i - 1]]
+    assert len(starts) == len(set(starts))  # contiguous
+    order = {id(g): i for i, g in enumerate(enumerated)}
+    assert all(order[id(a)] < order[id(b)] for a, b in itertools.pairwise(groups)
+               if bounds.time_layout(a.holdings_layout) == bounds.time_layout(b.holdings_layout))
+    assert any(g.holdings_layout.pp_schedule == "gpipe" for g in groups)
+    found = branch_bound.floors(req, [(i, g, 0.0) for i, g in enumerate(groups)], "time", None)
+    rng = random.Random(3)
+    leads = rng.sample(found.leads, 400)
+    for lead in leads:
+        cand = branch_bound._candidate(groups, lead)
+        alone = budget_floor(req, cand) if cand.recompute == BUDGET_AT_FREE else time_floor(req, cand)
+        assert lead[7] == alone, cand
+    assert {branch_bound._candidate(groups, lead).parallel.pp_schedule for lead in leads} >= {"gpipe", "1f1b"}
 
 
 @pytest.mark.slow
