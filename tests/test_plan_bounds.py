@@ -387,7 +387,7 @@ def test_offload_twin_floor_equals_the_time_floor(name: str) -> None:
     assert checked >= 30
 
 
-@pytest.mark.parametrize("name", ["dense", "moe"])
+@pytest.mark.parametrize("name", ["dense", "moe", "override"])
 def test_floors_read_the_time_layout(name: str) -> None:
     """A candidate under GPipe has the time floor and the budget floor of the same candidate under 1F1B, ==
     (bounds.time_layout: the schedule reaches the step time through the bubble alone; branch_bound.floors computes
@@ -409,7 +409,7 @@ def test_floors_read_the_time_layout(name: str) -> None:
     assert checked >= 20
 
 
-@pytest.mark.parametrize("name", ["dense", "moe"])
+@pytest.mark.parametrize("name", ["dense", "moe", "override"])
 def test_every_k_has_one_time_floor(name: str) -> None:
     """every:K's time floor is the same for every K, == (bounds.time_policy: K moves the peak alone), while the bills'
     peaks differ."""

@@ -93,7 +93,9 @@ def floors(req: PlanRequest, groups: list[tuple[int, Group, float]], objective: 
             # a floor key: the same time floor with and without activation offload, and for every K of every:K
             key = variant if budget else (*variant[:3], False, time_policy(variant[4]))
             step = steps.get(key, earlier.get(key))
-            if step is None:  # not found: computed (a variant that shares a key breaks no rule its twin keeps)
+            # a floor found was computed for a valid candidate, and its sharers differ from that one in activation
+            # offload, every:K's K or GPipe for 1F1B, which no layout rule reads: the candidate is built only if not
+            if step is None:
                 try:
                     cand = group.candidate(variant)
                 except StepbillError:
