@@ -312,6 +312,27 @@ def test_peak_floor_stops_once_it_reaches_enough() -> None:
             assert part <= whole and (part >= enough or part == whole), (cand, enough)
 
 
+@pytest.mark.parametrize("name", ["dense", "moe", "mla-moe"])
+def test_resting_floor_holds_for_every_policy_of_the_cell(name: str) -> None:
+    """bounds.resting_floor is read for a whole cell (one layout, micro-batch, sp and activation offload; every
+    recompute policy): it never exceeds the exact peak floor of any policy there, the budget solver's included, and
+    it adds to the resident bound (the loss's moment, the resting gradients, the buffers)."""
+    req, cands = sample(name, 25, seed=11)
+    above_resident = 0
+    for cand, resident in cands:
+        resting = bounds.resting_floor(req, cand)
+        for policy in ("none", "selective:core_attn", "full", "every:2", BUDGET_AT_FREE):
+            other = dataclasses.replace(cand, recompute=policy)
+            assert bounds.resting_floor(req, other) == resting
+            try:
+                exact = peak_floor(req, other, 0.0)
+            except StepbillError:
+                continue
+            assert resting <= exact, (other, resting, exact)
+        above_resident += resting > resident
+    assert above_resident >= len(cands) // 2
+
+
 @pytest.mark.slow
 def test_a_peak_floor_over_the_budget_never_fits() -> None:
     """Sharpening rejects a lead whose peak floor exceeds the budget without its bill (reason

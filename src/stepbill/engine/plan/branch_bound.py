@@ -28,7 +28,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
-from stepbill.engine.plan.bounds import offload_twin_floor, peak_floor, time_floor_terms, time_layout, time_policy
+from stepbill.engine.plan.bounds import (
+    offload_twin_floor,
+    peak_floor,
+    resting_floor,
+    time_floor_terms,
+    time_layout,
+    time_policy,
+)
 from stepbill.engine.plan.budget_bound import budget_floor
 from stepbill.engine.plan.evaluate import Row, budget_bytes, budget_drops_nothing, evaluate, resolve_recompute
 from stepbill.engine.plan.pareto import front_time
@@ -43,12 +50,16 @@ Progress = Callable[[int, int], None]
 Groups = Sequence[Group] | Mapping[int, Group]
 
 #: A candidate waiting for its bill: (objective key of its floors, its time floor as the fronts read time, its peak
-#: floor in bytes, GPUs, group index, variant index, how sharp its floors are (RESIDENT, PEAK or FITTED), its
+#: floor in bytes, GPUs, group index, variant index, how sharp its floors are (RESIDENT, RESTING, PEAK or FITTED), its
 #: step-time floor in s). Tuples sort by the key, then the indices (a total order).
 Lead = tuple[tuple[float, ...], float, float, int, int, int, int, float]
-#: How sharp a lead's floors are: its peak floor the group's resident bound; bounds.peak_floor's (`sharpen`); and, for
-#: the budget solver's, its time floor the fitted one (`fit_budget`). A lead is billed once it has no sharper step.
-RESIDENT, PEAK, FITTED = 0, 1, 2
+#: How sharp a lead's floors are: its peak floor the group's resident bound; its cell's activation-free floor
+#: (bounds.resting_floor, which decided it: `sharpen`); bounds.peak_floor's (`sharpen`); and, for the budget solver's,
+#: its time floor the fitted one (`fit_budget`). A lead is billed once it has no sharper step.
+RESIDENT, RESTING, PEAK, FITTED = 0, 1, 2, 3
+#: A cell: the candidates of a group with one micro-batch size and count, sp and activation offload, every recompute
+#: policy — (group index, sp, micro-batch, micro-batches, activation offload). Their resting floor is one.
+Cell = tuple[int, bool, int, int, bool]
 #: The rejection reason of a candidate whose exact peak floor exceeds the budget (engine/plan/space.REASONS).
 PEAK_FLOOR_OVER_BUDGET = "peak_floor_over_budget"
 
@@ -129,16 +140,36 @@ def _lead(req: PlanRequest, objective: str, fixed_batch: bool, group: Group, var
             front_time(fixed_batch, step, tokens), peak, layout.world, index, v, sharpness, step)
 
 
-def sharpen(req: PlanRequest, groups: Groups, lead: Lead, objective: str, peak_to_beat: float = math.inf
-            ) -> Lead | None:
-    """The lead with bounds.peak_floor for its peak floor (its key remade: `--objective memory` reads the peak); None
-    when that floor exceeds the budget (usable − reserve): the judged peak is at least the floor, so no bill of the
-    candidate can fit (engine/fit.rank_fit: it fits at headroom ≥ 0) — its verdict is decided without one. The floor
-    stops at `peak_to_beat` (Answer.peak_to_beat: a floor there already rules the lead out)."""
-    cand = _candidate(groups, lead)
-    budget = budget_bytes(req, cand.parallel)
+def sharpen(req: PlanRequest, groups: Groups, lead: Lead, objective: str, peak_to_beat: float = math.inf,
+            cells: dict[Cell, float] | None = None) -> Lead | None:
+    """The lead with a sharper peak floor (its key remade: `--objective memory` reads the peak); None when that floor
+    exceeds the budget (usable − reserve): the judged peak is at least the floor, so no bill of the candidate can fit
+    (engine/fit.rank_fit: it fits at headroom ≥ 0) — its verdict is decided without one. A lead with its resident
+    bound first reads its cell's resting floor (bounds.resting_floor: the same for every recompute policy, kept in
+    `cells` once computed) and stops there (RESTING) when that decides — past the budget, or at `peak_to_beat`
+    (Answer.peak_to_beat: a floor there already rules the lead out); else it gets bounds.peak_floor (PEAK), which
+    stops reading stages once it decides."""
+    group = groups[lead[4]]
+    variant = group.variants[lead[5]]
+    budget = budget_bytes(req, group.holdings_layout)  # reads the layout's degrees alone, which a variant keeps
+    peak = lead[2]
+    cand: Candidate | None = None
+    if lead[6] == RESIDENT:
+        cell = (lead[4], *variant[:4])
+        resting = cells.get(cell) if cells is not None else None
+        if resting is None:
+            cand = group.candidate(variant)
+            resting = resting_floor(req, cand)
+            if cells is not None:
+                cells[cell] = resting
+        peak = max(peak, resting)
+        if peak > budget:
+            return None
+        if peak >= peak_to_beat:
+            return _remade(req, groups, lead, objective, lead[7], peak, RESTING)
     # the floor is read only as far as it decides: past the budget, or at a peak the answer's rows beat
-    peak = peak_floor(req, cand, lead[2], enough=min(math.nextafter(budget, math.inf), peak_to_beat))
+    peak = peak_floor(req, cand or group.candidate(variant), peak,
+                      enough=min(math.nextafter(budget, math.inf), peak_to_beat))
     if peak > budget:
         return None
     return _remade(req, groups, lead, objective, lead[7], peak, PEAK)
@@ -172,7 +203,7 @@ def _candidate(groups: Groups, lead: Lead) -> Candidate:
 def _sharper(groups: Groups, lead: Lead) -> bool:
     """Whether the lead has a sharper floor to compute before its bill: the peak floor, then for the budget solver's
     the fitted time floor."""
-    return lead[6] == RESIDENT or (lead[6] == PEAK and groups[lead[4]].variants[lead[5]][4] == BUDGET_AT_FREE)
+    return lead[6] < PEAK or (lead[6] == PEAK and groups[lead[4]].variants[lead[5]][4] == BUDGET_AT_FREE)
 
 
 class Answer:
@@ -296,6 +327,7 @@ def bill_in_order(req: PlanRequest, groups: Groups, leads: list[Lead], objective
     answer = Answer(objective, k, req.global_batch_tokens is not None)
     rejected: dict[str, int] = {}
     by_bill = by_floor = by_bound = done = 0
+    cells: dict[Cell, float] = {}  # the resting floors read so far (sharpen)
     queue = LeadQueue(leads)
     total = len(queue)
     if progress is not None:
@@ -310,7 +342,7 @@ def bill_in_order(req: PlanRequest, groups: Groups, leads: list[Lead], objective
         if lead[2] >= to_beat:  # answer.cannot_take(lead)
             by_floor += 1
         elif _sharper(groups, lead):
-            sharper = sharpen(req, groups, lead, objective, to_beat) if lead[6] == RESIDENT \
+            sharper = sharpen(req, groups, lead, objective, to_beat, cells) if lead[6] < PEAK \
                 else fit_budget(req, groups, lead, objective)
             if sharper is None:  # it cannot fit
                 by_bound += 1
