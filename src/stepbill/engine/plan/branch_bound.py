@@ -152,14 +152,19 @@ def sharpen(req: PlanRequest, groups: Groups, lead: Lead, objective: str, peak_t
     group = groups[lead[4]]
     variant = group.variants[lead[5]]
     budget = budget_bytes(req, group.holdings_layout)  # reads the layout's degrees alone, which a variant keeps
+    # each floor is read only as far as it decides: past the budget, or at a peak the answer's rows beat
+    enough = min(math.nextafter(budget, math.inf), peak_to_beat)
     peak = lead[2]
     cand: Candidate | None = None
     if lead[6] == RESIDENT:
         cell = (lead[4], *variant[:4])
         resting = cells.get(cell) if cells is not None else None
         if resting is None:
+            # stopped early, still a floor of the cell; and it decides the cell's leads taken after this one, whose
+            # peak_to_beat is no larger (under the time objectives: their time floors are no smaller, the answer's
+            # rows only more)
             cand = group.candidate(variant)
-            resting = resting_floor(req, cand)
+            resting = resting_floor(req, cand, enough)
             if cells is not None:
                 cells[cell] = resting
         peak = max(peak, resting)
@@ -167,9 +172,7 @@ def sharpen(req: PlanRequest, groups: Groups, lead: Lead, objective: str, peak_t
             return None
         if peak >= peak_to_beat:
             return _remade(req, groups, lead, objective, lead[7], peak, RESTING)
-    # the floor is read only as far as it decides: past the budget, or at a peak the answer's rows beat
-    peak = peak_floor(req, cand or group.candidate(variant), peak,
-                      enough=min(math.nextafter(budget, math.inf), peak_to_beat))
+    peak = peak_floor(req, cand or group.candidate(variant), peak, enough=enough)
     if peak > budget:
         return None
     return _remade(req, groups, lead, objective, lead[7], peak, PEAK)
