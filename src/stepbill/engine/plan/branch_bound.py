@@ -5,9 +5,10 @@ group's resident bound; `bill_in_order` takes them best key first (`LeadQueue`) 
 longer reach the top K or a Pareto front (`Answer.cannot_take`). The exact peak floor (bounds.peak_floor: a stage's
 kept activations, the loss's moment; for the budget solver's candidates the rows no drop set can drop) costs about
 as much as the time floor, and many candidates are skipped on the resident bound alone (on Llama-3-70B × 64 H100,
-about three in four of those skipped), so it is computed only for a candidate that would otherwise be billed; the
-candidate then goes back into the queue with its key made of the sharper floor (the key of `--objective memory` reads
-the peak). A sharper floor above the budget rejects the candidate outright (reason `peak_floor_over_budget`: its
+about three in four of those skipped), so it is computed only for a candidate that would otherwise be billed, and
+only when its cell's resting floor (bounds.resting_floor: the same for every recompute policy of a layout,
+micro-batch, sp and activation offload; computed once per cell) does not already decide it; the candidate then goes
+back into the queue with its key made of the sharper floor (the key of `--objective memory` reads the peak). A sharper floor above the budget rejects the candidate outright (reason `peak_floor_over_budget`: its
 judged peak is at least the floor, so no bill of it can fit; on DeepSeek-V3 × 64 H100 these were 2,754 of 4,390
 bills, mostly budget-solver candidates whose correction steps each cost an eager bill). The floor is read only as
 far as it decides: its stages stop once it passes the budget, or reaches the peak at which the answer's rows already
