@@ -330,11 +330,35 @@ def test_a_deadline_says_how_much_of_the_space_was_searched(capsys: pytest.Captu
     code, out, _ = run_cli(["plan", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--seq", "4096",
                             "--global-batch-tokens", "1Mi", "--max-seconds", "0.3", "--jobs", "1"], capsys)
     assert code == 0
-    assert "incomplete: the deadline stopped the search with" in out and "of the space searched" in out
+    assert "incomplete: the deadline stopped the search with" in out and "of those the stated rules leave" in out
     code, out, _ = run_cli(["plan", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--seq", "4096",
                             "--global-batch-tokens", "1Mi", "--max-seconds", "0.3", "--jobs", "1", "--json"], capsys)
     data = json.loads(out)
     assert data["search"]["complete"] is False and data["search"]["not_searched"] > 0
+
+
+def test_a_deadline_leaves_the_bills_their_share(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under branch and bound a deadline stops the floors pass at partition.FLOORS_SHARE of the time left, and the
+    second pass decides the sample's best candidates in the rest (it used to find the deadline passed and decide
+    none: no row). A fake clock, each read 1 ms after the last, makes the cut deterministic: the floors read it once
+    a group, the second pass once a step of a lead."""
+    import time
+
+    from stepbill.engine.plan import partition
+
+    clock = itertools.count()
+    monkeypatch.setattr(time, "time", lambda: next(clock) * 1e-3)
+    req = PlanRequest(load_preset("llama3-8b"), load_gpu("h100-sxm"), "h100-sxm", (8,), 4096, "llama3-8b",
+                      global_batch_tokens=2**20)
+    groups = sum(1 for _ in enumerate_space(req, Rejections()))
+    deadline = 0.4 * groups * 1e-3 / partition.FLOORS_SHARE  # the floors reach about 40 % of the groups
+    result = search(req, "time", 5, deadline_s=deadline)
+    stats = result.stats
+    assert not stats.complete and stats.not_searched > 0
+    # decided by the second pass: billed, outranked, or over the budget by a peak floor
+    assert stats.by_bill + stats.by_floor + stats.rejected.get("peak_floor_over_budget", 0) > 0
+    whole = search(req, "time", 5)  # the clock runs on: no deadline
+    assert whole.stats.complete and result.stats.evaluated < whole.stats.evaluated
 
 
 def test_without_a_global_batch_the_fronts_use_time_per_token(capsys: pytest.CaptureFixture[str]) -> None:

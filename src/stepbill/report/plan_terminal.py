@@ -66,10 +66,11 @@ def render_plan(result: PlanResult, space_note: str) -> Group:
                f"without a bill; --exhaustive lists every layout that fits)") + f"; objective {result.objective}")
     parts: list = [Text(head)]
     if not stats.complete:
-        share = 1 - stats.not_searched / max(stats.candidates, 1)
+        # of the candidates the stated rules leave (the rules' rejections cost nothing to decide)
+        share = stats.evaluated / max(stats.evaluated + stats.not_searched, 1)
         parts.append(Text(f"incomplete: the deadline stopped the search with {stats.not_searched:,} candidates not "
-                          f"decided ({share:.1%} of the space searched, its layouts in a fixed random order); a "
-                          "layout not searched may beat these rows", style="bold"))
+                          f"decided ({share:.1%} of those the stated rules leave decided, their layouts in a fixed "
+                          "random order); a layout not searched may beat these rows", style="bold"))
     run = req.train_tokens is not None
     # without a global batch steps carry different token counts: the fronts (as the ranking) use time per token
     pace = "step time" if req.global_batch_tokens is not None else "time per token (1 / tokens/s)"
@@ -79,6 +80,9 @@ def render_plan(result: PlanResult, space_note: str) -> Group:
         parts.append(Text(f"no candidate at all: the space has no layout with --fix {pins} at {gpus} GPU{plural} "
                           "(a pinned value the space never takes: a degree that does not divide the GPUs, a ZeRO "
                           "stage without data parallelism, ...); loosen the pins"))
+    elif not result.rows and not stats.complete:
+        parts.append(Text("no layout found that fits in the part searched: a longer --max-seconds, or --fix to "
+                          "narrow the space"))
     elif not result.rows:
         parts.append(Text("no layout fits: see the rejections below (--reserve, more GPUs, or --fix to widen)"))
     else:
