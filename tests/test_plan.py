@@ -361,6 +361,16 @@ def test_a_deadline_leaves_the_bills_their_share(monkeypatch: pytest.MonkeyPatch
     assert whole.stats.complete and result.stats.evaluated < whole.stats.evaluated
 
 
+def test_an_incomplete_search_without_rows_does_not_say_nothing_fits(capsys: pytest.CaptureFixture[str]) -> None:
+    """A deadline that decides nothing past the rules is no proof that nothing fits: the output says the part
+    searched had none and how to search more (it used to say "no layout fits")."""
+    code, out, _ = run_cli(["plan", "gpt3-125m", "--gpu", "h100", "--gpus", "8", "--seq", "512",
+                            "--global-batch-tokens", "64Ki", "--max-seconds", "0", "--jobs", "1"], capsys)
+    text = " ".join(out.split())
+    assert code == 0 and "no layout found that fits in the part searched: a longer --max-seconds" in text
+    assert "no layout fits" not in text and "(0.0% of those the stated rules leave decided" in text
+
+
 def test_without_a_global_batch_the_fronts_use_time_per_token(capsys: pytest.CaptureFixture[str]) -> None:
     """--micro-batch only: steps carry different token counts, so the fronts (as the ranking) compare tokens/s."""
     req = PlanRequest(load_preset("gpt3-125m"), load_gpu("h100-sxm"), "h100-sxm", (1, 2), 1024, "gpt3-125m",
