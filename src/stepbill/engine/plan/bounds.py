@@ -84,16 +84,16 @@ MEMO_MAX = 1 << 16  # entries of each of peak_floor's memos (a few MB each)
 ROWS_MEMO_MAX = 1 << 18
 
 
-def peak_floor(req: PlanRequest, cand: Candidate, resident: float, recipe: Recipe | None = None,
-               enough: float = math.inf) -> float:
-    """A lower bound (bytes) of the candidate's judged peak, never below `resident` (its group's resident bound);
-    `recipe`: the candidate's (recipe_for), when the caller has it. With `enough`, the stages left are not read once
-    the bound reaches it (the bound so far is returned: a lower bound still, and a caller that only asks whether
-    the floor reaches `enough` has its answer)."""
+def peak_floor(req: PlanRequest, cand: Candidate, resident: float, enough: float = math.inf,
+               rows: bool = True) -> float:
+    """A lower bound (bytes) of the candidate's judged peak, never below `resident` (its group's resident bound).
+    With `enough`, the stages left are not read once the bound reaches it (the bound so far is returned: a lower
+    bound still, and a caller that only asks whether the floor reaches `enough` has its answer). Without `rows`, no
+    activation row is held at any moment (`resting_floor`)."""
     solved = cand.recompute == BUDGET_AT_FREE  # the budget solver's policy, not yet solved
     if solved:
-        cand, recipe = replace(cand, recompute="none"), None  # its rows: the none policy's, less what it may drop
-    recipe = recipe or recipe_for(req, cand)
+        cand = replace(cand, recompute="none")  # its rows: the none policy's, less what it may drop
+    recipe = recipe_for(req, cand)
     if solved and recipe.lora is not None:
         return resident  # the solver ranks full fine-tuning rows under LoRA (engine/recompute/plan.make_plan)
     try:
@@ -105,13 +105,17 @@ def peak_floor(req: PlanRequest, cand: Candidate, resident: float, recipe: Recip
     rows_key = (spec, without_layout(recipe), solved, par.cp, par.tp, par.sp, par.expert_tp)
     best = resident
     for side in stage_sides(req, recipe, plan, eager, outside_rows, rows_key):
-        kept, live_of = stage_rows(rows_key, plan, recipe, side.order)
-        buf, flight, resting = side.buffers, side.flight, side.resting
-        # a layer's backward: its live activations, the other micro-batches' kept ones, its buffers (by its kind)
-        backward = max(live + buf.backward_of.get(k, 0.0) for k, live in live_of.items()) if live_of else 0.0
-        # the optimizer step; the forward's last layer (the loss's backward on the last stage); each layer's backward
-        live = max(side.grads + buf.optimizer, resting + kept * flight + side.after_forward,
-                   resting + kept * (flight - 1) + max(backward, buf.backward))
+        buf, resting = side.buffers, side.resting
+        if rows:
+            kept, live_of = stage_rows(rows_key, plan, recipe, side.order)
+            # a layer's backward: its live activations, the other micro-batches' kept ones, its buffers (by kind)
+            backward = max(live + buf.backward_of.get(k, 0.0) for k, live in live_of.items()) if live_of else 0.0
+            # the optimizer step; the forward's last layer (the loss's backward on the last stage); each layer's
+            # backward
+            live = max(side.grads + buf.optimizer, resting + kept * side.flight + side.after_forward,
+                       resting + kept * (side.flight - 1) + max(backward, buf.backward))
+        else:  # the optimizer step; the forward's end with no row kept
+            live = max(side.grads + buf.optimizer, resting + side.after_forward)
         best = max(best, side.on_gpu + live - ROUNDING_SLACK_BYTES)
         if best >= enough:
             break
@@ -120,33 +124,17 @@ def peak_floor(req: PlanRequest, cand: Candidate, resident: float, recipe: Recip
 
 def resting_floor(req: PlanRequest, cand: Candidate, enough: float = math.inf) -> float:
     """A lower bound (bytes) of the judged peak of the candidate under every recompute policy of its layout and
-    micro-batch — peak_floor's optimizer-step and after-forward moments with no activation row held: the weights and
-    optimizer states, then every gradient and the step's buffers, or the resting gradients with the last layer's
-    buffers and, on the last stage, the loss's backward (the outside-layer rows, the loss's activation change and
-    fp32 temporaries). Every term is read of no recompute policy (the held bytes and the buffers are memoised on keys
-    without one; the outside rows and the loss read the micro-batch, the sequence, cp and tp, the precision and LoRA),
-    so it is computed on the `none` policy, whose layout alone may take the measured FSDP2 / ZeRO-1 rules without
-    the layout's buffers (the fewest bytes: exact_reason names every other policy approximate). The search reads it
-    for a candidate's whole cell before its own peak floor (branch_bound.sharpen): on DeepSeek-V3 × 64 it decides 85 %
-    of the candidates whose resident bound could not. 0.0 under LoRA or without an eager bill (peak_floor keeps the
-    resident bound there). With `enough`, the stages left are not read once the bound reaches it (as peak_floor's)."""
-    none = replace(cand, recompute="none")
-    recipe = recipe_for(req, none)
-    if recipe.lora is not None:
-        return 0.0
-    try:
-        plan, eager, outside_rows = bill_eager_parts(req.spec, recipe)
-    except StepbillError:
-        return 0.0
-    par = recipe.parallel
-    rows_key = (req.spec, without_layout(recipe), False, par.cp, par.tp, par.sp, par.expert_tp)
-    best = 0.0
-    for side in stage_sides(req, recipe, plan, eager, outside_rows, rows_key):
-        best = max(best, side.on_gpu + max(side.grads + side.buffers.optimizer, side.resting + side.after_forward)
-                   - ROUNDING_SLACK_BYTES)
-        if best >= enough:
-            break
-    return best
+    micro-batch: peak_floor without rows — its optimizer-step and after-forward moments with no activation row held:
+    the weights and optimizer states, then every gradient and the step's buffers, or the resting gradients with the
+    last layer's buffers and, on the last stage, the loss's backward (the outside-layer rows, the loss's activation
+    change and fp32 temporaries). Every term is read of no recompute policy (the held bytes and the buffers are
+    memoised on keys without one; the outside rows and the loss read the micro-batch, the sequence, cp and tp, the
+    precision), so it is computed on the `none` policy, whose layout alone may take the measured FSDP2 / ZeRO-1 rules
+    without the layout's buffers (the fewest bytes: exact_reason names every other policy approximate); the planner
+    plans full fine-tuning (evaluate.recipe_for makes no LoRA). The search reads it for a candidate's whole cell
+    before its own peak floor (branch_bound.sharpen): on DeepSeek-V3 × 64 it decides 85 % of the candidates whose
+    resident bound could not. 0.0 without an eager bill."""
+    return peak_floor(req, replace(cand, recompute="none"), 0.0, enough, rows=False)
 
 
 class StageSide(NamedTuple):
