@@ -72,6 +72,7 @@ from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.parallel import Parallel
 from stepbill.spec.recipe import Recipe
+from stepbill.spec.recompute_policy import parse_recompute
 
 #: A rank holding nothing: the step time's memory-dependent terms at their floor (see the module's docstring).
 EMPTY_RANK = RankClass("empty", (), 0, {}, 1.0, [], [], [], dict.fromkeys(MEMORY_KEYS, 0.0))
@@ -329,13 +330,15 @@ def time_layout(par: Parallel) -> Parallel:
     return par.with_fields(pp_schedule="1f1b") if par.pp_schedule == "gpipe" else par
 
 
+@lru_cache(maxsize=256)
 def time_policy(policy: str) -> str:
-    """A recompute policy as the floors' step time reads it: every:K as every K's. Under every:K each layer of a
-    segment is rebuilt once whatever K (recompute/plan.make_plan: the same per-layer recompute FLOPs and reruns as
-    every:1), and the segment length (RecomputePlan.segment) is read by the memory alone — the kept checkpoints
-    and the backward's live rows. So the time floor of every:K is every:K''s (tests/test_plan_bounds.py: equal,
-    ==); branch_bound.floors computes it once per variant."""
-    return "every" if policy.startswith("every") else policy
+    """An explicit recompute policy (not the budget solver's unsolved one) as the floors' step time reads it, by its
+    parsed kind (spec/recompute_policy.parse_recompute; memoised: a search asks per candidate): every:K as every K's.
+    Under every:K each layer of a segment is rebuilt once whatever K (recompute/plan.make_plan: the same per-layer
+    recompute FLOPs and reruns as every:1), and the segment length (RecomputePlan.segment) is read by the memory
+    alone — the kept checkpoints and the backward's live rows. So the time floor of every:K is every:K''s
+    (tests/test_plan_bounds.py: equal, ==); branch_bound.floors computes it once per variant."""
+    return "every" if parse_recompute(policy).kind == "every" else policy
 
 
 def offload_twin_floor(req: PlanRequest, cand: Candidate, twin: StepTerms) -> float:
