@@ -8,13 +8,14 @@ as much as the time floor, and many candidates are skipped on the resident bound
 about three in four of those skipped), so it is computed only for a candidate that would otherwise be billed, and
 only when its cell's resting floor (bounds.resting_floor: the same for every recompute policy of a layout,
 micro-batch, sp and activation offload; computed once per cell) does not already decide it; the candidate then goes
-back into the queue with its key made of the sharper floor (the key of `--objective memory` reads the peak). A sharper floor above the budget rejects the candidate outright (reason `peak_floor_over_budget`: its
-judged peak is at least the floor, so no bill of it can fit; on DeepSeek-V3 × 64 H100 these were 2,754 of 4,390
-bills, mostly budget-solver candidates whose correction steps each cost an eager bill). The floor is read only as
-far as it decides: its stages stop once it passes the budget, or reaches the peak at which the answer's rows already
-rule the candidate out (`Answer.peak_to_beat`). A budget-solver candidate that would still be billed first gets the
-step-time floor of its policy if it fits (`fit_budget`: engine/plan/budget_bound.py) and goes back into the queue
-with that key: on the whole DeepSeek-V3 × 2,048 space 9,402 budget bills became 2,473.
+back into the queue with its key made of the sharper floor (the key of `--objective memory` reads the peak). A
+sharper floor above the budget rejects the candidate outright (reason `peak_floor_over_budget`: its judged peak is
+at least the floor, so no bill of it can fit; on DeepSeek-V3 × 64 H100 these were 2,754 of 4,390 bills, mostly
+budget-solver candidates whose correction steps each cost an eager bill). The floor is read only as far as it
+decides: its stages stop once it passes the budget, or reaches the peak at which the answer's rows already rule the
+candidate out (`Answer.peak_to_beat`). A budget-solver candidate that would still be billed first gets the step-time
+floor of its policy if it fits (`fit_budget`: engine/plan/budget_bound.py) and goes back into the queue with that
+key: on the whole DeepSeek-V3 × 2,048 space 9,402 budget bills became 2,473.
 """
 
 from __future__ import annotations
