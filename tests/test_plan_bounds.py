@@ -333,6 +333,39 @@ def test_resting_floor_holds_for_every_policy_of_the_cell(name: str) -> None:
     assert above_resident >= len(cands) // 2
 
 
+@pytest.mark.parametrize("name", ["dense", "moe", "override"])
+def test_resting_floor_is_one_per_resting_key(name: str) -> None:
+    """Candidates with one bounds.resting_key have one resting floor, == (the search computes it once per key):
+    GPipe and 1F1B, and with and without activation offload wherever the key leaves it out (every layout but tp =
+    pp = cp = ep = 1), while their keys differ from other micro-batches' and sp's."""
+    req, cands = sample(name, 60, seed=12)
+    shared = 0
+    for cand, _ in cands:
+        par = cand.parallel
+        variant = (par.sp, cand.micro_batch, par.micro_batches, par.offload_activations, cand.recompute)
+        twins = [dataclasses.replace(par, offload_activations=not par.offload_activations)]
+        if par.pp > 1 and par.pp_schedule != "interleaved":
+            twins.append(dataclasses.replace(par, pp_schedule="gpipe" if par.pp_schedule == "1f1b" else "1f1b"))
+        resting = bounds.resting_floor(req, cand)
+        for twin in twins:
+            other = dataclasses.replace(cand, parallel=twin)
+            twin_variant = (twin.sp, cand.micro_batch, twin.micro_batches, twin.offload_activations, "full")
+            if bounds.resting_key(_holdings(twin), twin.offload_optimizer, twin_variant) == \
+                    bounds.resting_key(_holdings(par), par.offload_optimizer, variant):
+                assert bounds.resting_floor(req, other) == resting, other
+                shared += 1
+    assert shared >= 40
+    par = _holdings(cands[0][0].parallel)
+    assert bounds.resting_key(par, False, (False, 1, 1, False, "none")) != \
+        bounds.resting_key(par, False, (False, 2, 1, False, "none"))
+
+
+def _holdings(par: Parallel) -> Parallel:
+    """A candidate's layout with its variant's fields reset, as its group holds it (space.Group.holdings_layout)."""
+    return par.with_fields(sp=False, offload_activations=False, offload_optimizer=False,
+                           micro_batches=par.pp if par.pp_schedule == "interleaved" else 1)
+
+
 @pytest.mark.slow
 def test_a_peak_floor_over_the_budget_never_fits() -> None:
     """Sharpening rejects a lead whose peak floor exceeds the budget without its bill (reason

@@ -34,6 +34,7 @@ from stepbill.engine.plan.bounds import (
     offload_twin_floor,
     peak_floor,
     resting_floor,
+    resting_key,
     time_floor_terms,
     time_layout,
     time_policy,
@@ -59,9 +60,12 @@ Lead = tuple[tuple[float, ...], float, float, int, int, int, int, float]
 #: (bounds.resting_floor, which decided it: `sharpen`); bounds.peak_floor's (`sharpen`); and, for the budget solver's,
 #: its time floor the fitted one (`fit_budget`). A lead is billed once it has no sharper step.
 RESIDENT, RESTING, PEAK, FITTED = 0, 1, 2, 3
-#: A cell: the candidates of a group with one micro-batch size and count, sp and activation offload, every recompute
-#: policy — (group index, sp, micro-batch, micro-batches, activation offload). Their resting floor is one.
-Cell = tuple[int, bool, int, int, bool]
+#: A cell: candidates with one resting floor (bounds.resting_key: a layout read as its time layout, its optimizer
+#: offload, sp, micro-batch size and count, activation offload where it is read; every recompute policy).
+Cell = tuple
+#: What `sharpen` returns for a lead its sharper floor shows cannot be taken (Answer.cannot_take of the lead remade
+#: with it, which the search then need not make).
+OUTRANKED = "outranked"
 #: The rejection reason of a candidate whose exact peak floor exceeds the budget (engine/plan/space.REASONS).
 PEAK_FLOOR_OVER_BUDGET = "peak_floor_over_budget"
 
@@ -143,14 +147,14 @@ def _lead(req: PlanRequest, objective: str, fixed_batch: bool, group: Group, var
 
 
 def sharpen(req: PlanRequest, groups: Groups, lead: Lead, objective: str, peak_to_beat: float = math.inf,
-            cells: dict[Cell, float] | None = None) -> Lead | None:
+            cells: dict[Cell, float] | None = None) -> Lead | str | None:
     """The lead with a sharper peak floor (its key remade: `--objective memory` reads the peak); None when that floor
     exceeds the budget (usable − reserve): the judged peak is at least the floor, so no bill of the candidate can fit
     (engine/fit.rank_fit: it fits at headroom ≥ 0) — its verdict is decided without one. A lead with its resident
     bound first reads its cell's resting floor (bounds.resting_floor: the same for every recompute policy, kept in
     `cells` once computed) and stops there (RESTING) when that decides — past the budget, or at `peak_to_beat`
-    (Answer.peak_to_beat: a floor there already rules the lead out); else it gets bounds.peak_floor (PEAK), which
-    stops reading stages once it decides."""
+    (Answer.peak_to_beat: a floor there already rules the lead out: OUTRANKED); else it gets bounds.peak_floor
+    (PEAK), which stops reading stages once it decides."""
     group = groups[lead[4]]
     variant = group.variants[lead[5]]
     budget = budget_bytes(req, group.holdings_layout)  # reads the layout's degrees alone, which a variant keeps
@@ -159,7 +163,7 @@ def sharpen(req: PlanRequest, groups: Groups, lead: Lead, objective: str, peak_t
     peak = lead[2]
     cand: Candidate | None = None
     if lead[6] == RESIDENT:
-        cell = (lead[4], *variant[:4])
+        cell = resting_key(group.holdings_layout, group.offload_optimizer, variant)
         resting = cells.get(cell) if cells is not None else None
         if resting is None:
             # stopped early, still a floor of the cell; and it decides the cell's leads taken after this one, whose
@@ -173,7 +177,7 @@ def sharpen(req: PlanRequest, groups: Groups, lead: Lead, objective: str, peak_t
         if peak > budget:
             return None
         if peak >= peak_to_beat:
-            return _remade(req, groups, lead, objective, lead[7], peak, RESTING)
+            return OUTRANKED  # what its lead remade with this floor would be: Answer.cannot_take
     peak = peak_floor(req, cand or group.candidate(variant), peak, enough=enough)
     if peak > budget:
         return None
@@ -352,6 +356,8 @@ def bill_in_order(req: PlanRequest, groups: Groups, leads: list[Lead], objective
             if sharper is None:  # it cannot fit
                 by_bound += 1
                 rejected[PEAK_FLOOR_OVER_BUDGET] = rejected.get(PEAK_FLOOR_OVER_BUDGET, 0) + 1
+            elif isinstance(sharper, str):  # OUTRANKED
+                by_floor += 1
             else:
                 lead = sharper
                 if queue.before(lead):
