@@ -368,28 +368,41 @@ def _holdings(par: Parallel) -> Parallel:
 
 @pytest.mark.slow
 def test_a_peak_floor_over_the_budget_never_fits() -> None:
-    """Sharpening rejects a lead whose peak floor exceeds the budget without its bill (reason
-    peak_floor_over_budget): each one so rejected, billed, does not fit."""
+    """Sharpening rejects a lead whose peak floor exceeds the budget without its bill, and a node the whole cell
+    whose resting floor does (reason peak_floor_over_budget): each one so rejected, billed under any policy of its
+    cell, does not fit."""
     from stepbill.engine.plan import branch_bound
-    from stepbill.engine.plan.evaluate import evaluate
+    from stepbill.engine.plan.evaluate import budget_bytes, evaluate
 
     req = PlanRequest(load_preset("llama3-8b"), load_gpu("h100-sxm"), "h100-sxm", (8,), 4096, "llama3-8b",
                       global_batch_tokens=4 * 2**20)
-    rejected: list[Candidate] = []
-    sharpen = branch_bound.sharpen
+    rejected: list[Candidate] = []  # by their own peak floor
+    cells: list[Candidate] = []  # a candidate of each cell its resting floor rejects
+    sharpen, cell_resting = branch_bound.sharpen, branch_bound.cell_resting
 
     def recording(req: PlanRequest, groups: dict, lead: tuple, *args: object) -> object:
         out = sharpen(req, groups, lead, *args)  # type: ignore[arg-type]
-        if out is None:
+        if out is None and lead[6] != branch_bound.RESIDENT:
             group = groups[lead[4]]
             rejected.append(group.candidate(group.variants[lead[5]]))
         return out
 
+    def resting(req: PlanRequest, group: object, variant: tuple, *args: object) -> float:
+        out = cell_resting(req, group, variant, *args)  # type: ignore[arg-type]
+        if out > budget_bytes(req, group.holdings_layout):  # type: ignore[attr-defined]
+            cells.append(group.candidate(variant))  # type: ignore[attr-defined]
+        return out
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(branch_bound, "sharpen", recording)
+        patch.setattr(branch_bound, "cell_resting", resting)
         result = search(req, "time", 10)
-    assert result.stats.rejected["peak_floor_over_budget"] == len(rejected) > 100
-    for cand in random.Random(0).sample(rejected, 20):
+    assert result.stats.rejected["peak_floor_over_budget"] >= len(rejected) + len(set(cells))
+    assert len(rejected) > 20 and len(cells) > 20
+    rng = random.Random(0)
+    policies = ("none", "selective:core_attn", "full", "every:2")
+    for cand in rng.sample(rejected, 10) + [dataclasses.replace(c, recompute=rng.choice(policies))
+                                            for c in rng.sample(cells, 10)]:
         assert evaluate(req, cand) is None, cand
 
 
@@ -481,8 +494,9 @@ def test_every_k_has_one_time_floor(name: str) -> None:
 
 def test_floors_pass_reads_each_twin_exactly() -> None:
     """The floors pass computes a floor once per time layout, offload choice and floor key and reads it for the
-    rest (branch_bound.floors, search._shuffled): every lead's step floor equals the candidate's own floor computed
-    alone, ==, and the shuffle keeps each time layout's groups together, in the enumeration's order."""
+    rest (branch_bound.floors, search._shuffled): every candidate's step floor — a lead's own, or one of its cell's
+    node — equals the candidate's own floor computed alone, ==; a node's lead holds the least of its cell's; and
+    the shuffle keeps each time layout's groups together, in the enumeration's order."""
     model, gpus, seq, batch, _ = SPACES["dense"]
     req = PlanRequest(load_preset(model), load_gpu("h100-sxm"), "h100-sxm", (gpus,), seq, model,
                       global_batch_tokens=batch)
@@ -497,13 +511,23 @@ def test_floors_pass_reads_each_twin_exactly() -> None:
                if bounds.time_layout(a.holdings_layout) == bounds.time_layout(b.holdings_layout))
     assert any(g.holdings_layout.pp_schedule == "gpipe" for g in groups)
     found = branch_bound.floors(req, [(i, g, 0.0) for i, g in enumerate(groups)], "time", None)
+    floors: list[tuple[int, int, float]] = []  # (group index, variant index, its step floor) of every candidate
+    for lead in found.leads:
+        if lead[5] >= 0:
+            floors.append((lead[4], lead[5], lead[7]))
+        else:  # a cell's node: its least floor stands for its candidates'
+            members, steps = found.nodes[-lead[5] - 1]
+            assert lead[7] == min(steps) and len(members) == len(steps) > 1
+            floors += [(lead[4], v, step) for v, step in zip(members, steps, strict=True)]
+    assert sum(len(g.variants) for g in groups) == len(floors) + sum(found.rejected.values())
+    assert found.nodes and len(found.leads) < len(floors) / 2
     rng = random.Random(3)
-    leads = rng.sample(found.leads, 400)
-    for lead in leads:
-        cand = branch_bound._candidate(groups, lead)
+    sampled = rng.sample(floors, 400)
+    for index, v, step in sampled:
+        cand = groups[index].candidate(groups[index].variants[v])
         alone = budget_floor(req, cand) if cand.recompute == BUDGET_AT_FREE else time_floor(req, cand)
-        assert lead[7] == alone, cand
-    assert {branch_bound._candidate(groups, lead).parallel.pp_schedule for lead in leads} >= {"gpipe", "1f1b"}
+        assert step == alone, cand
+    assert {groups[i].holdings_layout.pp_schedule for i, _, _ in sampled} >= {"gpipe", "1f1b"}
 
 
 @pytest.mark.slow

@@ -16,6 +16,14 @@ decides: its stages stop once it passes the budget, or reaches the peak at which
 candidate out (`Answer.peak_to_beat`). A budget-solver candidate that would still be billed first gets the step-time
 floor of its policy if it fits (`fit_budget`: engine/plan/budget_bound.py) and goes back into the queue with that
 key: on the whole DeepSeek-V3 × 2,048 space 9,402 budget bills became 2,473.
+
+A cell's candidates (one group, sp, micro-batch size and count, activation offload: every recompute policy) enter
+the queue as one lead, their node (`Node`): the least of their step-time floors, the group's resident bound. Its key
+is at most each of theirs, so when the answer rules it out it rules them all out; when it does not, the cell's
+resting floor (one for the whole cell) rejects them all past the budget or rules them all out at peak_to_beat, and
+only else do their own leads enter the queue, with that floor as their peak floor. On the whole DeepSeek-V3 × 2,048
+space 2.45 M leads made, sorted and taken became 0.59 M nodes and leads, and the 251,000 leads of the cells that
+needed their own.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ import itertools
 import math
 import operator
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
@@ -60,6 +68,10 @@ Lead = tuple[tuple[float, ...], float, float, int, int, int, int, float]
 #: (bounds.resting_floor, which decided it: `sharpen`); bounds.peak_floor's (`sharpen`); and, for the budget solver's,
 #: its time floor the fitted one (`fit_budget`). A lead is billed once it has no sharper step.
 RESIDENT, RESTING, PEAK, FITTED = 0, 1, 2, 3
+#: A node: the candidates of one cell of a group (sp, micro-batch, micro-batches, activation offload; every recompute
+#: policy) — their variant indices and their step-time floors — which the first pass gives one lead, of the least of
+#: those floors (branch_bound's module docstring).
+Node = tuple[tuple[int, ...], tuple[float, ...]]
 #: A cell: candidates with one resting floor (bounds.resting_key: a layout read as its time layout, its optimizer
 #: offload, sp, micro-batch size and count, activation offload where it is read; every recompute policy).
 Cell = tuple
@@ -75,6 +87,9 @@ class Floors:
     """What the first pass found: the leads, and the candidates it rejected or did not reach."""
 
     leads: list[Lead] = field(default_factory=list)
+    #: the cells its nodes stand for, a node's lead[5] = −(its index here + 1): each cell's variant indices and their
+    #: step-time floors
+    nodes: list[Node] = field(default_factory=list)
     rejected: dict[str, int] = field(default_factory=dict)
     decided: int = 0  # candidates of the groups it went through
     cpu_seconds: float = 0.0
@@ -93,6 +108,7 @@ def floors(req: PlanRequest, groups: list[tuple[int, Group, float]], objective: 
     # choice has the same floors — and the time floors' numbers without offload, which a group with offload reads
     # (bounds.offload_twin_floor). search._shuffled keeps a time layout's groups together; a group that finds none
     # computes its own.
+    cells_of: dict[int, list[tuple[int, ...]]] = {}  # a Variants' cells (groups share one: space._Point)
     layout: Parallel | None = None
     same_time: dict[bool, dict[tuple, float]] = {}
     unloaded: dict[tuple, StepTerms] = {}
@@ -105,29 +121,43 @@ def floors(req: PlanRequest, groups: list[tuple[int, Group, float]], objective: 
         steps: dict[tuple, float] = {}  # time floors of this group's variants, by floor key
         terms: dict[tuple, StepTerms] = {}
         twins = unloaded if group.offload_optimizer and req.efficiency is None else {}
-        for v, variant in enumerate(group.variants):
-            budget = variant[4] == BUDGET_AT_FREE
-            # a floor key: the same time floor with and without activation offload, and for every K of every:K
-            key = variant if budget else (*variant[:3], False, time_policy(variant[4]))
-            step = steps.get(key, earlier.get(key))
-            # a floor found was computed for a valid candidate, and its sharers differ from that one in activation
-            # offload, every:K's K or GPipe for 1F1B, which no layout rule reads: the candidate is built only if not
-            if step is None:
-                try:
-                    cand = group.candidate(variant)
-                except StepbillError:
-                    out.rejected["layout_invalid"] = out.rejected.get("layout_invalid", 0) + 1
-                    continue
-                if budget:
-                    step = budget_floor(req, cand, twin=twins.get((*variant[:3], False, "none")))
-                elif key in twins:
-                    step = offload_twin_floor(req, cand, twins[key])
-                else:
-                    terms[key] = time_floor_terms(req, cand)
-                    step = terms[key].t_step
-                steps[key] = step
-            out.leads.append(_lead(req, objective, fixed_batch, group, variant, step, peak_floor_of_group, index, v,
-                                   RESIDENT))
+        if id(group.variants) not in cells_of:
+            cells_of[id(group.variants)] = _cells(group.variants)
+        for members in cells_of[id(group.variants)]:
+            kept: list[int] = []  # the cell's valid variants, and their floors
+            floors_of: list[float] = []
+            for v in members:
+                variant = group.variants[v]
+                budget = variant[4] == BUDGET_AT_FREE
+                # a floor key: the same time floor with and without activation offload, and for every K of every:K
+                key = variant if budget else (*variant[:3], False, time_policy(variant[4]))
+                step = steps.get(key, earlier.get(key))
+                # a floor found was computed for a valid candidate, and its sharers differ from that one in activation
+                # offload, every:K's K or GPipe for 1F1B, which no layout rule reads: the candidate is built only if
+                # not
+                if step is None:
+                    try:
+                        cand = group.candidate(variant)
+                    except StepbillError:
+                        out.rejected["layout_invalid"] = out.rejected.get("layout_invalid", 0) + 1
+                        continue
+                    if budget:
+                        step = budget_floor(req, cand, twin=twins.get((*variant[:3], False, "none")))
+                    elif key in twins:
+                        step = offload_twin_floor(req, cand, twins[key])
+                    else:
+                        terms[key] = time_floor_terms(req, cand)
+                        step = terms[key].t_step
+                    steps[key] = step
+                kept.append(v)
+                floors_of.append(step)
+            if len(kept) == 1:
+                out.leads.append(_lead(req, objective, fixed_batch, group, group.variants[kept[0]], floors_of[0],
+                                       peak_floor_of_group, index, kept[0], RESIDENT))
+            elif kept:  # the cell's node: its least floor, its group's resident bound
+                out.nodes.append((tuple(kept), tuple(floors_of)))
+                out.leads.append(_lead(req, objective, fixed_batch, group, group.variants[kept[0]], min(floors_of),
+                                       peak_floor_of_group, index, -len(out.nodes), RESIDENT))
         earlier.update(steps)
         if not group.offload_optimizer:
             unloaded.update(terms)
@@ -136,6 +166,15 @@ def floors(req: PlanRequest, groups: list[tuple[int, Group, float]], objective: 
             progress(out.decided, total)
     out.cpu_seconds = time.process_time() - cpu0
     return out
+
+
+def _cells(variants: Sequence[Variant]) -> list[tuple[int, ...]]:
+    """The indices of `variants` by cell (sp, micro-batch, micro-batches, activation offload: every recompute policy
+    of one), in order of their first variant."""
+    cells: dict[tuple, list[int]] = {}
+    for v, variant in enumerate(variants):
+        cells.setdefault(variant[:4], []).append(v)
+    return [tuple(members) for members in cells.values()]
 
 
 def _lead(req: PlanRequest, objective: str, fixed_batch: bool, group: Group, variant: Variant, step: float,
@@ -161,27 +200,31 @@ def sharpen(req: PlanRequest, groups: Groups, lead: Lead, objective: str, peak_t
     # each floor is read only as far as it decides: past the budget, or at a peak the answer's rows beat
     enough = min(math.nextafter(budget, math.inf), peak_to_beat)
     peak = lead[2]
-    cand: Candidate | None = None
     if lead[6] == RESIDENT:
-        cell = resting_key(group.holdings_layout, group.offload_optimizer, variant)
-        resting = cells.get(cell) if cells is not None else None
-        if resting is None:
-            # stopped early, still a floor of the cell; and it decides the cell's leads taken after this one, whose
-            # peak_to_beat is no larger (under the time objectives: their time floors are no smaller, the answer's
-            # rows only more)
-            cand = group.candidate(variant)
-            resting = resting_floor(req, cand, enough)
-            if cells is not None:
-                cells[cell] = resting
-        peak = max(peak, resting)
+        peak = max(peak, cell_resting(req, group, variant, enough, cells))
         if peak > budget:
             return None
         if peak >= peak_to_beat:
             return OUTRANKED  # what its lead remade with this floor would be: Answer.cannot_take
-    peak = peak_floor(req, cand or group.candidate(variant), peak, enough=enough)
+    peak = peak_floor(req, group.candidate(variant), peak, enough=enough)
     if peak > budget:
         return None
     return _remade(req, groups, lead, objective, lead[7], peak, PEAK)
+
+
+def cell_resting(req: PlanRequest, group: Group, variant: Variant, enough: float,
+                 cells: dict[Cell, float] | None) -> float:
+    """The resting floor of the variant's cell (bounds.resting_floor, read only as far as `enough`), kept in
+    `cells` by its bounds.resting_key once computed. A floor stopped early is still a floor of the cell, and it
+    decides the cell's leads taken after this one, whose peak_to_beat is no larger (under the time objectives: their
+    time floors are no smaller, the answer's rows only more); a lead it does not decide reads it as a lower bound."""
+    cell = resting_key(group.holdings_layout, group.offload_optimizer, variant)
+    resting = cells.get(cell) if cells is not None else None
+    if resting is None:
+        resting = resting_floor(req, group.candidate(variant), enough)
+        if cells is not None:
+            cells[cell] = resting
+    return resting
 
 
 def fit_budget(req: PlanRequest, groups: Groups, lead: Lead, objective: str) -> Lead | None:
@@ -327,29 +370,61 @@ class LeadQueue:
     def push(self, lead: Lead) -> None:
         heapq.heappush(self._back, lead)
 
+    def left(self) -> Iterator[Lead]:
+        """The leads left, in no order."""
+        yield from itertools.islice(self._sorted, self._next, None)
+        yield from self._back
+
 
 def bill_in_order(req: PlanRequest, groups: Groups, leads: list[Lead], objective: str, k: int,
-                  deadline_at: float | None, progress: Progress | None = None) -> Billed:
+                  deadline_at: float | None, progress: Progress | None = None, nodes: Sequence[Node] = ()) -> Billed:
     """Bill the leads best floor first; skip those `Answer.cannot_take`; sharpen a lead's peak floor (and a budget
     solver's time floor: `fit_budget`) before billing it, rejecting it when they show it cannot fit (module
-    docstring). A sharpened lead that still comes first is decided at once, as a heap would pop it."""
+    docstring). A sharpened lead that still comes first is decided at once, as a heap would pop it. A node (a cell's
+    lead: `nodes`) is decided whole on its floors or its cell's resting floor, or else gives way to its candidates'
+    own leads. Progress and the candidates a deadline leaves are counted in candidates."""
     answer = Answer(objective, k, req.global_batch_tokens is not None)
+    fixed_batch = req.global_batch_tokens is not None
     rejected: dict[str, int] = {}
     by_bill = by_floor = by_bound = done = 0
-    cells: dict[Cell, float] = {}  # the resting floors read so far (sharpen)
+    cells: dict[Cell, float] = {}  # the resting floors read so far (sharpen, cell_resting)
+
+    def count(lead: Lead) -> int:  # the candidates a lead stands for
+        return len(nodes[-lead[5] - 1][0]) if lead[5] < 0 else 1
+
     queue = LeadQueue(leads)
-    total = len(queue)
+    total = sum(map(count, leads))
+    reported = 0
     if progress is not None:
         progress(0, total)  # the pass's total, before its first lead
     lead: Lead | None = None  # a sharpened lead that comes before every lead left
     while lead is not None or queue:
         if deadline_at is not None and time.time() > deadline_at:
-            return Billed(answer.rows, by_bill, by_floor, len(queue) + (lead is not None), rejected, by_bound)
+            left = sum(map(count, queue.left())) + (count(lead) if lead is not None else 0)
+            return Billed(answer.rows, by_bill, by_floor, left, rejected, by_bound)
         if lead is None:
             lead = queue.pop()
+        n = count(lead)
         to_beat = answer.peak_to_beat(lead)
         if lead[2] >= to_beat:  # answer.cannot_take(lead)
-            by_floor += 1
+            by_floor += n
+        elif lead[5] < 0:  # a cell's node: its resting floor decides the whole cell, or its candidates go on alone
+            group = groups[lead[4]]
+            members, steps = nodes[-lead[5] - 1]
+            budget = budget_bytes(req, group.holdings_layout)
+            enough = min(math.nextafter(budget, math.inf), to_beat)
+            peak = max(lead[2], cell_resting(req, group, group.variants[members[0]], enough, cells))
+            if peak > budget:
+                by_bound += n
+                rejected[PEAK_FLOOR_OVER_BUDGET] = rejected.get(PEAK_FLOOR_OVER_BUDGET, 0) + n
+            elif peak >= to_beat:  # its candidates' to_beat is no larger: their floors are no smaller
+                by_floor += n
+            else:
+                for v, step in zip(members, steps, strict=True):
+                    queue.push(_lead(req, objective, fixed_batch, group, group.variants[v], step, peak, lead[4], v,
+                                     RESTING))
+                lead = None
+                continue
         elif _sharper(groups, lead):
             sharper = sharpen(req, groups, lead, objective, to_beat, cells) if lead[6] < PEAK \
                 else fit_budget(req, groups, lead, objective)
@@ -372,9 +447,10 @@ def bill_in_order(req: PlanRequest, groups: Groups, leads: list[Lead], objective
             if reason:
                 rejected[reason] = rejected.get(reason, 0) + 1
         lead = None
-        done += 1
-        if progress is not None and done % 256 == 0:
+        done += n
+        if progress is not None and done - reported >= 256:
             progress(done, total)
+            reported = done
     if progress is not None:
         progress(total, total)
     return Billed(answer.rows, by_bill, by_floor, 0, rejected, by_bound)

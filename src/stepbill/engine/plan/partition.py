@@ -53,7 +53,8 @@ def bound_part(req: PlanRequest, indexed: list[tuple[int, Group]], objective: st
     leads)."""
     cpu0 = time.process_time()
     found, by_bound = floors_part(req, indexed, objective, deadline_at, floors_progress, total)
-    billed = bill_in_order(req, dict(indexed), found.leads, objective, k, deadline_at, bills_progress)
+    billed = bill_in_order(req, dict(indexed), found.leads, objective, k, deadline_at, bills_progress,
+                           found.nodes)
     return Bound(found, by_bound, billed, time.process_time() - cpu0)
 
 
