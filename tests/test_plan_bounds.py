@@ -1,6 +1,6 @@
 """The branch and bound's floors (engine/plan/bounds.py) never exceed what `stepbill bill` prints for the candidate,
 over random candidates of real planner spaces (dense, MoE, pipelines, offload, the --efficiency override), and the
-answer's bookkeeping (branch_bound.Answer) keeps the top K and the memory-vs-time staircase right."""
+answer's bookkeeping (answer.Answer) keeps the top K and the memory-vs-time staircase right."""
 
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ import pytest
 
 from stepbill.engine.bill import make_bill
 from stepbill.engine.bill_parts import verdict_ranks
-from stepbill.engine.plan import PlanRequest, bounds, branch_bound, budget_bound, search
+from stepbill.engine.plan import PlanRequest, bounds, branch_bound, budget_bound, leads, search
+from stepbill.engine.plan.answer import Answer
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.bounds import offload_twin_floor, peak_floor, time_floor, time_floor_terms
-from stepbill.engine.plan.branch_bound import Answer, LeadQueue
 from stepbill.engine.plan.budget_bound import budget_floor
 from stepbill.engine.plan.evaluate import Row, recipe_for, resident_bound, resolve_recompute
+from stepbill.engine.plan.leads import LeadQueue
 from stepbill.engine.plan.pareto import front_time
 from stepbill.engine.plan.rank import objective_key
 from stepbill.engine.plan.search import _shuffled
@@ -237,9 +238,9 @@ def test_lead_queue_pops_as_one_heap() -> None:
 
 
 def test_leads_sort_as_tuples() -> None:
-    """branch_bound._sort_leads (by the key's first number, then each tie by the whole lead) is `list.sort()`'s
+    """leads.sort_leads (by the key's first number, then each tie by the whole lead) is `list.sort()`'s
     order, with many ties, ints (the gpus objective's key starts with the GPU count) and floats."""
-    from stepbill.engine.plan.branch_bound import _sort_leads
+    from stepbill.engine.plan.leads import sort_leads as _sort_leads
 
     rng = random.Random(11)
     for first in (lambda: float(rng.randrange(5)), lambda: rng.choice((8, 16, 32)), rng.random):
@@ -382,7 +383,7 @@ def test_a_peak_floor_over_the_budget_never_fits() -> None:
 
     def recording(req: PlanRequest, groups: dict, lead: tuple, *args: object) -> object:
         out = sharpen(req, groups, lead, *args)  # type: ignore[arg-type]
-        if out is None and lead[6] != branch_bound.RESIDENT:
+        if out is None and lead[6] != leads.RESIDENT:
             group = groups[lead[4]]
             rejected.append(group.candidate(group.variants[lead[5]]))
         return out

@@ -1,8 +1,8 @@
 """Branch and bound over the candidates the resident bound leaves (search.py's docstring says why it is exact).
 
 Two passes: `floors` gives every candidate its step-time floor (bounds.py; no bill) and, for a peak floor, its
-group's resident bound; `bill_in_order` takes them best key first (`LeadQueue`) and skips each candidate that can no
-longer reach the top K or a Pareto front (`Answer.cannot_take`). The exact peak floor (bounds.peak_floor: a stage's
+group's resident bound; `bill_in_order` takes them best key first (leads.LeadQueue) and skips each candidate that
+can no longer reach the top K or a Pareto front (answer.Answer.cannot_take). The exact peak floor (bounds.peak_floor: a stage's
 kept activations, the loss's moment; for the budget solver's candidates the rows no drop set can drop) costs about
 as much as the time floor, and many candidates are skipped on the resident bound alone (on Llama-3-70B × 64 H100,
 about three in four of those skipped), so it is computed only for a candidate that would otherwise be billed, and
@@ -28,15 +28,12 @@ nodes could not decide them.
 
 from __future__ import annotations
 
-import bisect
-import heapq
-import itertools
 import math
-import operator
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from stepbill.engine.plan.answer import Answer
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.bounds import (
     offload_twin_floor,
@@ -49,8 +46,7 @@ from stepbill.engine.plan.bounds import (
 )
 from stepbill.engine.plan.budget_bound import budget_floor
 from stepbill.engine.plan.evaluate import Row, budget_bytes, budget_drops_nothing, evaluate, resolve_recompute
-from stepbill.engine.plan.pareto import front_time
-from stepbill.engine.plan.rank import objective_key, row_key
+from stepbill.engine.plan.leads import FITTED, PEAK, RESIDENT, RESTING, Lead, LeadQueue, Node, make_lead
 from stepbill.engine.plan.space import Candidate, Group, PlanRequest, Variant
 from stepbill.engine.timing.step_terms import StepTerms
 from stepbill.errors import StepbillError
@@ -60,19 +56,6 @@ Progress = Callable[[int, int], None]
 #: The groups a lead's group index (Lead[4]) reads: the search's list, or a partition's (index → group).
 Groups = Sequence[Group] | Mapping[int, Group]
 
-#: A candidate waiting for its bill: (objective key of its floors, its time floor as the fronts read time, its peak
-#: floor in bytes, GPUs, group index, variant index, how sharp its floors are (RESIDENT, RESTING, PEAK or FITTED), its
-#: step-time floor in s). Tuples sort by the key, then the indices (a total order).
-Lead = tuple[tuple[float, ...], float, float, int, int, int, int, float]
-#: How sharp a lead's floors are: its peak floor the group's resident bound; its cell's activation-free floor
-#: (bounds.resting_floor: the lead of a candidate its node gave way to, `bill_in_order`); bounds.peak_floor's
-#: (`sharpen`); and, for the budget solver's, its time floor the fitted one (`fit_budget`). A lead is billed once it
-#: has no sharper step.
-RESIDENT, RESTING, PEAK, FITTED = 0, 1, 2, 3
-#: A node: the candidates of one cell of a group (sp, micro-batch, micro-batches, activation offload; every recompute
-#: policy) — their variant indices and their step-time floors — which the first pass gives one lead, of the least of
-#: those floors (branch_bound's module docstring).
-Node = tuple[tuple[int, ...], tuple[float, ...]]
 #: A cell: candidates with one resting floor (bounds.resting_key: a layout read as its time layout, its optimizer
 #: offload, sp, micro-batch size and count, activation offload where it is read; every recompute policy).
 Cell = tuple
@@ -153,11 +136,11 @@ def floors(req: PlanRequest, groups: list[tuple[int, Group, float]], objective: 
                 kept.append(v)
                 floors_of.append(step)
             if len(kept) == 1:
-                out.leads.append(_lead(req, objective, fixed_batch, group, group.variants[kept[0]], floors_of[0],
+                out.leads.append(make_lead(req, objective, fixed_batch, group, group.variants[kept[0]], floors_of[0],
                                        peak_floor_of_group, index, kept[0], RESIDENT))
             elif kept:  # the cell's node: its least floor, its group's resident bound
                 out.nodes.append((tuple(kept), tuple(floors_of)))
-                out.leads.append(_lead(req, objective, fixed_batch, group, group.variants[kept[0]], min(floors_of),
+                out.leads.append(make_lead(req, objective, fixed_batch, group, group.variants[kept[0]], min(floors_of),
                                        peak_floor_of_group, index, -len(out.nodes), RESIDENT))
         earlier.update(steps)
         if not group.offload_optimizer:
@@ -176,14 +159,6 @@ def _cells(variants: Sequence[Variant]) -> list[tuple[int, ...]]:
     for v, variant in enumerate(variants):
         cells.setdefault(variant[:4], []).append(v)
     return [tuple(members) for members in cells.values()]
-
-
-def _lead(req: PlanRequest, objective: str, fixed_batch: bool, group: Group, variant: Variant, step: float,
-          peak: float, index: int, v: int, sharpness: int) -> Lead:
-    layout = group.holdings_layout  # its dp and GPUs: a variant changes neither
-    tokens = layout.dp * variant[2] * variant[1] * req.seq  # Recipe.tokens_per_step: dp × micro-batches × micro-batch
-    return (objective_key(objective, fixed_batch, step, layout.world, peak, tokens),
-            front_time(fixed_batch, step, tokens), peak, layout.world, index, v, sharpness, step)
 
 
 def sharpen(req: PlanRequest, groups: Groups, lead: Lead, objective: str, peak_to_beat: float = math.inf,
@@ -244,7 +219,7 @@ def _remade(req: PlanRequest, groups: Groups, lead: Lead, objective: str, step: 
             sharpness: int) -> Lead:
     """The lead with sharper floors: its step-time floor `step`, its peak floor `peak`."""
     group = groups[lead[4]]
-    return _lead(req, objective, req.global_batch_tokens is not None, group, group.variants[lead[5]], step, peak,
+    return make_lead(req, objective, req.global_batch_tokens is not None, group, group.variants[lead[5]], step, peak,
                  lead[4], lead[5], sharpness)
 
 
@@ -259,59 +234,6 @@ def _sharper(groups: Groups, lead: Lead) -> bool:
     return lead[6] < PEAK or (lead[6] == PEAK and groups[lead[4]].variants[lead[5]][4] == BUDGET_AT_FREE)
 
 
-class Answer:
-    """The billed rows that fit, and what the top K and the two fronts need to know of them."""
-
-    def __init__(self, objective: str, k: int, fixed_batch: bool) -> None:
-        self.objective, self.k, self.fixed_batch = objective, k, fixed_batch
-        self.rows: list[Row] = []
-        self._top: list[tuple[float, ...]] = []  # the k best keys so far, ascending
-        self._by_world: dict[int, float] = {}  # GPUs → the best front time among rows with that many
-        self._worlds: list[int] = []  # its GPU counts ascending, ...
-        self._fastest_upto: list[float] = []  # ... and the best front time among rows with at most that many
-        self._peaks: list[float] = []  # the memory-vs-time staircase: peaks ascending ...
-        self._times: list[float] = []  # ... times strictly descending
-
-    def add(self, row: Row) -> None:
-        self.rows.append(row)
-        bisect.insort(self._top, row_key(self.objective, self.fixed_batch, row))
-        del self._top[self.k:]
-        t = front_time(self.fixed_batch, row.step_s, row.tokens_per_step)
-        self._by_world[row.world] = min(t, self._by_world.get(row.world, t))
-        self._worlds = sorted(self._by_world)
-        self._fastest_upto = list(itertools.accumulate((self._by_world[w] for w in self._worlds), min))
-        peak = row.peak_bytes
-        i = bisect.bisect_right(self._peaks, peak)
-        if i and self._times[i - 1] <= t:
-            return  # a row with no more memory is at least as fast
-        first = bisect.bisect_left(self._peaks, peak)  # rows with this peak and a slower time leave, ...
-        j = i
-        while j < len(self._peaks) and self._times[j] >= t:
-            j += 1  # ... as do rows with more memory that are no faster
-        self._peaks[first:j], self._times[first:j] = [peak], [t]
-
-    def cannot_take(self, lead: Lead) -> bool:
-        """Whether a candidate with these floors can be neither in the top K nor on a front (module docstring): K
-        rows beat its key, a row with no more GPUs is strictly faster, and a row with no more memory than its peak
-        floor is strictly faster — its peak floor is at least `peak_to_beat`."""
-        return lead[2] >= self.peak_to_beat(lead)
-
-    def peak_to_beat(self, lead: Lead) -> float:
-        """The least peak floor at which the lead cannot be taken, the rest of it as it is: the peak of the first
-        staircase row strictly faster than its time floor, when its key and GPUs already rule it out of the top K and
-        the GPUs-vs-time front (inf otherwise). Those two only grow stricter as rows are added, so a lead with at
-        least this peak floor stays ruled out. (Under `--objective memory` the key reads the peak: a larger peak
-        floor only raises it.)"""
-        key, t, world = lead[0], lead[1], lead[3]
-        if len(self._top) < self.k or not key > self._top[-1]:
-            return math.inf
-        j = bisect.bisect_right(self._worlds, world)  # the fastest row with no more GPUs
-        if not j or not self._fastest_upto[j - 1] < t:
-            return math.inf
-        i = bisect.bisect_right(self._times, -t, key=operator.neg)  # times descend: the first strictly faster than t
-        return self._peaks[i] if i < len(self._peaks) else math.inf
-
-
 @dataclass
 class Billed:
     """What the second pass found."""
@@ -322,59 +244,6 @@ class Billed:
     not_searched: int
     rejected: dict[str, int]
     by_bound: int = 0  # their peak floors exceed the budget (reason PEAK_FLOOR_OVER_BUDGET)
-
-
-def _sort_leads(leads: list[Lead]) -> None:
-    """Sort `leads` in their tuples' order, as `leads.sort()` does, faster: by the first number of their keys alone
-    (stable), then each run of equal first numbers by the whole tuple. Comparing the nested tuples themselves costs
-    several times more (the whole DeepSeek-V3 × 2,048 search's 2.45 M leads: 7.6 s against 2.9 s) and almost every
-    comparison is decided by that first number."""
-    leads.sort(key=_first_of_key)
-    start = 0
-    for end in range(1, len(leads) + 1):
-        if end == len(leads) or leads[end][0][0] != leads[start][0][0]:
-            if end - start > 1:
-                leads[start:end] = sorted(leads[start:end])
-            start = end
-
-
-def _first_of_key(lead: Lead) -> float:
-    return lead[0][0]
-
-
-class LeadQueue:
-    """The leads best first (Lead tuples' order, a total order): sorted once, with a heap for the leads that come
-    back sharpened. The same order as one heap of them all, at a sort's cost instead of a heap pop each (the search
-    takes millions)."""
-
-    def __init__(self, leads: list[Lead]) -> None:
-        _sort_leads(leads)
-        self._sorted, self._next = leads, 0
-        self._back: list[Lead] = []  # sharpened leads, a heap
-
-    def __len__(self) -> int:
-        return len(self._sorted) - self._next + len(self._back)
-
-    def pop(self) -> Lead:
-        """The best lead left (IndexError when none is)."""
-        i = self._next
-        if self._back and (i == len(self._sorted) or self._back[0] < self._sorted[i]):
-            return heapq.heappop(self._back)
-        self._next = i + 1
-        return self._sorted[i]
-
-    def before(self, lead: Lead) -> bool:
-        """Whether a lead left comes before `lead`."""
-        i = self._next
-        return (i < len(self._sorted) and self._sorted[i] < lead) or bool(self._back and self._back[0] < lead)
-
-    def push(self, lead: Lead) -> None:
-        heapq.heappush(self._back, lead)
-
-    def left(self) -> Iterator[Lead]:
-        """The leads left, in no order."""
-        yield from itertools.islice(self._sorted, self._next, None)
-        yield from self._back
 
 
 def bill_in_order(req: PlanRequest, groups: Groups, leads: list[Lead], objective: str, k: int,
@@ -422,7 +291,7 @@ def bill_in_order(req: PlanRequest, groups: Groups, leads: list[Lead], objective
                 by_floor += n
             else:
                 for v, step in zip(members, steps, strict=True):
-                    queue.push(_lead(req, objective, fixed_batch, group, group.variants[v], step, peak, lead[4], v,
+                    queue.push(make_lead(req, objective, fixed_batch, group, group.variants[v], step, peak, lead[4], v,
                                      RESTING))
                 lead = None
                 continue
@@ -441,7 +310,7 @@ def bill_in_order(req: PlanRequest, groups: Groups, leads: list[Lead], objective
                     lead = None
                 continue  # decided on its sharper floors
         else:
-            reason, row = bill_lead(req, groups[lead[4]], lead[5])
+            reason, row = billmake_lead(req, groups[lead[4]], lead[5])
             if row is not None:
                 answer.add(row)
             by_bill += reason in ("", "peak_over_budget")  # billed (whether or not it fits)
@@ -457,7 +326,7 @@ def bill_in_order(req: PlanRequest, groups: Groups, leads: list[Lead], objective
     return Billed(answer.rows, by_bill, by_floor, 0, rejected, by_bound)
 
 
-def bill_lead(req: PlanRequest, group: Group, v: int) -> tuple[str, Row | None]:
+def billmake_lead(req: PlanRequest, group: Group, v: int) -> tuple[str, Row | None]:
     """Bill variant `v` of `group`: ("", its row) when it fits; ("peak_over_budget", None) when billed and it does
     not; else (the reason it was not billed, None)."""
     try:
