@@ -373,13 +373,13 @@ def test_a_peak_floor_over_the_budget_never_fits() -> None:
     whose resting floor does (reason peak_floor_over_budget): each one so rejected, billed under any policy of its
     cell, does not fit."""
     from stepbill.engine.plan import branch_bound
-    from stepbill.engine.plan.evaluate import budget_bytes, evaluate
+    from stepbill.engine.plan.evaluate import evaluate
 
     req = PlanRequest(load_preset("llama3-8b"), load_gpu("h100-sxm"), "h100-sxm", (8,), 4096, "llama3-8b",
                       global_batch_tokens=4 * 2**20)
     rejected: list[Candidate] = []  # by their own peak floor
     cells: list[Candidate] = []  # a candidate of each cell its resting floor rejects
-    sharpen, cell_resting = branch_bound.sharpen, branch_bound.cell_resting
+    sharpen, rest = branch_bound.sharpen, branch_bound.rest
 
     def recording(req: PlanRequest, groups: dict, lead: tuple, *args: object) -> object:
         out = sharpen(req, groups, lead, *args)  # type: ignore[arg-type]
@@ -388,15 +388,15 @@ def test_a_peak_floor_over_the_budget_never_fits() -> None:
             rejected.append(group.candidate(group.variants[lead[5]]))
         return out
 
-    def resting(req: PlanRequest, group: object, variant: tuple, *args: object) -> float:
-        out = cell_resting(req, group, variant, *args)  # type: ignore[arg-type]
-        if out > budget_bytes(req, group.holdings_layout):  # type: ignore[attr-defined]
+    def resting(req: PlanRequest, group: object, variant: tuple, *args: object) -> object:
+        out = rest(req, group, variant, *args)  # type: ignore[arg-type]
+        if out is None:  # its cell's resting floor exceeds the budget
             cells.append(group.candidate(variant))  # type: ignore[attr-defined]
         return out
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(branch_bound, "sharpen", recording)
-        patch.setattr(branch_bound, "cell_resting", resting)
+        patch.setattr(branch_bound, "rest", resting)
         result = search(req, "time", 10)
     assert result.stats.rejected["peak_floor_over_budget"] >= len(rejected) + len(set(cells))
     assert len(rejected) > 20 and len(cells) > 20

@@ -172,35 +172,38 @@ def sharpen(req: PlanRequest, groups: Groups, lead: Lead, objective: str, peak_t
     (PEAK), which stops reading stages once it decides."""
     group = groups[lead[4]]
     variant = group.variants[lead[5]]
-    budget = budget_bytes(req, group.holdings_layout)  # reads the layout's degrees alone, which a variant keeps
-    # each floor is read only as far as it decides: past the budget, or at a peak the answer's rows beat
-    enough = min(math.nextafter(budget, math.inf), peak_to_beat)
-    peak = lead[2]
+    peak: float | str | None = lead[2]
     if lead[6] == RESIDENT:
-        peak = max(peak, cell_resting(req, group, variant, enough, cells))
-        if peak > budget:
-            return None
-        if peak >= peak_to_beat:
-            return OUTRANKED  # what its lead remade with this floor would be: Answer.cannot_take
-    peak = peak_floor(req, group.candidate(variant), peak, enough=enough)
+        peak = rest(req, group, variant, lead[2], peak_to_beat, cells)
+        if peak is None or isinstance(peak, str):
+            return peak  # decided: None or OUTRANKED
+    budget = budget_bytes(req, group.holdings_layout)  # reads the layout's degrees alone, which a variant keeps
+    # read only as far as it decides: past the budget, or at a peak the answer's rows beat
+    peak = peak_floor(req, group.candidate(variant), peak, enough=min(math.nextafter(budget, math.inf), peak_to_beat))
     if peak > budget:
         return None
     return _remade(req, groups, lead, objective, lead[7], peak, PEAK)
 
 
-def cell_resting(req: PlanRequest, group: Group, variant: Variant, enough: float,
-                 cells: dict[Cell, float] | None) -> float:
-    """The resting floor of the variant's cell (bounds.resting_floor, read only as far as `enough`), kept in
-    `cells` by its bounds.resting_key once computed. A floor stopped early is still a floor of the cell, and it
-    decides the cell's leads taken after this one, whose peak_to_beat is no larger (under the time objectives: their
-    time floors are no smaller, the answer's rows only more); a lead it does not decide reads it as a lower bound."""
+def rest(req: PlanRequest, group: Group, variant: Variant, peak: float, peak_to_beat: float,
+         cells: dict[Cell, float] | None) -> float | str | None:
+    """A peak floor `peak` of the variant (or of its whole cell, for a node) raised to its cell's resting floor
+    (bounds.resting_floor, kept in `cells` by its bounds.resting_key once computed); None when that exceeds the
+    budget (no candidate of the cell can fit), OUTRANKED when it reaches `peak_to_beat`. The floor is read only as
+    far as it decides: stopped early it is still a floor of the cell, and it decides the cell's leads taken after
+    this one, whose peak_to_beat is no larger (under the time objectives: their time floors are no smaller, the
+    answer's rows only more); a lead it does not decide reads it as a lower bound."""
+    budget = budget_bytes(req, group.holdings_layout)
     cell = resting_key(group.holdings_layout, group.offload_optimizer, variant)
     resting = cells.get(cell) if cells is not None else None
     if resting is None:
-        resting = resting_floor(req, group.candidate(variant), enough)
+        resting = resting_floor(req, group.candidate(variant), min(math.nextafter(budget, math.inf), peak_to_beat))
         if cells is not None:
             cells[cell] = resting
-    return resting
+    peak = max(peak, resting)
+    if peak > budget:
+        return None
+    return OUTRANKED if peak >= peak_to_beat else peak
 
 
 def fit_budget(req: PlanRequest, groups: Groups, lead: Lead, objective: str) -> Lead | None:
@@ -257,7 +260,7 @@ def bill_in_order(req: PlanRequest, groups: Groups, leads: list[Lead], objective
     fixed_batch = req.global_batch_tokens is not None
     rejected: dict[str, int] = {}
     by_bill = by_floor = by_bound = done = 0
-    cells: dict[Cell, float] = {}  # the resting floors read so far (sharpen, cell_resting)
+    cells: dict[Cell, float] = {}  # the resting floors read so far (rest)
 
     def count(lead: Lead) -> int:  # the candidates a lead stands for
         return len(nodes[-lead[5] - 1][0]) if lead[5] < 0 else 1
@@ -281,13 +284,11 @@ def bill_in_order(req: PlanRequest, groups: Groups, leads: list[Lead], objective
         elif lead[5] < 0:  # a cell's node: its resting floor decides the whole cell, or its candidates go on alone
             group = groups[lead[4]]
             members, steps = nodes[-lead[5] - 1]
-            budget = budget_bytes(req, group.holdings_layout)
-            enough = min(math.nextafter(budget, math.inf), to_beat)
-            peak = max(lead[2], cell_resting(req, group, group.variants[members[0]], enough, cells))
-            if peak > budget:
+            peak = rest(req, group, group.variants[members[0]], lead[2], to_beat, cells)
+            if peak is None:
                 by_bound += n
                 rejected[PEAK_FLOOR_OVER_BUDGET] = rejected.get(PEAK_FLOOR_OVER_BUDGET, 0) + n
-            elif peak >= to_beat:  # its candidates' to_beat is no larger: their floors are no smaller
+            elif isinstance(peak, str):  # OUTRANKED: its candidates' to_beat is no larger, their floors no smaller
                 by_floor += n
             else:
                 for v, step in zip(members, steps, strict=True):
