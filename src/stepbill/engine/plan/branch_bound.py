@@ -101,9 +101,7 @@ def floors(req: PlanRequest, groups: list[tuple[int, Group, float]], objective: 
             break
         if time_layout(group.holdings_layout) != layout:
             layout, same_time, unloaded = time_layout(group.holdings_layout), {}, {}
-        earlier = same_time.setdefault(group.offload_optimizer, {})
-        steps: dict[tuple, float] = {}  # time floors of this group's variants, by floor key
-        terms: dict[tuple, StepTerms] = {}
+        known = same_time.setdefault(group.offload_optimizer, {})
         twins = unloaded if group.offload_optimizer and req.efficiency is None else {}
         if id(group.variants) not in cells_of:
             cells_of[id(group.variants)] = _cells(group.variants)
@@ -111,45 +109,51 @@ def floors(req: PlanRequest, groups: list[tuple[int, Group, float]], objective: 
             kept: list[int] = []  # the cell's valid variants, and their floors
             floors_of: list[float] = []
             for v in members:
-                variant = group.variants[v]
-                budget = variant[4] == BUDGET_AT_FREE
-                # a floor key: the same time floor with and without activation offload, and for every K of every:K
-                key = variant if budget else (*variant[:3], False, time_policy(variant[4]))
-                step = steps.get(key, earlier.get(key))
-                # a floor found was computed for a valid candidate, and its sharers differ from that one in activation
-                # offload, every:K's K or GPipe for 1F1B, which no layout rule reads: the candidate is built only if
-                # not
-                if step is None:
-                    try:
-                        cand = group.candidate(variant)
-                    except StepbillError:
-                        out.rejected["layout_invalid"] = out.rejected.get("layout_invalid", 0) + 1
-                        continue
-                    if budget:
-                        step = budget_floor(req, cand, twin=twins.get((*variant[:3], False, "none")))
-                    elif key in twins:
-                        step = offload_twin_floor(req, cand, twins[key])
-                    else:
-                        terms[key] = time_floor_terms(req, cand)
-                        step = terms[key].t_step
-                    steps[key] = step
+                try:
+                    floors_of.append(_step_floor(req, group, group.variants[v], known, twins, unloaded))
+                except StepbillError:
+                    out.rejected["layout_invalid"] = out.rejected.get("layout_invalid", 0) + 1
+                    continue
                 kept.append(v)
-                floors_of.append(step)
             if len(kept) == 1:
                 out.leads.append(make_lead(req, objective, fixed_batch, group, group.variants[kept[0]], floors_of[0],
-                                       peak_floor_of_group, index, kept[0], RESIDENT))
+                                           peak_floor_of_group, index, kept[0], RESIDENT))
             elif kept:  # the cell's node: its least floor, its group's resident bound
                 out.nodes.append((tuple(kept), tuple(floors_of)))
-                out.leads.append(make_lead(req, objective, fixed_batch, group, group.variants[kept[0]], min(floors_of),
-                                       peak_floor_of_group, index, -len(out.nodes), RESIDENT))
-        earlier.update(steps)
-        if not group.offload_optimizer:
-            unloaded.update(terms)
+                out.leads.append(make_lead(req, objective, fixed_batch, group, group.variants[kept[0]],
+                                           min(floors_of), peak_floor_of_group, index, -len(out.nodes), RESIDENT))
         out.decided += len(group.variants)
         if progress is not None:
             progress(out.decided, total)
     out.cpu_seconds = time.process_time() - cpu0
     return out
+
+
+def _step_floor(req: PlanRequest, group: Group, variant: Variant, known: dict[tuple, float],
+                twins: dict[tuple, StepTerms], unloaded: dict[tuple, StepTerms]) -> float:
+    """The variant's step-time floor: read from `known` (the floors its time layout's groups with its optimizer
+    offload choice found, by floor key) or computed and kept there — a budget candidate's budget_floor, an offload
+    candidate's off its twin without offload (`twins`: their numbers, by floor key), else time_floor, whose numbers a
+    group without offload keeps in `unloaded` for its offload twins. A floor found was computed for a valid candidate,
+    and its sharers differ from that one in activation offload, every:K's K or GPipe for 1F1B, which no layout rule
+    reads: the candidate is built only if not (StepbillError: it breaks a layout rule)."""
+    budget = variant[4] == BUDGET_AT_FREE
+    # a floor key: the same time floor with and without activation offload, and for every K of every:K
+    key = variant if budget else (*variant[:3], False, time_policy(variant[4]))
+    step = known.get(key)
+    if step is None:
+        cand = group.candidate(variant)
+        if budget:
+            step = budget_floor(req, cand, twin=twins.get((*variant[:3], False, "none")))
+        elif key in twins:
+            step = offload_twin_floor(req, cand, twins[key])
+        else:
+            terms = time_floor_terms(req, cand)
+            if not group.offload_optimizer:
+                unloaded[key] = terms
+            step = terms.t_step
+        known[key] = step
+    return step
 
 
 def _cells(variants: Sequence[Variant]) -> list[tuple[int, ...]]:
