@@ -170,10 +170,10 @@ def sharpen(req: PlanRequest, groups: Groups, lead: Lead, objective: str, peak_t
     """The lead with a sharper peak floor (its key remade: `--objective memory` reads the peak); None when that floor
     exceeds the budget (usable − reserve): the judged peak is at least the floor, so no bill of the candidate can fit
     (engine/fit.rank_fit: it fits at headroom ≥ 0) — its verdict is decided without one. A lead with its resident
-    bound first reads its cell's resting floor (bounds.resting_floor: the same for every recompute policy, kept in
-    `cells` once computed) and stops there (RESTING) when that decides — past the budget, or at `peak_to_beat`
-    (Answer.peak_to_beat: a floor there already rules the lead out: OUTRANKED); else it gets bounds.peak_floor
-    (PEAK), which stops reading stages once it decides."""
+    bound first reads its cell's resting floor (`rest`: the same for every recompute policy, kept in `cells` once
+    computed) and stops there when that decides — past the budget, or at `peak_to_beat` (Answer.peak_to_beat: a
+    floor there already rules the lead out: OUTRANKED); else it gets bounds.peak_floor (PEAK), which stops reading
+    stages once it decides."""
     group = groups[lead[4]]
     variant = group.variants[lead[5]]
     peak: float | str | None = lead[2]
