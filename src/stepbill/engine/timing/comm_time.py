@@ -27,6 +27,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import NamedTuple
 
+from stepbill.engine.memo import Memo
 from stepbill.engine.parallel.collectives import Collective
 from stepbill.engine.timing.constants import (
     GRAD_BUCKET_BYTES,
@@ -118,15 +119,35 @@ def comm_timing(collectives: list[Collective], gpus_per_node: int, zero: int, mi
     micro-batches) that hide the collectives of each class. The tails that cannot hide: a once-per-step gradient
     sync's last bucket (GRAD_BUCKET_BYTES of a call), a per-micro-batch ZeRO collective's first layer of the first
     micro-batch."""
+    key = (tuple(collectives), gpus_per_node, zero, micro_batches, layers)
+    seconds, groups, tails, by_axis = _CLASS_SUMS.get(key, _class_sums, *key)
+    spill = hideable = 0  # summed as sum() does, from the int 0, in the windows' order
+    for cls, window in (("grad_once", t_backward / max(micro_batches, 1)), ("bwd", t_backward), ("fwd", t_forward),
+                        ("attention", t_attention)):
+        group = groups.get(cls, 0.0)
+        hideable += group
+        if group > 0:
+            spill += max(tails.get(cls, 0.0), group - window)
+    return CommTiming(groups.get("critical", 0.0), groups.get("once", 0.0), hideable, spill, seconds, by_axis)
+
+
+#: comm_timing's sums by overlap class, per (collectives, GPUs per node, ZeRO, micro-batches, layers): what the
+#: overlap rules read besides the windows. A planner times every recompute variant of a layout and micro-batch
+#: against the same collectives (a tuple of step_collectives' memoised, hash-once Collectives: a cheap key).
+_CLASS_SUMS = Memo(1 << 16)
+
+
+def _class_sums(collectives: tuple[Collective, ...], gpus_per_node: int, zero: int, micro_batches: int, layers: int
+                ) -> tuple[dict[str, float], dict[str, float], dict[str, float], dict[str, float]]:
+    """(seconds by collective name, by overlap class, the tails that cannot hide by class, the critical seconds by
+    axis) of comm_timing. Shared: read them, never change them."""
     seconds: dict[str, float] = {}
     groups: dict[str, float] = {}
     tails: dict[str, float] = {}
     by_axis = {"tp": 0.0, "ep": 0.0, "pp": 0.0}
     per_layer, per_micro_batch = max(layers, 1), max(micro_batches, 1)
-    key = (gpus_per_node, zero)
     for c in collectives:
-        memo = c.__dict__.get(_CLASSED)  # _classed's memo, looked up here: the loop runs for every candidate
-        t, cls, bucket_share = memo[key] if memo is not None and key in memo else _classed(c, gpus_per_node, zero)
+        t, cls, bucket_share = _classed(c, gpus_per_node, zero)
         seconds[c.name] = t
         groups[cls] = groups.get(cls, 0.0) + t
         if cls == "critical":
@@ -135,14 +156,7 @@ def comm_timing(collectives: list[Collective], gpus_per_node: int, zero: int, mi
             tails[cls] = tails.get(cls, 0.0) + t * bucket_share
         elif cls in ("fwd", "bwd"):
             tails[cls] = tails.get(cls, 0.0) + t / per_layer / per_micro_batch
-    spill = hideable = 0  # summed as sum() does, from the int 0, in the windows' order
-    for cls, window in (("grad_once", t_backward / per_micro_batch), ("bwd", t_backward), ("fwd", t_forward),
-                        ("attention", t_attention)):
-        group = groups.get(cls, 0.0)
-        hideable += group
-        if group > 0:
-            spill += max(tails.get(cls, 0.0), group - window)
-    return CommTiming(groups.get("critical", 0.0), groups.get("once", 0.0), hideable, spill, seconds, by_axis)
+    return seconds, groups, tails, by_axis
 
 
 def _classed(c: Collective, gpus_per_node: int, zero: int) -> tuple[float, str, float]:
