@@ -1,11 +1,12 @@
 """The planner's space (engine/plan/space.py, axes.py, fix.py): the newer axes' values (GPipe, every interleaving
 chunk count, the second stage split, etp, every:K, the budget at the rank's free memory), the group-wise counting
-(fixing an axis partitions the space; the rules change no count of candidates), the lazy variants, and `--fix` for
+(fixing an axis partitions the space; the rules change no count of candidates), the variants, and `--fix` for
 the new axes. The brute-force and command-reproduction checks of these axes are in tests/test_plan.py."""
 
 from __future__ import annotations
 
 import dataclasses
+import pickle
 
 import pytest
 
@@ -90,13 +91,15 @@ def test_fixing_an_axis_partitions_the_space_and_rules_change_no_count() -> None
     assert len(groups_x) > len(groups)
 
 
-def test_lazy_variants_index_as_they_iterate() -> None:
+def test_variants_nest_batches_sp_then_policy_pairs() -> None:
     variants = Variants([(1, 8), (2, 4)], [False, True], [(False, "none"), (True, "full"), (False, "every:2")])
     listed = list(variants)
     assert len(variants) == len(listed) == 12 and [variants[i] for i in range(12)] == listed
-    assert variants[-1] == listed[-1] == (True, 2, 4, False, "every:2") and variants[2:5] == listed[2:5]
+    assert variants[-1] == listed[-1] == (True, 2, 4, False, "every:2") and list(variants[2:5]) == listed[2:5]
     with pytest.raises(IndexError):
         variants[12]
+    copy = pickle.loads(pickle.dumps(variants))  # the planner's workers receive groups pickled
+    assert type(copy) is Variants and copy == variants
 
 
 def test_fix_pins_the_new_axes() -> None:

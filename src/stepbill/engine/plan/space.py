@@ -42,7 +42,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import overload
 
 from stepbill.engine.plan.axes import (
     BUDGET_AT_FREE,
@@ -129,41 +128,21 @@ class Candidate:
 Variant = tuple[bool, int, int, bool, str]  # (sp, micro-batch, micro-batches, activation offload, recompute)
 
 
-class Variants(Sequence[Variant]):
-    """The variants of a group without a tuple per candidate: every (micro-batch, micro-batches) × sp × (activation
-    offload, recompute) combination, in that nesting order. Groups of one pipeline option at one (tp, pp, cp)
-    point share one (it is immutable)."""
+class Variants(tuple[Variant, ...]):
+    """The variants of a group: every (micro-batch, micro-batches) × sp × (activation offload, recompute)
+    combination, in that nesting order. A tuple (indexed at C speed: a search reads millions of variants by index);
+    groups of one pipeline option at one (tp, pp, cp) point share one, so a search builds a few thousand."""
 
-    def __init__(self, batches: list[tuple[int, int]], sps: list[bool], pairs: list[tuple[bool, str]]) -> None:
-        self._batches, self._sps, self._pairs = batches, sps, pairs
-        self._inner = len(sps) * len(pairs)
+    def __new__(cls, batches: list[tuple[int, int]], sps: list[bool], pairs: list[tuple[bool, str]]) -> Variants:
+        return super().__new__(cls, [(sp, b, m, act, policy) for b, m in batches for sp in sps
+                                     for act, policy in pairs])
 
-    def __len__(self) -> int:
-        return len(self._batches) * self._inner
+    def __reduce__(self) -> tuple:
+        return _variants_of, (tuple(self),)  # pickled as its items (the planner's workers receive groups)
 
-    @overload
-    def __getitem__(self, index: int) -> Variant: ...
 
-    @overload
-    def __getitem__(self, index: slice) -> list[Variant]: ...
-
-    def __getitem__(self, index: int | slice) -> Variant | list[Variant]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError(index)
-        batch, rest = divmod(index, self._inner)
-        sp, pair = divmod(rest, len(self._pairs))
-        (b, m), (act, policy) = self._batches[batch], self._pairs[pair]
-        return (self._sps[sp], b, m, act, policy)
-
-    def __iter__(self) -> Iterator[Variant]:
-        for b, m in self._batches:
-            for sp in self._sps:
-                for act, policy in self._pairs:
-                    yield (sp, b, m, act, policy)
+def _variants_of(items: tuple[Variant, ...]) -> Variants:
+    return tuple.__new__(Variants, items)
 
 
 @dataclass
