@@ -92,7 +92,8 @@ def floors(req: PlanRequest, groups: list[tuple[int, Group, float]], objective: 
     # choice has the same floors — and the time floors' numbers without offload, which a group with offload reads
     # (bounds.offload_twin_floor). search._shuffled keeps a time layout's groups together; a group that finds none
     # computes its own.
-    cells_of: dict[int, list[tuple[int, ...]]] = {}  # a Variants' cells (groups share one: space._Point)
+    # a Variants' cells and floor keys (groups share one Variants: space._Point)
+    cells_of: dict[int, tuple[list[tuple[int, ...]], list[tuple]]] = {}
     layout: Parallel | None = None
     same_time: dict[bool, dict[tuple, float]] = {}
     unloaded: dict[tuple, StepTerms] = {}
@@ -103,14 +104,16 @@ def floors(req: PlanRequest, groups: list[tuple[int, Group, float]], objective: 
             layout, same_time, unloaded = time_layout(group.holdings_layout), {}, {}
         known = same_time.setdefault(group.offload_optimizer, {})
         twins = unloaded if group.offload_optimizer and req.efficiency is None else {}
-        if id(group.variants) not in cells_of:
-            cells_of[id(group.variants)] = _cells(group.variants)
-        for members in cells_of[id(group.variants)]:
+        variants = group.variants
+        if id(variants) not in cells_of:
+            cells_of[id(variants)] = (_cells(variants), [_floor_key(variant) for variant in variants])
+        cells, keys = cells_of[id(variants)]
+        for members in cells:
             kept: list[int] = []  # the cell's valid variants, and their floors
             floors_of: list[float] = []
             for v in members:
                 try:
-                    floors_of.append(_step_floor(req, group, group.variants[v], known, twins, unloaded))
+                    floors_of.append(_step_floor(req, group, variants[v], keys[v], known, twins, unloaded))
                 except StepbillError:
                     out.rejected["layout_invalid"] = out.rejected.get("layout_invalid", 0) + 1
                     continue
@@ -129,21 +132,26 @@ def floors(req: PlanRequest, groups: list[tuple[int, Group, float]], objective: 
     return out
 
 
-def _step_floor(req: PlanRequest, group: Group, variant: Variant, known: dict[tuple, float],
+def _floor_key(variant: Variant) -> tuple:
+    """The variant's floor key: the same time floor with and without activation offload, and for every K of
+    every:K (bounds.time_policy); a budget candidate's is itself."""
+    if variant[4] == BUDGET_AT_FREE:
+        return variant
+    return (*variant[:3], False, time_policy(variant[4]))
+
+
+def _step_floor(req: PlanRequest, group: Group, variant: Variant, key: tuple, known: dict[tuple, float],
                 twins: dict[tuple, StepTerms], unloaded: dict[tuple, StepTerms]) -> float:
     """The variant's step-time floor: read from `known` (the floors its time layout's groups with its optimizer
-    offload choice found, by floor key) or computed and kept there — a budget candidate's budget_floor, an offload
+    offload choice found, by its floor key `key`, `_floor_key`) or computed and kept there — a budget candidate's budget_floor, an offload
     candidate's off its twin without offload (`twins`: their numbers, by floor key), else time_floor, whose numbers a
     group without offload keeps in `unloaded` for its offload twins. A floor found was computed for a valid candidate,
     and its sharers differ from that one in activation offload, every:K's K or GPipe for 1F1B, which no layout rule
     reads: the candidate is built only if not (StepbillError: it breaks a layout rule)."""
-    budget = variant[4] == BUDGET_AT_FREE
-    # a floor key: the same time floor with and without activation offload, and for every K of every:K
-    key = variant if budget else (*variant[:3], False, time_policy(variant[4]))
     step = known.get(key)
     if step is None:
         cand = group.candidate(variant)
-        if budget:
+        if variant[4] == BUDGET_AT_FREE:
             step = budget_floor(req, cand, twin=twins.get((*variant[:3], False, "none")))
         elif key in twins:
             step = offload_twin_floor(req, cand, twins[key])
@@ -281,7 +289,7 @@ def bill_in_order(req: PlanRequest, groups: Groups, leads: list[Lead], objective
             return Billed(answer.rows, by_bill, by_floor, left, rejected, by_bound)
         if lead is None:
             lead = queue.pop()
-        n = count(lead)
+        n = len(nodes[-lead[5] - 1][0]) if lead[5] < 0 else 1  # count(lead), inline: the loop takes ~1 M leads
         to_beat = answer.peak_to_beat(lead)
         if lead[2] >= to_beat:  # answer.cannot_take(lead)
             by_floor += n
@@ -315,7 +323,7 @@ def bill_in_order(req: PlanRequest, groups: Groups, leads: list[Lead], objective
                     lead = None
                 continue  # decided on its sharper floors
         else:
-            reason, row = billmake_lead(req, groups[lead[4]], lead[5])
+            reason, row = bill_lead(req, groups[lead[4]], lead[5])
             if row is not None:
                 answer.add(row)
             by_bill += reason in ("", "peak_over_budget")  # billed (whether or not it fits)
@@ -331,7 +339,7 @@ def bill_in_order(req: PlanRequest, groups: Groups, leads: list[Lead], objective
     return Billed(answer.rows, by_bill, by_floor, 0, rejected, by_bound)
 
 
-def billmake_lead(req: PlanRequest, group: Group, v: int) -> tuple[str, Row | None]:
+def bill_lead(req: PlanRequest, group: Group, v: int) -> tuple[str, Row | None]:
     """Bill variant `v` of `group`: ("", its row) when it fits; ("peak_over_budget", None) when billed and it does
     not; else (the reason it was not billed, None)."""
     try:

@@ -56,7 +56,7 @@ from stepbill.engine.kinds import Split
 from stepbill.engine.memo import Memo, fields_except
 from stepbill.engine.memory.eager import EagerTerms
 from stepbill.engine.parallel.collectives import rank_param_elements, step_collectives
-from stepbill.engine.parallel.layout import stage_layer_kinds
+from stepbill.engine.parallel.layout import stage_layer_indices, stage_layer_kinds
 from stepbill.engine.parallel.ranks import row_divisor
 from stepbill.engine.params import param_inventory
 from stepbill.engine.plan.bounds import (
@@ -108,7 +108,7 @@ def budget_floor(req: PlanRequest, cand: Candidate, fitted: bool = False, twin: 
         kernels = max(kernels, _fitted_kernels(req, recipe))
     par = recipe.parallel
     timed = [c for c in step_collectives(req.spec, recipe, param_inventory(req.spec), req.gpu) if c.seconds is not None]
-    layers = max(max(sum(k.values()) for k in stage_layer_kinds(req.spec, par)), 1)
+    layers = max(max(map(len, stage_layer_indices(req.spec, par))), 1)  # the most layers a stage holds
     spill = comm_timing(timed, req.gpu.gpus_per_node, par.zero, par.micro_batches, layers, *windows).hidden_spill
     return (kernels + critical) / (1 - bubble) + gather + offload + spill
 
