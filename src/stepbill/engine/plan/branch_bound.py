@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from stepbill.engine.plan.answer import Answer
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.bounds import (
+    floor_offload_terms,
     offload_twin_floor,
     peak_floor,
     resting_floor,
@@ -45,7 +46,15 @@ from stepbill.engine.plan.bounds import (
     time_policy,
 )
 from stepbill.engine.plan.budget_bound import budget_floor
-from stepbill.engine.plan.evaluate import Row, budget_bytes, budget_drops_nothing, evaluate, resolve_recompute
+from stepbill.engine.plan.cell_floor import none_floor_rises, same_busiest_stage
+from stepbill.engine.plan.evaluate import (
+    Row,
+    budget_bytes,
+    budget_drops_nothing,
+    evaluate,
+    recipe_for,
+    resolve_recompute,
+)
 from stepbill.engine.plan.leads import FITTED, PEAK, RESIDENT, RESTING, Lead, LeadQueue, Node, make_lead
 from stepbill.engine.plan.space import Candidate, Group, PlanRequest, Variant
 from stepbill.engine.timing.step_terms import StepTerms
@@ -92,26 +101,46 @@ def floors(req: PlanRequest, groups: list[tuple[int, Group, float]], objective: 
     # choice has the same floors — and the time floors' numbers without offload, which a group with offload reads
     # (bounds.offload_twin_floor). search._shuffled keeps a time layout's groups together; a group that finds none
     # computes its own.
-    # a Variants' cells and floor keys (groups share one Variants: space._Point)
-    cells_of: dict[int, tuple[list[tuple[int, ...]], list[tuple]]] = {}
+    # A cell whose least floor is its `none` policy's (plan/cell_floor.py: that floor rises with the recompute —
+    # kept per time layout, offload choice and floor key — and, per-op, every policy of the cell has one busiest
+    # stage) leaves its other explicit policies' floors unset (None) until its node gives way to its candidates
+    # (`bill_in_order`).
+    # a Variants' cells, floor keys and what of each cell waits (groups share one Variants: space._Point)
+    cells_of: dict[int, tuple[list[tuple[int, ...]], list[tuple], list[Waits]]] = {}
     layout: Parallel | None = None
     same_time: dict[bool, dict[tuple, float]] = {}
     unloaded: dict[tuple, StepTerms] = {}
+    verdicts: dict[bool, dict[tuple, bool]] = {}
     for index, group, peak_floor_of_group in groups:
         if deadline_at is not None and time.time() > deadline_at:
             break
         if time_layout(group.holdings_layout) != layout:
-            layout, same_time, unloaded = time_layout(group.holdings_layout), {}, {}
+            layout, same_time, unloaded, verdicts = time_layout(group.holdings_layout), {}, {}, {}
         known = same_time.setdefault(group.offload_optimizer, {})
+        rising = verdicts.setdefault(group.offload_optimizer, {})
         twins = unloaded if group.offload_optimizer and req.efficiency is None else {}
         variants = group.variants
         if id(variants) not in cells_of:
-            cells_of[id(variants)] = (_cells(variants), [_floor_key(variant) for variant in variants])
-        cells, keys = cells_of[id(variants)]
-        for members in cells:
-            kept: list[int] = []  # the cell's valid variants, and their floors
-            floors_of: list[float] = []
+            cells, keys = _cells(variants), [_floor_key(variant) for variant in variants]
+            cells_of[id(variants)] = (cells, keys, [_waits(variants, members, keys) for members in cells])
+        cells, keys, waits = cells_of[id(variants)]
+        for members, (none, waiting, policies) in zip(cells, waits, strict=True):
+            deferred: tuple[int, ...] = ()
+            if waiting:
+                rises = rising.get(keys[none])
+                if rises is None:
+                    rises = rising[keys[none]] = _none_rises(req, group, variants[none], keys[none], known, twins,
+                                                             unloaded)
+                if rises and (req.efficiency is not None or same_busiest_stage(req, group.holdings_layout,
+                                                                               variants[none][1], policies)):
+                    deferred = waiting
+            kept: list[int] = []  # the cell's valid variants, and their floors (None: deferred)
+            floors_of: list[float | None] = []
             for v in members:
+                if v in deferred:
+                    kept.append(v)
+                    floors_of.append(None)
+                    continue
                 try:
                     floors_of.append(_step_floor(req, group, variants[v], keys[v], known, twins, unloaded))
                 except StepbillError:
@@ -122,14 +151,55 @@ def floors(req: PlanRequest, groups: list[tuple[int, Group, float]], objective: 
                 out.leads.append(make_lead(req, objective, fixed_batch, group, group.variants[kept[0]], floors_of[0],
                                            peak_floor_of_group, index, kept[0], RESIDENT))
             elif kept:  # the cell's node: its least floor, its group's resident bound
+                step = min(f for f in floors_of if f is not None)
+                if deferred:
+                    step *= 1 - ROUNDING_SLACK
                 out.nodes.append((tuple(kept), tuple(floors_of)))
                 out.leads.append(make_lead(req, objective, fixed_batch, group, group.variants[kept[0]],
-                                           min(floors_of), peak_floor_of_group, index, -len(out.nodes), RESIDENT))
+                                           step, peak_floor_of_group, index, -len(out.nodes), RESIDENT))
         out.decided += len(group.variants)
         if progress is not None:
             progress(out.decided, total)
     out.cpu_seconds = time.process_time() - cpu0
     return out
+
+
+#: What of a cell may wait: its `none` variant's index, the indices of its other explicit policies' variants with
+#: another floor key, and a policy of each of their time policies (bounds.time_policy), sorted; (None, (), ()) when
+#: nothing may.
+Waits = tuple[int | None, tuple[int, ...], tuple[str, ...]]
+#: Relative room for the last digits of a node whose floors wait: floor_p ≥ floor_none holds of the model's real
+#: numbers (cell_floor.py), and the two are rounded along different sums (relative differences ~1e-15).
+ROUNDING_SLACK = 1e-12
+
+
+def _waits(variants: Sequence[Variant], members: tuple[int, ...], keys: list[tuple]) -> Waits:
+    """What of the cell `members` may wait for its node to give way (`floors`)."""
+    none = next((v for v in members if variants[v][4] == "none"), None)
+    if none is None:
+        return None, (), ()
+    waiting = tuple(v for v in members if variants[v][4] != BUDGET_AT_FREE and keys[v] != keys[none])
+    policies: dict[str, str] = {}  # a policy of each time policy (every:K's for every K: bounds.time_policy)
+    for v in waiting:
+        policies.setdefault(keys[v][4], variants[v][4])
+    return none, waiting, tuple(policies[p] for p in sorted(policies))
+
+
+def _none_rises(req: PlanRequest, group: Group, variant: Variant, key: tuple, known: dict[tuple, float],
+                twins: dict[tuple, StepTerms], unloaded: dict[tuple, StepTerms]) -> bool:
+    """cell_floor.none_floor_rises of the `none` variant (its floor computed and kept in `known` as `_step_floor`
+    does; its numbers those the group's twin or the group itself kept, else recomputed, memoised); False when the
+    variant breaks a layout rule (its cell's floors are then each computed, and each rejected)."""
+    try:
+        cand = group.candidate(variant)
+        if key in known:  # another cell's policies asked first: its numbers, kept or recomputed (memoised)
+            terms = (twins if group.offload_optimizer else unloaded).get(key) or time_floor_terms(req, cand)
+        else:
+            known[key], terms = _floor_of(req, group, cand, key, twins, unloaded)
+    except StepbillError:
+        return False
+    assert terms is not None, "an explicit policy's floor has its numbers"
+    return none_floor_rises(req, cand, terms, floor_offload_terms(req, recipe_for(req, cand)))
 
 
 def _floor_key(variant: Variant) -> tuple:
@@ -150,18 +220,22 @@ def _step_floor(req: PlanRequest, group: Group, variant: Variant, key: tuple, kn
     reads: the candidate is built only if not (StepbillError: it breaks a layout rule)."""
     step = known.get(key)
     if step is None:
-        cand = group.candidate(variant)
-        if variant[4] == BUDGET_AT_FREE:
-            step = budget_floor(req, cand, twin=twins.get((*variant[:3], False, "none")))
-        elif key in twins:
-            step = offload_twin_floor(req, cand, twins[key])
-        else:
-            terms = time_floor_terms(req, cand)
-            if not group.offload_optimizer:
-                unloaded[key] = terms
-            step = terms.t_step
-        known[key] = step
+        step = known[key] = _floor_of(req, group, group.candidate(variant), key, twins, unloaded)[0]
     return step
+
+
+def _floor_of(req: PlanRequest, group: Group, cand: Candidate, key: tuple, twins: dict[tuple, StepTerms],
+              unloaded: dict[tuple, StepTerms]) -> tuple[float, StepTerms | None]:
+    """`_step_floor`'s computation: (the candidate's floor, the numbers of its time floor — None for a budget
+    candidate's)."""
+    if cand.recompute == BUDGET_AT_FREE:
+        return budget_floor(req, cand, twin=twins.get((*key[:3], False, "none"))), None
+    if key in twins:
+        return offload_twin_floor(req, cand, twins[key]), twins[key]
+    terms = time_floor_terms(req, cand)
+    if not group.offload_optimizer:
+        unloaded[key] = terms
+    return terms.t_step, terms
 
 
 def _cells(variants: Sequence[Variant]) -> list[tuple[int, ...]]:
@@ -273,6 +347,7 @@ def bill_in_order(req: PlanRequest, groups: Groups, leads: list[Lead], objective
     rejected: dict[str, int] = {}
     by_bill = by_floor = by_bound = done = 0
     cells: dict[Cell, float] = {}  # the resting floors read so far (rest)
+    waited: dict[tuple, float] = {}  # the floors that waited, computed so far (_waited_floor)
 
     def count(lead: Lead) -> int:  # the candidates a lead stands for
         return len(nodes[-lead[5] - 1][0]) if lead[5] < 0 else 1
@@ -304,6 +379,13 @@ def bill_in_order(req: PlanRequest, groups: Groups, leads: list[Lead], objective
                 by_floor += n
             else:
                 for v, step in zip(members, steps, strict=True):
+                    if step is None:  # its floor waited for this (`floors`)
+                        try:
+                            step = _waited_floor(req, group, group.variants[v], waited)
+                        except StepbillError:
+                            rejected["layout_invalid"] = rejected.get("layout_invalid", 0) + 1
+                            done += 1
+                            continue
                     queue.push(make_lead(req, objective, fixed_batch, group, group.variants[v], step, peak, lead[4], v,
                                      RESTING))
                 lead = None
@@ -337,6 +419,16 @@ def bill_in_order(req: PlanRequest, groups: Groups, leads: list[Lead], objective
     if progress is not None:
         progress(total, total)
     return Billed(answer.rows, by_bill, by_floor, 0, rejected, by_bound)
+
+
+def _waited_floor(req: PlanRequest, group: Group, variant: Variant, waited: dict[tuple, float]) -> float:
+    """The time floor of a variant whose floor waited (`floors`), kept in `waited` by its time layout, optimizer
+    offload and floor key (the floors pass's sharing: the same floor)."""
+    key = (time_layout(group.holdings_layout), group.offload_optimizer, _floor_key(variant))
+    step = waited.get(key)
+    if step is None:
+        step = waited[key] = time_floor_terms(req, group.candidate(variant)).t_step
+    return step
 
 
 def bill_lead(req: PlanRequest, group: Group, v: int) -> tuple[str, Row | None]:

@@ -23,9 +23,10 @@ Lead = tuple[tuple[float, ...], float, float, int, int, int, int, float]
 #: has no sharper step.
 RESIDENT, RESTING, PEAK, FITTED = 0, 1, 2, 3
 #: A node: the candidates of one cell of a group (sp, micro-batch, micro-batches, activation offload; every recompute
-#: policy) — their variant indices and their step-time floors — which the first pass gives one lead, of the least of
-#: those floors (branch_bound's module docstring).
-Node = tuple[tuple[int, ...], tuple[float, ...]]
+#: policy) — their variant indices and their step-time floors (None: not computed until the node gives way, its
+#: least known without it: plan/cell_floor.py) — which the first pass gives one lead, of the least of those floors
+#: (branch_bound's module docstring).
+Node = tuple[tuple[int, ...], tuple[float | None, ...]]
 
 
 def make_lead(req: PlanRequest, objective: str, fixed_batch: bool, group: Group, variant: Variant, step: float,

@@ -131,6 +131,26 @@ def comm_timing(collectives: list[Collective], gpus_per_node: int, zero: int, mi
     return CommTiming(groups.get("critical", 0.0), groups.get("once", 0.0), hideable, spill, seconds, by_axis)
 
 
+def spill_shrink_rate(collectives: list[Collective], gpus_per_node: int, zero: int, micro_batches: int, layers: int,
+                      t_forward: float, t_backward: float, t_attention: float, backward_rate: float,
+                      attention_rate: float) -> float:
+    """How fast comm_timing's hidden_spill falls (its right derivative, negated) as the backward window grows at
+    `backward_rate` and the attention window at `attention_rate` (the forward's does not move), from these windows:
+    the sum of the rates of the classes whose spill is past its tail (a gradient sync that hides behind the last
+    micro-batch's backward has that window's share of the rate). Each class's spill, max(tail, group − window), is
+    convex in the windows, so the spill falls at most this fast from here on (engine/plan/bounds.none_is_least)."""
+    groups, tails = _CLASS_SUMS.get((tuple(collectives), gpus_per_node, zero, micro_batches, layers), _class_sums,
+                                    tuple(collectives), gpus_per_node, zero, micro_batches, layers)[1:3]
+    m = max(micro_batches, 1)
+    rate = 0.0
+    for cls, window, grows in (("grad_once", t_backward / m, backward_rate / m), ("bwd", t_backward, backward_rate),
+                               ("fwd", t_forward, 0.0), ("attention", t_attention, attention_rate)):
+        group = groups.get(cls, 0.0)
+        if group > 0 and group - window > tails.get(cls, 0.0):
+            rate += grows
+    return rate
+
+
 #: comm_timing's sums by overlap class, per (collectives, GPUs per node, ZeRO, micro-batches, layers): what the
 #: overlap rules read besides the windows. A planner times every recompute variant of a layout and micro-batch
 #: against the same collectives (a tuple of step_collectives' memoised, hash-once Collectives: a cheap key).

@@ -59,6 +59,11 @@ class StageCompute(NamedTuple):
     memory_bound_bytes_per_s: float  # HBM × MEMORY_BOUND_EFFICIENCY
     optimizer_parts: tuple[float, float, float]  # the rank's optimizer, grads and weights bytes
     generation: tuple[str, Generation, str]  # constants.generation of the GPU
+    #: what one more forward of recompute (`recompute_forwards` + 1) adds: to the kernels and the backward window
+    #: (gemm_fwd_s + attn_fwd_s + memory_fwd_bytes / bandwidth, one micro-batch's forward unscaled: the recompute's
+    #: terms below), and to the attention window (attn_fwd_s). Every other number of the stage reads no recompute.
+    rebuild: float
+    rebuild_attention: float
 
     @property
     def kernels(self) -> float:
@@ -144,7 +149,8 @@ def stage_compute(spec: ModelSpec, recipe: Recipe, worst: RankClass, gpu: GPU, p
     bwd_s = t_gemm + t_attn + t_mem - fwd_s
     return StageCompute(t_gemm, t_attn, t_mem, t_opt, fwd_s, bwd_s, gemm_eff, peak, scale, rc_share, gemm_flops,
                         s["attn_fwd_flops"], m, layer_bytes, casts, bw,
-                        (mem["optimizer"], mem["grads"], mem["weights"]), (gen, params, gen_source))
+                        (mem["optimizer"], mem["grads"], mem["weights"]), (gen, params, gen_source),
+                        s["gemm_fwd_s"] + s["attn_fwd_s"] + s["memory_fwd_bytes"] / bw, s["attn_fwd_s"])
 
 
 def stage_compute_lines(sc: StageCompute, gpu: GPU) -> list[Line]:
