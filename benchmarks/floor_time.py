@@ -5,7 +5,7 @@ For each request (Llama-3-70B × 64 H100, seq 8,192, 512 × 8,192-token batch; D
 3,840 × 4,096-token batch) the space is enumerated (engine/plan/space.py), the groups whose resident bound fits
 (partition.resident_fits) are shuffled (seed 0) and taken whole until they hold `--sample` candidates, and each
 candidate gets its time floor (an explicit policy) or its budget floor (budget at free memory), as
-branch_bound.floors calls them (a variant's activation-offload twin reuses its floor), from empty caches. The
+floor_pass.floors calls them (a variant's activation-offload twin reuses its floor), from empty caches. The
 resident bounds and recipes are not timed. Reported: CPU ms (time.process_time) per time floor and per budget
 floor, best of `--repeat` passes — cold (every stepbill cache emptied first: what a planner pays on layouts it has
 not seen) and warm (only the floors' own memo emptied: the step-time arithmetic itself, every engine cache hit). `--dump FILE` writes every floor (JSON) so that two checkouts can be compared

@@ -22,7 +22,7 @@ import random
 import time
 
 from stepbill.engine.plan import PlanRequest, search
-from stepbill.engine.plan.branch_bound import floors, sharpen
+from stepbill.engine.plan.branch_bound import sharpen
 from stepbill.engine.plan.evaluate import (
     budget_bytes,
     budget_drops_nothing,
@@ -30,6 +30,7 @@ from stepbill.engine.plan.evaluate import (
     resident_bound,
     resolve_recompute,
 )
+from stepbill.engine.plan.floor_pass import floors
 from stepbill.engine.plan.space import Group, Rejections, enumerate_space
 from stepbill.errors import StepbillError
 from stepbill.spec.hardware import load_gpu
@@ -101,7 +102,7 @@ def deepseek_2048(sample: int) -> None:
     per_bill = (time.process_time() - t0) / max(len(picked), 1)
     t0 = time.process_time()
     leads = []
-    for g, v, bound in picked:  # what branch_bound.floors does with each candidate: its time floor
+    for g, v, bound in picked:  # what floor_pass.floors does with each candidate: its time floor
         with contextlib.suppress(StepbillError):
             one = _one(g, v)
             leads.append((one, floors(req, [(0, one, bound)], "time", None).leads))

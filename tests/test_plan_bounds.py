@@ -12,7 +12,7 @@ import pytest
 
 from stepbill.engine.bill import make_bill
 from stepbill.engine.bill_parts import verdict_ranks
-from stepbill.engine.plan import PlanRequest, bounds, branch_bound, budget_bound, leads, search
+from stepbill.engine.plan import PlanRequest, bounds, budget_bound, floor_pass, leads, search
 from stepbill.engine.plan.answer import Answer
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.bounds import offload_twin_floor, peak_floor, time_floor, time_floor_terms
@@ -426,7 +426,7 @@ def test_branch_and_bound_in_workers_gives_the_same_answer(objective: str) -> No
 
 def test_time_floor_does_not_read_activation_offload() -> None:
     """The floor zeroes the offloaded activations' PCIe traffic, so a candidate and its activation-offload twin
-    share one floor (branch_bound.floors computes it once)."""
+    share one floor (floor_pass.floors computes it once)."""
     req, cands = sample("dense", 12, seed=4)
     for cand, _ in cands:
         if cand.recompute == BUDGET_AT_FREE:
@@ -458,7 +458,7 @@ def test_offload_twin_floor_equals_the_time_floor(name: str) -> None:
 @pytest.mark.parametrize("name", ["dense", "moe", "override"])
 def test_floors_read_the_time_layout(name: str) -> None:
     """A candidate under GPipe has the time floor and the budget floor of the same candidate under 1F1B, ==
-    (bounds.time_layout: the schedule reaches the step time through the bubble alone; branch_bound.floors computes
+    (bounds.time_layout: the schedule reaches the step time through the bubble alone; floor_pass.floors computes
     them once per time layout), while their bills' peaks differ (GPipe keeps every micro-batch in flight)."""
     req, cands = sample(name, 60, seed=8)
     checked = 0
@@ -495,7 +495,7 @@ def test_every_k_has_one_time_floor(name: str) -> None:
 
 def test_floors_pass_reads_each_twin_exactly() -> None:
     """The floors pass computes a floor once per time layout, offload choice and floor key and reads it for the
-    rest (branch_bound.floors, search._shuffled): every candidate's step floor — a lead's own, or one of its cell's
+    rest (floor_pass.floors, search._shuffled): every candidate's step floor — a lead's own, or one of its cell's
     node — equals the candidate's own floor computed alone, ==; a node's lead holds the least of its cell's; and
     the shuffle keeps each time layout's groups together, in the enumeration's order."""
     model, gpus, seq, batch, _ = SPACES["dense"]
@@ -511,7 +511,7 @@ def test_floors_pass_reads_each_twin_exactly() -> None:
     assert all(order[id(a)] < order[id(b)] for a, b in itertools.pairwise(groups)
                if bounds.time_layout(a.holdings_layout) == bounds.time_layout(b.holdings_layout))
     assert any(g.holdings_layout.pp_schedule == "gpipe" for g in groups)
-    found = branch_bound.floors(req, [(i, g, 0.0) for i, g in enumerate(groups)], "time", None)
+    found = floor_pass.floors(req, [(i, g, 0.0) for i, g in enumerate(groups)], "time", None)
     floors: list[tuple[int, int, float]] = []  # (group index, variant index, its step floor) of every candidate
     waiting = 0  # candidates whose floors wait for their nodes (tests/test_plan_cell_floor.py checks those)
     for lead in found.leads:
@@ -520,7 +520,7 @@ def test_floors_pass_reads_each_twin_exactly() -> None:
         else:  # a cell's node: its least floor stands for its candidates'
             members, steps = found.nodes[-lead[5] - 1]
             known = [step for step in steps if step is not None]
-            slack = 1 - branch_bound.ROUNDING_SLACK if len(known) < len(steps) else 1.0
+            slack = 1 - floor_pass.ROUNDING_SLACK if len(known) < len(steps) else 1.0
             assert lead[7] == min(known) * slack and len(members) == len(steps) > 1
             floors += [(lead[4], v, step) for v, step in zip(members, steps, strict=True) if step is not None]
             waiting += len(steps) - len(known)

@@ -13,7 +13,7 @@ from stepbill.engine.bill_parts import bill_plan
 from stepbill.engine.parallel.collectives import step_collectives
 from stepbill.engine.parallel.layout import stage_layer_kinds
 from stepbill.engine.params import param_inventory
-from stepbill.engine.plan import PlanRequest, branch_bound
+from stepbill.engine.plan import PlanRequest, floor_pass
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.bounds import floor_offload_terms, time_floor, time_floor_terms
 from stepbill.engine.plan.cell_floor import none_floor_rises, same_busiest_stage
@@ -98,12 +98,12 @@ def _spill(args: tuple, sc: StageCompute, x: float) -> float:
 def test_a_rising_none_floor_is_its_cells_least(name: str) -> None:
     """Where the `none` floor rises with the recompute (and, per-op, every policy of the cell has its busiest
     stage), every explicit policy of the cell has a floor at least the `none` one, to the last digits (the floors
-    pass then computes only that one: branch_bound.floors, its nodes' keys ROUNDING_SLACK lower). Where it does not
+    pass then computes only that one: floor_pass.floors, its nodes' keys ROUNDING_SLACK lower). Where it does not
     rise, a policy may well be faster: on the MoE space some are (the test is not vacuous)."""
     req, groups = space(name)
     verdicts = {True: 0, False: 0}
     strictly = faster = 0
-    slack = 1 - branch_bound.ROUNDING_SLACK
+    slack = 1 - floor_pass.ROUNDING_SLACK
     for group, none, others in cells(req, groups, 150, seed=7):
         terms = time_floor_terms(req, none)
         rises = none_floor_rises(req, none, terms, floor_offload_terms(req, recipe_for(req, none)))
@@ -129,7 +129,7 @@ def test_a_node_never_outranks_its_waiting_floors() -> None:
     computed alone, at least its node's key; and the pass leaves many waiting."""
     req, groups = space("dense")
     groups = _shuffled(groups)
-    found = branch_bound.floors(req, [(i, g, 0.0) for i, g in enumerate(groups)], "time", None)
+    found = floor_pass.floors(req, [(i, g, 0.0) for i, g in enumerate(groups)], "time", None)
     waiting = [(lead, v) for lead in found.leads if lead[5] < 0
                for v, step in zip(*found.nodes[-lead[5] - 1], strict=True) if step is None]
     assert len(waiting) >= 200

@@ -341,7 +341,7 @@ def time_layout(par: Parallel) -> Parallel:
     schedule's other effect, the micro-batches in flight (parallel/ranks.in_flight_microbatches), is memory, which
     the floors' rank does not hold (EMPTY_RANK). So every floor of this module and of budget_bound.budget_floor
     (not its fitted form, which reads the peak) is the same for a candidate and its time layout's
-    (tests/test_plan_bounds.py: equal, ==); branch_bound.floors computes them once per time layout."""
+    (tests/test_plan_bounds.py: equal, ==); floor_pass.floors computes them once per time layout."""
     return par.with_fields(pp_schedule="1f1b") if par.pp_schedule == "gpipe" else par
 
 
@@ -352,7 +352,7 @@ def time_policy(policy: str) -> str:
     Under every:K each layer of a segment is rebuilt once whatever K (recompute/plan.make_plan: the same per-layer
     recompute FLOPs and reruns as every:1), and the segment length (RecomputePlan.segment) is read by the memory
     alone — the kept checkpoints and the backward's live rows. So the time floor of every:K is every:K''s
-    (tests/test_plan_bounds.py: equal, ==); branch_bound.floors computes it once per variant."""
+    (tests/test_plan_bounds.py: equal, ==); floor_pass.floors computes it once per variant."""
     return "every" if parse_recompute(policy).kind == "every" else policy
 
 

@@ -1,5 +1,5 @@
 """Whether a cell's least step-time floor is its `none` policy's, known without the other policies' floors: then
-the floors pass (branch_bound.floors) gives the cell's node that floor and computes the others only when the node
+the floors pass (floor_pass.floors) gives the cell's node that floor and computes the others only when the node
 gives way to its candidates.
 
 A cell's explicit policies differ only in what they recompute. On the floors' rank (bounds.time_floor: memory at

@@ -18,8 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from stepbill.engine.plan.branch_bound import Billed, Floors, Progress, bill_in_order, floors
+from stepbill.engine.plan.branch_bound import Billed, bill_in_order
 from stepbill.engine.plan.evaluate import budget_bytes, resident_bound
+from stepbill.engine.plan.floor_pass import Floors, Progress, floors
 from stepbill.engine.plan.space import Group, PlanRequest
 
 T = TypeVar("T")

@@ -217,7 +217,7 @@ def _shuffled(groups: list[Group]) -> list[Group]:
     uniform random sample of them, not the first corner of the enumeration (tp 1, pp 1, ...); a complete search
     ranks the same rows either way. A time layout's groups (bounds.time_layout: a layout under 1F1B and under GPipe,
     each with and without optimizer offload) stay together, in the enumeration's order, so the floors of the later
-    ones read the earlier ones' (branch_bound.floors)."""
+    ones read the earlier ones' (floor_pass.floors)."""
     units: dict[Parallel, list[Group]] = {}
     for group in groups:
         units.setdefault(time_layout(group.holdings_layout), []).append(group)
