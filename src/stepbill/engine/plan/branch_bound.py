@@ -190,9 +190,9 @@ def bill_in_order(req: PlanRequest, groups: Groups, leads: list[Lead], objective
                 by_floor += n
             else:
                 for v, step in zip(members, steps, strict=True):
-                    if step is None:  # its floor waited for this (floor_pass.floors)
+                    if step is None:  # its floor waited for this (floor_pass.floors); the node's is one too
                         try:
-                            step = waited_floor(req, group, group.variants[v], waited)
+                            step = max(waited_floor(req, group, group.variants[v], waited), lead[7])
                         except StepbillError:
                             rejected["layout_invalid"] = rejected.get("layout_invalid", 0) + 1
                             done += 1

@@ -261,7 +261,7 @@ _STAGE_BOUNDS = Memo(MEMO_MAX)
 def _stage_bounds_of(req: PlanRequest, recipe: Recipe) -> tuple[float, tuple[float, float, float]]:
     spec, par = req.spec, recipe.parallel
     split, m, tokens = par.tp * par.cp, par.micro_batches, recipe.tokens
-    rebuild_all = _rebuild_all_per_token(req.spec, without_layout(recipe))
+    rebuild_all = rebuild_all_per_token(req.spec, without_layout(recipe))
     kernels, fwd, bwd, attn = float("inf"), 0.0, 0.0, 0.0
     seen: set[tuple] = set()
     for stage, kinds in enumerate(stage_layer_kinds(spec, par)):
@@ -296,7 +296,7 @@ def _stage_kernels(req: PlanRequest, recipe: Recipe, kinds: dict[str, int], last
 
 
 @lru_cache(maxsize=256)
-def _rebuild_all_per_token(spec: ModelSpec, one_gpu: Recipe) -> dict[str, float]:
+def rebuild_all_per_token(spec: ModelSpec, one_gpu: Recipe) -> dict[str, float]:
     """FLOPs per token (causal, as LayerPlan.recompute_flops) to rebuild every droppable tensor of each layer kind:
     an upper bound of any drop set's (op_flops sums each distinct producing op once, all nonnegative). It reads
     the one-GPU plan only (`one_gpu`: without_layout(recipe)), so it is memoised on it. Shared: never change it."""

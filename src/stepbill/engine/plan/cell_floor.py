@@ -24,6 +24,13 @@ with t_rank (slope 1 / (1 − bubble) − 1 ≥ 0 where the spill counts), and t
 HBM bytes / bandwidth) grows with the recompute whatever stage it picks (the busiest stage executes at least the
 `none` policy's busiest work): the `none` floor is the least there always.
 
+The budget solver's policy (unsolved in the floors pass) is a drop set: recompute per layer by kind, ≥ 0, no whole
+layer, and its reruns add collectives as any policy's. So its floor is at least the `none` one too where that rises
+and its busiest stage cannot move: the `none` policy's busiest stage does more work than every other stage by more
+than that stage's extra layers of a kind could add, each rebuilding every droppable tensor
+(`busiest_stage_dominates`); when the node gives way, its budget floor is read with the node's as a floor (the
+larger).
+
 Not claimed (the cell's floors are all computed): LoRA (a whole-layer policy changes the stage's work without
 recompute: flops.stage_step_flops' input gradient), quantised or fp8 recipes (their precision time reads the GEMMs'
 achieved efficiency, which moves with x), and a policy whose busiest stage is not the `none` policy's (per-op).
@@ -31,11 +38,14 @@ achieved efficiency, which moves with x), and a policy whose busiest stage is no
 
 from __future__ import annotations
 
+from stepbill.engine import flops as fl
+from stepbill.engine.bill import without_layout
 from stepbill.engine.bill_parts import bill_plan
 from stepbill.engine.memo import Memo
 from stepbill.engine.parallel.collectives import step_collectives
 from stepbill.engine.parallel.layout import stage_layer_kinds
 from stepbill.engine.params import param_inventory
+from stepbill.engine.plan.budget_bound import rebuild_all_per_token
 from stepbill.engine.plan.evaluate import recipe_for
 from stepbill.engine.plan.space import Candidate, PlanRequest
 from stepbill.engine.timing.comm_time import spill_shrink_rate
@@ -90,3 +100,40 @@ def _same_stage(req: PlanRequest, layout: Parallel, micro_batch: int, policies: 
 
 
 _SAME = Memo(1 << 12)
+
+
+def busiest_stage_dominates(req: PlanRequest, layout: Parallel, micro_batch: int) -> bool:
+    """Whether the `none` policy's busiest stage of `layout` at `micro_batch` stays the busiest under the budget
+    solver's policy, whatever it drops: a drop set adds FLOPs per layer by kind (no whole layer), at most rebuilding
+    every droppable tensor (budget_bound.rebuild_all_per_token), so the busiest stage keeps its place when its work
+    exceeds every other distinct stage's by more than the most those stages' extra layers of a kind could add
+    (step_terms.slowest_stage keeps the first of equal stages: strictly more, with room for the last digits).
+    Memoised as `same_busiest_stage`."""
+    return _DOMINATES.get((req, layout.pp, layout.vpp, layout.pp_layers, micro_batch), _dominates, req, layout,
+                          micro_batch)
+
+
+def _dominates(req: PlanRequest, layout: Parallel, micro_batch: int) -> bool:
+    spec, inv = req.spec, param_inventory(req.spec)
+    recipe = recipe_for(req, Candidate(layout, micro_batch, "none"))
+    rebuild = rebuild_all_per_token(spec, without_layout(recipe))
+    tokens = recipe.seq_len * recipe.micro_batch
+    kinds = stage_layer_kinds(spec, layout)
+    last = len(kinds) - 1
+    # each distinct stage (its ends and layers) and its work without recompute, as slowest_stage counts it
+    work = {(stage == 0, stage == last, tuple(k.items())):
+            fl.stage_step_flops(spec, inv, recipe.seq_len, recipe.micro_batch, k, stage == 0, stage == last, {},
+                                recipe.lora, False) for stage, k in enumerate(kinds)}
+    busiest = slowest_stage(spec, inv, recipe, bill_plan(spec, recipe))[0]
+    top = (busiest == 0, busiest == last, tuple(kinds[busiest].items()))
+    most = kinds[busiest]
+    for key, other in work.items():
+        extra = sum(max(0, n - most.get(kind, 0)) * rebuild.get(kind, 0.0) for kind, n in key[2]) * tokens
+        if key != top and not other + extra < work[top] * (1 - DIGITS):
+            return False
+    return True
+
+
+#: Relative room for the last digits of a comparison of FLOPs summed in different orders.
+DIGITS = 1e-9
+_DOMINATES = Memo(1 << 12)

@@ -21,7 +21,7 @@ from stepbill.engine.plan.bounds import (
     time_policy,
 )
 from stepbill.engine.plan.budget_bound import budget_floor
-from stepbill.engine.plan.cell_floor import none_floor_rises, same_busiest_stage
+from stepbill.engine.plan.cell_floor import busiest_stage_dominates, none_floor_rises, same_busiest_stage
 from stepbill.engine.plan.evaluate import recipe_for
 from stepbill.engine.plan.leads import RESIDENT, Lead, Node, make_lead
 from stepbill.engine.plan.space import Candidate, Group, PlanRequest, Variant
@@ -59,9 +59,9 @@ def floors(req: PlanRequest, groups: list[tuple[int, Group, float]], objective: 
     # (bounds.offload_twin_floor). search._shuffled keeps a time layout's groups together; a group that finds none
     # computes its own.
     # A cell whose least floor is its `none` policy's (plan/cell_floor.py: that floor rises with the recompute —
-    # kept per time layout, offload choice and floor key — and, per-op, every policy of the cell has one busiest
-    # stage) leaves its other explicit policies' floors unset (None) until its node gives way to its candidates
-    # (`bill_in_order`).
+    # kept per time layout, offload choice and floor key — and, per-op, every explicit policy of the cell has one
+    # busiest stage, or for the budget solver's that stage stays the busiest under any recompute) leaves the other
+    # policies' floors unset (None) until its node gives way to its candidates (branch_bound.bill_in_order).
     # a Variants' cells, floor keys and what of each cell waits (groups share one Variants: space._Point)
     cells_of: dict[int, tuple[list[tuple[int, ...]], list[tuple], list[Waits]]] = {}
     layout: Parallel | None = None
@@ -81,16 +81,20 @@ def floors(req: PlanRequest, groups: list[tuple[int, Group, float]], objective: 
             cells, keys = _cells(variants), [_floor_key(variant) for variant in variants]
             cells_of[id(variants)] = (cells, keys, [_waits(variants, members, keys) for members in cells])
         cells, keys, waits = cells_of[id(variants)]
-        for members, (none, waiting, policies) in zip(cells, waits, strict=True):
+        for members, (none, waiting, policies, budgets) in zip(cells, waits, strict=True):
             deferred: tuple[int, ...] = ()
-            if waiting:
+            if none is not None and (waiting or budgets):
                 rises = rising.get(keys[none])
                 if rises is None:
                     rises = rising[keys[none]] = _none_rises(req, group, variants[none], keys[none], known, twins,
                                                              unloaded)
-                if rises and (req.efficiency is not None or same_busiest_stage(req, group.holdings_layout,
-                                                                               variants[none][1], policies)):
+                per_op = req.efficiency is None  # under --efficiency the none floor is the least on any stage
+                batch = variants[none][1]
+                if rises and waiting and (not per_op or same_busiest_stage(req, group.holdings_layout, batch,
+                                                                           policies)):
                     deferred = waiting
+                if rises and budgets and (not per_op or busiest_stage_dominates(req, group.holdings_layout, batch)):
+                    deferred += budgets
             kept: list[int] = []  # the cell's valid variants, and their floors (None: deferred)
             floors_of: list[float | None] = []
             for v in members:
@@ -122,9 +126,9 @@ def floors(req: PlanRequest, groups: list[tuple[int, Group, float]], objective: 
 
 
 #: What of a cell may wait: its `none` variant's index, the indices of its other explicit policies' variants with
-#: another floor key, and a policy of each of their time policies (bounds.time_policy), sorted; (None, (), ()) when
-#: nothing may.
-Waits = tuple[int | None, tuple[int, ...], tuple[str, ...]]
+#: another floor key, a policy of each of their time policies (bounds.time_policy), sorted, and the indices of its
+#: budget solver's variants; (None, (), (), ()) when nothing may.
+Waits = tuple[int | None, tuple[int, ...], tuple[str, ...], tuple[int, ...]]
 #: Relative room for the last digits of a node whose floors wait: floor_p ≥ floor_none holds of the model's real
 #: numbers (cell_floor.py), and the two are rounded along different sums (relative differences ~1e-15).
 ROUNDING_SLACK = 1e-12
@@ -134,12 +138,13 @@ def _waits(variants: Sequence[Variant], members: tuple[int, ...], keys: list[tup
     """What of the cell `members` may wait for its node to give way (`floors`)."""
     none = next((v for v in members if variants[v][4] == "none"), None)
     if none is None:
-        return None, (), ()
+        return None, (), (), ()
     waiting = tuple(v for v in members if variants[v][4] != BUDGET_AT_FREE and keys[v] != keys[none])
     policies: dict[str, str] = {}  # a policy of each time policy (every:K's for every K: bounds.time_policy)
     for v in waiting:
         policies.setdefault(keys[v][4], variants[v][4])
-    return none, waiting, tuple(policies[p] for p in sorted(policies))
+    budgets = tuple(v for v in members if variants[v][4] == BUDGET_AT_FREE)
+    return none, waiting, tuple(policies[p] for p in sorted(policies)), budgets
 
 
 def _none_rises(req: PlanRequest, group: Group, variant: Variant, key: tuple, known: dict[tuple, float],
@@ -205,10 +210,13 @@ def _cells(variants: Sequence[Variant]) -> list[tuple[int, ...]]:
 
 
 def waited_floor(req: PlanRequest, group: Group, variant: Variant, waited: dict[tuple, float]) -> float:
-    """The time floor of a variant whose floor waited (`floors`), kept in `waited` by its time layout, optimizer
-    offload and floor key (the floors pass's sharing: the same floor); branch_bound.bill_in_order asks."""
+    """The step-time floor of a variant whose floor waited (`floors`): its time floor, or a budget candidate's
+    budget_floor; kept in `waited` by its time layout, optimizer offload and floor key (the floors pass's sharing:
+    the same floor). branch_bound.bill_in_order asks, when the variant's node gives way."""
     key = (time_layout(group.holdings_layout), group.offload_optimizer, _floor_key(variant))
     step = waited.get(key)
     if step is None:
-        step = waited[key] = time_floor_terms(req, group.candidate(variant)).t_step
+        cand = group.candidate(variant)
+        step = waited[key] = budget_floor(req, cand) if variant[4] == BUDGET_AT_FREE \
+            else time_floor_terms(req, cand).t_step
     return step
