@@ -81,20 +81,16 @@ def floors(req: PlanRequest, groups: list[tuple[int, Group, float]], objective: 
             cells, keys = _cells(variants), [_floor_key(variant) for variant in variants]
             cells_of[id(variants)] = (cells, keys, [_waits(variants, members, keys) for members in cells])
         cells, keys, waits = cells_of[id(variants)]
-        for members, (none, waiting, policies, budgets) in zip(cells, waits, strict=True):
+        for members, wait in zip(cells, waits, strict=True):
+            none = wait[0]
             deferred: tuple[int, ...] = ()
-            if none is not None and (waiting or budgets):
+            if none is not None and (wait[1] or wait[3]):
                 rises = rising.get(keys[none])
                 if rises is None:
                     rises = rising[keys[none]] = _none_rises(req, group, variants[none], keys[none], known, twins,
                                                              unloaded)
-                per_op = req.efficiency is None  # under --efficiency the none floor is the least on any stage
-                batch = variants[none][1]
-                if rises and waiting and (not per_op or same_busiest_stage(req, group.holdings_layout, batch,
-                                                                           policies)):
-                    deferred = waiting
-                if rises and budgets and (not per_op or busiest_stage_dominates(req, group.holdings_layout, batch)):
-                    deferred += budgets
+                if rises:
+                    deferred = _deferred(req, group.holdings_layout, variants[none][1], wait)
             kept: list[int] = []  # the cell's valid variants, and their floors (None: deferred)
             floors_of: list[float | None] = []
             for v in members:
@@ -145,6 +141,20 @@ def _waits(variants: Sequence[Variant], members: tuple[int, ...], keys: list[tup
         policies.setdefault(keys[v][4], variants[v][4])
     budgets = tuple(v for v in members if variants[v][4] == BUDGET_AT_FREE)
     return none, waiting, tuple(policies[p] for p in sorted(policies)), budgets
+
+
+def _deferred(req: PlanRequest, layout: Parallel, micro_batch: int, wait: Waits) -> tuple[int, ...]:
+    """The variants of a cell whose `none` floor rises (`_none_rises`) that may wait: its other explicit policies'
+    when every one has the `none` policy's busiest stage, its budget solver's when that stage cannot move under any
+    drop set (plan/cell_floor.py; under `--efficiency` the `none` floor is the least on any stage)."""
+    _, waiting, policies, budgets = wait
+    per_op = req.efficiency is None
+    deferred: tuple[int, ...] = ()
+    if waiting and (not per_op or same_busiest_stage(req, layout, micro_batch, policies)):
+        deferred = waiting
+    if budgets and (not per_op or busiest_stage_dominates(req, layout, micro_batch)):
+        deferred += budgets
+    return deferred
 
 
 def _none_rises(req: PlanRequest, group: Group, variant: Variant, key: tuple, known: dict[tuple, float],
