@@ -77,7 +77,9 @@ def test_spill_shrink_rate_is_the_spills_fall(name: str) -> None:
         args = (timed, req.gpu.gpus_per_node, par.zero, par.micro_batches,
                 max(sum(stage_layer_kinds(req.spec, par)[terms.stage].values()), 1))
 
-        rate = spill_shrink_rate(*args, sc.forward, sc.backward, sc.attention, sc.rebuild, sc.rebuild_attention)
+        assert terms.comm is not None
+        rate = spill_shrink_rate(terms.comm, par.micro_batches, sc.forward, sc.backward, sc.attention, sc.rebuild,
+                                 sc.rebuild_attention)
         at_zero = _spill(args, sc, 0.0)
         assert at_zero == terms.comm.hidden_spill  # type: ignore[union-attr]
         tiny = 1e-6 * max(at_zero, 1e-3) / max(sc.rebuild, 1e-12)

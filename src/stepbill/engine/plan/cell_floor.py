@@ -42,7 +42,6 @@ from stepbill.engine import flops as fl
 from stepbill.engine.bill import without_layout
 from stepbill.engine.bill_parts import bill_plan
 from stepbill.engine.memo import Memo
-from stepbill.engine.parallel.collectives import step_collectives
 from stepbill.engine.parallel.layout import stage_layer_kinds
 from stepbill.engine.params import param_inventory
 from stepbill.engine.plan.budget_bound import rebuild_all_per_token
@@ -62,18 +61,12 @@ def none_floor_rises(req: PlanRequest, cand: Candidate, terms: StepTerms, offloa
         return False
     if req.efficiency is not None:
         return True
-    recipe = recipe_for(req, cand)
-    if recipe.lora is not None:
+    if recipe_for(req, cand).lora is not None:
         return False
-    spec, inv, par = req.spec, param_inventory(req.spec), recipe.parallel
     sc, ct = terms.stage_compute, terms.comm
     assert sc is not None and ct is not None, "the per-op model's numbers"
-    # the collectives and arguments step_terms times the `none` policy with
-    timed = [c for c in step_collectives(spec, recipe, inv, req.gpu, bill_plan(spec, recipe).rerun)
-             if c.seconds is not None]
-    layers = max(sum(stage_layer_kinds(spec, par)[terms.stage].values()), 1)
-    falls = spill_shrink_rate(timed, req.gpu.gpus_per_node, par.zero, par.micro_batches, layers, sc.forward,
-                              sc.backward, sc.attention, sc.rebuild, sc.rebuild_attention)
+    falls = spill_shrink_rate(ct, sc.micro_batches, sc.forward, sc.backward, sc.attention, sc.rebuild,
+                              sc.rebuild_attention)
     exposed_offload = offload.hideable - terms.t_rank  # per_op_total's other arm, falling at F
     if exposed_offload > ct.hidden_spill:
         falls = sc.rebuild

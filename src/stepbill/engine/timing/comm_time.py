@@ -111,6 +111,18 @@ class CommTiming(NamedTuple):
     hidden_spill: float  # what of the hideable ones compute cannot cover (tails included)
     by_name: dict[str, float]
     critical_by_axis: dict[str, float]  # tp / ep / pp seconds of the critical ones
+    by_class: dict[str, float]  # seconds by overlap class (shared: read it, never change it)
+    tails: dict[str, float]  # by class, the seconds that cannot hide (shared: read it, never change it)
+
+
+def _hiding(micro_batches: int, t_forward: float, t_backward: float, t_attention: float, backward_rate: float = 0.0,
+            attention_rate: float = 0.0) -> tuple[tuple[str, float, float], ...]:
+    """Each hideable overlap class, in the order the spill sums them, with the window that hides it and how fast
+    that window grows when the backward's grows at `backward_rate` and the attention's at `attention_rate`: a
+    once-per-step gradient sync hides behind the last micro-batch's backward."""
+    m = max(micro_batches, 1)
+    return (("grad_once", t_backward / m, backward_rate / m), ("bwd", t_backward, backward_rate),
+            ("fwd", t_forward, 0.0), ("attention", t_attention, attention_rate))
 
 
 def comm_timing(collectives: list[Collective], gpus_per_node: int, zero: int, micro_batches: int, layers: int,
@@ -122,31 +134,27 @@ def comm_timing(collectives: list[Collective], gpus_per_node: int, zero: int, mi
     key = (tuple(collectives), gpus_per_node, zero, micro_batches, layers)
     seconds, groups, tails, by_axis = _CLASS_SUMS.get(key, _class_sums, *key)
     spill = hideable = 0  # summed as sum() does, from the int 0, in the windows' order
-    for cls, window in (("grad_once", t_backward / max(micro_batches, 1)), ("bwd", t_backward), ("fwd", t_forward),
-                        ("attention", t_attention)):
+    for cls, window, _ in _hiding(micro_batches, t_forward, t_backward, t_attention):
         group = groups.get(cls, 0.0)
         hideable += group
         if group > 0:
             spill += max(tails.get(cls, 0.0), group - window)
-    return CommTiming(groups.get("critical", 0.0), groups.get("once", 0.0), hideable, spill, seconds, by_axis)
+    return CommTiming(groups.get("critical", 0.0), groups.get("once", 0.0), hideable, spill, seconds, by_axis, groups,
+                      tails)
 
 
-def spill_shrink_rate(collectives: list[Collective], gpus_per_node: int, zero: int, micro_batches: int, layers: int,
-                      t_forward: float, t_backward: float, t_attention: float, backward_rate: float,
-                      attention_rate: float) -> float:
-    """How fast comm_timing's hidden_spill falls (its right derivative, negated) as the backward window grows at
-    `backward_rate` and the attention window at `attention_rate` (the forward's does not move), from these windows:
-    the sum of the rates of the classes whose spill is past its tail (a gradient sync that hides behind the last
-    micro-batch's backward has that window's share of the rate). Each class's spill, max(tail, group − window), is
-    convex in the windows, so the spill falls at most this fast from here on (engine/plan/bounds.none_is_least)."""
-    groups, tails = _CLASS_SUMS.get((tuple(collectives), gpus_per_node, zero, micro_batches, layers), _class_sums,
-                                    tuple(collectives), gpus_per_node, zero, micro_batches, layers)[1:3]
-    m = max(micro_batches, 1)
+def spill_shrink_rate(ct: CommTiming, micro_batches: int, t_forward: float, t_backward: float, t_attention: float,
+                      backward_rate: float, attention_rate: float) -> float:
+    """How fast `ct`'s hidden_spill (comm_timing with these micro-batches and windows) falls — its right derivative,
+    negated — as the backward window grows at `backward_rate` and the attention window at `attention_rate` (the
+    forward's does not move): the sum of the growth rates of the classes whose spill is past its tail. Each class's
+    spill, max(tail, group − window), is convex in its window, so the spill falls at most this fast from here on
+    (engine/plan/cell_floor.none_floor_rises)."""
     rate = 0.0
-    for cls, window, grows in (("grad_once", t_backward / m, backward_rate / m), ("bwd", t_backward, backward_rate),
-                               ("fwd", t_forward, 0.0), ("attention", t_attention, attention_rate)):
-        group = groups.get(cls, 0.0)
-        if group > 0 and group - window > tails.get(cls, 0.0):
+    for cls, window, grows in _hiding(micro_batches, t_forward, t_backward, t_attention, backward_rate,
+                                      attention_rate):
+        group = ct.by_class.get(cls, 0.0)
+        if group > 0 and group - window > ct.tails.get(cls, 0.0):
             rate += grows
     return rate
 
