@@ -176,7 +176,7 @@ def bill_in_order(req: PlanRequest, groups: Groups, leads: list[Lead], objective
             return Billed(answer.rows, by_bill, by_floor, left, rejected, by_bound)
         if lead is None:
             lead = queue.pop()
-        n = len(nodes[-lead[5] - 1][0]) if lead[5] < 0 else 1  # count(lead), inline: the loop takes ~1 M leads
+        n = count(lead)
         to_beat = answer.peak_to_beat(lead)
         if lead[2] >= to_beat:  # answer.cannot_take(lead)
             by_floor += n

@@ -105,15 +105,15 @@ def floors(req: PlanRequest, groups: list[tuple[int, Group, float]], objective: 
                     continue
                 kept.append(v)
             if len(kept) == 1:
-                out.leads.append(make_lead(req, objective, fixed_batch, group, group.variants[kept[0]], floors_of[0],
+                out.leads.append(make_lead(req, objective, fixed_batch, group, variants[kept[0]], floors_of[0],
                                            peak_floor_of_group, index, kept[0], RESIDENT))
             elif kept:  # the cell's node: its least floor, its group's resident bound
                 step = min(f for f in floors_of if f is not None)
                 if deferred:
                     step *= 1 - ROUNDING_SLACK
                 out.nodes.append((tuple(kept), tuple(floors_of)))
-                out.leads.append(make_lead(req, objective, fixed_batch, group, group.variants[kept[0]],
-                                           step, peak_floor_of_group, index, -len(out.nodes), RESIDENT))
+                out.leads.append(make_lead(req, objective, fixed_batch, group, variants[kept[0]], step,
+                                           peak_floor_of_group, index, -len(out.nodes), RESIDENT))
         out.decided += len(group.variants)
         if progress is not None:
             progress(out.decided, total)
@@ -159,15 +159,12 @@ def _deferred(req: PlanRequest, layout: Parallel, micro_batch: int, wait: Waits)
 
 def _none_rises(req: PlanRequest, group: Group, variant: Variant, key: tuple, known: dict[tuple, float],
                 twins: dict[tuple, StepTerms], unloaded: dict[tuple, StepTerms]) -> bool:
-    """cell_floor.none_floor_rises of the `none` variant (its floor computed and kept in `known` as `_step_floor`
-    does; its numbers those the group's twin or the group itself kept, else recomputed, memoised); False when the
-    variant breaks a layout rule (its cell's floors are then each computed, and each rejected)."""
+    """cell_floor.none_floor_rises of the `none` variant, its floor computed and kept in `known` as `_step_floor`
+    does; False when the variant breaks a layout rule (its cell's floors are then each computed, and each
+    rejected)."""
     try:
         cand = group.candidate(variant)
-        if key in known:  # another cell's policies asked first: its numbers, kept or recomputed (memoised)
-            terms = (twins if group.offload_optimizer else unloaded).get(key) or time_floor_terms(req, cand)
-        else:
-            known[key], terms = _floor_of(req, group, cand, key, twins, unloaded)
+        known[key], terms = _floor_of(req, group, cand, key, twins, unloaded)
     except StepbillError:
         return False
     assert terms is not None, "an explicit policy's floor has its numbers"
@@ -185,9 +182,9 @@ def _floor_key(variant: Variant) -> tuple:
 def _step_floor(req: PlanRequest, group: Group, variant: Variant, key: tuple, known: dict[tuple, float],
                 twins: dict[tuple, StepTerms], unloaded: dict[tuple, StepTerms]) -> float:
     """The variant's step-time floor: read from `known` (the floors its time layout's groups with its optimizer
-    offload choice found, by its floor key `key`, `_floor_key`) or computed and kept there — a budget candidate's budget_floor, an offload
-    candidate's off its twin without offload (`twins`: their numbers, by floor key), else time_floor, whose numbers a
-    group without offload keeps in `unloaded` for its offload twins. A floor found was computed for a valid candidate,
+    offload choice found, by its floor key `key`, `_floor_key`) or computed and kept there — a budget candidate's
+    budget_floor, an offload candidate's off its twin without offload (`twins`: their numbers, by floor key), else
+    time_floor, whose numbers a group without offload keeps in `unloaded` for its offload twins. A floor found was computed for a valid candidate,
     and its sharers differ from that one in activation offload, every:K's K or GPipe for 1F1B, which no layout rule
     reads: the candidate is built only if not (StepbillError: it breaks a layout rule)."""
     step = known.get(key)
@@ -223,10 +220,9 @@ def waited_floor(req: PlanRequest, group: Group, variant: Variant, waited: dict[
     """The step-time floor of a variant whose floor waited (`floors`): its time floor, or a budget candidate's
     budget_floor; kept in `waited` by its time layout, optimizer offload and floor key (the floors pass's sharing:
     the same floor). branch_bound.bill_in_order asks, when the variant's node gives way."""
-    key = (time_layout(group.holdings_layout), group.offload_optimizer, _floor_key(variant))
-    step = waited.get(key)
-    if step is None:
-        cand = group.candidate(variant)
-        step = waited[key] = budget_floor(req, cand) if variant[4] == BUDGET_AT_FREE \
-            else time_floor_terms(req, cand).t_step
+    key = _floor_key(variant)
+    shared = (time_layout(group.holdings_layout), group.offload_optimizer, key)
+    step = waited.get(shared)
+    if step is None:  # computed as the floors pass computes one, with no twin at hand
+        step = waited[shared] = _floor_of(req, group, group.candidate(variant), key, {}, {})[0]
     return step
