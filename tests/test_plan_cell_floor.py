@@ -25,13 +25,7 @@ from stepbill.engine.timing.step import StageCompute
 from stepbill.errors import StepbillError
 from stepbill.spec.hardware import load_gpu
 from stepbill.spec.presets import load_preset
-
-SPACES = {  # (preset, GPUs, seq, global batch tokens, --efficiency)
-    "dense": ("llama3-8b", 8, 4096, 4 * 2**20, None),
-    "moe": ("mixtral-8x7b", 64, 4096, 4 * 2**20, None),
-    "override": ("gpt3-125m", 8, 2048, 2**20, 0.45),
-    "mla-moe": ("deepseek-v3", 2048, 4096, 3840 * 4096, None),
-}
+from tests.test_plan_bounds import SPACES
 
 
 def space(name: str) -> tuple[PlanRequest, list[Group]]:
