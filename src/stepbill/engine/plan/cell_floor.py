@@ -38,7 +38,6 @@ achieved efficiency, which moves with x), and a policy whose busiest stage is no
 
 from __future__ import annotations
 
-from stepbill.engine import flops as fl
 from stepbill.engine.bill import without_layout
 from stepbill.engine.bill_parts import bill_plan
 from stepbill.engine.memo import Memo
@@ -48,7 +47,7 @@ from stepbill.engine.plan.budget_bound import rebuild_all_per_token
 from stepbill.engine.plan.evaluate import recipe_for
 from stepbill.engine.plan.space import Candidate, PlanRequest
 from stepbill.engine.timing.comm_time import spill_shrink_rate
-from stepbill.engine.timing.step_terms import OffloadTerms, StepTerms, slowest_stage
+from stepbill.engine.timing.step_terms import OffloadTerms, StepTerms, slowest_stage, stage_works
 from stepbill.spec.parallel import Parallel
 
 
@@ -111,18 +110,18 @@ def _dominates(req: PlanRequest, layout: Parallel, micro_batch: int) -> bool:
     recipe = recipe_for(req, Candidate(layout, micro_batch, "none"))
     rebuild = rebuild_all_per_token(spec, without_layout(recipe))
     tokens = recipe.seq_len * recipe.micro_batch
-    kinds = stage_layer_kinds(spec, layout)
-    last = len(kinds) - 1
-    # each distinct stage (its ends and layers) and its work without recompute, as slowest_stage counts it
-    work = {(stage == 0, stage == last, tuple(k.items())):
-            fl.stage_step_flops(spec, inv, recipe.seq_len, recipe.micro_batch, k, stage == 0, stage == last, {},
-                                recipe.lora, False) for stage, k in enumerate(kinds)}
-    busiest = slowest_stage(spec, inv, recipe, bill_plan(spec, recipe))[0]
-    top = (busiest == 0, busiest == last, tuple(kinds[busiest].items()))
-    most = kinds[busiest]
-    for key, other in work.items():
-        extra = sum(max(0, n - most.get(kind, 0)) * rebuild.get(kind, 0.0) for kind, n in key[2]) * tokens
-        if key != top and not other + extra < work[top] * (1 - DIGITS):
+    kinds = tuple(tuple(k.items()) for k in stage_layer_kinds(spec, layout))
+    # each distinct stage's work without recompute, weighed as slowest_stage weighs it; the first of the most is the
+    # `none` policy's busiest
+    works = stage_works(spec, inv, kinds, recipe.seq_len, recipe.micro_batch, {}, recipe.lora, False)
+    busiest, most = works[0]
+    for stage, work in works:
+        if work > most:
+            busiest, most = stage, work
+    held = dict(kinds[busiest])
+    for stage, work in works:
+        extra = sum(max(0, n - held.get(kind, 0)) * rebuild.get(kind, 0.0) for kind, n in kinds[stage]) * tokens
+        if stage != busiest and not work + extra < most * (1 - DIGITS):
             return False
     return True
 

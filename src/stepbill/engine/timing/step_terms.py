@@ -172,21 +172,31 @@ def _busiest_stage(spec: ModelSpec, inv: ParamInventory, kinds: tuple[tuple[tupl
                    micro_batch: int, per_token: tuple[tuple[str, float], ...], lora: LoRA | None,
                    whole_layers: bool) -> tuple[int, float, float]:
     recompute_per_token = dict(per_token)
-    last = len(kinds) - 1
     best = (0, -1.0, 0.0)
+    for stage, work in stage_works(spec, inv, kinds, seq_len, micro_batch, recompute_per_token, lora, whole_layers):
+        if work > best[1]:
+            rc = sum(n * recompute_per_token.get(k, 0.0) for k, n in kinds[stage]) * (micro_batch * seq_len)
+            best = (stage, work, rc)
+    return best
+
+
+def stage_works(spec: ModelSpec, inv: ParamInventory, kinds: tuple[tuple[tuple[str, int], ...], ...], seq_len: int,
+                micro_batch: int, recompute_per_token: dict[str, float], lora: LoRA | None,
+                whole_layers: bool) -> list[tuple[int, float]]:
+    """(stage, executed FLOPs of one micro-batch: flops.stage_step_flops) of each pipeline stage, in stage order, as
+    `slowest_stage` weighs them; `kinds`: each stage's (layer kind, count) pairs. A stage with the same ends and
+    layers as an earlier one is left out: the same work, never strictly more."""
+    last = len(kinds) - 1
+    out = []
     seen: set[tuple[tuple[bool, bool], tuple[tuple[str, int], ...]]] = set()
     for stage, stage_items in enumerate(kinds):
         ends = (stage == 0, stage == last)
         if (ends, stage_items) in seen:
-            continue  # the same layers and ends as an earlier stage: the same work, never strictly more
+            continue
         seen.add((ends, stage_items))
-        stage_kinds = dict(stage_items)
-        work = fl.stage_step_flops(spec, inv, seq_len, micro_batch, stage_kinds, stage == 0, stage == last,
-                                   recompute_per_token, lora, whole_layers)
-        if work > best[1]:
-            rc = sum(n * recompute_per_token.get(k, 0.0) for k, n in stage_kinds.items()) * (micro_batch * seq_len)
-            best = (stage, work, rc)
-    return best
+        out.append((stage, fl.stage_step_flops(spec, inv, seq_len, micro_batch, dict(stage_items), stage == 0,
+                                               stage == last, recompute_per_token, lora, whole_layers)))
+    return out
 
 
 @lru_cache(maxsize=4096)
