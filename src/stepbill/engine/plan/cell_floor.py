@@ -43,7 +43,7 @@ from stepbill.engine.bill_parts import bill_plan
 from stepbill.engine.memo import Memo
 from stepbill.engine.parallel.layout import stage_layer_kinds
 from stepbill.engine.params import param_inventory
-from stepbill.engine.plan.budget_bound import rebuild_all_per_token
+from stepbill.engine.plan.budget_bound import SUM_SLACK, rebuild_all_per_token
 from stepbill.engine.plan.evaluate import recipe_for
 from stepbill.engine.plan.space import Candidate, PlanRequest
 from stepbill.engine.timing.comm_time import spill_shrink_rate
@@ -121,11 +121,9 @@ def _dominates(req: PlanRequest, layout: Parallel, micro_batch: int) -> bool:
     held = dict(kinds[busiest])
     for stage, work in works:
         extra = sum(max(0, n - held.get(kind, 0)) * rebuild.get(kind, 0.0) for kind, n in kinds[stage]) * tokens
-        if stage != busiest and not work + extra < most * (1 - DIGITS):
+        if stage != busiest and not work + extra < most * (1 - SUM_SLACK):
             return False
     return True
 
 
-#: Relative room for the last digits of a comparison of FLOPs summed in different orders.
-DIGITS = 1e-9
 _DOMINATES = Memo(1 << 12)
