@@ -12,6 +12,7 @@ import operator
 from stepbill.engine.plan.evaluate import Row
 from stepbill.engine.plan.leads import Lead
 from stepbill.engine.plan.pareto import front_time
+from stepbill.engine.plan.peers import Taken
 from stepbill.engine.plan.rank import row_key
 
 
@@ -28,15 +29,23 @@ class Answer:
         self._peaks: list[float] = []  # the memory-vs-time staircase: peaks ascending ...
         self._times: list[float] = []  # ... times strictly descending
 
-    def add(self, row: Row) -> None:
+    def add(self, row: Row) -> Taken:
+        """Add a billed row that fits; what `take` read of it (peers.Peers publishes that to other partitions)."""
         self.rows.append(row)
-        bisect.insort(self._top, row_key(self.objective, self.fixed_batch, row))
+        taken = (row_key(self.objective, self.fixed_batch, row),
+                 front_time(self.fixed_batch, row.step_s, row.tokens_per_step), row.world, row.peak_bytes)
+        self.take(taken)
+        return taken
+
+    def take(self, taken: Taken) -> None:
+        """Rule with a row's numbers (its objective key, front time, GPUs and peak: another partition's row, which
+        is not added to `rows`)."""
+        key, t, world, peak = taken
+        bisect.insort(self._top, key)
         del self._top[self.k:]
-        t = front_time(self.fixed_batch, row.step_s, row.tokens_per_step)
-        self._by_world[row.world] = min(t, self._by_world.get(row.world, t))
+        self._by_world[world] = min(t, self._by_world.get(world, t))
         self._worlds = sorted(self._by_world)
         self._fastest_upto = list(itertools.accumulate((self._by_world[w] for w in self._worlds), min))
-        peak = row.peak_bytes
         i = bisect.bisect_right(self._peaks, peak)
         if i and self._times[i - 1] <= t:
             return  # a row with no more memory is at least as fast

@@ -43,6 +43,7 @@ from stepbill.engine.plan.budget_bound import budget_floor
 from stepbill.engine.plan.evaluate import Row, budget_bytes, budget_drops_nothing, evaluate, resolve_recompute
 from stepbill.engine.plan.floor_pass import Progress, waited_floor
 from stepbill.engine.plan.leads import FITTED, PEAK, RESIDENT, RESTING, Lead, LeadQueue, Node, make_lead
+from stepbill.engine.plan.peers import Peers
 from stepbill.engine.plan.space import Candidate, Group, PlanRequest, Variant
 from stepbill.errors import StepbillError
 
@@ -148,12 +149,15 @@ class Billed:
 
 
 def bill_in_order(req: PlanRequest, groups: Groups, leads: list[Lead], objective: str, k: int,
-                  deadline_at: float | None, progress: Progress | None = None, nodes: Sequence[Node] = ()) -> Billed:
+                  deadline_at: float | None, progress: Progress | None = None, nodes: Sequence[Node] = (),
+                  peers: Peers | None = None) -> Billed:
     """Bill the leads best floor first; skip those `Answer.cannot_take`; sharpen a lead's peak floor (and a budget
     solver's time floor: `fit_budget`) before billing it, rejecting it when they show it cannot fit (module
     docstring). A sharpened lead that still comes first is decided at once, as a heap would pop it. A node (a cell's
     lead: `nodes`) is decided whole on its floors or its cell's resting floor, or else gives way to its candidates'
-    own leads. Progress and the candidates a deadline leaves are counted in candidates."""
+    own leads. Progress and the candidates a deadline leaves are counted in candidates. With `peers` (a partition's
+    view of the rows the search's other partitions billed: peers.py) the answer also rules with their rows, read
+    every PULL_EVERY leads and before each bill, and publishes its own."""
     answer = Answer(objective, k, req.global_batch_tokens is not None)
     fixed_batch = req.global_batch_tokens is not None
     rejected: dict[str, int] = {}
@@ -170,12 +174,18 @@ def bill_in_order(req: PlanRequest, groups: Groups, leads: list[Lead], objective
     if progress is not None:
         progress(0, total)  # the pass's total, before its first lead
     lead: Lead | None = None  # a sharpened lead that comes before every lead left
+    since_pull = PULL_EVERY  # leads taken since the peers' rows were last read
     while lead is not None or queue:
         if deadline_at is not None and time.time() > deadline_at:
             left = sum(map(count, queue.left())) + (count(lead) if lead is not None else 0)
             return Billed(answer.rows, by_bill, by_floor, left, rejected, by_bound)
         if lead is None:
             lead = queue.pop()
+        if peers is not None:
+            since_pull += 1
+            if since_pull >= PULL_EVERY:
+                _pull(peers, answer)
+                since_pull = 0
         n = count(lead)
         to_beat = answer.peak_to_beat(lead)
         if lead[2] >= to_beat:  # answer.cannot_take(lead)
@@ -216,10 +226,14 @@ def bill_in_order(req: PlanRequest, groups: Groups, leads: list[Lead], objective
                     queue.push(lead)
                     lead = None
                 continue  # decided on its sharper floors
+        elif peers is not None and _pull(peers, answer) and answer.cannot_take(lead):
+            by_floor += 1  # ruled out by rows another partition billed since
         else:
             reason, row = bill_lead(req, groups[lead[4]], lead[5])
             if row is not None:
-                answer.add(row)
+                taken = answer.add(row)
+                if peers is not None:
+                    peers.publish(taken)
             by_bill += reason in ("", "peak_over_budget")  # billed (whether or not it fits)
             if reason:
                 rejected[reason] = rejected.get(reason, 0) + 1
@@ -231,6 +245,18 @@ def bill_in_order(req: PlanRequest, groups: Groups, leads: list[Lead], objective
     if progress is not None:
         progress(total, total)
     return Billed(answer.rows, by_bill, by_floor, 0, rejected, by_bound)
+
+
+#: Leads taken between two reads of the peers' rows (a read takes their lock: ~1 µs).
+PULL_EVERY = 256
+
+
+def _pull(peers: Peers, answer: Answer) -> bool:
+    """Rule with the rows the other partitions billed since the last read; whether there were any."""
+    news = peers.news()
+    for taken in news:
+        answer.take(taken)
+    return bool(news)
 
 
 def bill_lead(req: PlanRequest, group: Group, v: int) -> tuple[str, Row | None]:

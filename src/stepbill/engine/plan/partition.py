@@ -1,12 +1,14 @@
-"""Branch and bound over a part of the space — the whole of it in one process, or one worker's partition of it
+"""Branch and bound over a part of the space — the whole of it in one process, or one partition of it in a worker
 (search.py's `jobs`): the resident bound of each group, every candidate's floors, then the bills in floor order
-against the part's own answer; and the partitions, the workers and the progress they share.
+against the part's answer (its own rows and, in workers, the rows the other partitions billed: peers.py); and the
+partitions, the workers and what they share.
 
 A partition is whole (tp, pp, cp) cells of the space, dealt by candidate count: the groups of a cell share most of
-their memoised parts (held bytes, collectives, kernels, rows), so a worker computes them once. Merging the
-partitions' rows is exact: a row in the top K or on a front of the whole space is in the top K or on that front of
-its partition (a partition's rows are some of the space's), and a partition's branch and bound bills every such row
-(branch_bound.py).
+their memoised parts (held bytes, collectives, kernels, rows), so a worker computes them once. The search makes
+PARTS_PER_JOB partitions a worker and the pool hands them out as workers come free (a partition's cost is not its
+candidate count). Merging the partitions' rows is exact: a row in the top K or on a front of the whole space is in
+the top K or on that front of its partition, also with the other partitions' rows ruling there (they are rows of the
+space), and a partition's branch and bound bills every such row (branch_bound.py).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any, TypeVar
 from stepbill.engine.plan.branch_bound import Billed, bill_in_order
 from stepbill.engine.plan.evaluate import budget_bytes, resident_bound
 from stepbill.engine.plan.floor_pass import Floors, Progress, floors
+from stepbill.engine.plan.peers import Peers, shared_array
 from stepbill.engine.plan.space import Group, PlanRequest
 
 T = TypeVar("T")
@@ -48,26 +51,31 @@ class Bound:
 
 def bound_part(req: PlanRequest, indexed: list[tuple[int, Group]], objective: str, k: int,
                 deadline_at: float | None, floors_progress: Progress | None = None,
-                bills_progress: Progress | None = None, total: int = 0) -> Bound:
+                bills_progress: Progress | None = None, total: int = 0, peers: Peers | None = None) -> Bound:
     """Branch and bound over the (index, group) pairs: their floors (`floors_part`; progress in candidates of
-    `total`), then their bills in floor order against their own answer (branch_bound.bill_in_order; progress in
-    leads)."""
+    `total`), then their bills in floor order against their own answer — with `peers`, and the rows the other
+    partitions billed (branch_bound.bill_in_order; progress in leads)."""
     cpu0 = time.process_time()
     found, by_bound = floors_part(req, indexed, objective, deadline_at, floors_progress, total)
     billed = bill_in_order(req, dict(indexed), found.leads, objective, k, deadline_at, bills_progress,
-                           found.nodes)
+                           found.nodes, peers)
     return Bound(found, by_bound, billed, time.process_time() - cpu0)
 
 
-#: A worker's progress, shared with the search's process (set by the pool's initializer): candidates through the
-#: floors, leads decided, leads made — multiprocessing Values, added to under their locks.
-_COUNTERS: tuple[Any, Any, Any] | None = None
+#: What a worker process shares with the search's (set by the pool's initializer): the search — its request, objective,
+#: K and deadline, one object of each for every partition the worker takes, so that its memos, keyed on them, find
+#: their entries by identity (a request unpickled with each partition would be a new, equal object: every memo hit
+#: would then compare the model field by field) — its progress counters (candidates through the floors, leads
+#: decided, leads made: multiprocessing Values, added to under their locks), and the partitions' billed rows
+#: (peers.shared_array: the records and their count).
+_SHARED: tuple[tuple[PlanRequest, str, int, float | None], tuple[Any, Any, Any], tuple[Any, Any]] | None = None
 PROGRESS_POLL_S = 0.25  # how often the search's process reads the workers' counters
 
 
-def _share_counters(counters: tuple[Any, Any, Any]) -> None:
-    global _COUNTERS
-    _COUNTERS = counters
+def _share(search: tuple[PlanRequest, str, int, float | None], counters: tuple[Any, Any, Any],
+           rows: tuple[Any, Any]) -> None:
+    global _SHARED
+    _SHARED = search, counters, rows
 
 
 def _add(counter: Any, n: int) -> None:
@@ -76,12 +84,13 @@ def _add(counter: Any, n: int) -> None:
             counter.value += n
 
 
-def _bound_worker(req: PlanRequest, indexed: list[tuple[int, Group]], objective: str, k: int,
-                  deadline_at: float | None) -> Bound:
-    """bound_part in a worker process, its progress added to the shared counters as it goes."""
-    assert _COUNTERS is not None
-    through, decided, made = _COUNTERS
-    return bound_part(req, indexed, objective, k, deadline_at, _reporter(through), _reporter(decided, made))
+def _bound_worker(indexed: list[tuple[int, Group]], number: int) -> Bound:
+    """bound_part of partition `number` in a worker process, its progress added to the shared counters as it goes,
+    its rows shared with the other partitions' (peers.py)."""
+    assert _SHARED is not None
+    (req, objective, k, deadline_at), (through, decided, made), rows = _SHARED
+    return bound_part(req, indexed, objective, k, deadline_at, _reporter(through), _reporter(decided, made),
+                      peers=Peers(*rows, writer=number))
 
 
 def _reporter(counter: Any, totals: Any = None) -> Progress:
@@ -100,17 +109,20 @@ def _reporter(counter: Any, totals: Any = None) -> Progress:
     return report
 
 
-def bound_in_workers(calls: list[tuple], jobs: int, progress: Progress | None, total: int) -> list[Bound]:
-    """`_bound_worker(*args)` for every args of `calls` in `jobs` worker processes; `progress` reads their shared
-    counters every PROGRESS_POLL_S: the candidates through the floors (of `total`) until every worker is through,
-    then the leads decided (of those made), as one process reports its two passes."""
+def bound_in_workers(req: PlanRequest, parts: list[list[tuple[int, Group]]], objective: str, k: int,
+                     deadline_at: float | None, jobs: int, progress: Progress | None, total: int) -> list[Bound]:
+    """bound_part of each partition of `parts` in `jobs` worker processes, taken in order as workers come free,
+    their billed rows shared (peers.py); `progress` reads their shared counters every PROGRESS_POLL_S: the
+    candidates through the floors (of `total`) until every partition is through, then the leads decided (of those
+    made), as one process reports its two passes."""
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     context = worker_context()
     counters = (context.Value("q", 0), context.Value("q", 0), context.Value("q", 0))
     through, decided, made = counters
-    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_share_counters, initargs=(counters,)) as pool:
-        futures = [pool.submit(_bound_worker, *args) for args in calls]
+    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_share,
+                             initargs=((req, objective, k, deadline_at), counters, shared_array(context))) as pool:
+        futures = [pool.submit(_bound_worker, part, i) for i, part in enumerate(parts)]
         pending = set(futures)
         while pending:
             _, pending = wait(pending, timeout=PROGRESS_POLL_S, return_when=FIRST_COMPLETED)

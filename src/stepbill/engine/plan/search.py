@@ -20,7 +20,8 @@ not as evaluated. `evaluated` = `by_bill` (candidates whose bills were made) + `
 bound or their peak floor rejected: the bound decides their verdict exactly — no peak of theirs can be under the
 budget — though their peaks are not computed) + `by_floor` (candidates the floors showed cannot enter the answer).
 `seconds` is wall-clock; `cpu_seconds` the CPU time of this process and of its worker processes (`jobs` > 1 spreads
-the groups over processes), so layouts per CPU-second is the rate of one core whatever `jobs` is.
+the groups over processes), so layouts per CPU-second is the rate of one core whatever `jobs` is. Under `jobs` > 1 which candidates are billed and which
+outranked depends on when each worker reads the others' rows (peers.py): the answer does not, nor `evaluated`.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from stepbill.engine.plan.bounds import time_layout
 from stepbill.engine.plan.evaluate import (
@@ -57,7 +57,6 @@ from stepbill.spec.parallel import Parallel
 SAMPLE_SEED = 0  # the shuffle of the groups (fixed: the same request decides the same groups in the same order)
 
 Progress = Callable[[int, int], None]  # (candidates decided, candidates to decide)
-R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -183,15 +182,19 @@ def _branch_and_bound(req: PlanRequest, objective: str, k: int, groups: list[Gro
                       progress: Progress | None, deadline_at: float | None, jobs: int, start: float,
                       start_cpu: float) -> PlanResult:
     """The resident bound, every candidate's floors, then the bills in floor order — over the whole space, or with
-    `jobs` > 1 over `jobs` partitions of it in worker processes, each its own branch and bound (partition.py), their
-    rows merged. Exact either way: a row in the top K or on a front of the whole space is in the top K or on that
-    front of its partition (a partition's rows are some of the space's), so its partition bills it."""
+    `jobs` > 1 over `jobs` × PARTS_PER_JOB partitions of it in worker processes, each its own branch and bound
+    (partition.py) pruning against its rows and those the others billed so far (peers.py), their rows merged. Exact
+    either way: a row in the top K or on a front of the whole space is in the top K or on that front of its
+    partition, with any of the space's other rows beside its own, so its partition bills it."""
     to_decide = sum(len(g.variants) for g in groups)
     ruled_out = sum(rejected.counts.values())
     indexed = list(enumerate(groups))
     if jobs > 1:
-        calls = [(req, part, objective, k, deadline_at) for part in partitions(indexed, jobs)]
-        parts = bound_in_workers(calls, jobs, progress, to_decide)
+        # more partitions than workers, the largest first: a worker that finishes early takes the next (the
+        # partitions' cost is not their candidate count), and the shared rows (peers.py) keep the extra partitions'
+        # pruning close to one process's
+        dealt = sorted(partitions(indexed, jobs * PARTS_PER_JOB), key=lambda part: -sum(len(g.variants) for _, g in part))
+        parts = bound_in_workers(req, dealt, objective, k, deadline_at, jobs, progress, to_decide)
     else:
         parts = [bound_part(req, indexed, objective, k, deadline_at, progress, progress, to_decide)]
     rows = [row for p in parts for row in p.billed.rows]
@@ -228,6 +231,8 @@ def _shuffled(groups: list[Group]) -> list[Group]:
 
 #: Below this many candidates to decide, worker processes cost more to start than they save.
 PARALLEL_MIN_CANDIDATES = 64
+#: Partitions of a branch and bound per worker process (search._branch_and_bound).
+PARTS_PER_JOB = 4
 
 
 @dataclass
@@ -281,30 +286,37 @@ def _decide(req: PlanRequest, groups: list[Group], deadline_at: float | None, pr
 
 def _decide_parallel(req: PlanRequest, groups: list[Group], deadline_at: float | None, jobs: int,
                      progress: Progress | None, total: int) -> list[_Part]:
-    """`_decide` over chunks of the groups in `jobs` worker processes. Progress is reported as chunks finish."""
-    chunks = deal(groups, jobs * CHUNKS_PER_JOB, lambda g: len(g.variants))
-    calls = [(req, chunk, deadline_at) for chunk in chunks]
-    return _in_workers(_decide, calls, jobs, progress, total, lambda part: part.decided)
-
-
-def _in_workers(fn: Callable[..., R], calls: list[tuple], jobs: int, progress: Progress | None, total: int,
-                decided: Callable[[R], int]) -> list[R]:
-    """`fn(*args)` for every args of `calls` in `jobs` worker processes (fork where the platform has it and the
-    caller runs no other threads, else spawn); progress is reported as calls finish (`decided`: candidates a
-    result covers)."""
+    """`_decide` over chunks of the groups in `jobs` worker processes. Progress is reported as chunks finish. The
+    request reaches each worker once, through the pool's initializer, not pickled with each chunk: a worker's memos
+    are keyed on its model and recipes, and a new, equal copy per chunk would make every memo hit compare them field
+    by field (partition.py does the same for the branch and bound's partitions)."""
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    parts: list[R] = []
+    chunks = deal(groups, jobs * CHUNKS_PER_JOB, lambda g: len(g.variants))
+    parts: list[_Part] = []
     done = 0
-    with ProcessPoolExecutor(jobs, mp_context=worker_context()) as pool:
-        futures = [pool.submit(fn, *args) for args in calls]
+    with ProcessPoolExecutor(jobs, mp_context=worker_context(), initializer=_hold, initargs=(req,)) as pool:
+        futures = [pool.submit(_decide_held, chunk, deadline_at) for chunk in chunks]
         for future in as_completed(futures):
             part = future.result()
             parts.append(part)
-            done += decided(part)
+            done += part.decided
             if progress is not None:
                 progress(done, total)
     return parts
+
+
+_HELD: PlanRequest | None = None  # a worker's request (set by the pool's initializer)
+
+
+def _hold(req: PlanRequest) -> None:
+    global _HELD
+    _HELD = req
+
+
+def _decide_held(groups: list[Group], deadline_at: float | None) -> _Part:
+    assert _HELD is not None
+    return _decide(_HELD, groups, deadline_at)
 
 
 #: Chunks per worker: enough that a slow chunk does not leave the other workers idle, few enough to pickle cheaply.
