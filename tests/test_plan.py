@@ -302,8 +302,8 @@ def test_memoised_holdings_equal_the_unmemoised_ones() -> None:
 @pytest.mark.slow
 def test_worker_processes_give_the_same_answer() -> None:
     """jobs=2 spreads the groups over two processes; the answer (top, fronts) is the same as one process. Branch and
-    bound's partitions (partition.bound_part) each prune against their own rows, so the rows billed may differ; the
-    exhaustive search bills the same candidates either way."""
+    bound's partitions (partition.bound_part) each prune against their rows and those the others have billed so far
+    (peers.py), so the rows billed may differ; the exhaustive search bills the same candidates either way."""
     req = request(load_preset("gpt3-125m"), "h100-sxm", 4, 1024, 16 * 1024,
                   {"offload_activations": False, "offload_optimizer": False, "schedule": "1f1b", "recompute": "none"})
     reports: list[tuple[int, int]] = []

@@ -410,9 +410,10 @@ def test_a_peak_floor_over_the_budget_never_fits() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("objective", ["time", "memory"])
 def test_branch_and_bound_in_workers_gives_the_same_answer(objective: str) -> None:
-    """jobs = 2 runs a branch and bound over each of two partitions of the space in worker processes
+    """jobs = 2 runs a branch and bound over each partition of the space in two worker processes
     (partition.bound_part) and merges their rows: the top K and both fronts are the same as one process's, and every
-    candidate is decided once (each partition prunes against its own rows, so the bills differ)."""
+    candidate is decided once (each partition prunes against its rows and those the others billed so far: the bills
+    differ)."""
     req = PlanRequest(load_preset("gpt3-125m"), load_gpu("h100-sxm"), "h100-sxm", (8,), 2048, "gpt3-125m",
                       global_batch_tokens=2**20, fixed=(("zero", 1),))
     one, two = search(req, objective, 5), search(req, objective, 5, jobs=2)
