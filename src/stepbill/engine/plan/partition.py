@@ -4,11 +4,10 @@ against the part's answer (its own rows and, in workers, the rows the other part
 partitions, the workers and what they share.
 
 A partition is whole (tp, pp, cp) cells of the space, dealt by candidate count: the groups of a cell share most of
-their memoised parts (held bytes, collectives, kernels, rows), so a worker computes them once. The search makes
-PARTS_PER_JOB partitions a worker and the pool hands them out as workers come free (a partition's cost is not its
-candidate count). Merging the partitions' rows is exact: a row in the top K or on a front of the whole space is in
-the top K or on that front of its partition, also with the other partitions' rows ruling there (they are rows of the
-space), and a partition's branch and bound bills every such row (branch_bound.py).
+their memoised parts (held bytes, collectives, kernels, rows), so a worker computes them once. Merging the
+partitions' rows is exact: a row in the top K or on a front of the whole space is in the top K or on that front of
+its partition, also with the other partitions' rows ruling there (they are rows of the space), and a partition's
+branch and bound bills every such row (branch_bound.py).
 """
 
 from __future__ import annotations
@@ -111,8 +110,7 @@ def _reporter(counter: Any, totals: Any = None) -> Progress:
 
 def bound_in_workers(req: PlanRequest, parts: list[list[tuple[int, Group]]], objective: str, k: int,
                      deadline_at: float | None, jobs: int, progress: Progress | None, total: int) -> list[Bound]:
-    """bound_part of each partition of `parts` in `jobs` worker processes, taken in order as workers come free,
-    their billed rows shared (peers.py); `progress` reads their shared counters every PROGRESS_POLL_S: the
+    """bound_part of each partition of `parts` in `jobs` worker processes, their billed rows shared (peers.py); `progress` reads their shared counters every PROGRESS_POLL_S: the
     candidates through the floors (of `total`) until every partition is through, then the leads decided (of those
     made), as one process reports its two passes."""
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
