@@ -192,7 +192,7 @@ def _branch_and_bound(req: PlanRequest, objective: str, k: int, groups: list[Gro
     if jobs > 1:
         # one partition a worker: more, handed out as workers come free, balance the load but bill more — each
         # partition takes its own candidates best first, so one that runs early bills its own front before the others
-        # publish the rows that would rule it out (Llama-3-8B × 8, jobs 2: 313 bills with 2 partitions, 860 with 8;
+        # publish the rows that would rule it out (Llama-3-8B × 8, jobs 2: 313 bills with 2 partitions, 889 with 8;
         # DeepSeek-V3 × 2,048 with 16 workers: the partitions' CPU scheduled onto 16 cores 4.9 s with 16, 4.8 with 64)
         parts = bound_in_workers(req, partitions(indexed, jobs), objective, k, deadline_at, jobs, progress, to_decide)
     else:
