@@ -61,12 +61,10 @@ def bound_part(req: PlanRequest, indexed: list[tuple[int, Group]], objective: st
     return Bound(found, by_bound, billed, time.process_time() - cpu0)
 
 
-#: What a worker process shares with the search's (set by the pool's initializer): the search — its request, objective,
-#: K and deadline, one object of each for every partition the worker takes, so that its memos, keyed on them, find
-#: their entries by identity (a request unpickled with each partition would be a new, equal object: every memo hit
-#: would then compare the model field by field) — its progress counters (candidates through the floors, leads
-#: decided, leads made: multiprocessing Values, added to under their locks), and the partitions' billed rows
-#: (peers.shared_array: the records and their count).
+#: What a worker process shares with the search's (set by the pool's initializer): the search — its request,
+#: objective, K and deadline, sent once a worker as search._decide_parallel sends its request — its progress counters
+#: (candidates through the floors, leads decided, leads made: multiprocessing Values, added to under their locks), and
+#: the partitions' billed rows (peers.shared_array: the records and their count).
 _SHARED: tuple[tuple[PlanRequest, str, int, float | None], tuple[Any, Any, Any], tuple[Any, Any]] | None = None
 PROGRESS_POLL_S = 0.25  # how often the search's process reads the workers' counters
 
@@ -110,9 +108,10 @@ def _reporter(counter: Any, totals: Any = None) -> Progress:
 
 def bound_in_workers(req: PlanRequest, parts: list[list[tuple[int, Group]]], objective: str, k: int,
                      deadline_at: float | None, jobs: int, progress: Progress | None, total: int) -> list[Bound]:
-    """bound_part of each partition of `parts` in `jobs` worker processes, their billed rows shared (peers.py); `progress` reads their shared counters every PROGRESS_POLL_S: the
-    candidates through the floors (of `total`) until every partition is through, then the leads decided (of those
-    made), as one process reports its two passes."""
+    """bound_part of each partition of `parts` in `jobs` worker processes, their billed rows shared (peers.py);
+    `progress` reads their shared counters every PROGRESS_POLL_S: the candidates through the floors (of `total`)
+    until every partition is through, then the leads decided (of those made), as one process reports its two
+    passes."""
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     context = worker_context()

@@ -20,8 +20,9 @@ not as evaluated. `evaluated` = `by_bill` (candidates whose bills were made) + `
 bound or their peak floor rejected: the bound decides their verdict exactly — no peak of theirs can be under the
 budget — though their peaks are not computed) + `by_floor` (candidates the floors showed cannot enter the answer).
 `seconds` is wall-clock; `cpu_seconds` the CPU time of this process and of its worker processes (`jobs` > 1 spreads
-the groups over processes), so layouts per CPU-second is the rate of one core whatever `jobs` is. Under `jobs` > 1 which candidates are billed and which
-outranked depends on when each worker reads the others' rows (peers.py): the answer does not, nor `evaluated`.
+the groups over processes), so layouts per CPU-second is the rate of one core whatever `jobs` is. Under `jobs` > 1,
+which candidates are billed and which outranked depends on when each worker reads the others' rows (peers.py); the
+answer does not, nor `evaluated`.
 """
 
 from __future__ import annotations
@@ -182,8 +183,8 @@ def _branch_and_bound(req: PlanRequest, objective: str, k: int, groups: list[Gro
                       progress: Progress | None, deadline_at: float | None, jobs: int, start: float,
                       start_cpu: float) -> PlanResult:
     """The resident bound, every candidate's floors, then the bills in floor order — over the whole space, or with
-    `jobs` > 1 over `jobs` partitions of it in worker processes, each its own branch and bound
-    (partition.py) pruning against its rows and those the others billed so far (peers.py), their rows merged. Exact
+    `jobs` > 1 over `jobs` partitions of it in worker processes, each its own branch and bound (partition.py)
+    pruning against its rows and those the others billed so far (peers.py), their rows merged. Exact
     either way: a row in the top K or on a front of the whole space is in the top K or on that front of its
     partition, with any of the space's other rows beside its own, so its partition bills it."""
     to_decide = sum(len(g.variants) for g in groups)
