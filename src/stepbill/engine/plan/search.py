@@ -22,7 +22,8 @@ budget — though their peaks are not computed) + `by_floor` (candidates the flo
 `seconds` is wall-clock; `cpu_seconds` the CPU time of this process and of its worker processes (`jobs` > 1 spreads
 the groups over processes), so layouts per CPU-second is the rate of one core whatever `jobs` is. Under `jobs` > 1,
 which candidates are billed and which outranked depends on when each worker reads the others' rows (peers.py); the
-answer does not, nor `evaluated`.
+answer does not, nor `evaluated` + `budget_drops_nothing` (a budget candidate billed and found to drop nothing is
+counted there, one its floors rule out first as evaluated).
 """
 
 from __future__ import annotations
