@@ -408,7 +408,7 @@ def test_a_peak_floor_over_the_budget_never_fits() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("objective", ["time", "memory"])
+@pytest.mark.parametrize("objective", ["time", "memory", "cost", "gpus"])  # keys of 3 and 2 numbers, shared (peers.py)
 def test_branch_and_bound_in_workers_gives_the_same_answer(objective: str) -> None:
     """jobs = 2 runs a branch and bound over each partition of the space in two worker processes
     (partition.bound_part) and merges their rows: the top K and both fronts are the same as one process's, and every
