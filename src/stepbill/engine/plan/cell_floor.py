@@ -38,6 +38,8 @@ achieved efficiency, which moves with x), and a policy whose busiest stage is no
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 from stepbill.engine.bill import without_layout
 from stepbill.engine.bill_parts import bill_plan
 from stepbill.engine.memo import Memo
@@ -114,10 +116,7 @@ def _dominates(req: PlanRequest, layout: Parallel, micro_batch: int) -> bool:
     # each distinct stage's work without recompute, weighed as slowest_stage weighs it; the first of the most is the
     # `none` policy's busiest
     works = stage_works(spec, inv, kinds, recipe.seq_len, recipe.micro_batch, {}, recipe.lora, False)
-    busiest, most = works[0]
-    for stage, work in works:
-        if work > most:
-            busiest, most = stage, work
+    busiest, most = max(works, key=itemgetter(1))  # max keeps the first of equal ones, as slowest_stage does
     held = dict(kinds[busiest])
     for stage, work in works:
         extra = sum(max(0, n - held.get(kind, 0)) * rebuild.get(kind, 0.0) for kind, n in kinds[stage]) * tokens
