@@ -18,7 +18,7 @@ records are dropped (the partitions then prune against less: still exact).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 #: A shared record: its writer (a partition's number), GPUs, front time (s), peak (bytes), then the objective key's
@@ -47,17 +47,16 @@ class Peers:
     count: Any  # the records written, with the lock
     writer: int  # this partition's number
     seen: int = 0  # records read so far (its own included)
-    _slot: list[float] = field(default_factory=lambda: [0.0] * RECORD)
 
     def publish(self, taken: Taken) -> None:
         """Append a record of one of this partition's rows (dropped when the array is full)."""
         key, t, world, peak = taken
         assert len(key) <= KEY_SLOTS, key
-        self._slot[:] = (float(self.writer), float(world), t, peak, *key, *[math.nan] * (KEY_SLOTS - len(key)))
+        record = [float(self.writer), float(world), t, peak, *key, *[math.nan] * (KEY_SLOTS - len(key))]
         with self.count.get_lock():
             n = self.count.value
             if n < CAPACITY:
-                self.records[n * RECORD:(n + 1) * RECORD] = self._slot
+                self.records[n * RECORD:(n + 1) * RECORD] = record
                 self.count.value = n + 1
 
     def news(self) -> list[Taken]:
