@@ -89,6 +89,7 @@ class _Rank:
 @dataclass(frozen=True)
 class _Fit:
     ranks: tuple[_Rank, ...]
+    host_fits: bool = True  # nothing offloaded
 
     def for_class(self, name: str) -> _Rank:
         return next(r for r in self.ranks if r.rank_class == name)

@@ -71,9 +71,17 @@ def _check_options(options: Mapping[str, Any], name: Callable[[str], str]) -> No
     reserve = options["reserve_gib"]
     if reserve is not None and (not _is_number(reserve) or not math.isfinite(reserve) or reserve < 0):
         raise StepbillError(f"{name('reserve_gib')} must be >= 0 and finite (GiB), got {reserve!r}")
+    check_host_mem(options["host_mem_gib"], name)
     gpu = options["gpu"]
     if gpu is not None and not isinstance(gpu, str):
         raise StepbillError(f"{name('gpu')} must be a catalog GPU name, got {gpu!r}")
+
+
+def check_host_mem(host_mem_gib: Any, name: Callable[[str], str]) -> None:
+    """A node's host memory in GiB (`--host-mem`): a finite number > 0, or None."""
+    if host_mem_gib is not None and (not _is_number(host_mem_gib) or not math.isfinite(host_mem_gib)
+                                     or host_mem_gib <= 0):
+        raise StepbillError(f"{name('host_mem_gib')} must be > 0 and finite (GiB per node), got {host_mem_gib!r}")
 
 
 def _is_number(value: Any) -> bool:
@@ -162,20 +170,28 @@ def _data_parallel(dp: int | None, gpus: int | None, tp: int, pp: int, cp: int,
 
 
 def fit_from_options(result: EngineBill, gpu_mem_gib: float | None = None, reserve_gib: float | None = None,
-                     name: Callable[[str], str] = python_name) -> Fit | None:
+                     name: Callable[[str], str] = python_name, host_mem_gib: float | None = None) -> Fit | None:
     """The fit verdict of a bill: on `result.gpu` or a card of `gpu_mem_gib` GiB (which wins), keeping
-    `reserve_gib` GiB back (None: the default reserve); None without a card. engine/fit.py's `judge` does the work."""
+    `reserve_gib` GiB back (None: the default reserve), in a node of `host_mem_gib` GiB host memory (None: the
+    catalog's reference node, unknown for --gpu-mem); None without a card. engine/fit.py's `judge` does the work."""
+    from dataclasses import replace
+
     from stepbill.engine.fit import Card, judge
 
     if gpu_mem_gib is not None:
         card = Card.from_gib(gpu_mem_gib)
+        if result.gpu is not None:  # the card's memory given, its node the catalog GPU's
+            node = Card.from_gpu(result.gpu)
+            card = replace(card, gpus_per_node=node.gpus_per_node, host_bytes=node.host_bytes,
+                           host_source=node.host_source)
     elif result.gpu is not None:
         card = Card.from_gpu(result.gpu)
-    elif reserve_gib is not None:
-        raise StepbillError(f"{name('reserve_gib')} needs a card: give {name('gpu')} or {name('gpu_mem_gib')}")
+    elif reserve_gib is not None or host_mem_gib is not None:
+        given = "reserve_gib" if reserve_gib is not None else "host_mem_gib"
+        raise StepbillError(f"{name(given)} needs a card: give {name('gpu')} or {name('gpu_mem_gib')}")
     else:
         return None
-    return judge(result, card, reserve_gib)
+    return judge(result, card.with_host(host_mem_gib), reserve_gib)
 
 
 def make_step_bill(
@@ -193,6 +209,7 @@ def make_step_bill(
     lora_targets: str | Sequence[str] | None = None,
     gpu_mem_gib: float | None = None,
     reserve_gib: float | None = None,
+    host_mem_gib: float | None = None,
     dp: int | None = None,
     tp: int = 1,
     pp: int = 1,
@@ -269,8 +286,8 @@ def make_step_bill(
     notes = _seed_notes(model, seq, micro_batch, recompute, (recipe, optimizer, convention, attention, lora_rank),
                         layout) if isinstance(model, str) else []
     result = replace(result, run=run_lines(the_recipe, result.time, train, price_per_gpu_hour, global_batch))
-    return BillRun(result, fit_from_options(result, gpu_mem_gib, reserve_gib, name), layout_note, tuple(notes),
-                   None if dropout is None else float(dropout))
+    return BillRun(result, fit_from_options(result, gpu_mem_gib, reserve_gib, name, host_mem_gib), layout_note,
+                   tuple(notes), None if dropout is None else float(dropout))
 
 
 def _seed_notes(model: str, seq: int, micro_batch: int, recompute: str, options: tuple, layout: object) -> list[str]:
@@ -347,6 +364,7 @@ def bill(
     lora_targets: str | Sequence[str] | None = None,
     gpu_mem_gib: float | None = None,
     reserve_gib: float | None = None,
+    host_mem_gib: float | None = None,
     dp: int | None = None,
     tp: int = 1,
     pp: int = 1,

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from stepbill.api import _is_number, load_model, parse_tokens, python_name
+from stepbill.api import _is_number, check_host_mem, load_model, parse_tokens, python_name
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
 
@@ -87,6 +87,7 @@ def plan(
     objective: str = "time",
     top: int = 10,
     reserve_gib: float | None = None,
+    host_mem_gib: float | None = None,
     fix: str | Sequence[str] | Mapping[str, object] | None = None,
     cross_node: bool = False,
     efficiency: float | None = None,
@@ -131,6 +132,7 @@ def plan(
     if price_per_gpu_hour is not None and (not _is_number(price_per_gpu_hour) or not math.isfinite(price_per_gpu_hour)
                                            or price_per_gpu_hour < 0):
         raise StepbillError(f"{name('price_per_gpu_hour')} must be >= 0 and finite, got {price_per_gpu_hour!r}")
+    check_host_mem(host_mem_gib, name)
     worlds = worlds_for(gpus, max_gpus, name)
     batch = parse_tokens(global_batch_tokens, "global_batch_tokens", name)
     train = parse_tokens(train_tokens, "train_tokens", name)
@@ -156,7 +158,8 @@ def plan(
     gpu_name = resolve_gpu_name(gpu)
     req = PlanRequest(spec, load_gpu(gpu), gpu_name, worlds, seq, model, batch, micro_batch, recipe, optimizer,
                       None if reserve_gib is None else float(reserve_gib), None if efficiency is None else float(efficiency), fixed, cross_node, train,
-                      None if price_per_gpu_hour is None else float(price_per_gpu_hour))
+                      None if price_per_gpu_hour is None else float(price_per_gpu_hour),
+                      None if host_mem_gib is None else float(host_mem_gib))
     from stepbill.engine.plan.space import __doc__ as space_doc
 
     return PlanRun(search(req, objective, top, progress, deadline_s, jobs, exhaustive), space_note(space_doc or ""))

@@ -62,6 +62,9 @@ OffloadActivationsOption = Annotated[bool, typer.Option("--offload-activations",
 GpuOption = Annotated[str | None, typer.Option(
     "--gpu", help="catalog GPU (h100-sxm, a100-80gb, mi300x, ...; aliases such as h100, a100; any case)")]
 GpusOption = Annotated[int | None, typer.Option("--gpus", help="GPU count; must equal dp·tp·pp·cp (alone: sets dp)")]
+HostMemOption = Annotated[float | None, typer.Option(
+    "--host-mem", help="host (CPU) memory of one node in GiB, shared by its GPUs for what they offload (default: the "
+    "catalog's reference node, e.g. DGX H100 2,048 GiB)")]
 
 
 @app.command()
@@ -95,6 +98,7 @@ def bill(
     reserve: Annotated[float | None, typer.Option(
         "--reserve", help="GiB kept back per GPU for the CUDA context, NCCL buffers and fragmentation (default: "
         "1 GiB + 1.5 GiB per parallel axis > 1 + 2 % of the card; see docs/parallel.md)")] = None,
+    host_mem: HostMemOption = None,
     dp: DpOption = None,
     tp: TpOption = 1,
     pp: PpOption = 1,
@@ -137,7 +141,7 @@ def bill(
     run = make_step_bill(
         model, seq=seq, micro_batch=micro_batch, recipe=recipe, optimizer=optimizer, recompute=recompute,
         optimizer_impl=optimizer_impl, convention=convention, attention=attention, lora_rank=lora_rank,
-        lora_targets=lora_targets, gpu_mem_gib=gpu_mem, reserve_gib=reserve, dp=dp, tp=tp, pp=pp,
+        lora_targets=lora_targets, gpu_mem_gib=gpu_mem, reserve_gib=reserve, host_mem_gib=host_mem, dp=dp, tp=tp, pp=pp,
         pp_layers=pp_layers, cp=cp, ep=ep, etp=etp, zero=zero, shard_group=shard_group, sp=sp,
         pp_schedule=pp_schedule, vpp=vpp, micro_batches=micro_batches, offload_optimizer=offload_optimizer,
         offload_activations=offload_activations, gpu=gpu, gpus=gpus, efficiency=mfu, dropout=dropout,
@@ -188,6 +192,7 @@ def fit_cmd(
     gpu_mem: Annotated[float | None, typer.Option("--gpu-mem", help="usable memory per GPU in GiB")] = None,
     reserve: Annotated[float | None, typer.Option("--reserve", help="GiB kept back per GPU (default: see bill)")]
     = None,
+    host_mem: HostMemOption = None,
     dp: DpOption = None,
     tp: TpOption = 1,
     pp: PpOption = 1,
@@ -216,7 +221,8 @@ def fit_cmd(
         model, axis=max_axis, seq=seq, micro_batch=micro_batch, multiple_of=multiple_of, name=cli_flag,
         recipe=recipe, optimizer=optimizer, recompute=recompute, optimizer_impl=optimizer_impl, convention=convention,
         attention=attention, lora_rank=lora_rank, lora_targets=lora_targets, gpu_mem_gib=gpu_mem,
-        reserve_gib=reserve, dp=dp, tp=tp, pp=pp, pp_layers=pp_layers, cp=cp, ep=ep, etp=etp, zero=zero,
+        reserve_gib=reserve, host_mem_gib=host_mem, dp=dp, tp=tp, pp=pp, pp_layers=pp_layers, cp=cp, ep=ep,
+        etp=etp, zero=zero,
         shard_group=shard_group, sp=sp, pp_schedule=pp_schedule, vpp=vpp, micro_batches=micro_batches,
         offload_optimizer=offload_optimizer, offload_activations=offload_activations, gpu=gpu, gpus=gpus,
         dropout=dropout)

@@ -66,6 +66,9 @@ def plan(
     top: Annotated[int, typer.Option("--top", help="rows to show")] = 10,
     reserve: Annotated[float | None, typer.Option("--reserve", help="GiB kept back per GPU (default: engine/fit.py)")]
     = None,
+    host_mem: Annotated[float | None, typer.Option(
+        "--host-mem", help="host (CPU) memory of one node in GiB, for what its GPUs offload (default: the catalog's "
+        "reference node)")] = None,
     fix: Annotated[list[str] | None, typer.Option("--fix", help="pin axes, e.g. tp=8,pp=16 (repeatable): dp tp pp "
                                                   "cp ep etp zero shard_group vpp pp_layers mb m sp schedule "
                                                   "recompute offload_optimizer offload_activations")] = None,
@@ -95,7 +98,7 @@ def plan(
         result = run_plan(model, gpu=gpu, seq=seq, gpus=gpus, max_gpus=max_gpus,
                           global_batch_tokens=global_batch_tokens, micro_batch=micro_batch, recipe=recipe,
                           optimizer=optimizer, train_tokens=train_tokens, price_per_gpu_hour=price_per_gpu_hour,
-                          objective=objective, top=top, reserve_gib=reserve, fix=fix, cross_node=cross_node,
+                          objective=objective, top=top, reserve_gib=reserve, host_mem_gib=host_mem, fix=fix, cross_node=cross_node,
                           efficiency=efficiency, progress=bar, name=cli_flag,
                           jobs=available_jobs() if jobs is None else jobs, deadline_s=max_seconds,
                           exhaustive=exhaustive)

@@ -6,6 +6,8 @@ reserve, on the peak of the convention that describes what the framework really 
 - **Reserve** (default, `default_reserve`): memory a training process holds outside the tensors the bill counts —
   the CUDA context and driver, NCCL's communicator buffers, and the caching allocator's fragmentation. `--reserve
   GiB` replaces it.
+- **Host memory** (engine/fit_host.py): under offload, the node's host memory must hold what its GPUs' ranks
+  offload; the layout fits only when it does (unchecked, and said, where the node's host memory is unknown).
 - **Convention**: the `ideal` convention (the seed's) leaves out the logits, the loss and the tensors outside the
   layers, so "fits" under it is optimistic (Qwen2.5-7B on one 80 GB card: micro-batch 24 with full recompute fits
   under ideal, not under eager). The verdict is taken on the `eager` bill (what eager PyTorch + transformers keeps,
@@ -16,9 +18,10 @@ Pure: reads `Bill.ranks[i].memory["peak"]` and `Bill.lines["memory.peak"]` only;
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from stepbill.engine.bill import Bill, make_bill
+from stepbill.engine.fit_host import HostFit, host_fit
 from stepbill.engine.line import Line, cited
 from stepbill.engine.parallel import RankClass
 from stepbill.errors import StepbillError
@@ -47,23 +50,38 @@ CONVENTION_WORDS = {
 }
 
 
+#: GPUs a node holds when the card is given by its memory alone (--gpu-mem): the catalog's reference nodes' count
+GPUS_PER_NODE = 8
+
+
 @dataclass(frozen=True)
 class Card:
-    """The memory one GPU offers: the driver-reported total in bytes, with where that figure comes from."""
+    """The memory one GPU offers: the driver-reported total in bytes, with where that figure comes from; and the
+    node it sits in: GPUs per node and the node's host memory (bytes, None: unknown), which they share."""
 
     name: str
     usable_bytes: float
     source: str
+    gpus_per_node: int = GPUS_PER_NODE
+    host_bytes: float | None = None
+    host_source: str = ""
 
     @classmethod
     def from_gpu(cls, gpu: GPU) -> Card:
-        """A catalog GPU's usable memory (nvidia-smi's total, not the datasheet's)."""
-        return cls(gpu.display, gpu.usable_bytes, gpu.usable_source)
+        """A catalog GPU's usable memory (nvidia-smi's total, not the datasheet's) and its reference node's."""
+        return cls(gpu.display, gpu.usable_bytes, gpu.usable_source, gpu.gpus_per_node, gpu.host_memory_bytes,
+                   gpu.host_memory_source)
 
     @classmethod
     def from_gib(cls, gib: float) -> Card:
         """A card of `gib` GiB as the user gave it (`--gpu-mem`), taken as usable memory."""
         return cls(f"{gib:g} GiB card", gib * GIB, "--gpu-mem (taken as the usable memory)")
+
+    def with_host(self, gib: float | None) -> Card:
+        """The card in a node of `gib` GiB host memory (`--host-mem`); unchanged for None."""
+        if gib is None:
+            return self
+        return replace(self, host_bytes=gib * GIB, host_source=f"--host-mem {gib:g} GiB")
 
 
 @dataclass(frozen=True)
@@ -149,14 +167,20 @@ class Fit:
     ranks: tuple[RankFit, ...]
     lines: dict[str, Line]
     advice: str  # the largest per-GPU item of the worst judged class and the next flags to try
+    host: HostFit | None = None  # the node's host memory against what its ranks offload (None: nothing offloaded)
 
     @property
     def budget_bytes(self) -> float:
         return fit_budget(self.card.usable_bytes, self.reserve)
 
     @property
+    def host_fits(self) -> bool:
+        """The node's host memory holds what its GPUs offload (True when nothing is offloaded or it is unknown)."""
+        return self.host is None or self.host.fits
+
+    @property
     def fits(self) -> bool:
-        return all(r.fits for r in self.ranks)
+        return all(r.fits for r in self.ranks) and self.host_fits
 
     @property
     def worst(self) -> RankFit:
@@ -232,7 +256,14 @@ def fit_of_ranks(classes: list[RankClass], recipe: Recipe, convention: str, show
     }
     worst_class = max(classes, key=lambda c: c.memory["peak"])  # Bill.worst_rank
     advice = per_gpu_advice(worst_class, recipe.parallel, recipe.recompute, budget)
-    return Fit(card, reserve, convention, shown_convention, fallback, ranks, lines, advice)
+    host = host_fit(classes, recipe.parallel, card.gpus_per_node, card.host_bytes, card.host_source, convention)
+    if host is not None:
+        lines["fit.host_node"] = host.line()
+        if host.budget_bytes is not None and not host.fits and all(r.fits for r in ranks):
+            advice = (f"per node: host memory {host.node_bytes / GIB:,.2f} GiB offloaded > {host.budget_bytes / GIB:,.2f}"
+                      " GiB → offload less (a smaller --micro-batch, recompute instead of --offload-activations), "
+                      "more GPUs, or --host-mem for a larger node")
+    return Fit(card, reserve, convention, shown_convention, fallback, ranks, lines, advice, host)
 
 
 def fit_budget(usable_bytes: float, reserve: Reserve) -> float:

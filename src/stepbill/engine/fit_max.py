@@ -74,6 +74,10 @@ class FitMax:
     convention: str  # the convention the verdicts were judged on (eager, or ideal as a fallback)
     classes: tuple[ClassMax, ...]
     evaluated: int  # values at which the bill was made
+    #: the smallest value at which every rank class fits its card but the node's host memory cannot hold what the
+    #: ranks offload (engine/fit_host.py), and that verdict in one line; None and "" when the host never limits
+    host_value: int | None = None
+    host_summary: str = ""
 
     @property
     def largest(self) -> int | None:
@@ -136,8 +140,12 @@ def largest_fitting(spec: ModelSpec, recipe: Recipe, card: Card, axis: Axis, *, 
     first = probes[min(probes)]
     classes = tuple(_class_max(name, probes) for name in (r.rank_class for r in first.fit.ranks))
     fixed = {"seq": recipe.seq_len} if axis == "micro_batch" else {"micro_batch": recipe.micro_batch}
+    host_limited = sorted(v for v, p in probes.items()
+                          if p.fit.host is not None and all(r.fits for r in p.fit.ranks) and not p.fit.host.fits)
+    host = probes[host_limited[0]].fit.host if host_limited else None
     return FitMax(axis, step, limit, why, fixed, card, first.fit.budget_bytes, reserve.total_bytes,
-                  first.fit.convention, classes, len(probes))
+                  first.fit.convention, classes, len(probes), host_limited[0] if host_limited else None,
+                  host.summary() if host is not None else "")
 
 
 def search(probe: Callable[[int], Probe], step: int, limit: int) -> dict[int, Probe]:
@@ -153,7 +161,7 @@ def search(probe: Callable[[int], Probe], step: int, limit: int) -> dict[int, Pr
     value = step
     while True:
         verdicts = at(value).fit.ranks
-        if not any(r.fits for r in verdicts) or value >= limit:
+        if not any(_fits(at(value), r.rank_class) for r in verdicts) or value >= limit:
             break
         value = min(value * 2, limit)
     for name in [r.rank_class for r in at(step).fit.ranks]:
@@ -168,7 +176,8 @@ def search(probe: Callable[[int], Probe], step: int, limit: int) -> dict[int, Pr
 
 
 def _fits(p: Probe, name: str) -> bool:
-    return p.fit.for_class(name).fits
+    """Class `name` fits its card, and the node's host memory holds what the ranks offload (engine/fit_host.py)."""
+    return p.fit.for_class(name).fits and p.fit.host_fits
 
 
 def _bracket(probes: dict[int, Probe], name: str) -> tuple[int | None, int | None]:
@@ -204,9 +213,11 @@ def _class_max(name: str, probes: dict[int, Probe]) -> ClassMax:
 def nothing_fits_message(result: FitMax) -> str:
     """One line for a search where the smallest value does not fit: the worst class, its peak against the budget,
     and whether its resident state alone already exceeds the budget."""
-    worst = min((c for c in result.classes if c.largest is None), key=lambda c: c.headroom_bytes)
     word = AXIS_WORDS[result.axis]
     smallest = result.step
+    if result.host_value == smallest:
+        return f"nothing fits: at {word} {smallest:,} every rank fits its card, but {result.host_summary}"
+    worst = min((c for c in result.classes if c.largest is None), key=lambda c: c.headroom_bytes)
     budget = result.budget_bytes / GIB
     head = (f"nothing fits: at {word} {smallest:,} {worst.rank_class} peaks at {worst.peak_bytes / GIB:.2f} GiB > "
             f"budget {budget:.2f} GiB ({result.card.name}: usable {result.card.usable_bytes / GIB:.2f} GiB − reserve "

@@ -38,6 +38,8 @@ def fit_max_to_json(result: FitMax, model: str, command: str) -> dict[str, Any]:
         "budget_bytes": round(result.budget_bytes),
         "convention": result.convention,
         "classes": classes,
+        "host_limit": None if result.host_value is None else {"value": result.host_value,
+                                                              "summary": result.host_summary},
         "search": {"evaluated": result.evaluated, "method": METHOD},
         "command": command,
     }
@@ -60,9 +62,12 @@ def fit_max_lines(result: FitMax, model: str, command: str) -> list[str]:
         line = (f"  {c.rank_class} ({c.ranks} GPU{'s' if c.ranks != 1 else ''}): {word} {c.largest:,} → peak "
                 f"{fmt_bytes(c.peak_bytes)}, headroom {fmt_bytes(c.headroom_bytes)}")
         if c.next_value is not None and c.next_peak_bytes is not None:
-            line += (f"; {c.next_value:,} → peak {fmt_bytes(c.next_peak_bytes)}, over by "
-                     f"{fmt_bytes(c.next_peak_bytes - result.budget_bytes)}")
+            over = c.next_peak_bytes - result.budget_bytes
+            line += f"; {c.next_value:,} → peak {fmt_bytes(c.next_peak_bytes)}, " + (
+                f"over by {fmt_bytes(over)}" if over > 0 else "fits the card, not the node's host memory")
         out.append(line + f" (resident {fmt_bytes(c.resident_bytes)})")
+    if result.host_value is not None:
+        out.append(f"  host memory from {word} {result.host_value:,}: {result.host_summary}")
     step = f" in steps of {result.step}" if result.step > 1 else ""
     out.append(f"searched {result.evaluated} values{step} (exponential, then bisection; peaks non-decreasing)")
     out.append(f"reproduce: {command}")

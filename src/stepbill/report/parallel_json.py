@@ -33,6 +33,11 @@ def fit_to_json(fit: Fit) -> dict[str, Any]:
                    "headroom_bytes": _bytes(r.headroom_bytes), "fits": r.fits} for r in fit.ranks],
         "advice": fit.advice,
         "lines": {name: line.to_json() for name, line in fit.lines.items()},
+        "host": None if fit.host is None else {
+            "node_bytes": _bytes(fit.host.node_bytes), "first_rank": fit.host.first_rank, "gpus": fit.host.gpus,
+            "budget_bytes": None if fit.host.budget_bytes is None else _bytes(fit.host.budget_bytes),
+            "source": fit.host.source, "fits": fit.host.fits, "checked": fit.host.checked,
+            "summary": fit.host.summary()},
     }
 
 

@@ -37,10 +37,13 @@ def fit_lines(fit: Fit) -> list[Text]:
     worst = fit.worst
     head = Text.assemble(("Fits ", "bold"), ("yes" if fit.fits else "NO", "bold green" if fit.fits else "bold red"),
                          f" · worst {worst.rank_class}: peak {fmt_bytes(worst.peak_bytes, 'GiB')}, headroom "
-                         f"{fmt_bytes(worst.headroom_bytes, 'GiB')} of budget {fmt_bytes(fit.budget_bytes, 'GiB')}")
+                         f"{fmt_bytes(worst.headroom_bytes, 'GiB')} of budget {fmt_bytes(fit.budget_bytes, 'GiB')}"
+                         + ("" if fit.host_fits else " · a node's host memory cannot hold what its GPUs offload"))
     lines = [fit.convention_note(), f"budget: {fit_title(fit)}", fit.reserve.summary(),
              f"usable memory: {fit.card.source}"]
-    return [head, *(Text(escape(line), style="dim") for line in lines)]
+    host = [] if fit.host is None else [Text(escape(fit.host.summary()),
+                                             style="dim" if fit.host.fits else "bold red")]
+    return [head, *host, *(Text(escape(line), style="dim") for line in lines)]
 
 
 def rank_table(bill: Bill, fit: Fit | None = None) -> Table:

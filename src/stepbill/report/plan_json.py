@@ -49,7 +49,8 @@ def plan_to_json(result: PlanResult, space_note: str) -> dict[str, Any]:
         "request": {
             "model": req.model_name, "gpu": req.gpu_name, "gpus": list(req.worlds), "seq": req.seq,
             "global_batch_tokens": req.global_batch_tokens, "micro_batch": req.micro_batch, "recipe": req.recipe,
-            "optimizer": req.optimizer, "reserve_gib": req.reserve_gib, "efficiency": req.efficiency,
+            "optimizer": req.optimizer, "reserve_gib": req.reserve_gib, "host_mem_gib": req.host_mem_gib,
+            "efficiency": req.efficiency,
             "fixed": dict(req.fixed), "cross_node": req.cross_node,
         },
         "objective": result.objective,

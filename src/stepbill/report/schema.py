@@ -312,8 +312,20 @@ class FitRank(Strict):
     fits: bool = Field(description="whether headroom ≥ 0")
 
 
+class FitHost(Strict):
+    node_bytes: int = Field(description="what the fullest node's ranks offload to its host memory (bytes)")
+    first_rank: int = Field(description="the fullest node's first rank (tp fastest, then cp, dp, pp slowest)")
+    gpus: int = Field(description="GPUs on a node")
+    budget_bytes: int | None = Field(description="the node's host memory (bytes); null: unknown, not checked")
+    source: str = Field(description="where the host memory figure comes from")
+    fits: bool = Field(description="whether the node's host memory holds it (true when not checked)")
+    checked: bool = Field(description="whether a host memory figure was known")
+    summary: str = Field(description="the verdict in one line, with what it does not count")
+
+
 class FitPart(Strict):
-    fits: bool = Field(description="whether every rank class fits")
+    fits: bool = Field(description="whether every rank class fits, and each node's host memory holds what its GPUs "
+                       "offload")
     convention: str = Field(description="the convention the peaks are judged on (eager)")
     convention_note: str = Field(description="why that convention, and the peak it gives")
     usable_bytes: int = Field(description="the card's usable bytes")
@@ -327,6 +339,8 @@ class FitPart(Strict):
     ranks: list[FitRank] = Field(description="every judged rank class")
     advice: str = Field(description="the per-GPU hint")
     lines: dict[str, LineJson] = Field(description="the verdict's lines with formulas")
+    host: FitHost | None = Field(description="under offload: the host-memory verdict of the fullest node; null "
+                                 "when nothing is offloaded")
 
 
 class BillJson(Strict):

@@ -35,6 +35,11 @@ class FitSearch(Strict):
     method: str = Field(description="how the values were chosen, and the monotonicity check")
 
 
+class FitHostLimit(Strict):
+    value: int = Field(description="the smallest value the host memory rules out")
+    summary: str = Field(description="the host-memory verdict there, in one line")
+
+
 class FitMaxJson(Strict):
     """`stepbill fit MODEL --max micro-batch|seq --json` (and `stepbill.fit_max(...).to_json()`)."""
 
@@ -54,5 +59,8 @@ class FitMaxJson(Strict):
     convention: Literal["eager", "ideal"] = Field(
         description="the convention whose peaks were judged: eager (what PyTorch keeps), ideal only as a fallback")
     classes: list[FitClass] = Field(description="one entry per rank class")
+    host_limit: FitHostLimit | None = Field(
+        description="under offload: the smallest value at which every rank class fits its card but a node's host "
+        "memory cannot hold what its GPUs offload (the answer stays below it); null when the host never limits")
     search: FitSearch = Field(description="the search")
     command: str = Field(description="the `stepbill bill` command of the answer: its fit verdict says it fits")

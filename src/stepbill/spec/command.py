@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 #: Where the CLI flag is not "--" + the parameter with dashes.
-CLI_FLAGS = {"gpu_mem_gib": "--gpu-mem", "reserve_gib": "--reserve", "deadline_s": "--max-seconds"}
+CLI_FLAGS = {"gpu_mem_gib": "--gpu-mem", "reserve_gib": "--reserve", "host_mem_gib": "--host-mem",
+             "deadline_s": "--max-seconds"}
 
 
 def cli_flag(param: str) -> str:

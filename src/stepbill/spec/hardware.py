@@ -23,6 +23,10 @@ _ENTRY_KEYS = {
     "display", "memory", "usable", "bf16_dense_tflops", "fp8_dense_tflops", "tf32_dense_tflops", "fp32_tflops",
     "peaks_source", "hbm_tb_s", "nvlink_gb_s", "pcie_gb_s", "infiniband_gb_s", "gpus_per_node", "source",
 }
+#: Optional keys of an entry: the reference node's host (CPU) memory, {"gib": whole GiB, "source": "..."}; an entry
+#: without it has no host figure, and a host-memory verdict needs --host-mem.
+_OPTIONAL_KEYS = {"host_memory"}
+_HOST_KEYS = {"gib", "source"}
 #: Compute dtypes with a peak in the catalog. "fp16" shares bf16's tensor-core rate on every catalog part.
 COMPUTE_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 _MEMORY_KEYS = {"value", "unit", "note"}
@@ -61,6 +65,10 @@ class GPU:
     infiniband_bytes_per_s: float
     gpus_per_node: int
     source: str
+    #: the host (CPU) memory of the vendor's reference node of `gpus_per_node` GPUs, bytes (None: not in the
+    #: catalog), which the GPUs' processes share for what they offload (engine/fit.py's host verdict)
+    host_memory_bytes: float | None = None
+    host_memory_source: str = ""
 
     def link_bytes_per_s(self, link: str) -> float:
         """Per-direction bandwidth of a link class ("nvlink", "pcie", "infiniband"); 0 = not present."""
@@ -109,8 +117,8 @@ def gpu_from_dict(name: str, data: Any) -> GPU:
     if not isinstance(data, dict):
         raise StepbillError(f"{owner} must be a JSON object")
     for key in data:
-        if key not in _ENTRY_KEYS:
-            raise unknown_name(f"key in {owner}", key, _ENTRY_KEYS)
+        if key not in _ENTRY_KEYS | _OPTIONAL_KEYS:
+            raise unknown_name(f"key in {owner}", key, _ENTRY_KEYS | _OPTIONAL_KEYS)
     missing = sorted(_ENTRY_KEYS - set(data))
     if missing:
         raise StepbillError(f"{owner} is missing {', '.join(missing)}")
@@ -141,7 +149,21 @@ def gpu_from_dict(name: str, data: Any) -> GPU:
         gpus_per_node=per_node,
         source=str(data["source"]),
         **_usable(owner, data["usable"], mem),  # after memory_bytes: the memory figure is checked first
+        **_host(owner, data.get("host_memory")),
     )
+
+
+def _host(owner: str, host: Any) -> dict[str, Any]:
+    """`host_memory_bytes` and `host_memory_source` of an entry's optional `host_memory` (None: absent)."""
+    if host is None:
+        return {}
+    if not isinstance(host, dict) or set(host) != _HOST_KEYS:
+        raise StepbillError(f"{owner}.host_memory must have exactly the keys {', '.join(sorted(_HOST_KEYS))}")
+    gib = host["gib"]
+    if isinstance(gib, bool) or not isinstance(gib, int) or not 0 < gib <= 2**20:
+        raise StepbillError(f"{owner}.host_memory.gib must be a whole number of GiB in [1, 1,048,576], got {gib!r}")
+    return {"host_memory_bytes": float(gib * GIB), "host_memory_source": _source(owner, "host_memory.source",
+                                                                                   host["source"])}
 
 
 def _source(owner: str, key: str, value: Any) -> str:

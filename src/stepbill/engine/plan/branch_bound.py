@@ -40,7 +40,7 @@ from stepbill.engine.plan.answer import Answer
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.bounds import peak_floor, resting_floor, resting_key
 from stepbill.engine.plan.budget_bound import budget_floor
-from stepbill.engine.plan.evaluate import Row, budget_bytes, budget_drops_nothing, evaluate, resolve_recompute
+from stepbill.engine.plan.evaluate import Row, budget_bytes, budget_drops_nothing, judged, resolve_recompute
 from stepbill.engine.plan.floor_pass import Progress, waited_floor
 from stepbill.engine.plan.leads import FITTED, PEAK, RESIDENT, RESTING, Lead, LeadQueue, Node, make_lead
 from stepbill.engine.plan.peers import Peers
@@ -234,7 +234,7 @@ def bill_in_order(req: PlanRequest, groups: Groups, leads: list[Lead], objective
                 taken = answer.add(row)
                 if peers is not None:
                     peers.publish(taken)
-            by_bill += reason in ("", "peak_over_budget")  # billed (whether or not it fits)
+            by_bill += reason in BILLED  # billed (whether or not it fits)
             if reason:
                 rejected[reason] = rejected.get(reason, 0) + 1
         lead = None
@@ -259,14 +259,17 @@ def _pull(peers: Peers, answer: Answer) -> bool:
     return bool(news)
 
 
+#: bill_lead's reasons of a billed candidate: it fits, or its verdict says why not
+BILLED = ("", "peak_over_budget", "host_over_budget")
+
+
 def bill_lead(req: PlanRequest, group: Group, v: int) -> tuple[str, Row | None]:
-    """Bill variant `v` of `group`: ("", its row) when it fits; ("peak_over_budget", None) when billed and it does
-    not; else (the reason it was not billed, None)."""
+    """Bill variant `v` of `group`: ("", its row) when it fits; ("peak_over_budget" or "host_over_budget", None)
+    when billed and it does not (evaluate.judged); else (the reason it was not billed, None)."""
     try:
         cand = resolve_recompute(req, group.candidate(group.variants[v]))
     except StepbillError:
         return "layout_invalid", None
     if budget_drops_nothing(req, cand):  # its `none` twin is a candidate of the same group
         return "budget_drops_nothing", None
-    row = evaluate(req, cand)
-    return ("peak_over_budget", None) if row is None else ("", row)
+    return judged(req, cand)

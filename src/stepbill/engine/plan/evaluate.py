@@ -20,7 +20,7 @@ from functools import lru_cache
 from typing import Any
 
 from stepbill.engine.bill import activation_width, make_bill
-from stepbill.engine.bill_parts import bill_time, verdict_peak
+from stepbill.engine.bill_parts import bill_time, verdict_peak, verdict_ranks
 from stepbill.engine.fit import (
     Card,
     Reserve,
@@ -31,6 +31,7 @@ from stepbill.engine.fit import (
     rank_fit,
     user_reserve,
 )
+from stepbill.engine.fit_host import host_fit
 from stepbill.engine.parallel.holdings import held_key, slicing_layout, stage_held
 from stepbill.engine.parallel.layout import representative_stage, stage_layer_indices
 from stepbill.engine.parallel.ranks import OPTIMIZER_SIDE, in_flight_microbatches
@@ -93,7 +94,7 @@ def reserve_for(req: PlanRequest, parallel: Parallel) -> Reserve:
     """The reserve `stepbill bill` keeps for this layout: --reserve, else engine/fit.py's default."""
     if req.reserve_gib is not None:
         return user_reserve(req.reserve_gib)
-    return default_reserve(Card.from_gpu(req.gpu), parallel)
+    return default_reserve(card_for(req), parallel)
 
 
 def budget_bytes(req: PlanRequest, parallel: Parallel) -> float:
@@ -182,7 +183,14 @@ def _memo(req: PlanRequest) -> _Memo:
 
 
 def evaluate(req: PlanRequest, cand: Candidate) -> Row | None:
-    """The candidate's row, or None when a rank's peak exceeds the budget (the fit verdict of `stepbill bill`)."""
+    """The candidate's row, or None when it does not fit (the fit verdict of `stepbill bill`)."""
+    return judged(req, cand)[1]
+
+
+def judged(req: PlanRequest, cand: Candidate) -> tuple[str, Row | None]:
+    """("", the candidate's row) when it fits; ("peak_over_budget", None) when a rank's peak exceeds the budget,
+    ("host_over_budget", None) when the ranks fit but a node's host memory cannot hold what they offload — the fit
+    verdict of `stepbill bill` (engine/fit.py, engine/fit_host.py)."""
     cand = resolve_recompute(req, cand)
     recipe = recipe_for(req, cand)
     try:  # the eager bill's worst rank class's peak, without its other lines (engine/bill_parts.verdict_peak)
@@ -193,25 +201,44 @@ def evaluate(req: PlanRequest, cand: Candidate) -> Row | None:
     if eager_peak is None:
         bill = make_bill(req.spec, recipe, req.gpu.usable_bytes, "ideal", "sdpa", gpu=req.gpu,
                          efficiency=req.efficiency)
-        fit = fit_verdict(bill, None, Card.from_gpu(req.gpu), reserve_for(req, cand.parallel), missing)
+        fit = fit_verdict(bill, None, card_for(req), reserve_for(req, cand.parallel), missing)
         if not fit.fits:
-            return None
+            return ("host_over_budget" if all(r.fits for r in fit.ranks) else "peak_over_budget"), None
         time, peak, headroom, budget = bill.time, fit.worst.peak_bytes, fit.worst.headroom_bytes, fit.budget_bytes
     else:  # engine/fit.fit_of_ranks' verdict: all classes fit or not as the one of least headroom, the largest peak
         budget = budget_bytes(req, cand.parallel)
         worst = rank_fit("worst", 0, eager_peak, budget)
         if not worst.fits:
-            return None
+            return "peak_over_budget", None
+        if not _host_fits(req, recipe):
+            return "host_over_budget", None
         peak, headroom = worst.peak_bytes, worst.headroom_bytes
         # the time (make_bill's without its other lines: engine/bill_parts.bill_time) only for a row that fits
         time = bill_time(req.spec, recipe, req.gpu, req.efficiency, "ideal", "sdpa")
     assert time is not None
     run = run_lines(recipe, time, req.train_tokens, req.price_per_gpu_hour, req.global_batch_tokens)
     options = bill_options(req, cand)
-    return Row(cand, cand.parallel.world, peak, headroom, budget,
-               time["time.step"].value, time["time.mfu"].value, time["time.tokens_per_s"].value,
-               recipe.tokens_per_step, {k.removeprefix("run."): x.value for k, x in run.items()}, options,
-               bill_command(req.model_name, options))
+    return "", Row(cand, cand.parallel.world, peak, headroom, budget,
+                   time["time.step"].value, time["time.mfu"].value, time["time.tokens_per_s"].value,
+                   recipe.tokens_per_step, {k.removeprefix("run."): x.value for k, x in run.items()}, options,
+                   bill_command(req.model_name, options))
+
+
+def card_for(req: PlanRequest) -> Card:
+    """The card `stepbill bill` judges on: the catalog GPU, in its reference node or one of --host-mem GiB."""
+    return Card.from_gpu(req.gpu).with_host(req.host_mem_gib)
+
+
+def _host_fits(req: PlanRequest, recipe: Recipe) -> bool:
+    """engine/fit_host.py's verdict on the eager bill's rank classes (what the fit verdict judges); True without
+    offload (nothing in host memory) or where the node's host memory is unknown."""
+    par = recipe.parallel
+    card = card_for(req)
+    if not (par.offload_optimizer or par.offload_activations) or card.host_bytes is None:
+        return True
+    host = host_fit(verdict_ranks(req.spec, recipe, "eager", "sdpa"), par, card.gpus_per_node, card.host_bytes,
+                    card.host_source)
+    return host is None or host.fits
 
 
 def bill_options(req: PlanRequest, cand: Candidate) -> dict[str, Any]:
@@ -237,6 +264,8 @@ def bill_options(req: PlanRequest, cand: Candidate) -> dict[str, Any]:
         out["micro_batches"] = par.micro_batches
     if req.reserve_gib is not None:
         out["reserve_gib"] = req.reserve_gib
+    if req.host_mem_gib is not None:
+        out["host_mem_gib"] = req.host_mem_gib
     if req.efficiency is not None:
         out["efficiency"] = req.efficiency
     if req.train_tokens is not None:

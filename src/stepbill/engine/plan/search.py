@@ -39,7 +39,7 @@ from stepbill.engine.plan.bounds import time_layout
 from stepbill.engine.plan.evaluate import (
     Row,
     budget_drops_nothing,
-    evaluate,
+    judged,
     resolve_recompute,
 )
 from stepbill.engine.plan.pareto import gpus_vs_time, memory_vs_time
@@ -272,10 +272,10 @@ def _decide(req: PlanRequest, groups: list[Group], deadline_at: float | None, pr
                 if budget_drops_nothing(req, cand):  # its `none` twin is a candidate of the same group
                     rejected.add("budget_drops_nothing")
                     continue
-                row = evaluate(req, cand)
+                reason, row = judged(req, cand)
                 by_bill += 1
                 if row is None:
-                    rejected.add("peak_over_budget")
+                    rejected.add(reason)
                 else:
                     rows.append(row)
         done += n

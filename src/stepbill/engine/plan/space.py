@@ -78,6 +78,7 @@ REASONS: dict[str, str] = {
     "layout_invalid": "another layout rule of spec/parallel.py",
     "resident_over_budget": "weights + grads + optimizer states of a rank exceed the budget alone (exact bound)",
     "peak_over_budget": "a rank's peak exceeds usable memory − reserve",
+    "host_over_budget": "the ranks fit, but what a node's GPUs offload exceeds its host memory (engine/fit_host.py)",
     "peak_floor_over_budget": "an exact lower bound of a rank's peak (its peak floor; for the budget solver's, at "
     "every step the solver can take) exceeds usable memory − reserve: cannot fit, not billed (branch and bound; "
     "--exhaustive bills it)",
@@ -110,6 +111,7 @@ class PlanRequest:
     cross_node: bool = False
     train_tokens: int | None = None
     price_per_gpu_hour: float | None = None
+    host_mem_gib: float | None = None  # a node's host memory, GiB (None: the catalog's reference node)
 
     @property
     def fix(self) -> dict[str, object]:

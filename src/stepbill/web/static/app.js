@@ -248,7 +248,7 @@ function renderSummary(bill, timeLines) {
   }
   if (bill.fit) {
     const worst = bill.ranks.map(c => c.fit).find(f => f && f.judged_class) || bill.ranks[0].fit || {};
-    const fit = {...bill.fit, ...worst};
+    const fit = {...bill.fit, ...worst, fits: bill.fit.fits};  // the layout's verdict: every card and the host
     cards.push(card("fits?", fit.fits ? "yes" : "no", fitLine(fit), "num-fit",
                     fit.headroom_bytes !== undefined ? `headroom ${fmtBytes(fit.headroom_bytes)}` : ""));
   }
@@ -274,7 +274,8 @@ function fitLine(fit) {
   return {name: "fit", value: fit.fits ? "fits" : "does not fit", unit: "",
           formula: "fits when the worst rank's peak ({convention} convention) + reserve ≤ usable memory",
           explain: `${fmtBytes(fit.peak_bytes ?? 0)} + reserve ${fmtBytes(fit.reserve_bytes)} vs usable ` +
-                   `${fmtBytes(fit.usable_bytes)}: ${fit.fits ? "fits" : "does not fit"}`,
+                   `${fmtBytes(fit.usable_bytes)}: ${fit.fits ? "fits" : "does not fit"}` +
+                   (fit.host ? `; ${fit.host.summary}` : ""),
           inputs: Object.fromEntries(Object.entries(fit).filter(([, v]) => typeof v !== "object")),
           provenance: fit.usable_source || "derived (engine/fit.py)", convention: fit.convention_note || ""};
 }
@@ -646,6 +647,7 @@ async function runPlan() {
                "global-batch-tokens": String(lastBill.run.global_batch_tokens.value)};
   if (body.optimizer) req.optimizer = body.optimizer;
   if (body.reserve) req.reserve = body.reserve;
+  if (body["host-mem"]) req["host-mem"] = body["host-mem"];
   if (body.efficiency) req.efficiency = body.efficiency;
   const fix = $("#plan-fix").value.trim();
   if (fix) req.fix = fix;
