@@ -29,6 +29,7 @@ def row_to_json(row: Row, rank: int | None) -> dict[str, Any]:
         "tokens_per_s": row.tokens_per_s,
         "tokens_per_step": row.tokens_per_step,
         "gpu_seconds_per_token": row.gpu_seconds_per_token,
+        "host_node_bytes": None if row.host_node_bytes is None else round(row.host_node_bytes),
         "run": {k: (int(v) if k in _INT_RUN else float(v)) for k, v in row.run.items()},
         "command": row.command,
     }

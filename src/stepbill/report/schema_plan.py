@@ -24,6 +24,8 @@ class PlanRowJson(Strict):
     tokens_per_s: float = Field(description="time.tokens_per_s (whole cluster, tokens/s)")
     tokens_per_step: int = Field(description="dp × micro-batches × micro-batch × seq")
     gpu_seconds_per_token: float = Field(description="step_s × gpus / tokens_per_step (the cost objective)")
+    host_node_bytes: int | None = Field(description="under offload: what the fullest node's GPUs offload to its host "
+                                        "memory (bytes; the fit verdict's `fit.host.node_bytes`); null without")
     run: dict[str, Number] = Field(description="run.* values of the bill: global_batch_tokens, tokens_per_s_per_gpu; "
                                    "with --train-tokens steps, seconds, days, gpu_hours; with a price, cost")
     command: str = Field(description="the `stepbill bill` command that prints these numbers")

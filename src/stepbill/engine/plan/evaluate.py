@@ -31,7 +31,7 @@ from stepbill.engine.fit import (
     rank_fit,
     user_reserve,
 )
-from stepbill.engine.fit_host import host_fit
+from stepbill.engine.fit_host import HostFit, host_fit
 from stepbill.engine.parallel.holdings import held_key, slicing_layout, stage_held
 from stepbill.engine.parallel.layout import representative_stage, stage_layer_indices
 from stepbill.engine.parallel.ranks import OPTIMIZER_SIDE, in_flight_microbatches
@@ -70,6 +70,7 @@ class Row:
     run: dict[str, float]
     options: dict[str, Any]  # `stepbill.bill` keywords that reproduce the row
     command: str  # the `stepbill bill …` command that reproduces the row
+    host_node_bytes: float | None = None  # under offload: what the fullest node's GPUs offload (engine/fit_host.py)
 
     @property
     def gpu_seconds_per_token(self) -> float:
@@ -205,12 +206,14 @@ def judged(req: PlanRequest, cand: Candidate) -> tuple[str, Row | None]:
         if not fit.fits:
             return ("host_over_budget" if all(r.fits for r in fit.ranks) else "peak_over_budget"), None
         time, peak, headroom, budget = bill.time, fit.worst.peak_bytes, fit.worst.headroom_bytes, fit.budget_bytes
+        host = fit.host
     else:  # engine/fit.fit_of_ranks' verdict: all classes fit or not as the one of least headroom, the largest peak
         budget = budget_bytes(req, cand.parallel)
         worst = rank_fit("worst", 0, eager_peak, budget)
         if not worst.fits:
             return "peak_over_budget", None
-        if not _host_fits(req, recipe):
+        host = _host(req, recipe)
+        if host is not None and not host.fits:
             return "host_over_budget", None
         peak, headroom = worst.peak_bytes, worst.headroom_bytes
         # the time (make_bill's without its other lines: engine/bill_parts.bill_time) only for a row that fits
@@ -221,7 +224,7 @@ def judged(req: PlanRequest, cand: Candidate) -> tuple[str, Row | None]:
     return "", Row(cand, cand.parallel.world, peak, headroom, budget,
                    time["time.step"].value, time["time.mfu"].value, time["time.tokens_per_s"].value,
                    recipe.tokens_per_step, {k.removeprefix("run."): x.value for k, x in run.items()}, options,
-                   bill_command(req.model_name, options))
+                   bill_command(req.model_name, options), None if host is None else host.node_bytes)
 
 
 def card_for(req: PlanRequest) -> Card:
@@ -229,16 +232,15 @@ def card_for(req: PlanRequest) -> Card:
     return Card.from_gpu(req.gpu).with_host(req.host_mem_gib)
 
 
-def _host_fits(req: PlanRequest, recipe: Recipe) -> bool:
-    """engine/fit_host.py's verdict on the eager bill's rank classes (what the fit verdict judges); True without
-    offload (nothing in host memory) or where the node's host memory is unknown."""
+def _host(req: PlanRequest, recipe: Recipe) -> HostFit | None:
+    """engine/fit_host.py's verdict on the eager bill's rank classes (what the fit verdict judges); None without
+    offload (nothing in host memory)."""
     par = recipe.parallel
+    if not (par.offload_optimizer or par.offload_activations):
+        return None
     card = card_for(req)
-    if not (par.offload_optimizer or par.offload_activations) or card.host_bytes is None:
-        return True
-    host = host_fit(verdict_ranks(req.spec, recipe, "eager", "sdpa"), par, card.gpus_per_node, card.host_bytes,
+    return host_fit(verdict_ranks(req.spec, recipe, "eager", "sdpa"), par, card.gpus_per_node, card.host_bytes,
                     card.host_source)
-    return host is None or host.fits
 
 
 def bill_options(req: PlanRequest, cand: Candidate) -> dict[str, Any]:
