@@ -66,24 +66,30 @@ def test_fullest_node(per_stage: list[float], ranks_per_stage: int, per_node: in
     assert fullest_node(per_stage, ranks_per_stage, per_node) == expected
 
 
-def test_optimizer_offload_puts_twelve_bytes_a_parameter_on_the_node() -> None:
+def test_optimizer_offload_puts_fourteen_bytes_a_parameter_on_the_node() -> None:
     """ZeRO-3 over the node's 8 GPUs with optimizer offload: the node's host holds every parameter's fp32 master,
-    momentum and variance, 12 B each (ZeRO-Offload, arXiv 2101.06840 §4.1), for transformers' 70,553,706,624 —
-    within the shards' rounding — and the DGX H100's 2 TiB holds it."""
-    run = stepbill.bill("llama3-70b", seq=8192, gpu="h100", gpus=8, zero=3, offload_optimizer=True,
-                        recompute="full")
+    momentum and variance and its bf16 gradient, 12 + 2 B (ZeRO-Offload, arXiv 2101.06840 §4.1: fp32 states and
+    fp16 gradients on the CPU), for transformers' 70,553,706,624 — within the shards' rounding — and the DGX H100's
+    2 TiB holds it."""
+    run = make_step_bill("llama3-70b", seq=8192, gpu="h100", gpus=8, zero=3, offload_optimizer=True,
+                         recompute="full")
+    assert run.fit is not None
     host = run.fit.host
     assert host is not None and host.checked and host.fits and run.fit.fits
-    assert host.node_bytes == pytest.approx(12 * LLAMA3_70B_PARAMS, rel=1e-8)
+    assert host.node_bytes == pytest.approx(14 * LLAMA3_70B_PARAMS, rel=1e-8)
+    cpu = run.bill.ranks[0].cpu
+    assert cpu["grads"] == pytest.approx(2 * LLAMA3_70B_PARAMS / 8, rel=1e-8)
+    down = run.bill.time["time.offload_grads_down"].value  # type: ignore[index]
+    assert cpu["grads"] == pytest.approx(down * load_gpu("h100").pcie_bytes_per_s, rel=1e-12)
     assert (host.gpus, host.first_rank, host.budget_bytes) == (8, 0, 2048 * GIB)
     assert run.fit.lines["fit.host_node"].value == host.node_bytes
 
 
 def test_activation_offload_over_the_node_does_not_fit() -> None:
     """The user trial's Llama-3-70B on 8 H100 with both offloads: every rank fits its card (50.61 GiB), but the
-    node's eight ranks offload 2,729.79 GiB of optimizer states and eager activations > the DGX H100's 2,048 GiB;
-    with --host-mem 4096 it fits. The activations are the eager bill's kept ones per micro-batch (what `check`
-    measures on the GPU without offload), the optimizer states 12 B a parameter."""
+    node's eight ranks offload 2,861.20 GiB of optimizer states, gradients and eager activations > the DGX H100's
+    2,048 GiB; with --host-mem 4096 it fits. The activations are the eager bill's kept ones per micro-batch (what
+    `check` measures on the GPU without offload), the optimizer states and gradients 14 B a parameter."""
     options = dict(seq=8192, gpu="h100", gpus=8, zero=3, offload_optimizer=True, offload_activations=True,
                    micro_batches=4)
     run = stepbill.bill("llama3-70b", **options)

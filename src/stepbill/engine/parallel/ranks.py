@@ -426,16 +426,26 @@ _FRAMES = Memo(MEMO_ENTRIES)  # _stage_frame's and _resident_part's memo (keys s
 
 
 def _cpu_items(held: Held, par: Any) -> dict[str, float]:
-    """What a rank keeps in CPU memory: the optimizer side (master + states) under optimizer offload."""
+    """What a rank keeps in CPU memory under optimizer offload: the optimizer side (master + states), moved off the
+    GPU, and `grads`: the gradients of the elements whose optimizer step it runs, sent down for the CPU step (the
+    time model's offload_grads_down: its ZeRO shard, all it holds without ZeRO) in the gradients' dtype — ZeRO-Offload
+    (arXiv 2101.06840 §4.1) keeps fp16 gradients and fp32 states on the CPU, 2 + 12 B a parameter of mixed-bf16
+    AdamW. The GPU's gradient shard stays billed on the GPU (an upper bound there: DeepSpeed reduces into a CPU
+    buffer). DeepSpeed adds an fp32 copy of those gradients (18 B a parameter in all), FSDP2's CPUOffloadPolicy holds
+    fp32 gradients instead (16 B): this bill counts what the step cannot do without."""
     if not par.offload_optimizer:
         return {}
-    return {k: v for k, v in held.held.items() if k.startswith(OPTIMIZER_SIDE)}
+    out = {k: v for k, v in held.held.items() if k.startswith(OPTIMIZER_SIDE)}
+    grads = held.held.get("grads", 0.0) if par.zero == 0 else held.owned.get("grads", 0.0)
+    if grads:
+        out["grads"] = grads
+    return out
 
 
 def _resident_lines(held: Held, par: Any, cpu: dict[str, float]) -> list[Line]:
     lines = []
     for item, b in held.held.items():
-        on_cpu = item in cpu
+        on_cpu = item in cpu and item.startswith(OPTIMIZER_SIDE)  # moved off the GPU (the gradients are copied)
         lines.append(Line(item, 0.0 if on_cpu else b, "bytes",
                           "{unsharded} B of this stage after the tp/ep split, ÷ {divisor} effective ZeRO-{zero} "
                           "sharding" + (", on CPU" if on_cpu else ""),
