@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stepbill.engine.parallel import in_flight_microbatches, worst_rank
-from stepbill.engine.parallel.ranks import OPTIMIZER_SIDE
 from stepbill.engine.parallel.layout import zero_item_bytes
+from stepbill.engine.parallel.ranks import OPTIMIZER_SIDE
 from stepbill.engine.params import param_inventory
 from stepbill.engine.states import resident_lines
 from stepbill.errors import StepbillError
