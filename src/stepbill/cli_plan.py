@@ -98,7 +98,8 @@ def plan(
         result = run_plan(model, gpu=gpu, seq=seq, gpus=gpus, max_gpus=max_gpus,
                           global_batch_tokens=global_batch_tokens, micro_batch=micro_batch, recipe=recipe,
                           optimizer=optimizer, train_tokens=train_tokens, price_per_gpu_hour=price_per_gpu_hour,
-                          objective=objective, top=top, reserve_gib=reserve, host_mem_gib=host_mem, fix=fix, cross_node=cross_node,
+                          objective=objective, top=top, reserve_gib=reserve, host_mem_gib=host_mem, fix=fix,
+                          cross_node=cross_node,
                           efficiency=efficiency, progress=bar, name=cli_flag,
                           jobs=available_jobs() if jobs is None else jobs, deadline_s=max_seconds,
                           exhaustive=exhaustive)

@@ -30,7 +30,7 @@ from stepbill.engine.states import (
     trainable_split,
 )
 from stepbill.engine.steptime import DEFAULT_EFFICIENCY, StepTime, step_time
-from stepbill.errors import unknown_name
+from stepbill.errors import StepbillError, unknown_name
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.parallel import Parallel
@@ -337,7 +337,27 @@ def _flops_part(spec: ModelSpec, one_gpu: Recipe, convention: str, attention: st
 def _step_time(spec: ModelSpec, core: _Core, recipe: Recipe, worst: RankClass, collectives: list[Collective], gpu: GPU,
                efficiency: float | None, convention: str, attention: str) -> StepTime:
     flops = _flops_part(spec, without_layout(recipe), convention, attention)
-    return step_time(spec, core.inv, recipe, worst, collectives, gpu, flops, efficiency, plan=core.plan)
+    offloaded = offloaded_rank(recipe, convention, worst, lambda: max(
+        make_bill(spec, recipe, None, "eager", attention).ranks, key=lambda c: c.memory["peak"]))
+    return step_time(spec, core.inv, recipe, worst, collectives, gpu, flops, efficiency, plan=core.plan,
+                     offloaded=offloaded)
+
+
+def offloaded_rank(recipe: Recipe, convention: str, worst: RankClass, eager_worst: Callable[[], RankClass]
+                   ) -> tuple[RankClass, str] | None:
+    """The rank class whose kept activations activation offload moves over PCIe, and its convention: the eager
+    convention's worst class (`eager_worst()`: what autograd saves, each saved tensor once, as an offload hook such
+    as torch.autograd.graph.save_on_cpu moves it; the ideal and megatron conventions leave tensors out), so the step
+    time does not depend on the convention the bill is shown in; the bill's own `worst` where the model has no eager
+    bill. None without activation offload."""
+    if not recipe.parallel.offload_activations:
+        return None
+    if convention == "eager":
+        return worst, "eager"
+    try:
+        return eager_worst(), "eager"
+    except StepbillError:
+        return worst, convention
 
 
 def _time_inputs(spec: ModelSpec, recipe: Recipe, gpu: GPU, convention: str, attention: str

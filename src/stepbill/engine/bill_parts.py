@@ -15,6 +15,7 @@ from stepbill.engine.bill import (
     _outside_rows,
     _time_inputs,
     make_bill,
+    offloaded_rank,
     without_layout,
 )
 from stepbill.engine.memory.eager import EagerTerms
@@ -86,12 +87,14 @@ def rank_peaks(spec: ModelSpec, recipe: Recipe, convention: str = "eager", atten
 
 def bill_step_time(spec: ModelSpec, recipe: Recipe, worst: RankClass, gpu: GPU,
                    efficiency: float | None = DEFAULT_EFFICIENCY, convention: str = "ideal",
-                   attention: str = "sdpa") -> StepTime:
-    """make_bill's step time (its `time`) with `worst` as the judged rank class, without the bill's memory: the
-    same recompute plan, collectives and FLOPs lines, the same step_time call. The planner's bounds give it a rank
-    that holds nothing (engine/plan/bounds.py)."""
+                   attention: str = "sdpa", offloaded: tuple[RankClass, str] | None = None) -> StepTime:
+    """make_bill's step time (its `time`) with `worst` as the judged rank class (and `offloaded`: the class whose
+    kept activations activation offload moves, engine/bill.offloaded_rank), without the bill's memory: the same
+    recompute plan, collectives and FLOPs lines, the same step_time call. The planner's bounds give it a rank that
+    holds nothing (engine/plan/bounds.py)."""
     core, collectives, flops = _time_inputs(spec, recipe, gpu, convention, attention)
-    return step_time(spec, core.inv, recipe, worst, collectives, gpu, flops, efficiency, plan=core.plan)
+    return step_time(spec, core.inv, recipe, worst, collectives, gpu, flops, efficiency, plan=core.plan,
+                     offloaded=offloaded)
 
 
 def bill_time(spec: ModelSpec, recipe: Recipe, gpu: GPU, efficiency: float | None = DEFAULT_EFFICIENCY,
@@ -100,7 +103,8 @@ def bill_time(spec: ModelSpec, recipe: Recipe, gpu: GPU, efficiency: float | Non
     (verdict_worst: the same class's numbers) judged by bill_step_time — without the bill's other lines: what the
     planner's rows read (engine/plan/evaluate.py)."""
     worst = verdict_worst(spec, recipe, convention, attention)  # the memory, in-flight and CPU numbers it reads
-    return bill_step_time(spec, recipe, worst, gpu, efficiency, convention, attention)
+    offloaded = offloaded_rank(recipe, convention, worst, lambda: verdict_worst(spec, recipe, "eager", attention))
+    return bill_step_time(spec, recipe, worst, gpu, efficiency, convention, attention, offloaded)
 
 
 def bill_step_terms(spec: ModelSpec, recipe: Recipe, worst: RankClass, gpu: GPU,

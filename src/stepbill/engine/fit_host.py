@@ -27,7 +27,8 @@ from stepbill.engine.parallel import RankClass
 from stepbill.spec.parallel import Parallel
 
 GIB = 2**30
-NOT_COUNTED = "not counted: each process's own host memory (Python, CUDA runtime, pinned buffers, data loaders) and the OS"
+NOT_COUNTED = ("not counted: each process's own host memory (Python, CUDA runtime, pinned buffers, data loaders) "
+               "and the OS")
 RANK_ORDER = ("megatron/core/parallel_state.py initialize_model_parallel order 'tp-cp-ep-dp-pp' (tp fastest, pp "
               "slowest); torchtitan ParallelDims mesh (pp, dp, cp, tp)")
 
@@ -55,12 +56,14 @@ class HostFit:
     def line(self) -> Line:
         """fit.host_node: the fullest node's host bytes, as a line with its derivation."""
         return Line("fit.host_node", self.node_bytes, "bytes",
-                    "Σ over the {gpus} ranks {first}–{last} of the fullest node: each rank's offloaded bytes (ranks[].cpu)",
+                    "Σ over the {gpus} ranks {first}–{last} of the fullest node: each rank's offloaded bytes "
+                    "(ranks[].cpu)",
                     {"gpus": self.gpus, "first": self.first_rank, "last": self.first_rank + self.gpus - 1},
                     cited(RANK_ORDER), convention=NOT_COUNTED)
 
     def summary(self) -> str:
-        """One line, e.g. "host memory per node: 2.00 TiB on 8 GPUs (ranks 0–7) > 2.00 TiB (NVIDIA DGX H100 …) → NO"."""
+        """One line: the fullest node's offloaded bytes, its ranks, the node's host memory and its source, the
+        verdict, and what it does not count."""
         held = f"host memory per node ({self.convention} convention): {_gib(self.node_bytes)} offloaded by " \
                f"{self.gpus} GPUs (ranks {self.first_rank}–{self.first_rank + self.gpus - 1}, the fullest node)"
         if self.budget_bytes is None:
@@ -90,7 +93,8 @@ def host_fit(classes: list[RankClass], parallel: Parallel, gpus_per_node: int, b
 
 def fullest_node(per_stage: list[float], ranks_per_stage: int, per_node: int) -> tuple[float, int]:
     """(bytes, first rank) of the node whose ranks hold the most: stage s holds ranks [s·R, (s+1)·R) at
-    `per_stage[s]` bytes each, node n ranks [n·G, (n+1)·G) (the last node may be partial). The first of equal nodes."""
+    `per_stage[s]` bytes each, node n ranks [n·G, (n+1)·G) (the last node may be partial). The first of equal
+    nodes."""
     world = ranks_per_stage * len(per_stage)
     best, best_first = -1.0, 0
     for first in range(0, world, per_node):

@@ -90,20 +90,25 @@ def offload_lines(terms: StepTerms, recipe: Recipe, gpu: GPU) -> list[Line]:
         lines.append(Line("time.offload_activations", off.activations, "s",
                           "2 × {kept} B kept per micro-batch × {m} micro-batches / {bw} B/s PCIe",
                           {"kept": off.kept, "m": par.micro_batches, "bw": pcie},
-                          convention="hideable: down in the forward, back up in the backward"))
+                          convention="hideable: down in the forward, back up in the backward; kept bytes of the "
+                          + (f"{off.kept_convention} convention" if off.kept_convention else "bill's convention")
+                          + (" (what autograd saves, as an offload hook moves it)"
+                             if off.kept_convention == "eager" else "")))
     return lines
 
 
 def step_time(spec: ModelSpec, inv: ParamInventory, recipe: Recipe, worst: RankClass, collectives: list[Collective],
               gpu: GPU, flops: dict[str, Line], efficiency: float | None = None,
-              dtype: str | None = None, plan: RecomputePlan | None = None) -> StepTime:
+              dtype: str | None = None, plan: RecomputePlan | None = None,
+              offloaded: tuple[RankClass, str] | None = None) -> StepTime:
     """Step time, bubble, MFU and HFU on `gpu`: compute is the slowest pipeline stage's (its FLOPs over tp·cp
     ranks), timed per op (engine/timing: GEMMs by shape, attention, memory-bound ops, alpha-beta collectives with
     their overlap rules) — or, when `efficiency` is given, as executed FLOPs / (peak × efficiency) with an HBM
     roofline (the explicit override). `flops` holds the bill's one-micro-batch FLOPs lines (engine/flops.py:
     flops.step, flops.model, ...); `plan` the recompute plan (its per-layer rebuild); `dtype` defaults to the
-    recipe's compute dtype. The numbers are engine/timing/step_terms.step_terms'; this makes their lines."""
-    terms = step_terms(spec, inv, recipe, worst, collectives, gpu, flops, efficiency, dtype, plan)
+    recipe's compute dtype; `offloaded` the rank class (and its convention) whose kept activations activation offload
+    moves (None: `worst`). The numbers are engine/timing/step_terms.step_terms'; this makes their lines."""
+    terms = step_terms(spec, inv, recipe, worst, collectives, gpu, flops, efficiency, dtype, plan, offloaded)
     return step_time_lines(terms, recipe, gpu, flops)
 
 

@@ -46,6 +46,7 @@ class OffloadTerms(NamedTuple):
     activations: float = 0.0  # hideable: down in the forward, back up in the backward
     exposed: float = 0.0
     hideable: float = 0.0
+    kept_convention: str = ""  # the convention of the rank class `kept` was read from
 
 
 class StepTerms(NamedTuple):
@@ -120,9 +121,12 @@ def _owned_trainable(recipe: Recipe, held: dict[str, float]) -> float:
 NO_OFFLOAD = OffloadTerms()
 
 
-def offload_terms(recipe: Recipe, worst: RankClass, gpu: GPU, held: dict[str, float]) -> OffloadTerms:
+def offload_terms(recipe: Recipe, worst: RankClass, gpu: GPU, held: dict[str, float],
+                  kept_convention: str = "") -> OffloadTerms:
     """PCIe traffic and CPU time of offload (ZeRO-Offload, arXiv 2101.06840 §4), per rank per step; `held`:
-    rank_param_elements of the recipe."""
+    rank_param_elements of the recipe; `worst`: the rank class whose kept activations the offload moves (of
+    `kept_convention`: the eager convention's where the bill has one, what autograd really saves — engine/bill.py
+    offload_rank)."""
     par, p = recipe.parallel, recipe.precision
     if not (par.offload_optimizer or par.offload_activations):
         return NO_OFFLOAD
@@ -141,7 +145,8 @@ def offload_terms(recipe: Recipe, worst: RankClass, gpu: GPU, held: dict[str, fl
         kept = worst.cpu.get("activations", 0.0) / max(worst.in_flight, 1.0)
         moved = 2 * kept * par.micro_batches
         hideable += moved / pcie
-    return OffloadTerms(owned, per_node, down / pcie, cpu_s, up / pcie, kept, moved / pcie, exposed, hideable)
+    return OffloadTerms(owned, per_node, down / pcie, cpu_s, up / pcie, kept, moved / pcie, exposed, hideable,
+                        kept_convention if par.offload_activations else "")
 
 
 def slowest_stage(spec: ModelSpec, inv: ParamInventory, recipe: Recipe,
@@ -216,10 +221,12 @@ def per_op_total(t_pipe: float, comm: CommTiming, t_rank: float, off: OffloadTer
 
 def step_terms(spec: ModelSpec, inv: ParamInventory, recipe: Recipe, worst: RankClass, collectives: list[Collective],
                gpu: GPU, flops: dict[str, Line], efficiency: float | None = None,
-               dtype: str | None = None, plan: RecomputePlan | None = None) -> StepTerms:
+               dtype: str | None = None, plan: RecomputePlan | None = None,
+               offloaded: tuple[RankClass, str] | None = None) -> StepTerms:
     """The numbers of steptime.step_time (same arguments, same model: its docstring). `flops` holds the bill's
     one-micro-batch FLOPs lines (engine/flops.py: flops.step, flops.model, ...); `plan` the recompute plan;
-    `dtype` defaults to the recipe's compute dtype."""
+    `dtype` defaults to the recipe's compute dtype; `offloaded`: the rank class whose kept activations activation
+    offload moves, and its convention (None: `worst`, of the bill's)."""
     par = recipe.parallel
     dtype = dtype or recipe.precision.compute
     peak = gpu.peak_flops(dtype)
@@ -238,7 +245,8 @@ def step_terms(spec: ModelSpec, inv: ParamInventory, recipe: Recipe, worst: Rank
     traffic, parts = hbm_traffic(recipe, worst, unsharded, flops["flops.recompute"].value / forward)
     t_memory = traffic / gpu.hbm_bytes_per_s
     bubble = _bubble(par.pp, par.micro_batches * par.vpp)
-    off = offload_terms(recipe, worst, gpu, held)
+    moved_rank, kept_convention = offloaded if offloaded is not None else (worst, "")
+    off = offload_terms(recipe, moved_rank, gpu, held, kept_convention)
     timed = [c for c in collectives if c.seconds is not None]
     sc = ct = None
     if efficiency is not None:  # the explicit override: one efficiency on every FLOP, an HBM roofline
