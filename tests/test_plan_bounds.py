@@ -84,6 +84,31 @@ def test_floors_never_exceed_the_bill(name: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(SPACES))
+def test_offload_traffic_floor_never_exceeds_the_bill(name: str) -> None:
+    """bounds.offload_traffic_floor ≤ time.step for candidates with activation offload (the budget solver's
+    against its solved policy), every space (pipelines, MoE, MLA, `--efficiency`); on one stage it is the bill's own
+    time.offload_activations, to the last bits (the same kept bytes, the same arithmetic); 0 without offload."""
+    req, cands = sample(name, 400, seed=5)
+    offloading = [(c, r) for c, r in cands if c.parallel.offload_activations][:40]
+    assert len(offloading) >= 20
+    exact = 0
+    for cand, _ in offloading:
+        floor = bounds.offload_traffic_floor(req, cand)
+        solved = resolve_recompute(req, cand)
+        bill = make_bill(req.spec, recipe_for(req, solved), req.gpu.usable_bytes, "ideal", "sdpa", gpu=req.gpu,
+                         efficiency=req.efficiency)
+        assert bill.time is not None
+        assert 0 < floor <= bill.time["time.step"].value * (1 + 1e-12), cand
+        if cand.parallel.pp == 1 and cand.recompute != BUDGET_AT_FREE:
+            assert floor == pytest.approx(bill.time["time.offload_activations"].value, rel=1e-12), cand
+            exact += 1
+    assert exact >= 3 or name == "mla-moe"  # DeepSeek-V3 × 2,048: every offloading layout here has pp > 1
+    plain = next(c for c, _ in cands if not c.parallel.offload_activations)
+    assert bounds.offload_traffic_floor(req, plain) == 0.0
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["dense", "moe"])
 def test_budget_peak_floor_never_exceeds_the_solved_budgets_peak(name: str) -> None:
     """The budget solver's candidates, before their policy is solved: peak_floor (every droppable row dropped) ≤ the

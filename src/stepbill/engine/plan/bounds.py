@@ -367,6 +367,33 @@ def offload_twin_floor(req: PlanRequest, cand: Candidate, twin: StepTerms) -> fl
     return per_op_total(twin.t_pipe, twin.comm, twin.t_rank, floor_offload_terms(req, recipe_for(req, cand)))[1]
 
 
+def offload_traffic_floor(req: PlanRequest, cand: Candidate) -> float:
+    """A lower bound (s) of the step of a candidate with activation offload, sharper than time_floor's where the
+    traffic dominates: the step is at least the PCIe time of the kept activations it moves, 2 × kept × micro-batches
+    / PCIe (steptime's spill is at least the offload's hideable time less the rank's kernels, and the pipeline time
+    at least those kernels, in both the per-op model and under `--efficiency`), where kept is the offloading rank's
+    kept bytes per micro-batch on the eager convention (engine/bill.offloaded_rank) — at least the least of any
+    stage's (stage_rows' kept_after_forward, the same rank plan the rank class reads; for the budget solver's
+    candidates the rows no drop set drops, `least_kept`). 0.0 without activation offload or an eager bill (the bill
+    then moves its own convention's bytes). Tested ≤ the bill's step, and equal to its traffic line on one stage
+    (tests/test_plan_bounds.py)."""
+    par = cand.parallel
+    if not par.offload_activations:
+        return 0.0
+    solved = cand.recompute == BUDGET_AT_FREE
+    if solved:
+        cand = replace(cand, recompute="none")
+    recipe = recipe_for(req, cand)
+    try:
+        plan, _, _ = bill_eager_parts(req.spec, recipe)
+    except StepbillError:
+        return 0.0
+    kept_on_gpu = replace(recipe, parallel=replace(par, offload_activations=False))  # stage_rows' kept, not zero
+    rows_key = (req.spec, without_layout(recipe), solved, par.cp, par.tp, par.sp, par.expert_tp)
+    kept = min(stage_rows(rows_key, plan, kept_on_gpu, order)[0] for _, _, order in _stage_groups(req.spec, par, plan.order))
+    return 2 * kept * par.micro_batches / req.gpu.pcie_bytes_per_s
+
+
 def floor_offload_terms(req: PlanRequest, recipe: Recipe) -> OffloadTerms:
     """The offload terms of the floors' step time (step_terms.offload_terms of a rank holding nothing, EMPTY_RANK):
     what a candidate with optimizer offload adds to its twin's numbers without it."""

@@ -38,11 +38,11 @@ from dataclasses import dataclass
 
 from stepbill.engine.plan.answer import Answer
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
-from stepbill.engine.plan.bounds import peak_floor, resting_floor, resting_key
+from stepbill.engine.plan.bounds import offload_traffic_floor, peak_floor, resting_floor, resting_key
 from stepbill.engine.plan.budget_bound import budget_floor
 from stepbill.engine.plan.evaluate import Row, budget_bytes, budget_drops_nothing, judged, resolve_recompute
 from stepbill.engine.plan.floor_pass import Progress, waited_floor
-from stepbill.engine.plan.leads import FITTED, PEAK, RESIDENT, RESTING, Lead, LeadQueue, Node, make_lead
+from stepbill.engine.plan.leads import FITTED, PEAK, RESIDENT, RESTING, TRAFFIC, Lead, LeadQueue, Node, make_lead
 from stepbill.engine.plan.peers import Peers
 from stepbill.engine.plan.space import Candidate, Group, PlanRequest, Variant
 from stepbill.errors import StepbillError
@@ -130,10 +130,27 @@ def _candidate(groups: Groups, lead: Lead) -> Candidate:
     return group.candidate(group.variants[lead[5]])
 
 
-def _sharper(groups: Groups, lead: Lead) -> bool:
-    """Whether the lead has a sharper floor to compute before its bill: the peak floor, then for the budget solver's
-    the fitted time floor."""
-    return lead[6] < PEAK or (lead[6] == PEAK and groups[lead[4]].variants[lead[5]][4] == BUDGET_AT_FREE)
+def offload_traffic(req: PlanRequest, groups: Groups, lead: Lead, objective: str) -> Lead:
+    """The lead of a candidate with activation offload, its time floor raised to the kept activations' PCIe time
+    (bounds.offload_traffic_floor): the floors before leave that traffic at zero, which made the planner bill every
+    offloading candidate whose kernels alone looked fast (Llama-3-8B × 8 H100: 46 bills → 272 once the traffic
+    became the eager convention's, session 28)."""
+    step = offload_traffic_floor(req, _candidate(groups, lead))
+    return _remade(req, groups, lead, objective, max(step, lead[7]), lead[2], TRAFFIC)
+
+
+def _sharper(groups: Groups, lead: Lead) -> int | None:
+    """The sharper floor the lead has to compute before its bill, by the sharpness it gives (None: none left): the
+    peak floor (PEAK), then for the budget solver's the fitted time floor (FITTED), then under activation offload the
+    traffic floor (TRAFFIC)."""
+    if lead[6] < PEAK:
+        return PEAK
+    variant = groups[lead[4]].variants[lead[5]]
+    if lead[6] == PEAK and variant[4] == BUDGET_AT_FREE:
+        return FITTED
+    if lead[6] < TRAFFIC and variant[3]:  # activation offload
+        return TRAFFIC
+    return None
 
 
 @dataclass
@@ -212,9 +229,13 @@ def bill_in_order(req: PlanRequest, groups: Groups, leads: list[Lead], objective
                                      RESTING))
                 lead = None
                 continue
-        elif _sharper(groups, lead):
-            sharper = sharpen(req, groups, lead, objective, to_beat, cells) if lead[6] < PEAK \
-                else fit_budget(req, groups, lead, objective)
+        elif (step_kind := _sharper(groups, lead)) is not None:
+            if step_kind == PEAK:
+                sharper = sharpen(req, groups, lead, objective, to_beat, cells)
+            elif step_kind == FITTED:
+                sharper = fit_budget(req, groups, lead, objective)
+            else:
+                sharper = offload_traffic(req, groups, lead, objective)
             if sharper is None:  # it cannot fit
                 by_bound += 1
                 rejected[PEAK_FLOOR_OVER_BUDGET] = rejected.get(PEAK_FLOOR_OVER_BUDGET, 0) + 1

@@ -14,14 +14,15 @@ from stepbill.engine.plan.rank import objective_key
 from stepbill.engine.plan.space import Group, PlanRequest, Variant
 
 #: A candidate waiting for its bill: (objective key of its floors, its time floor as the fronts read time, its peak
-#: floor in bytes, GPUs, group index, variant index, how sharp its floors are (RESIDENT, RESTING, PEAK or FITTED), its
+#: floor in bytes, GPUs, group index, variant index, how sharp its floors are (RESIDENT … TRAFFIC), its
 #: step-time floor in s). Tuples sort by the key, then the indices (a total order).
 Lead = tuple[tuple[float, ...], float, float, int, int, int, int, float]
 #: How sharp a lead's floors are: its peak floor the group's resident bound; its cell's activation-free floor
 #: (bounds.resting_floor: the lead of a candidate its node gave way to, `bill_in_order`); bounds.peak_floor's
-#: (`sharpen`); and, for the budget solver's, its time floor the fitted one (`fit_budget`). A lead is billed once it
-#: has no sharper step.
-RESIDENT, RESTING, PEAK, FITTED = 0, 1, 2, 3
+#: (`sharpen`); for the budget solver's, its time floor the fitted one (`fit_budget`); and under activation offload,
+#: its time floor at least the kept activations' PCIe time (`offload_traffic`). A lead is billed once it has no
+#: sharper step.
+RESIDENT, RESTING, PEAK, FITTED, TRAFFIC = 0, 1, 2, 3, 4
 #: A node: the candidates of one cell of a group (sp, micro-batch, micro-batches, activation offload; every recompute
 #: policy) — their variant indices and their step-time floors (None: not computed until the node gives way, its
 #: least known without it: plan/cell_floor.py) — which the first pass gives one lead, of the least of those floors
