@@ -15,7 +15,9 @@ budget-solver candidates whose correction steps each cost an eager bill). The fl
 decides: its stages stop once it passes the budget, or reaches the peak at which the answer's rows already rule the
 candidate out (`Answer.peak_to_beat`). A budget-solver candidate that would still be billed first gets the step-time
 floor of its policy if it fits (`fit_budget`: engine/plan/budget_bound.py) and goes back into the queue with that
-key: on the whole DeepSeek-V3 × 2,048 space 9,402 budget bills became 2,473.
+key: on the whole DeepSeek-V3 × 2,048 space 9,402 budget bills became 2,473. A candidate with activation offload is
+sharpened last to its kept activations' PCIe time (`offload_traffic`: bounds.offload_traffic_floor), which the
+shared time floors leave at zero.
 
 A cell's candidates (one group, sp, micro-batch size and count, activation offload: every recompute policy) enter
 the queue as one lead, their node (`Node`): the least of their step-time floors, the group's resident bound. Its key
