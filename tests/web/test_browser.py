@@ -127,6 +127,25 @@ def test_the_url_reproduces_the_view(page: Any, browser: Any, server_url: str) -
         other.close()
 
 
+def test_host_memory_is_part_of_the_verdict(page: Any, server_url: str) -> None:
+    """Llama-3-70B at seq 8K on 8 H100 with ZeRO-3 and both offloads: every card fits, the DGX H100's 2 TiB host
+    does not hold what the node offloads — "fits? no", its derivation says why; a 4,096 GiB node fits."""
+    open_page(page, server_url)
+    change(page, lambda: page.get_by_test_id("model").select_option("llama3-70b"))
+    for testid, value in (("seq", "8192"), ("dp", "8"), ("micro-batches", "4")):
+        change(page, lambda t=testid, v=value: page.get_by_test_id(t).fill(v))
+    change(page, lambda: page.get_by_test_id("zero").select_option("3"))
+    change(page, lambda: page.get_by_test_id("offload-optimizer").check())
+    change(page, lambda: page.get_by_test_id("offload-activations").check())
+    change(page, lambda: page.get_by_test_id("gpu").select_option("h100-sxm"))
+    assert text(page, "num-fit") == "no"
+    page.get_by_test_id("num-fit").click()
+    assert "host memory per node" in page.inner_text("#explain")
+    change(page, lambda: page.get_by_test_id("host-mem").fill("4096"))
+    assert text(page, "num-fit") == "yes"
+    assert "--host-mem 4096" in text(page, "cli-command")
+
+
 def test_recompute_ranking_cut_and_budget_solver(page: Any, server_url: str, artifacts: Path) -> None:
     open_page(page, f"{server_url}/?model=llama3-8b&seq=4096")
     chart = page.get_by_test_id("recompute-chart")
