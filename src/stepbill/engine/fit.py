@@ -261,7 +261,8 @@ def fit_of_ranks(classes: list[RankClass], recipe: Recipe, convention: str, show
         lines["fit.host_node"] = host.line()
         if host.budget_bytes is not None and not host.fits and all(r.fits for r in ranks):
             advice = (f"per node: host memory {host.node_bytes / GIB:,.2f} GiB offloaded > "
-                      f"{host.budget_bytes / GIB:,.2f} GiB → offload less (a smaller --micro-batch, recompute instead of --offload-activations), "
+                      f"{host.budget_bytes / GIB:,.2f} GiB → offload less (a smaller --micro-batch, recompute "
+                      "instead of --offload-activations), "
                       "more GPUs, or --host-mem for a larger node")
     return Fit(card, reserve, convention, shown_convention, fallback, ranks, lines, advice, host)
 

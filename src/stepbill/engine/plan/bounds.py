@@ -390,7 +390,8 @@ def offload_traffic_floor(req: PlanRequest, cand: Candidate) -> float:
         return 0.0
     kept_on_gpu = replace(recipe, parallel=replace(par, offload_activations=False))  # stage_rows' kept, not zero
     rows_key = (req.spec, without_layout(recipe), solved, par.cp, par.tp, par.sp, par.expert_tp)
-    kept = min(stage_rows(rows_key, plan, kept_on_gpu, order)[0] for _, _, order in _stage_groups(req.spec, par, plan.order))
+    kept = min(stage_rows(rows_key, plan, kept_on_gpu, order)[0]
+               for _, _, order in _stage_groups(req.spec, par, plan.order))
     return 2 * kept * par.micro_batches / req.gpu.pcie_bytes_per_s
 
 

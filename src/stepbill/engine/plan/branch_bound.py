@@ -134,9 +134,9 @@ def _candidate(groups: Groups, lead: Lead) -> Candidate:
 
 def offload_traffic(req: PlanRequest, groups: Groups, lead: Lead, objective: str) -> Lead:
     """The lead of a candidate with activation offload, its time floor raised to the kept activations' PCIe time
-    (bounds.offload_traffic_floor): the floors before leave that traffic at zero, which made the planner bill every
-    offloading candidate whose kernels alone looked fast (Llama-3-8B × 8 H100: 46 bills → 272 once the traffic
-    became the eager convention's, session 28)."""
+    (bounds.offload_traffic_floor): the floors before leave that traffic at zero, which made the planner bill the
+    offloading candidates whose kernels alone looked fast (Llama-3-8B × 8 H100: 46 bills → 272 once the traffic
+    became the eager convention's, 89 with this floor; session 28)."""
     step = offload_traffic_floor(req, _candidate(groups, lead))
     return _remade(req, groups, lead, objective, max(step, lead[7]), lead[2], TRAFFIC)
 
