@@ -181,3 +181,16 @@ def test_planner_best_equals_brute_force_under_a_host_limit() -> None:
     assert [r.command for r in pruned.top] == [r.command for r in exhaustive.top]
     assert [r.command for r in pruned.memory_vs_time] == [r.command for r in exhaustive.memory_vs_time]
     assert all("--host-mem 64" in r.command for r in exhaustive.top)
+
+
+@pytest.mark.parametrize(("gpu", "says"), [("h100", "on a node of 2,048 GiB (NVIDIA DGX H100"),
+                                           ("h800", "not checked: no host memory figure")])
+def test_plan_says_which_host_memory_its_offload_rows_were_judged_on(gpu: str, says: str,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Llama-3-8B at seq 8K on one card: the rows shown offload the optimizer; the output names the node's host
+    memory they were judged on, or that there is none to judge on (H800: no reference node in the catalog)."""
+    code, out, err = run_cli(["plan", "llama3-8b", "--gpu", gpu, "--gpus", "1", "--seq", "8192",
+                              "--global-batch-tokens", "64Ki", "--top", "3", "--jobs", "1"], capsys)
+    assert code == 0, err
+    line = next(x for x in out.splitlines() if x.startswith("host memory:"))
+    assert says in " ".join(out.split()) and "offload rows above put up to" in line

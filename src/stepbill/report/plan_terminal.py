@@ -94,6 +94,9 @@ def render_plan(result: PlanResult, space_note: str) -> Group:
             parts.append(_commands(result.gpus_vs_time, ranks, shown=result.top))
         parts.append(_table(f"Pareto front: per-GPU peak vs {pace}", result.memory_vs_time, ranks, run))
         parts.append(_commands(result.memory_vs_time, ranks, shown=result.top))
+        host = _host_line(result)
+        if host is not None:
+            parts.append(host)
     parts.append(_rejections(result))
     parts.append(Text(f"search: {stats.evaluated:,} candidates evaluated in {stats.seconds:.2f} s wall-clock, "
                       f"{stats.cpu_seconds:.2f} s CPU in {stats.jobs} process{'es' if stats.jobs > 1 else ''} "
@@ -102,6 +105,26 @@ def render_plan(result: PlanResult, space_note: str) -> Group:
                       + (f", {stats.by_floor:,} by the exact floors" if not stats.exhaustive else "") + ")"))
     parts.append(Text(f"space: {space_note}"))
     return Group(*parts)
+
+
+def _host_line(result: PlanResult) -> Text | None:
+    """Under offload, the host memory the rows shown were judged against (engine/fit_host.py): the node's figure and
+    its source, the most a node of them offloads; or that it is unknown and so not checked. None when no row shown
+    offloads."""
+    shown = [r for r in (*result.top, *result.gpus_vs_time, *result.memory_vs_time) if r.host_node_bytes is not None]
+    if not shown:
+        return None
+    req = result.request
+    most = max(r.host_node_bytes or 0.0 for r in shown) / 2**30
+    if req.host_mem_gib is not None:
+        node = f"{req.host_mem_gib:,g} GiB (--host-mem)"
+    elif req.gpu.host_memory_bytes is not None:
+        node = f"{req.gpu.host_memory_bytes / 2**30:,.0f} GiB ({req.gpu.host_memory_source})"
+    else:
+        return Text(f"host memory: offload rows above put up to {most:,.2f} GiB on a node, not checked: no host memory "
+                    f"figure for {req.gpu.display}'s node (--host-mem GiB checks it)", style="yellow")
+    return Text(f"host memory: offload rows above put up to {most:,.2f} GiB on a node of {node}; rows over it were "
+                "rejected (host_over_budget)", style="dim")
 
 
 def _commands(rows: list[Row], ranks: dict[int, int], shown: list[Row] | None = None) -> Text:
