@@ -83,10 +83,10 @@ def host_fit(classes: list[RankClass], parallel: Parallel, gpus_per_node: int, b
     if not any(c.cpu for c in classes):
         return None
     per_stage = [0.0] * parallel.pp
-    for c in classes:
+    for c in classes:  # classes that split one stage's ranks (the measured rules' dim-0 chunks): the most of them
         held = sum(c.cpu.values())
         for stage in c.stages:
-            per_stage[stage] = held
+            per_stage[stage] = max(per_stage[stage], held)
     node, first = fullest_node(per_stage, parallel.world // parallel.pp, min(gpus_per_node, parallel.world))
     return HostFit(node, first, min(gpus_per_node, parallel.world), budget_bytes, source, convention)
 
