@@ -223,3 +223,15 @@ def test_qlora_bill_adds_up_on_random_dense_models(spec, rank: int, convention: 
                       convention=convention)
     base = items["weights.nf4"] + items["weights.nf4_constants"] + items["weights.frozen"]
     assert base < plain["memory.weights"].value - plain["params.trainable"].value * 2
+
+
+def test_lora_that_does_not_fit_one_card_is_pointed_at_qlora() -> None:
+    """The user trial's task c: LoRA r = 16 on Llama-2-13B does not fit a 24 GB card, its frozen bf16 base alone
+    over the budget; the hint names `--recipe qlora-nf4` first, and that bill fits (the trial's 20.96 GiB)."""
+    import stepbill
+
+    lora = stepbill.bill("llama2-13b", lora_rank=16, seq=2048, gpu="rtx-4090").fit
+    assert not lora.fits and "→ --recipe qlora-nf4" in lora.advice
+    assert stepbill.bill("llama2-13b", lora_rank=16, seq=2048, gpu="rtx-4090", recipe="qlora-nf4").fit.fits
+    full = stepbill.bill("llama2-13b", seq=2048, gpu="rtx-4090").fit  # no LoRA: no QLoRA hint
+    assert "qlora" not in full.advice

@@ -255,7 +255,7 @@ def fit_of_ranks(classes: list[RankClass], recipe: Recipe, convention: str, show
                              convention=f"{convention} convention"),
     }
     worst_class = max(classes, key=lambda c: c.memory["peak"])  # Bill.worst_rank
-    advice = per_gpu_advice(worst_class, recipe.parallel, recipe.recompute, budget)
+    advice = per_gpu_advice(worst_class, recipe.parallel, recipe.recompute, budget, _full_precision_base(recipe))
     host = host_fit(classes, recipe.parallel, card.gpus_per_node, card.host_bytes, card.host_source, convention)
     if host is not None:
         lines["fit.host_node"] = host.line()
@@ -277,8 +277,14 @@ def rank_fit(name: str, ranks: int, peak_bytes: float, budget_bytes: float) -> R
     return RankFit(name, ranks, peak_bytes, budget_bytes - peak_bytes)
 
 
+def _full_precision_base(recipe: Recipe) -> bool:
+    """LoRA over a frozen base kept in the training dtype (not a quantised one): the base can go 4-bit."""
+    return recipe.lora is not None and recipe.precision.quant is None
+
+
 # The next flag to try for the item that dominates a rank's memory, given what the layout already does.
-def per_gpu_advice(rank: RankClass, parallel: Parallel, recompute: str, budget_bytes: float | None) -> str:
+def per_gpu_advice(rank: RankClass, parallel: Parallel, recompute: str, budget_bytes: float | None,
+                   lora_base: bool = False) -> str:
     """One line naming the largest per-GPU item of `rank` and the next flags to try (at most three, in the order
     to try them), e.g. "per GPU (all ranks): optimizer 98.56 GiB > budget 75.56 GiB → --offload-optimizer or more
     dp (--dp)"."""
@@ -295,7 +301,10 @@ def per_gpu_advice(rank: RankClass, parallel: Parallel, recompute: str, budget_b
     else:
         return (f"per GPU: fits with {(budget_bytes - peak) / GIB:.2f} GiB headroom; largest item {item} {size:.2f} "
                 f"GiB ({rank.name})")
-    return f"per GPU ({rank.name}): {where} → {' or '.join(_next_flags(item, parallel, recompute)[:3])}"
+    flags = _next_flags(item, parallel, recompute)
+    if item == "weights" and lora_base and parallel.is_trivial:  # QLoRA: one GPU (spec/recipe.py), 4-bit frozen base
+        flags = ["--recipe qlora-nf4 (the frozen base in 4 bits)", *flags]
+    return f"per GPU ({rank.name}): {where} → {' or '.join(flags[:3])}"
 
 
 def _next_flags(item: str, par: Parallel, recompute: str) -> list[str]:

@@ -26,7 +26,8 @@ def top_advice(bill: Bill, fit: Fit | None) -> str:
     if fit is not None:
         return fit.advice
     if not bill.recipe.parallel.is_trivial:
-        return per_gpu_advice(bill.worst_rank, bill.recipe.parallel, bill.recipe.recompute, None)
+        return per_gpu_advice(bill.worst_rank, bill.recipe.parallel, bill.recipe.recompute, None,
+                              bill.recipe.lora is not None and bill.recipe.precision.quant is None)
     assert bill.timeline is not None
     return bill.timeline.advice
 
