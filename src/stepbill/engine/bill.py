@@ -25,6 +25,7 @@ from stepbill.engine.states import (
     Trainable,
     cards_needed,
     checkpoint_lines,
+    export_line,
     is_model_item,
     resident_lines,
     trainable_split,
@@ -308,6 +309,7 @@ def _one_gpu_part(spec: ModelSpec, recipe: Recipe, convention: str, attention: s
                                        " + ".join(x.name for x in activ) or "0", {},
                                        convention=f"{note}; at the forward peak")
     lines["checkpoint.bytes"] = _sum_line("checkpoint.bytes", ckpt)
+    lines["checkpoint.weights_export"] = export_line(inv, recipe)
     lines.update(_flops_part(spec, without_layout(recipe), convention, attention))
     lines.update(_recipe_lines(inv, recipe))
     if gpu_mem_bytes:

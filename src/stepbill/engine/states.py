@@ -149,6 +149,27 @@ def is_model_item(name: str) -> bool:
     return name in MODEL_ITEMS
 
 
+def export_line(inventory: ParamInventory, recipe: Recipe) -> Line:
+    """What saving the trained weights alone writes (a weights-only export, transformers' save_pretrained): every
+    trained parameter in the weights' training dtype — under LoRA the adapters alone (PEFT saves the adapter; the
+    base is reloaded from its own file). Not part of the checkpoint to resume."""
+    n = trainable_split(inventory, recipe.lora).trainable_params
+    b = recipe.precision.weights
+    what = "LoRA adapter params" if recipe.lora is not None else "params"
+    return Line("checkpoint.weights_export", n * b, "bytes", "{params} " + what + " × {bytes} B",
+                {"params": n, "bytes": b},
+                convention="weights only, in the weights' training dtype (save_pretrained); not resumable")
+
+
+def rank_checkpoint_bytes(owned: dict[str, float], recipe: Recipe) -> float:
+    """One rank's share (bytes) of the checkpoint to resume (checkpoint_lines' master weights and optimizer
+    states): its owned bytes of each — RankClass.owned, an item's bytes over the ranks that hold it, which sums over
+    the ranks to the whole, as torch.distributed.checkpoint writes every shard once and spreads duplicated items
+    over their holders (its save planner's deduplication). The weights stand for the master where there is none."""
+    master = "master" if recipe.precision.master else "weights"
+    return sum(v for k, v in owned.items() if k == master or k.startswith("optimizer."))
+
+
 def checkpoint_lines(inventory: ParamInventory, recipe: Recipe) -> list[Line]:
     """What must be saved to resume exactly: the master weights (or the weights where they are the master),
     every optimizer state, the step counter, RNG states and the data loader position.

@@ -99,7 +99,8 @@ def bill_to_json(bill: Bill, fit: Fit | None = None, layout_note: str = "") -> d
                 for kind, rows in bill.layer_rows.items()
             },
         },
-        "checkpoint": {"bytes": _int(lines["checkpoint.bytes"]), "items": [x.to_json() for x in bill.checkpoint_items]},
+        "checkpoint": {"bytes": _int(lines["checkpoint.bytes"]), "items": [x.to_json() for x in bill.checkpoint_items],
+                       "weights_export": lines["checkpoint.weights_export"].to_json()},
         # configured fields the bill does not model yet (engine/unmodelled.py), and --attention eager's gap
         "unmodelled": unmodelled(spec) + attention_unmodelled(bill, fit),
         "lines": {name: line.to_json() for name, line in lines.items()},

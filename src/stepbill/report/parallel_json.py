@@ -8,6 +8,7 @@ from typing import Any
 from stepbill.engine.bill import Bill
 from stepbill.engine.fit import Fit
 from stepbill.engine.parallel import MEMORY_KEYS
+from stepbill.engine.states import rank_checkpoint_bytes
 from stepbill.spec.parallel import Parallel
 
 
@@ -72,6 +73,7 @@ def parallel_to_json(bill: Bill, fit: Fit | None = None, layout_note: str = "") 
             "notes": list(c.notes),
             "memory": {k: _bytes(c.memory[k]) for k in MEMORY_KEYS},
             "cpu": {k: _bytes(v) for k, v in c.cpu.items()},
+            "checkpoint_bytes": _bytes(rank_checkpoint_bytes(c.owned, bill.recipe)),
             "items": [x.to_json() for x in [*c.resident_items, *c.activation_items, *c.transient_items]],
         }
         if fit is not None:

@@ -8,6 +8,7 @@ from rich.text import Text
 
 from stepbill.engine.bill import Bill
 from stepbill.engine.fit import Fit
+from stepbill.engine.states import rank_checkpoint_bytes
 from stepbill.report.units import fmt_bytes
 
 RANK_COLUMNS = ("weights", "grads", "optimizer", "activations", "transient", "peak")
@@ -183,6 +184,16 @@ def model_notes(bill: Bill) -> list[Text]:
     return [Text(escape(t), style="dim") for t in seen]
 
 
+def checkpoint_share_line(bill: Bill) -> Text:
+    """The most any rank writes of the checkpoint to resume (engine/states.rank_checkpoint_bytes), against the
+    whole."""
+    worst = max(bill.ranks, key=lambda c: rank_checkpoint_bytes(c.owned, bill.recipe))
+    share = rank_checkpoint_bytes(worst.owned, bill.recipe)
+    return Text(escape(f"checkpoint to resume per GPU: {fmt_bytes(share)} on a rank of {worst.name} (its share of "
+                       f"master + optimizer states, of {fmt_bytes(bill.lines['checkpoint.bytes'].value)} in all: "
+                       "torch.distributed.checkpoint writes every shard once)"), style="dim")
+
+
 def host_lines(bill: Bill) -> list[Text]:
     """Host memory each GPU's process holds under offload (ranks[].cpu in the JSON), one line per rank class: what
     the node's RAM must hold for every GPU it serves."""
@@ -223,6 +234,8 @@ def render_parallel(bill: Bill, fit: Fit | None = None, layout_note: str = "", e
     rank item's and the fit's formulas."""
     parts: list = [Text(escape(_layout(bill, layout_note)), style="bold"), rank_table(bill, fit), *model_notes(bill),
                    *host_lines(bill)]
+    if not bill.recipe.parallel.is_trivial:
+        parts.append(checkpoint_share_line(bill))
     if explain:
         parts += rank_explain(bill)
     if fit is not None:

@@ -149,6 +149,8 @@ class ActivationsPart(Strict):
 class CheckpointPart(Strict):
     bytes: int = Field(description="what a resumable checkpoint holds (bytes)")
     items: list[LineJson] = Field(description="master weights, each optimizer state, step, RNG, data position")
+    weights_export: LineJson = Field(description="the weights alone, as save_pretrained writes them (LoRA: the "
+                                     "adapters), in the weights' training dtype: not resumable")
 
 
 class CardsPart(Strict):
@@ -193,6 +195,9 @@ class RankEntry(Strict):
     notes: list[str] = Field(description="what the per-rank model does not cover for this class")
     memory: RankMemory = Field(description="bytes per GPU")
     cpu: dict[str, int] = Field(description="offloaded bytes per item (CPU memory)")
+    checkpoint_bytes: int = Field(description="one rank's share of the checkpoint to resume (its owned master and "
+                                  "optimizer states: every shard written once, as torch.distributed.checkpoint "
+                                  "does); × ranks, summed over classes = `checkpoint.bytes`")
     items: list[LineJson] = Field(description="every resident, activation and transient line with its formula")
     fit: RankFit = Absent("with a card (`--gpu` or `--gpu-mem`): this class's fit verdict")
     fits: bool = Absent("with a card: = `fit.fits`")

@@ -97,7 +97,8 @@ def render_bill(bill: Bill, explain: bool = False, fit: Fit | None = None, layou
            "recompute): the frozen base skips its weight-gradient GEMMs; seed 000: ~2× instead of 3×"]
           if "flops.lora_step_over_forward" in lines else []),
         f"checkpoint to resume: {fmt_bytes(lines['checkpoint.bytes'].value)} "
-        f"({', '.join(x.name.removeprefix('checkpoint.') for x in bill.checkpoint_items)})",
+        f"({', '.join(x.name.removeprefix('checkpoint.') for x in bill.checkpoint_items)}); weights only (export): "
+        f"{fmt_bytes(lines['checkpoint.weights_export'].value)} ({lines['checkpoint.weights_export'].explain()})",
     ]
     for key in RECIPE_NOTES:  # what a quantised / fp8 recipe adds (engine/quant.py, engine/fp8.py)
         if key in lines:
