@@ -38,12 +38,17 @@ def test_weights_only_export_of_deepseek_v3_and_of_lora() -> None:
     {"gpus": 8, "zero": 0},
     {"gpus": 8, "dp": 2, "tp": 2, "pp": 2, "zero": 1, "recipe": "pure-bf16"},
     {"gpus": 8, "zero": 3, "lora_rank": 16},
+    {"gpus": 8, "zero": 3, "convention": "eager"},  # the measured FSDP2 classes: fp32 shards are the master
+    {"gpus": 64, "zero": 3, "convention": "eager", "model": "mixtral-8x7b"},  # uneven dim-0 chunks
 ])
 def test_rank_shares_sum_to_the_checkpoint(layout: dict) -> None:
     """Σ over rank classes of ranks × checkpoint_bytes = checkpoint.bytes (torch.distributed.checkpoint writes every
-    shard once): ZeRO-3, replicas without ZeRO, tp × pp × ZeRO-1 with the weights as master, LoRA."""
-    run = make_step_bill("llama3-8b", seq=2048, **layout)
+    shard once): ZeRO-3, replicas without ZeRO, tp × pp × ZeRO-1 with the weights as master, LoRA, and the measured
+    FSDP2 classes (ranks holding uneven chunks)."""
+    options = dict(layout)
+    run = make_step_bill(options.pop("model", "llama3-8b"), seq=2048, **options)
     data = run.to_json()
+    assert all(r["checkpoint_bytes"] > 0 for r in data["ranks"])
     total = sum(r["ranks"] * r["checkpoint_bytes"] for r in data["ranks"])
     assert total == pytest.approx(data["checkpoint"]["bytes"], abs=len(data["ranks"]))
 

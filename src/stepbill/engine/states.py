@@ -161,13 +161,15 @@ def export_line(inventory: ParamInventory, recipe: Recipe) -> Line:
                 convention="weights only, in the weights' training dtype (save_pretrained); not resumable")
 
 
-def rank_checkpoint_bytes(owned: dict[str, float], recipe: Recipe) -> float:
+def rank_checkpoint_bytes(owned: dict[str, float]) -> float:
     """One rank's share (bytes) of the checkpoint to resume (checkpoint_lines' master weights and optimizer
     states): its owned bytes of each — RankClass.owned, an item's bytes over the ranks that hold it, which sums over
     the ranks to the whole, as torch.distributed.checkpoint writes every shard once and spreads duplicated items
-    over their holders (its save planner's deduplication). The weights stand for the master where there is none."""
-    master = "master" if recipe.precision.master else "weights"
-    return sum(v for k, v in owned.items() if k == master or k.startswith("optimizer."))
+    over their holders (its save planner's deduplication). The weights stand for the master where there is no
+    master item: a recipe without one, or the measured FSDP2 classes, whose fp32 shards are the master and whose
+    optimizer states are one item."""
+    master = "master" if "master" in owned else "weights"
+    return sum(v for k, v in owned.items() if k in (master, "optimizer") or k.startswith("optimizer."))
 
 
 def checkpoint_lines(inventory: ParamInventory, recipe: Recipe) -> list[Line]:

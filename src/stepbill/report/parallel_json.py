@@ -73,7 +73,7 @@ def parallel_to_json(bill: Bill, fit: Fit | None = None, layout_note: str = "") 
             "notes": list(c.notes),
             "memory": {k: _bytes(c.memory[k]) for k in MEMORY_KEYS},
             "cpu": {k: _bytes(v) for k, v in c.cpu.items()},
-            "checkpoint_bytes": _bytes(rank_checkpoint_bytes(c.owned, bill.recipe)),
+            "checkpoint_bytes": _bytes(rank_checkpoint_bytes(c.owned)),
             "items": [x.to_json() for x in [*c.resident_items, *c.activation_items, *c.transient_items]],
         }
         if fit is not None:
