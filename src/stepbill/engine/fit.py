@@ -255,7 +255,7 @@ def fit_of_ranks(classes: list[RankClass], recipe: Recipe, convention: str, show
                              convention=f"{convention} convention"),
     }
     worst_class = max(classes, key=lambda c: c.memory["peak"])  # Bill.worst_rank
-    advice = per_gpu_advice(worst_class, recipe.parallel, recipe.recompute, budget, _full_precision_base(recipe))
+    advice = per_gpu_advice(worst_class, recipe.parallel, recipe.recompute, budget, full_precision_lora(recipe))
     host = host_fit(classes, recipe.parallel, card.gpus_per_node, card.host_bytes, card.host_source, convention)
     if host is not None:
         lines["fit.host_node"] = host.line()
@@ -277,7 +277,7 @@ def rank_fit(name: str, ranks: int, peak_bytes: float, budget_bytes: float) -> R
     return RankFit(name, ranks, peak_bytes, budget_bytes - peak_bytes)
 
 
-def _full_precision_base(recipe: Recipe) -> bool:
+def full_precision_lora(recipe: Recipe) -> bool:
     """LoRA over a frozen base kept in the training dtype (not a quantised one): the base can go 4-bit."""
     return recipe.lora is not None and recipe.precision.quant is None
 

@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from stepbill.engine.bill import Bill, peak_phase
-from stepbill.engine.fit import Fit, per_gpu_advice
+from stepbill.engine.fit import Fit, full_precision_lora, per_gpu_advice
 from stepbill.engine.line import Line
 from stepbill.report.notes import budget_note, counted_flops_note
 from stepbill.report.units import fmt_bytes, fmt_count, fmt_flops
@@ -27,7 +27,7 @@ def top_advice(bill: Bill, fit: Fit | None) -> str:
         return fit.advice
     if not bill.recipe.parallel.is_trivial:
         return per_gpu_advice(bill.worst_rank, bill.recipe.parallel, bill.recipe.recompute, None,
-                              bill.recipe.lora is not None and bill.recipe.precision.quant is None)
+                              full_precision_lora(bill.recipe))
     assert bill.timeline is not None
     return bill.timeline.advice
 
