@@ -21,7 +21,8 @@ def test_api_md_examples_run_as_doctests(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_api_keywords_mirror_the_cli_options() -> None:
-    """Every `stepbill bill` option is a keyword of `stepbill.bill` (flag = cli_flag(keyword)), same default."""
+    """Every `stepbill bill` option is a keyword of `stepbill.bill` (flag = cli_flag(keyword)), same default;
+    `--sweep` is `stepbill.sweep` (tests/test_sweep.py), the output flags none."""
     import stepbill
     from stepbill import cli
     from stepbill.api import cli_flag
@@ -33,7 +34,7 @@ def test_api_keywords_mirror_the_cli_options() -> None:
         info = hints[name].__metadata__[0]
         decls = (info.default, *(info.param_decls or ()))  # typer keeps Annotated's first flag in `default`
         flags = [d for d in decls if isinstance(d, str) and d.startswith("--")]
-        if flags and flags[0] not in ("--json", "--explain"):
+        if flags and flags[0] not in ("--json", "--explain", "--sweep"):
             cli_options[flags[0]] = param.default
     api_params = inspect.signature(stepbill.bill).parameters
     api_options = {cli_flag(name): p.default for name, p in api_params.items() if name != "model"}

@@ -32,6 +32,8 @@ CASES: list[tuple[str, list[str]]] = [
     ("models", ["models", "--json"]),
     *[("lab", ["lab", topic, "--json"]) for topic in LAB_TOPICS],
     ("fit", ["fit", "llama3-8b", "--max", "seq", "--gpu", "h100", "--lora-rank", "16", "--json"]),
+    # a refused value (tp 3 does not divide the heads) beside two bills
+    ("sweep", ["bill", "llama3-8b", "--gpus", "8", "--gpu", "h100", "--sweep", "tp=1,2,3", "--json"]),
 ]
 
 

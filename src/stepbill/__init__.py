@@ -11,6 +11,7 @@ from stepbill import check  # a callable module: stepbill.check(model, ...) meas
 from stepbill.api import ModelInfo, RankView, Section, StepBill, bill, gpus, load_model, models
 from stepbill.api_fit import fit_max
 from stepbill.api_plan import PlanRun, plan
+from stepbill.api_sweep import Sweep, sweep
 from stepbill.check import CheckResult
 from stepbill.errors import StepbillError
 
@@ -23,6 +24,7 @@ __all__ = [
     "Section",
     "StepBill",
     "StepbillError",
+    "Sweep",
     "__version__",
     "bill",
     "check",
@@ -31,4 +33,5 @@ __all__ = [
     "load_model",
     "models",
     "plan",
+    "sweep",
 ]

@@ -133,20 +133,27 @@ def bill(
     device: Annotated[str, typer.Option(
         "--device", help="eager convention: cpu (default, what `stepbill check` measures) | cuda — the dropout "
         "masks and the SDPA kernel taking attention dropout differ")] = "cpu",
+    sweep: Annotated[str | None, typer.Option(
+        "--sweep", help="AXIS=V1,V2,... or AXIS=LO..HI (LO, 2·LO, ... HI): one bill per value of one option "
+        "(micro-batch, seq, dp, tp, zero, recompute, gpu, ...), a row each: peak, fit, step time")] = None,
 ) -> None:
     """The bill of one training step for MODEL under a recipe."""
     from stepbill.api import cli_flag, make_step_bill
     from stepbill.engine.unmodelled import DROPOUT_OFF_HEADER, unmodelled
 
-    run = make_step_bill(
-        model, seq=seq, micro_batch=micro_batch, recipe=recipe, optimizer=optimizer, recompute=recompute,
+    options = dict(
+        seq=seq, micro_batch=micro_batch, recipe=recipe, optimizer=optimizer, recompute=recompute,
         optimizer_impl=optimizer_impl, convention=convention, attention=attention, lora_rank=lora_rank,
         lora_targets=lora_targets, gpu_mem_gib=gpu_mem, reserve_gib=reserve, host_mem_gib=host_mem, dp=dp, tp=tp, pp=pp,
         pp_layers=pp_layers, cp=cp, ep=ep, etp=etp, zero=zero, shard_group=shard_group, sp=sp,
         pp_schedule=pp_schedule, vpp=vpp, micro_batches=micro_batches, offload_optimizer=offload_optimizer,
         offload_activations=offload_activations, gpu=gpu, gpus=gpus, efficiency=mfu, dropout=dropout,
         global_batch_tokens=global_batch_tokens, train_tokens=train_tokens, price_per_gpu_hour=price_per_gpu_hour,
-        device=device, name=cli_flag)
+        device=device)
+    if sweep is not None:
+        _sweep(model, sweep, options, as_json)
+        return
+    run = make_step_bill(model, name=cli_flag, **options)  # type: ignore[arg-type]
     result, fit, dp_note = run.bill, run.fit, run.layout_note
     if as_json:
         _emit_json(run.to_json())
@@ -164,6 +171,29 @@ def bill(
                   "(`stepbill lab seed-checks` has them all):")
         for line in run.seed_notes:
             print(f"- {line}")
+
+
+def _sweep(model: str, text: str, options: dict, as_json: bool) -> None:
+    """`bill --sweep`: one bill per value (api_sweep.py), as a table or one JSON object."""
+    from stepbill.api import cli_flag
+    from stepbill.api_sweep import parse_sweep, sweep
+    from stepbill.cli_plan import progress_bar
+
+    axis, values = parse_sweep(text, cli_flag)
+    bar = progress_bar(as_json, label="sweep", unit="bills")
+    try:
+        result = sweep(model, axis, values, name=cli_flag, progress=bar, **{k: v for k, v in options.items()
+                                                                            if k != axis})
+    finally:
+        if bar is not None:
+            bar.close()
+    if as_json:
+        _emit_json(result.to_json())
+        return
+    from stepbill.report.sweep_terminal import render_sweep
+    from stepbill.report.terminal import make_console
+
+    make_console().print(render_sweep(result))
 
 
 @app.command("fit")

@@ -14,9 +14,10 @@ class ProgressBar:
     """A one-line progress bar on stderr, shown once a search has run for more than `after_s` seconds. A new total
     starts a new pass (branch and bound: the floors, then the bills), timed from its first report."""
 
-    def __init__(self, after_s: float = 1.0, width: int = 30) -> None:
+    def __init__(self, after_s: float = 1.0, width: int = 30, label: str = "plan", unit: str = "candidates") -> None:
         self.start = self.first = time.perf_counter()
         self.after_s, self.width, self.shown, self.total = after_s, width, False, 0
+        self.label, self.unit = label, unit
 
     def __call__(self, done: int, total: int) -> None:
         now = time.perf_counter()
@@ -28,7 +29,7 @@ class ProgressBar:
         self.shown = True
         filled = round(self.width * done / total)
         eta = elapsed * (total - done) / done if done else 0.0
-        sys.stderr.write(f"\rplan: [{'#' * filled}{'.' * (self.width - filled)}] {done:,}/{total:,} candidates, "
+        sys.stderr.write(f"\r{self.label}: [{'#' * filled}{'.' * (self.width - filled)}] {done:,}/{total:,} {self.unit}, "
                          f"{elapsed:.0f} s, ~{eta:.0f} s left ")
         sys.stderr.flush()
 
@@ -38,11 +39,12 @@ class ProgressBar:
             sys.stderr.flush()
 
 
-def progress_bar(as_json: bool, stream: TextIO | None = None) -> ProgressBar | None:
+def progress_bar(as_json: bool, stream: TextIO | None = None, label: str = "plan", unit: str = "candidates"
+                 ) -> ProgressBar | None:
     """The progress bar, only for a person watching: none under --json or when stderr is not a terminal (a
     redirected stderr would otherwise collect hundreds of carriage-return lines)."""
     stream = sys.stderr if stream is None else stream
-    return None if as_json or not stream.isatty() else ProgressBar()
+    return None if as_json or not stream.isatty() else ProgressBar(label=label, unit=unit)
 
 
 def plan(

@@ -386,6 +386,23 @@ class BillJson(Strict):
                                   "(the field, its value, what the bill assumes)")
 
 
+class SweepRowJson(Strict):
+    value: int | str = Field(description="the swept option's value")
+    error: str | None = Field(description="why the bill refused this value (one line); null when it made one")
+    bill: BillJson | None = Field(description="the whole bill at this value, as `stepbill bill --json` prints it; "
+                                  "null when refused")
+
+
+class SweepJson(Strict):
+    """`stepbill bill MODEL … --sweep AXIS=V1,V2,… --json` (and `stepbill.sweep(...).to_json()`)."""
+
+    schema_: Literal["stepbill.sweep/1"] = Field(alias="schema", description="this schema's name and version")
+    model: str = Field(description="the model as given")
+    axis: str = Field(description="the swept option's Python name, e.g. micro_batch")
+    flag: str = Field(description="its flag, e.g. --micro-batch")
+    rows: list[SweepRowJson] = Field(description="one per value, in the order given")
+
+
 # ---------------------------------------------------------------------------------------------- recompute
 
 
@@ -408,6 +425,7 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "lab": LabJson,
     "fit": FitMaxJson,
     "plan": PlanJson,
+    "sweep": SweepJson,
 }
 
 
