@@ -34,7 +34,7 @@ def test_api_keywords_mirror_the_cli_options() -> None:
         info = hints[name].__metadata__[0]
         decls = (info.default, *(info.param_decls or ()))  # typer keeps Annotated's first flag in `default`
         flags = [d for d in decls if isinstance(d, str) and d.startswith("--")]
-        if flags and flags[0] not in ("--json", "--explain", "--sweep"):
+        if flags and flags[0] not in ("--json", "--explain", "--quiet", "--sweep"):
             cli_options[flags[0]] = param.default
     api_params = inspect.signature(stepbill.bill).parameters
     api_options = {cli_flag(name): p.default for name, p in api_params.items() if name != "model"}

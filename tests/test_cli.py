@@ -122,3 +122,19 @@ def test_bad_model_file_is_one_line_and_exit_2(
 def test_model_spec_json_file_is_accepted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(["bill", _write(tmp_path, json.dumps(BAD_SPEC)), "--json"], capsys)
     assert code == 0 and json.loads(out)["model"]["params_total"] > 0
+
+
+def test_quiet_is_one_line_with_the_bill_s_numbers(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--quiet`: one line — the verdict and the judged peak against the budget with a card (and the node's host
+    under offload), the step with a GPU — the same numbers as the JSON."""
+    argv = ["bill", "llama3-70b", "--seq", "8192", "--gpu", "h100", "--gpus", "8", "--zero", "3",
+            "--offload-optimizer", "--recompute", "full"]
+    code, out, err = run_cli([*argv, "--quiet"], capsys)
+    assert code == 0, err
+    assert len(out.strip().splitlines()) == 1
+    code, js, _ = run_cli([*argv, "--json"], capsys)
+    data = json.loads(js)
+    assert out.startswith("llama3-70b, 8 GPUs: fits yes · peak ")
+    assert f"step {data['time']['step']['value']:.3f} s" in out and " of 2.00 TiB a node" in out
+    code, out, _ = run_cli(["bill", "llama3-8b", "--quiet"], capsys)
+    assert code == 0 and "no card: --gpu for a verdict" in out and len(out.strip().splitlines()) == 1

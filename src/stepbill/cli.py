@@ -128,6 +128,7 @@ def bill(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object (bytes as integers)")] = False,
     explain: Annotated[bool, typer.Option("--explain", help="show every number's formula, inputs and provenance")]
     = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="one line: the verdict, the peak and the step time")] = False,
     dropout: Annotated[float | None, typer.Option(
         "--dropout", help="0: train without dropout (every dropout probability of the config set to 0)")] = None,
     device: Annotated[str, typer.Option(
@@ -157,6 +158,10 @@ def bill(
     result, fit, dp_note = run.bill, run.fit, run.layout_note
     if as_json:
         _emit_json(run.to_json())
+    elif quiet:
+        from stepbill.report.terminal import one_line
+
+        print(one_line(result, fit))
     else:
         from stepbill.report.notes import attention_unmodelled
         from stepbill.report.terminal import print_bill

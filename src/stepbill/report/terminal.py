@@ -20,6 +20,26 @@ def _explain_cell(line: Line) -> str:
     return f"{text}  · {line.provenance}" if text else line.provenance
 
 
+def one_line(bill: Bill, fit: Fit | None) -> str:
+    """`stepbill bill --quiet`: the model, the verdict (with a card: the worst rank's eager peak against the budget,
+    and the node's host memory under offload), else the peak of the bill's convention, and with a GPU the step."""
+    head = f"{bill.model.name}, {bill.recipe.parallel.world} GPU{'s' if bill.recipe.parallel.world > 1 else ''}"
+    if fit is not None:
+        worst = fit.worst
+        what = (f"fits {'yes' if fit.fits else 'NO'} · peak {fmt_bytes(worst.peak_bytes)} of budget "
+                f"{fmt_bytes(fit.budget_bytes)} ({worst.rank_class}, {fit.convention} convention)")
+        if fit.host is not None and fit.host.checked:
+            what += f" · host {fmt_bytes(fit.host.node_bytes)} of {fmt_bytes(fit.host.budget_bytes or 0)} a node"
+    else:
+        peak = max(c.memory["peak"] for c in bill.ranks)
+        what = f"peak {fmt_bytes(peak)} per GPU ({bill.convention} convention; no card: --gpu for a verdict)"
+    if bill.time is not None:
+        t = bill.time
+        what += (f" · step {t['time.step'].value:.3f} s · MFU {t['time.mfu'].value:.1%} · "
+                 f"{t['time.tokens_per_s'].value:,.0f} tokens/s")
+    return f"{head}: {what}"
+
+
 def top_advice(bill: Bill, fit: Fit | None) -> str:
     """The hint for the view the user asked for: per GPU when a layout or a card is given (the largest item of the
     worst rank class and the next flag), else the one-GPU timeline's."""
