@@ -124,7 +124,8 @@ def test_optimizer_offload_costs_time() -> None:
     owned = param_inventory(spec).total / 8
     cpu = on.time["time.offload_cpu_optimizer"].value
     assert cpu == pytest.approx(owned * 8 / 4e9, rel=1e-6)
-    assert on.time["time.offload_weights_up"].value == pytest.approx(owned * 2 / 64e9, rel=1e-6)
+    # PCIe Gen5 x16, 64 GB/s, at the 0.8 a copy moves (an H100 measures 52.8 GB/s device → host)
+    assert on.time["time.offload_weights_up"].value == pytest.approx(owned * 2 / (0.8 * 64e9), rel=1e-6)
     assert on.time["time.step"].value >= off.time["time.step"].value + cpu
     assert "time.offload_cpu_optimizer" not in off.time.lines
 
@@ -147,7 +148,7 @@ def test_activation_offload_moves_what_autograd_saves_in_every_convention() -> N
     """The PCIe traffic of activation offload is the eager convention's kept bytes (every tensor autograd saves, as
     save_on_cpu moves it), so the step time does not depend on the convention the bill is shown in: Llama-3-8B at
     seq 8K, micro-batch 32 over cp 8 on 8 H100 — the ideal convention's 128 GiB a micro-batch made it 17.37 s, fully
-    hidden; the eager one's 196 GiB spill over the kernels."""
+    hidden; the eager one's 196 GiB spill over the kernels (at PCIe's 0.8 a copy moves)."""
     spec = load_preset("llama3-8b")
     par = Parallel(dp=1, cp=8, zero=3, micro_batches=4, offload_activations=True)
     recipe = make_recipe(seq_len=8192, micro_batch=32, parallel=par)
@@ -158,7 +159,7 @@ def test_activation_offload_moves_what_autograd_saves_in_every_convention() -> N
         assert bill.time is not None
         line = bill.time["time.offload_activations"]
         assert line.inputs["kept"] == kept and "eager convention" in line.convention
-        assert line.value == pytest.approx(2 * kept * 4 / 64e9, rel=1e-12)
+        assert line.value == pytest.approx(2 * kept * 4 / (0.8 * 64e9), rel=1e-12)
         # (the kernels' time differs by ~1e-10 between conventions: a memory-bound term reads the shown rank)
         eager_step = bills["eager"].time["time.step"].value  # type: ignore[index]
         assert bill.time["time.step"].value == pytest.approx(eager_step, rel=1e-9)

@@ -33,14 +33,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stepbill.engine.line import Line
+from stepbill.engine.line import Line, cited
 from stepbill.engine.parallel import RankClass
 from stepbill.engine.parallel.collectives import Collective
 from stepbill.engine.params import ParamInventory
 from stepbill.engine.recompute import RecomputePlan
-from stepbill.engine.timing.constants import NCCL_EFFICIENCY_SOURCE, NCCL_SOURCE
+from stepbill.engine.timing.constants import NCCL_EFFICIENCY_SOURCE, NCCL_SOURCE, PCIE_COPY_SOURCE
 from stepbill.engine.timing.step import stage_compute_lines
-from stepbill.engine.timing.step_terms import CPU_ADAM_PARAMS_PER_S, CPU_ADAM_SOURCE, StepTerms, step_terms
+from stepbill.engine.timing.step_terms import (
+    CPU_ADAM_PARAMS_PER_S,
+    CPU_ADAM_SOURCE,
+    StepTerms,
+    pcie_copy_bytes_per_s,
+    step_terms,
+)
 from stepbill.engine.timing.step_terms import slowest_stage as slowest_stage  # re-exported: its home was here
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
@@ -72,24 +78,25 @@ class StepTime:
 def offload_lines(terms: StepTerms, recipe: Recipe, gpu: GPU) -> list[Line]:
     """The lines of offload's PCIe traffic and CPU time, per rank per step (none when nothing is offloaded)."""
     par, p, off = recipe.parallel, recipe.precision, terms.offload
-    pcie = gpu.pcie_bytes_per_s
+    pcie = pcie_copy_bytes_per_s(gpu)  # PCIe line rate × PCIE_COPY_EFFICIENCY
     lines: list[Line] = []
     if par.offload_optimizer:
         lines += [
-            Line("time.offload_grads_down", off.grads_down, "s", "{params} params × {bytes} B grads / {bw} B/s PCIe",
-                 {"params": off.owned, "bytes": p.grads, "bw": pcie}, convention="hideable: streamed during the backward"),
+            Line("time.offload_grads_down", off.grads_down, "s", "{params} params × {bytes} B grads / {bw} B/s PCIe copies",
+                 {"params": off.owned, "bytes": p.grads, "bw": pcie}, cited(PCIE_COPY_SOURCE),
+                 "hideable: streamed during the backward"),
             Line("time.offload_cpu_optimizer", off.cpu_optimizer, "s",
                  "{params} params × {ranks} ranks sharing the host / {rate} params/s",
                  {"params": off.owned, "ranks": off.ranks_per_host, "rate": CPU_ADAM_PARAMS_PER_S}, CPU_ADAM_SOURCE,
                  "exposed: between the backward and the next forward"),
-            Line("time.offload_weights_up", off.weights_up, "s", "{params} params × {bytes} B weights / {bw} B/s PCIe",
-                 {"params": off.owned, "bytes": p.weights, "bw": pcie},
-                 convention="exposed: the next forward needs them"),
+            Line("time.offload_weights_up", off.weights_up, "s", "{params} params × {bytes} B weights / {bw} B/s PCIe copies",
+                 {"params": off.owned, "bytes": p.weights, "bw": pcie}, cited(PCIE_COPY_SOURCE),
+                 "exposed: the next forward needs them"),
         ]
     if par.offload_activations:
         lines.append(Line("time.offload_activations", off.activations, "s",
-                          "2 × {kept} B kept per micro-batch × {m} micro-batches / {bw} B/s PCIe",
-                          {"kept": off.kept, "m": par.micro_batches, "bw": pcie},
+                          "2 × {kept} B kept per micro-batch × {m} micro-batches / {bw} B/s PCIe copies",
+                          {"kept": off.kept, "m": par.micro_batches, "bw": pcie}, cited(PCIE_COPY_SOURCE),
                           convention="hideable: down in the forward, back up in the backward; kept bytes of the "
                           + (f"{off.kept_convention} convention" if off.kept_convention else "bill's convention")
                           + (" (what autograd saves, as an offload hook moves it)"

@@ -66,7 +66,13 @@ from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.evaluate import recipe_for
 from stepbill.engine.plan.space import Candidate, PlanRequest
 from stepbill.engine.recompute import RecomputePlan
-from stepbill.engine.timing.step_terms import OffloadTerms, StepTerms, offload_terms, per_op_total
+from stepbill.engine.timing.step_terms import (
+    OffloadTerms,
+    StepTerms,
+    offload_terms,
+    pcie_copy_bytes_per_s,
+    per_op_total,
+)
 from stepbill.errors import StepbillError
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
@@ -392,7 +398,7 @@ def offload_traffic_floor(req: PlanRequest, cand: Candidate) -> float:
     rows_key = (req.spec, without_layout(recipe), solved, par.cp, par.tp, par.sp, par.expert_tp)
     kept = min(stage_rows(rows_key, plan, kept_on_gpu, order)[0]
                for _, _, order in _stage_groups(req.spec, par, plan.order))
-    return 2 * kept * par.micro_batches / req.gpu.pcie_bytes_per_s
+    return 2 * kept * par.micro_batches / pcie_copy_bytes_per_s(req.gpu)
 
 
 def floor_offload_terms(req: PlanRequest, recipe: Recipe) -> OffloadTerms:

@@ -40,6 +40,14 @@ NCCL_SOURCE = "NCCL src/graph/tuning.cc baseLat / hwLat (Ring, Simple): 8.4 µs 
 NCCL_PROTOCOL_EFFICIENCY = 0.8
 NCCL_EFFICIENCY_SOURCE = "effective 370 of 450 GB/s line rate (~20 % protocol overhead), NVIDIA/nccl-tests#212"
 
+#: Share of the PCIe line rate a host↔GPU copy moves (offload's traffic): an H100 SXM moves 52.8 GB/s device → host
+#: of PCIe Gen5 x16's 64 (NVIDIA/nvbandwidth#24, 8 GPUs of a node alike), an A100 25 of Gen4's 32 GB/s measured peak
+#: (ZaidQureshi/bam#54): ~0.8, as NCCL's share of a link above.
+PCIE_COPY_EFFICIENCY = 0.8
+PCIE_COPY_SOURCE = ("H100 device→host 52.8 of 64 GB/s (NVIDIA/nvbandwidth#24); A100 25 of 32 GB/s measured peak "
+                    "(ZaidQureshi/bam#54)")
+
+
 #: Gradient bucket of PyTorch DDP (bucket_cap_mb default 25 MiB, torch.nn.parallel.DistributedDataParallel docs):
 #: the last bucket's reduction starts only when the backward ends, so it cannot hide.
 GRAD_BUCKET_BYTES = 25 * 2**20

@@ -21,6 +21,7 @@ from stepbill.engine.precision_time import precision_time_lines
 from stepbill.engine.quant import gemm_weight_bytes
 from stepbill.engine.recompute import RecomputePlan
 from stepbill.engine.timing.comm_time import CommTiming, comm_timing
+from stepbill.engine.timing.constants import PCIE_COPY_EFFICIENCY
 from stepbill.engine.timing.step import StageCompute, stage_compute
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
@@ -121,6 +122,11 @@ def _owned_trainable(recipe: Recipe, held: dict[str, float]) -> float:
 NO_OFFLOAD = OffloadTerms()
 
 
+def pcie_copy_bytes_per_s(gpu: GPU) -> float:
+    """What a host↔GPU copy moves per second (offload's traffic): the PCIe line rate × PCIE_COPY_EFFICIENCY."""
+    return gpu.pcie_bytes_per_s * PCIE_COPY_EFFICIENCY
+
+
 def offload_terms(recipe: Recipe, worst: RankClass, gpu: GPU, held: dict[str, float],
                   kept_convention: str = "") -> OffloadTerms:
     """PCIe traffic and CPU time of offload (ZeRO-Offload, arXiv 2101.06840 §4), per rank per step; `held`:
@@ -130,7 +136,7 @@ def offload_terms(recipe: Recipe, worst: RankClass, gpu: GPU, held: dict[str, fl
     par, p = recipe.parallel, recipe.precision
     if not (par.offload_optimizer or par.offload_activations):
         return NO_OFFLOAD
-    pcie = gpu.pcie_bytes_per_s
+    pcie = pcie_copy_bytes_per_s(gpu)
     owned = cpu_s = down = up = kept = moved = 0.0
     per_node = 0
     exposed = hideable = 0.0
