@@ -68,3 +68,5 @@ def test_a_refused_value_is_a_row_and_a_bad_option_one_line(capsys: pytest.Captu
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
     code, out, err = run_cli(["bill", "llama3-8b", "--sweep", "colour=1"], capsys)
     assert code == 2 and out == "" and "--sweep takes AXIS=" in err
+    code, out, err = run_cli(["bill", "llama3-8b", "--sweep", "seq=1024,2048", "--explain"], capsys)
+    assert code == 2 and out == "" and "drop --explain" in err

@@ -152,6 +152,11 @@ def bill(
         global_batch_tokens=global_batch_tokens, train_tokens=train_tokens, price_per_gpu_hour=price_per_gpu_hour,
         device=device)
     if sweep is not None:
+        if explain or quiet:
+            from stepbill.errors import StepbillError
+
+            raise StepbillError(f"--sweep prints one row per value: drop {'--explain' if explain else '--quiet'} "
+                                "(run one value's bill for its derivations)")
         _sweep(model, sweep, options, as_json)
         return
     run = make_step_bill(model, name=cli_flag, **options)  # type: ignore[arg-type]
