@@ -8,17 +8,27 @@
 `make_step_bill` is the one place where keyword options become a Recipe, a layout and an engine Bill: the CLI's
 `bill` command calls it too, so the two cannot drift. Its own checks name the Python parameter
 (`micro_batch must be a positive integer`); the CLI passes `cli_flag` so the same check names `--micro-batch`.
+Those checks and the parsing of option values live in stepbill/api_options.py.
 Everything heavy (the engine, torch) is imported inside the functions: `import stepbill` stays cheap.
 The result types live in stepbill/result.py; `stepbill.check(...)` is the callable module stepbill/check.py.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from stepbill.api_options import (
+    check_finite,
+    check_options,
+    data_parallel_of,
+    lora_targets_of,
+    micro_batches_of,
+    parse_tokens,
+    python_name,
+    stage_layers_of,
+)
 from stepbill.errors import StepbillError
 from stepbill.result import BillRun, RankView, Section, StepBill
 from stepbill.spec.command import cli_flag
@@ -32,141 +42,6 @@ if TYPE_CHECKING:
     from stepbill.spec.model import ModelSpec
 
 GIB = 2**30
-_POSITIVE_INTS = ("seq", "micro_batch", "tp", "pp", "cp", "ep", "vpp", "micro_batches")
-_OPTIONAL_POSITIVE_INTS = ("dp", "etp", "shard_group", "gpus", "lora_rank")
-_STRINGS = ("recipe", "optimizer", "recompute", "optimizer_impl", "convention", "attention", "pp_schedule", "device")
-_FLAGS = ("sp", "offload_optimizer", "offload_activations")
-
-
-def python_name(param: str) -> str:
-    """How the API's own checks name a parameter: as it is spelled in Python."""
-    return param
-
-
-def _check_options(options: Mapping[str, Any], name: Callable[[str], str]) -> None:
-    """Types and ranges of the plain options, before anything is built: one StepbillError naming the option."""
-    for key in _POSITIVE_INTS + _OPTIONAL_POSITIVE_INTS:
-        value = options[key]
-        if value is None and key in _OPTIONAL_POSITIVE_INTS:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise StepbillError(f"{name(key)} must be a positive integer, got {value!r}")
-    zero = options["zero"]
-    if isinstance(zero, bool) or not isinstance(zero, int) or zero not in (0, 1, 2, 3):
-        raise StepbillError(f"{name('zero')} must be 0, 1, 2 or 3, got {zero!r}")
-    for key in _STRINGS:
-        if not isinstance(options[key], str):
-            raise StepbillError(f"{name(key)} must be a string, got {options[key]!r}")
-    for key in _FLAGS:
-        if not isinstance(options[key], bool):
-            raise StepbillError(f"{name(key)} must be True or False, got {options[key]!r}")
-    from stepbill.spec.schema import EFFICIENCY, GPU_MEM_GIB, WORLD, check_value
-
-    if options["gpu_mem_gib"] is not None:  # the rules are spec/schema.py's, declared once
-        check_value(GPU_MEM_GIB, f"{name('gpu_mem_gib')} (GiB)", options["gpu_mem_gib"])
-    if options["efficiency"] is not None:  # None: the per-op time model; a number overrides its GEMM rate
-        check_value(EFFICIENCY, name("efficiency"), options["efficiency"])
-    if options["gpus"] is not None:
-        check_value(WORLD, name("gpus"), options["gpus"])
-    reserve = options["reserve_gib"]
-    if reserve is not None and (not _is_number(reserve) or not math.isfinite(reserve) or reserve < 0):
-        raise StepbillError(f"{name('reserve_gib')} must be >= 0 and finite (GiB), got {reserve!r}")
-    check_host_mem(options["host_mem_gib"], name)
-    gpu = options["gpu"]
-    if gpu is not None and not isinstance(gpu, str):
-        raise StepbillError(f"{name('gpu')} must be a catalog GPU name, got {gpu!r}")
-
-
-def check_host_mem(host_mem_gib: Any, name: Callable[[str], str]) -> None:
-    """A node's host memory in GiB (`--host-mem`): a finite number > 0, or None."""
-    if host_mem_gib is not None and (not _is_number(host_mem_gib) or not math.isfinite(host_mem_gib)
-                                     or host_mem_gib <= 0):
-        raise StepbillError(f"{name('host_mem_gib')} must be > 0 and finite (GiB per node), got {host_mem_gib!r}")
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _lora_targets(targets: str | Sequence[str] | None, name: Callable[[str], str]) -> tuple[str, ...] | None:
-    if targets is None:
-        return None
-    if isinstance(targets, str):
-        return tuple(t.strip() for t in targets.split(",") if t.strip())
-    if not all(isinstance(t, str) for t in targets):
-        raise StepbillError(f"{name('lora_targets')} must be names of matrices, got {targets!r}")
-    return tuple(t.strip() for t in targets if t.strip())
-
-
-TOKEN_SUFFIXES = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12,
-                  "KI": 2**10, "MI": 2**20, "GI": 2**30, "TI": 2**40}
-
-
-def parse_tokens(value: int | str | None, param: str, name: Callable[[str], str] = python_name) -> int | None:
-    """A token count from an int or a string with a suffix: decimal K / M / B (or G) / T (4M = 4,000,000;
-    2T = 2e12; 1.5T allowed when whole), binary Ki / Mi / Gi / Ti (4Mi = 4,194,304). None stays None."""
-    if value is None:
-        return None
-    if isinstance(value, int) and not isinstance(value, bool):
-        count = value
-    elif isinstance(value, str):
-        text = value.strip().replace(",", "").replace("_", "")
-        digits = text.rstrip("KkMmBbGgTtIi")
-        suffix = text[len(digits):].upper()
-        try:
-            number = float(digits)
-        except ValueError:
-            number = math.nan
-        if suffix not in TOKEN_SUFFIXES or not math.isfinite(number) or number * TOKEN_SUFFIXES[suffix] % 1:
-            raise StepbillError(f"{name(param)} takes a whole token count such as 4M, 2T or 4Mi (binary), "
-                                f"got {value!r}")
-        count = int(number * TOKEN_SUFFIXES[suffix])
-    else:
-        raise StepbillError(f"{name(param)} must be a token count such as 4M or 2T, got {value!r}")
-    if count < 1:
-        raise StepbillError(f"{name(param)} must be at least 1 token, got {value!r}")
-    return count
-
-
-def _micro_batches(global_batch: int | None, micro_batches: int, dp: int, micro_batch: int, seq: int,
-                   name: Callable[[str], str]) -> int:
-    """Micro-batches per step from the global batch: global batch ÷ (dp·micro-batch·seq), rounded to the nearest
-    whole count (at least 1) — "4M tokens" in papers is a round figure (Llama 3's is 512 × 8,192 = 4,194,304);
-    the run's lines state the requested and the effective batch (engine/run.py)."""
-    if global_batch is None:
-        return micro_batches
-    if micro_batches != 1:
-        raise StepbillError(f"give {name('global_batch_tokens')} or {name('micro_batches')}, not both")
-    unit = dp * micro_batch * seq
-    return max(1, math.floor(global_batch / unit + 0.5))
-
-
-def _stage_layers(value: str | Sequence[int] | None, name: Callable[[str], str]) -> tuple[int, ...] | None:
-    """Layers per pipeline stage from "7,8,8,7" or (7, 8, 8, 7); None stays None."""
-    if value is None:
-        return None
-    parts = [p.strip() for p in value.split(",")] if isinstance(value, str) else list(value)
-    if isinstance(value, str) and parts and all(p.isascii() and p.isdigit() for p in parts):
-        return tuple(int(p) for p in parts)
-    if not isinstance(value, str) and parts and all(isinstance(p, int) and not isinstance(p, bool) and p > 0
-                                                    for p in parts):
-        return tuple(parts)
-    raise StepbillError(f"{name('pp_layers')} takes comma-separated positive integers, got {value!r}")
-
-
-def _data_parallel(dp: int | None, gpus: int | None, tp: int, pp: int, cp: int,
-                   name: Callable[[str], str]) -> tuple[int, str]:
-    """dp as given; without it, gpus ÷ (tp·pp·cp) when gpus is given (said in the header), else 1."""
-    if dp is not None:
-        return dp, ""
-    if gpus is None:
-        return 1, ""
-    model_parallel = tp * pp * cp
-    if gpus % model_parallel:
-        raise StepbillError(f"{name('gpus')} {gpus} is not a multiple of tp·pp·cp = {tp}·{pp}·{cp} = "
-                            f"{model_parallel}; give {name('dp')}")
-    dp = gpus // model_parallel
-    return dp, f"dp {dp} = {name('gpus')} {gpus} ÷ tp·pp·cp {model_parallel} (no {name('dp')} given)"
 
 
 def fit_from_options(result: EngineBill, gpu_mem_gib: float | None = None, reserve_gib: float | None = None,
@@ -240,7 +115,7 @@ def make_step_bill(
 
     `name` spells a parameter in error messages: `python_name` for the API, `cli_flag` for the CLI.
     """
-    _check_options(dict(locals()), name)
+    check_options(dict(locals()), name)
     from dataclasses import replace
 
     from stepbill.engine.bill import make_bill
@@ -251,7 +126,7 @@ def make_step_bill(
     from stepbill.spec.parallel import Parallel, validate_layout
     from stepbill.spec.recipe import make_recipe
 
-    targets = _lora_targets(lora_targets, name)
+    targets = lora_targets_of(lora_targets, name)
     if targets and lora_rank is None:
         raise StepbillError(f"{name('lora_targets')} needs {name('lora_rank')}")
     if isinstance(model, ModelSpec):
@@ -263,19 +138,17 @@ def make_step_bill(
     from stepbill.engine.unmodelled import apply_dropout_option
 
     spec = apply_dropout_option(spec, dropout, name("dropout"))  # 0: no dropout; None: the config's
-    dp, layout_note = _data_parallel(dp, gpus, tp, pp, cp, name)
+    dp, layout_note = data_parallel_of(dp, gpus, tp, pp, cp, name)
     global_batch = parse_tokens(global_batch_tokens, "global_batch_tokens", name)
     train = parse_tokens(train_tokens, "train_tokens", name)
-    if price_per_gpu_hour is not None and (not _is_number(price_per_gpu_hour) or not math.isfinite(price_per_gpu_hour)
-                                           or price_per_gpu_hour < 0):
-        raise StepbillError(f"{name('price_per_gpu_hour')} must be >= 0 and finite, got {price_per_gpu_hour!r}")
+    check_finite(price_per_gpu_hour, "price_per_gpu_hour", name)
     if price_per_gpu_hour is not None and (train is None or gpu is None):
         raise StepbillError(f"{name('price_per_gpu_hour')} needs {name('train_tokens')} and {name('gpu')}")
-    micro_batches = _micro_batches(global_batch, micro_batches, dp, micro_batch, seq, name)
+    micro_batches = micro_batches_of(global_batch, micro_batches, dp, micro_batch, seq, name)
     layout = Parallel(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, sp=sp, zero=zero, shard_group=shard_group,
                       micro_batches=micro_batches, pp_schedule=pp_schedule, vpp=vpp,  # type: ignore[arg-type]
                       offload_optimizer=offload_optimizer, offload_activations=offload_activations,
-                      pp_layers=_stage_layers(pp_layers, name))
+                      pp_layers=stage_layers_of(pp_layers, name))
     validate_layout(spec, layout, seq, gpus)
     the_gpu = load_gpu(gpu) if gpu is not None else None
     the_recipe = make_recipe(recipe, optimizer, micro_batch, seq, recompute, lora_rank, targets, layout,

@@ -15,7 +15,8 @@ import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from stepbill.api import make_step_bill, python_name
+from stepbill.api import make_step_bill
+from stepbill.api_options import python_name
 from stepbill.errors import StepbillError, unknown_name
 from stepbill.spec.command import bill_command as format_bill_command
 

@@ -12,12 +12,12 @@ The engine does the search (engine/plan/); this module turns keyword options int
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from stepbill.api import _is_number, check_host_mem, load_model, parse_tokens, python_name
+from stepbill.api import load_model
+from stepbill.api_options import check_finite, parse_tokens, python_name
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
 
@@ -123,16 +123,12 @@ def plan(
         raise StepbillError(f"{name('gpu')} must be a catalog GPU name, got {gpu!r}")
     if objective not in OBJECTIVES:
         raise unknown_name("objective", objective, OBJECTIVES)
-    if deadline_s is not None and (not _is_number(deadline_s) or not math.isfinite(deadline_s) or deadline_s < 0):
-        raise StepbillError(f"{name('deadline_s')} must be >= 0 and finite (seconds), got {deadline_s!r}")
+    check_finite(deadline_s, "deadline_s", name, "seconds")
     if efficiency is not None:
         check_value(EFFICIENCY, name("efficiency"), efficiency)
-    if reserve_gib is not None and (not _is_number(reserve_gib) or not math.isfinite(reserve_gib) or reserve_gib < 0):
-        raise StepbillError(f"{name('reserve_gib')} must be >= 0 and finite (GiB), got {reserve_gib!r}")
-    if price_per_gpu_hour is not None and (not _is_number(price_per_gpu_hour) or not math.isfinite(price_per_gpu_hour)
-                                           or price_per_gpu_hour < 0):
-        raise StepbillError(f"{name('price_per_gpu_hour')} must be >= 0 and finite, got {price_per_gpu_hour!r}")
-    check_host_mem(host_mem_gib, name)
+    check_finite(reserve_gib, "reserve_gib", name, "GiB")
+    check_finite(price_per_gpu_hour, "price_per_gpu_hour", name)
+    check_finite(host_mem_gib, "host_mem_gib", name, "GiB per node", positive=True)
     worlds = worlds_for(gpus, max_gpus, name)
     batch = parse_tokens(global_batch_tokens, "global_batch_tokens", name)
     train = parse_tokens(train_tokens, "train_tokens", name)

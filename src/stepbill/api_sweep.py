@@ -8,7 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stepbill.api import make_step_bill, python_name
+from stepbill.api import make_step_bill
+from stepbill.api_options import python_name
 from stepbill.errors import StepbillError
 from stepbill.result import StepBill
 from stepbill.spec.command import cli_flag
