@@ -13,7 +13,7 @@ import pytest
 from stepbill.engine.bill import activation_width
 from stepbill.engine.bill_parts import verdict_ranks
 from stepbill.engine.parallel.layout import stage_layer_indices
-from stepbill.engine.parallel.ranks import in_flight_microbatches
+from stepbill.engine.parallel.rank_share import in_flight_microbatches
 from stepbill.engine.plan import evaluate as ev
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.fix import parse_fix

@@ -29,7 +29,7 @@ from dataclasses import replace
 from typing import Any, NamedTuple
 
 from stepbill.engine.activations import ActTensor
-from stepbill.engine.kinds import Phase, Split
+from stepbill.engine.kinds import Phase
 from stepbill.engine.line import Line
 from stepbill.engine.memo import Memo
 from stepbill.engine.memory.eager import EagerTerms
@@ -52,6 +52,7 @@ from stepbill.engine.parallel.rank_class import (
     RankClass,
     SingleRank,
 )
+from stepbill.engine.parallel.rank_share import MEMO_ENTRIES, in_flight_microbatches, rank_eager, rank_plan, row_divisor
 from stepbill.engine.params import ParamInventory
 from stepbill.engine.recompute import RecomputePlan
 from stepbill.spec.model import ModelSpec
@@ -59,64 +60,6 @@ from stepbill.spec.parallel import validate_layout
 from stepbill.spec.recipe import Recipe
 
 OPTIMIZER_SIDE = ("master", "optimizer.")
-
-
-def in_flight_microbatches(recipe: Recipe, stage: int) -> float:
-    """Micro-batches' worth of the stage's activations alive at its peak.
-
-    GPipe keeps all m; 1F1B keeps min(p − s, m) on stage s (Narayanan et al. 2021); interleaved with v chunks
-    keeps min(2(p − s − 1) + (v − 1)p + 1, m·v) chunk-micro-batches of 1/v of the stage's layers (Megatron's
-    warm-up count), i.e. p(1 + (p − 1)/(p·v)) on stage 0 (Korthikanti et al. 2022 §4.2.3). No pipeline: 1.
-    """
-    par = recipe.parallel
-    m, p, v = par.micro_batches, par.pp, par.vpp
-    if p == 1:
-        return 1.0
-    if par.pp_schedule == "gpipe":
-        return float(m)
-    if par.pp_schedule == "1f1b":
-        return float(min(p - stage, m))
-    return min(2 * (p - stage - 1) + (v - 1) * p + 1, m * v) / v
-
-
-def row_divisor(recipe: Recipe) -> Callable[[ActTensor], float]:
-    """How many ways one rank's share of a kept tensor is divided (see engine/kinds.Split)."""
-    par = recipe.parallel
-    seq = par.cp * (par.tp if par.sp else 1)
-    by_split = {Split.SEQ: seq, Split.TP: par.cp * par.tp, Split.EXPERT: seq * par.expert_tp}
-
-    def divisor(t: ActTensor) -> float:
-        return by_split[t.split]
-
-    return divisor
-
-
-def rank_plan(one_plan: RecomputePlan, recipe: Recipe, order: tuple[str, ...]) -> RecomputePlan:
-    """The one-GPU plan as one rank of `recipe`'s layout holds it for a stage running `order`: rows divided by their
-    Split (row_divisor), checkpointed inputs by cp (× tp under sp), recompute FLOPs by tp·cp."""
-    par = recipe.parallel
-    key = (id(one_plan), par.cp, par.tp, par.sp, par.expert_tp, order)  # all that row_divisor and the divisors read
-    found = _RANK_PLANS.get(key)
-    if found is not None and found[0] is one_plan:
-        return found[1]
-    plan = one_plan.for_rank(row_divisor(recipe), par.cp * (par.tp if par.sp else 1), par.cp * par.tp, order)
-    _remember(_RANK_PLANS, key, (one_plan, plan))
-    return plan
-
-
-#: Memos of rank_plan and rank_eager, keyed on the layout's divisors and the one-GPU object (its id, or for eager
-#: terms some of their numbers; the object is kept beside its result and checked the same or equal on a hit): a
-#: candidate's verdicts, and candidates that share a recompute plan, ask for the same few. Shared results: read
-#: them, never change them.
-_RANK_PLANS: dict[tuple[Any, ...], tuple[RecomputePlan, RecomputePlan]] = {}
-_RANK_EAGER: dict[tuple[Any, ...], tuple[EagerTerms, EagerTerms]] = {}
-MEMO_ENTRIES = 4096  # entries a memo keeps before it starts over
-
-
-def _remember(memo: dict[Any, Any], key: Any, value: Any) -> None:
-    if len(memo) >= MEMO_ENTRIES:
-        memo.clear()
-    memo[key] = value
 
 
 def _rank_view(recipe: Recipe, held: Held, order: tuple[str, ...], stage: int, eager: EagerTerms | None,
@@ -145,30 +88,6 @@ def _rank_view(recipe: Recipe, held: Held, order: tuple[str, ...], stage: int, e
         view = RankView(round(weights), round(optimizer), round(head), tuple(round(x) for x in layers), round(embed),
                         0, first, last, round(flight_bytes), buffers)
     return view, cpu
-
-
-def rank_eager(eager: EagerTerms, recipe: Recipe, held: Held, inv: ParamInventory) -> EagerTerms:
-    """The one-GPU eager terms as one rank of `recipe`'s layout holding `held` sees them (EagerTerms.for_rank)."""
-    par = recipe.parallel
-    seq = par.cp * (par.tp if par.sp else 1)
-    width = par.cp * par.tp
-    unsharded = held.unsharded.get("grads", 0.0)
-    grad_div = unsharded / held.held["grads"] if held.held.get("grads") else 1.0
-    counters = held.params_share  # AdamW keeps one step tensor per parameter tensor: the rank's share of them
-    opt_div = par.tp * (par.zero_group if par.zero >= 1 else 1)
-    # keyed on a few of the one-GPU terms' numbers, checked equal whole on a hit: a budget candidate's verdicts
-    # each have their own terms (one per policy), mostly equal in value
-    key = (eager.constant, eager.forward_end, eager.head_temp, eager.optimizer_temp, seq, width, par.tp, grad_div,
-           counters, opt_div, par.offload_optimizer)
-    found = _RANK_EAGER.get(key)
-    if found is not None and (found[0] is eager or found[0] == eager):
-        return found[1]
-    one = eager
-    if par.offload_optimizer:
-        eager = replace(eager, optimizer_temp=0, step_counters=0)
-    mine = eager.for_rank(seq, width, width, par.tp * grad_div, min(counters, 1.0), opt_div, par.tp)
-    _remember(_RANK_EAGER, key, (one, mine))
-    return mine
 
 
 def kept_by_kind(plan: RecomputePlan) -> tuple[tuple[str, int, float], ...]:

@@ -54,13 +54,8 @@ from stepbill.engine.parallel.fsdp2_ranks import exact_reason
 from stepbill.engine.parallel.holdings import held_key, rank_holdings, stage_held
 from stepbill.engine.parallel.layout import representative_stage, stage_layer_indices
 from stepbill.engine.parallel.rank_class import MEMORY_KEYS, RankClass
-from stepbill.engine.parallel.ranks import (
-    OPTIMIZER_SIDE,
-    in_flight_microbatches,
-    rank_eager,
-    rank_plan,
-    row_divisor,
-)
+from stepbill.engine.parallel.rank_share import in_flight_microbatches, rank_eager, rank_plan, row_divisor
+from stepbill.engine.parallel.ranks import OPTIMIZER_SIDE
 from stepbill.engine.params import param_inventory
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.evaluate import recipe_for
@@ -108,7 +103,7 @@ def peak_floor(req: PlanRequest, cand: Candidate, resident: float, enough: float
     except StepbillError:  # no eager bill for this model: the verdict reads the ideal peaks
         return resident
     spec, par = req.spec, recipe.parallel
-    # what a rank's activation rows are divided by (ranks.row_divisor; rank_plan's other divisors read the same)
+    # what a rank's activation rows are divided by (rank_share.row_divisor; rank_plan's other divisors read the same)
     rows_key = (spec, without_layout(recipe), solved, par.cp, par.tp, par.sp, par.expert_tp)
     best = resident
     for side in stage_sides(req, recipe, plan, eager, outside_rows, rows_key):
@@ -344,7 +339,7 @@ def time_floor_terms(req: PlanRequest, cand: Candidate, recipe: Recipe | None = 
 def time_layout(par: Parallel) -> Parallel:
     """The layout as the floors' step time reads it: a GPipe layout is read as the same layout under 1F1B. The step
     time reads the schedule through the bubble alone, comm.pipeline_bubble(pp, v·m) — the same for both — and the
-    schedule's other effect, the micro-batches in flight (parallel/ranks.in_flight_microbatches), is memory, which
+    schedule's other effect, the micro-batches in flight (parallel/rank_share.in_flight_microbatches), is memory, which
     the floors' rank does not hold (EMPTY_RANK). So every floor of this module and of budget_bound.budget_floor
     (not its fitted form, which reads the peak) is the same for a candidate and its time layout's
     (tests/test_plan_bounds.py: equal, ==); floor_pass.floors computes them once per time layout."""

@@ -57,7 +57,7 @@ from stepbill.engine.memo import Memo, fields_except
 from stepbill.engine.memory.eager import EagerTerms
 from stepbill.engine.parallel.collectives import rank_param_elements, step_collectives
 from stepbill.engine.parallel.layout import stage_layer_indices, stage_layer_kinds
-from stepbill.engine.parallel.ranks import row_divisor
+from stepbill.engine.parallel.rank_share import row_divisor
 from stepbill.engine.params import param_inventory
 from stepbill.engine.plan.bounds import (
     EMPTY_RANK,
@@ -190,7 +190,7 @@ def _staircase(spec: ModelSpec, one: Recipe, convention: str) -> Steps:
 
 def _freed_on_rank(spec: ModelSpec, recipe: Recipe, eager_steps: Steps) -> dict[str, np.ndarray]:
     """Per layer kind, the bytes one layer of it frees on a rank of `recipe`'s layout (one micro-batch) at each eager
-    staircase step: its dropped tensors' bytes, each divided as the rank holds it (ranks.row_divisor, which reads a
+    staircase step: its dropped tensors' bytes, each divided as the rank holds it (rank_share.row_divisor, which reads a
     tensor's Split only), as RecomputePlan.for_rank divides kept rows."""
     by_split, examples = _FREED_BY_SPLIT.get((spec, without_layout(recipe)), _freed_by_split, spec, recipe,
                                               eager_steps)

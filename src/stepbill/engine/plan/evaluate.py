@@ -34,7 +34,8 @@ from stepbill.engine.fit import (
 from stepbill.engine.fit_host import HostFit, host_fit
 from stepbill.engine.parallel.holdings import held_key, slicing_layout, stage_held
 from stepbill.engine.parallel.layout import representative_stage, stage_layer_indices
-from stepbill.engine.parallel.ranks import OPTIMIZER_SIDE, in_flight_microbatches
+from stepbill.engine.parallel.rank_share import in_flight_microbatches
+from stepbill.engine.parallel.ranks import OPTIMIZER_SIDE
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.space import Candidate, PlanRequest
 from stepbill.engine.recompute.budget import floor, peak_of, problem_for_spec
@@ -293,7 +294,7 @@ def budget_policy(req: PlanRequest, cand: Candidate) -> str:
     The rank's free memory F = usable − reserve − the worst stage's resident bytes (`resident_bound`). The solver's
     budget is the activation peak of the whole model on one GPU, one micro-batch (engine/recompute/budget.py); a rank
     holds about 1/(tp·cp) of each layer's rows and, on stage s, n_s layers × f_s micro-batches in flight
-    (engine/parallel/ranks.in_flight_microbatches), so F is scaled by k = L·tp·cp / max_s(n_s·f_s): X₀ = k·F. That
+    (engine/parallel/rank_share.in_flight_microbatches), so F is scaled by k = L·tp·cp / max_s(n_s·f_s): X₀ = k·F. That
     leaves out what the solver does not see (buffers, the working set, the eager convention's logits and loss; rows
     tp does not split without sp), so while X binds it is corrected by the verdict's own peak, Newton-like, at most
     BUDGET_STEPS eager bills: P = the worst rank's peak at X, X ← X + k·(usable − reserve − P); it stops at the first
