@@ -49,16 +49,10 @@ def fit_from_options(result: EngineBill, gpu_mem_gib: float | None = None, reser
     """The fit verdict of a bill: on `result.gpu` or a card of `gpu_mem_gib` GiB (which wins), keeping
     `reserve_gib` GiB back (None: the default reserve), in a node of `host_mem_gib` GiB host memory (None: the
     catalog's reference node, unknown for --gpu-mem); None without a card. engine/fit.py's `judge` does the work."""
-    from dataclasses import replace
-
     from stepbill.engine.fit import Card, judge
 
     if gpu_mem_gib is not None:
-        card = Card.from_gib(gpu_mem_gib)
-        if result.gpu is not None:  # the card's memory given, its node the catalog GPU's
-            node = Card.from_gpu(result.gpu)
-            card = replace(card, gpus_per_node=node.gpus_per_node, host_bytes=node.host_bytes,
-                           host_source=node.host_source)
+        card = Card.from_gib(gpu_mem_gib, result.gpu)  # the card's memory given, its node the catalog GPU's
     elif result.gpu is not None:
         card = Card.from_gpu(result.gpu)
     elif reserve_gib is not None or host_mem_gib is not None:

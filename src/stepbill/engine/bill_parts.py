@@ -98,12 +98,14 @@ def bill_step_time(spec: ModelSpec, recipe: Recipe, worst: RankClass, gpu: GPU,
 
 
 def bill_time(spec: ModelSpec, recipe: Recipe, gpu: GPU, efficiency: float | None = DEFAULT_EFFICIENCY,
-              convention: str = "ideal", attention: str = "sdpa") -> StepTime:
+              convention: str = "ideal", attention: str = "sdpa", eager_worst: RankClass | None = None) -> StepTime:
     """make_bill(spec, recipe, None, convention, attention, gpu, efficiency).time — its worst rank class by peak
     (verdict_worst: the same class's numbers) judged by bill_step_time — without the bill's other lines: what the
-    planner's rows read (engine/plan/evaluate.py)."""
+    planner's rows read (engine/plan/evaluate.py). `eager_worst`: the eager convention's worst class when the
+    caller has it already (activation offload's traffic reads it: engine/bill.offloaded_rank)."""
     worst = verdict_worst(spec, recipe, convention, attention)  # the memory, in-flight and CPU numbers it reads
-    offloaded = offloaded_rank(recipe, convention, worst, lambda: verdict_worst(spec, recipe, "eager", attention))
+    offloaded = offloaded_rank(recipe, convention, worst, lambda: eager_worst if eager_worst is not None
+                               else verdict_worst(spec, recipe, "eager", attention))
     return bill_step_time(spec, recipe, worst, gpu, efficiency, convention, attention, offloaded)
 
 

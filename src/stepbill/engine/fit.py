@@ -73,9 +73,14 @@ class Card:
                    gpu.host_memory_source)
 
     @classmethod
-    def from_gib(cls, gib: float) -> Card:
-        """A card of `gib` GiB as the user gave it (`--gpu-mem`), taken as usable memory."""
-        return cls(f"{gib:g} GiB card", gib * GIB, "--gpu-mem (taken as the usable memory)")
+    def from_gib(cls, gib: float, gpu: GPU | None = None) -> Card:
+        """A card of `gib` GiB as the user gave it (`--gpu-mem`), taken as usable memory; in the reference node of
+        `gpu` when one is named too (its GPUs per node and host memory), else in a node of unknown host memory."""
+        card = cls(f"{gib:g} GiB card", gib * GIB, "--gpu-mem (taken as the usable memory)")
+        if gpu is None:
+            return card
+        return replace(card, gpus_per_node=gpu.gpus_per_node, host_bytes=gpu.host_memory_bytes,
+                       host_source=gpu.host_memory_source)
 
     def with_host(self, gib: float | None) -> Card:
         """The card in a node of `gib` GiB host memory (`--host-mem`); unchanged for None."""

@@ -187,8 +187,7 @@ def model_notes(bill: Bill) -> list[Text]:
 def checkpoint_share_line(bill: Bill) -> Text:
     """The most any rank writes of the checkpoint to resume (engine/states.rank_checkpoint_bytes), against the
     whole."""
-    worst = max(bill.ranks, key=lambda c: rank_checkpoint_bytes(c.owned))
-    share = rank_checkpoint_bytes(worst.owned)
+    share, worst = max(((rank_checkpoint_bytes(c.owned), c) for c in bill.ranks), key=lambda pair: pair[0])
     return Text(escape(f"checkpoint to resume per GPU: {fmt_bytes(share)} on a rank of {worst.name} (its share of "
                        f"master + optimizer states, of {fmt_bytes(bill.lines['checkpoint.bytes'].value)} in all: "
                        "torch.distributed.checkpoint writes every shard once)"), style="dim")

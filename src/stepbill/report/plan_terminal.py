@@ -115,11 +115,11 @@ def _host_line(result: PlanResult) -> Text | None:
     if not shown:
         return None
     req = result.request
-    most = max(r.host_node_bytes or 0.0 for r in shown) / 2**30
+    most = max(r.host_node_bytes or 0.0 for r in shown) / GIB
     if req.host_mem_gib is not None:
         node = f"{req.host_mem_gib:,g} GiB (--host-mem)"
     elif req.gpu.host_memory_bytes is not None:
-        node = f"{req.gpu.host_memory_bytes / 2**30:,.0f} GiB ({req.gpu.host_memory_source})"
+        node = f"{req.gpu.host_memory_bytes / GIB:,.0f} GiB ({req.gpu.host_memory_source})"
     else:
         return Text(f"host memory: offload rows above put up to {most:,.2f} GiB on a node, not checked: no host memory "
                     f"figure for {req.gpu.display}'s node (--host-mem GiB checks it)", style="yellow")

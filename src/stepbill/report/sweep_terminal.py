@@ -33,7 +33,7 @@ def render_sweep(sweep: Sweep) -> Group:
             table.add_row(str(row.value), Text(f"refused: {row.error}", style="yellow"), *[""] * (len(columns) - 2))
             continue
         bill, fit = row.bill.engine, row.bill.fit
-        peak = fit.worst.peak_bytes if fit is not None else max(c.memory["peak"] for c in bill.ranks)
+        peak = fit.worst.peak_bytes if fit is not None else bill.worst_rank.memory["peak"]
         cells = [str(row.value), fmt_bytes(peak)]
         if card:
             cells += ["", ""] if fit is None else [fmt_bytes(fit.worst.headroom_bytes), "yes" if fit.fits else "NO"]

@@ -31,8 +31,7 @@ def one_line(bill: Bill, fit: Fit | None) -> str:
         if fit.host is not None and fit.host.checked:
             what += f" · host {fmt_bytes(fit.host.node_bytes)} of {fmt_bytes(fit.host.budget_bytes or 0)} a node"
     else:
-        peak = max(c.memory["peak"] for c in bill.ranks)
-        what = f"peak {fmt_bytes(peak)} per GPU ({bill.convention} convention; no card: --gpu for a verdict)"
+        what = f"peak {fmt_bytes(bill.worst_rank.memory['peak'])} per GPU ({bill.convention} convention; no card: --gpu for a verdict)"
     if bill.time is not None:
         t = bill.time
         what += (f" · step {t['time.step'].value:.3f} s · MFU {t['time.mfu'].value:.1%} · "

@@ -31,7 +31,8 @@ from stepbill.engine.fit import (
     rank_fit,
     user_reserve,
 )
-from stepbill.engine.fit_host import HostFit, host_fit
+from stepbill.engine.fit_host import host_fit
+from stepbill.engine.parallel import RankClass, worst_rank
 from stepbill.engine.parallel.holdings import held_key, slicing_layout, stage_held
 from stepbill.engine.parallel.layout import representative_stage, stage_layer_indices
 from stepbill.engine.parallel.rank_share import in_flight_microbatches
@@ -195,8 +196,16 @@ def judged(req: PlanRequest, cand: Candidate) -> tuple[str, Row | None]:
     verdict of `stepbill bill` (engine/fit.py, engine/fit_host.py)."""
     cand = resolve_recompute(req, cand)
     recipe = recipe_for(req, cand)
-    try:  # the eager bill's worst rank class's peak, without its other lines (engine/bill_parts.verdict_peak)
-        eager_peak = _eager_verdict(req.spec, recipe)
+    par = recipe.parallel
+    # under offload the host verdict reads every eager rank class (their offloaded bytes): made once, their largest
+    # peak the verdict's; else the worst class's peak alone (engine/bill_parts.verdict_peak, no class made)
+    classes: list[RankClass] | None = None
+    try:
+        if par.offload_optimizer or par.offload_activations:
+            classes = verdict_ranks(req.spec, recipe, "eager", "sdpa")
+            eager_peak: float | None = max(c.memory["peak"] for c in classes)
+        else:
+            eager_peak = _eager_verdict(req.spec, recipe)
         missing = ""
     except StepbillError as exc:  # no eager bill for this model: the verdict falls back to the ideal peaks
         eager_peak, missing = None, str(exc)
@@ -213,12 +222,15 @@ def judged(req: PlanRequest, cand: Candidate) -> tuple[str, Row | None]:
         worst = rank_fit("worst", 0, eager_peak, budget)
         if not worst.fits:
             return "peak_over_budget", None
-        host = _host(req, recipe)
+        card = card_for(req)
+        host = None if classes is None else host_fit(classes, par, card.gpus_per_node, card.host_bytes,
+                                                     card.host_source)
         if host is not None and not host.fits:
             return "host_over_budget", None
         peak, headroom = worst.peak_bytes, worst.headroom_bytes
         # the time (make_bill's without its other lines: engine/bill_parts.bill_time) only for a row that fits
-        time = bill_time(req.spec, recipe, req.gpu, req.efficiency, "ideal", "sdpa")
+        eager_worst = None if classes is None else worst_rank(classes)
+        time = bill_time(req.spec, recipe, req.gpu, req.efficiency, "ideal", "sdpa", eager_worst)
     assert time is not None
     run = run_lines(recipe, time, req.train_tokens, req.price_per_gpu_hour, req.global_batch_tokens)
     options = bill_options(req, cand)
@@ -231,17 +243,6 @@ def judged(req: PlanRequest, cand: Candidate) -> tuple[str, Row | None]:
 def card_for(req: PlanRequest) -> Card:
     """The card `stepbill bill` judges on: the catalog GPU, in its reference node or one of --host-mem GiB."""
     return Card.from_gpu(req.gpu).with_host(req.host_mem_gib)
-
-
-def _host(req: PlanRequest, recipe: Recipe) -> HostFit | None:
-    """engine/fit_host.py's verdict on the eager bill's rank classes (what the fit verdict judges); None without
-    offload (nothing in host memory)."""
-    par = recipe.parallel
-    if not (par.offload_optimizer or par.offload_activations):
-        return None
-    card = card_for(req)
-    return host_fit(verdict_ranks(req.spec, recipe, "eager", "sdpa"), par, card.gpus_per_node, card.host_bytes,
-                    card.host_source)
 
 
 def bill_options(req: PlanRequest, cand: Candidate) -> dict[str, Any]:
