@@ -86,7 +86,7 @@ def test_optimizer_offload_puts_fourteen_bytes_a_parameter_on_the_node() -> None
 
 
 def test_activation_offload_over_the_node_does_not_fit() -> None:
-    """The user trial's Llama-3-70B on 8 H100 with both offloads: every rank fits its card (50.61 GiB), but the
+    """The user trial's Llama-3-70B on 8 H100 with both offloads: every rank fits its card (34.18 GiB), but the
     node's eight ranks offload 2,861.20 GiB of optimizer states, gradients and eager activations > the DGX H100's
     2,048 GiB; with --host-mem 4096 it fits. The activations are the eager bill's kept ones per micro-batch (what
     `check` measures on the GPU without offload), the optimizer states and gradients 14 B a parameter."""

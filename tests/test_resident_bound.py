@@ -41,7 +41,9 @@ def reference_bound(req: PlanRequest, layout: Parallel, offload: bool, stop_abov
     pp = layout.pp
     for stage in sorted(range(pp), key=lambda s: (s in (0, pp - 1), s)):
         held = rank_holdings(req.spec, recipe, stage).held
-        worst = max(worst, sum(v for k, v in held.items() if not (offload and k.startswith(OPTIMIZER_SIDE))))
+        # under optimizer offload the optimizer side and the gradients are in host memory
+        worst = max(worst, sum(v for k, v in held.items()
+                               if not (offload and (k.startswith(OPTIMIZER_SIDE) or k == "grads"))))
         if worst > stop_above:
             break
     return worst

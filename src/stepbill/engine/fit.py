@@ -322,8 +322,8 @@ def _next_flags(item: str, par: Parallel, recompute: str) -> list[str]:
 
     if item == "optimizer":
         return [*zero(1), *([] if par.offload_optimizer else ["--offload-optimizer"]), more_dp]
-    if item == "grads":
-        return [*zero(2), more_dp, "--tp / --pp"]
+    if item == "grads":  # optimizer offload moves the gradients to the host too (memory/timeline.RankView)
+        return [*zero(2), *([] if par.offload_optimizer else ["--offload-optimizer"]), more_dp, "--tp / --pp"]
     if item == "weights":
         return [*zero(3), "--tp", "--pp"]
     if item == "activations":

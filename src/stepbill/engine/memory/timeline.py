@@ -233,6 +233,11 @@ class RankView:
     (the rank's stage); `grads_resting` the gradients alive before the backward starts (earlier micro-batches'
     accumulated gradients). `first` / `last`: the rank holds the embedding / the LM head (pipeline ends).
     `in_flight_bytes`: other micro-batches' kept activations alive on the stage (pipeline schedules).
+    `grads_offloaded`: a layer's share leaves the GPU once made (optimizer offload: DeepSpeed ZeRO-Offload's
+    copy_grads_in_partition sets `param.grad = None` after the copy to its host buffer; FSDP2's CPUOffloadPolicy frees
+    the GPU shard after the reduce-scatter's D2H copy) — a layer's backward holds its own share, the layers' shares
+    do not accumulate; the LM head's and embedding's stay to the end of the backward (FSDP2 reduces the root unit
+    last), and none is left at the optimizer step.
     """
 
     weights: int
@@ -245,6 +250,7 @@ class RankView:
     last: bool = True
     in_flight_bytes: int = 0
     buffers: Buffers | None = None
+    grads_offloaded: bool = False
 
 
 def rank_timeline(view: RankView, plan: RecomputePlan, outside: float = 0,
@@ -305,16 +311,17 @@ def ideal_moments(view: RankView, plan: RecomputePlan, outside: float,
     moments = [at(Phase.FORWARD, Part.LAYER, view.grads_resting, fwd[i], i) for i in range(len(plan.order))]
     if view.last:
         moments.append(at(Phase.FORWARD, Part.HEAD, view.grads_resting, kept + head_out))
-    grads = view.grads_resting + view.grads_head
+    resting, gone = view.grads_resting, view.grads_offloaded
+    grads = before = resting + view.grads_head
     if view.last:
         moments.append(at(Phase.BACKWARD, Part.HEAD_BACKWARD, grads, kept + head_out))
     for i in reversed(range(len(plan.order))):
-        grads += view.grads_layers[i]
+        grads = (before if gone else grads) + view.grads_layers[i]
         moments.append(at(Phase.BACKWARD, Part.LAYER, grads, bwd[i], i))
-    grads += view.grads_embed
+    grads = (before if gone else grads) + view.grads_embed
     if view.first:
         moments.append(at(Phase.BACKWARD, Part.EMBEDDING, grads, 0))
-    moments.append(at(Phase.OPTIMIZER, Part.STEP, grads, 0))
+    moments.append(at(Phase.OPTIMIZER, Part.STEP, resting if gone else grads, 0))
     return moments
 
 
@@ -378,6 +385,7 @@ def eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: EagerT
         moments.append(at(Phase.BACKWARD, Part.LOSS, resting, saved + e.loss_act, e.loss_temp, cast))
         moments.append(at(Phase.BACKWARD, Part.HEAD_BACKWARD, resting, saved + e.head_act, e.head_temp, cast))
     cast -= cast_head
+    gone = view.grads_offloaded
     grads = resting + view.grads_head
     for i in reversed(range(len(plan.order))):
         k = plan.order[i]
@@ -391,11 +399,11 @@ def eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: EagerT
         if e.attn_temp.get(k, 0):  # --attention eager: the softmax backward (eager.eager_attention_backward)
             moments.append(at(Phase.BACKWARD, Part.LAYER_INNER, grads + e.attn_grad[k], live + e.attn_act[k],
                               e.attn_temp[k], cast + mine, i))
-        grads += view.grads_layers[i]
+        grads += 0 if gone else view.grads_layers[i]
         fix -= fixed[i]
         cast -= 0 if ckpt else casts[i]
     grads += view.grads_embed
     if view.first:  # tied embeddings on one rank: the shared weight's gradient summed (eager.tied_gradient_sum)
         moments.append(at(Phase.BACKWARD, Part.EMBEDDING, grads, 0, e.tied_sum if view.last else 0))
-    moments.append(at(Phase.OPTIMIZER, Part.STEP, grads, 0, e.optimizer_temp))
+    moments.append(at(Phase.OPTIMIZER, Part.STEP, resting if gone else grads, 0, e.optimizer_temp))
     return moments

@@ -31,8 +31,12 @@ def layout_buffers(spec: ModelSpec, recipe: Recipe, order: tuple[str, ...], held
     scatter = max(scatter_of.values(), default=0.0)
     root = held.unit_weights.get("root", 0.0) * p.weights
     grads_held = sum(held.grads.values())
-    ddp_copies = par.zero == 0 and par.zero_group > 1  # PyTorch DDP: its buckets copy every gradient
-    bucket = grads_held if ddp_copies else (min(DDP_BUCKET_BYTES, grads_held) if par.zero == 1 and par.zero_group > 1
+    # PyTorch DDP: its buckets copy every gradient; not under optimizer offload (ZeRO-Offload's gradients go down to
+    # the host as they are made, through DeepSpeed's own buckets: RankView.grads_offloaded)
+    ddp_copies = par.zero == 0 and par.zero_group > 1 and not par.offload_optimizer
+    # ZeRO-1's gradient bucket; under offload at ZeRO-0 too (the gradients reduce through a bucket on their way down)
+    bucketed = par.zero == 1 or (par.zero == 0 and par.offload_optimizer)
+    bucket = grads_held if ddp_copies else (min(DDP_BUCKET_BYTES, grads_held) if bucketed and par.zero_group > 1
                                             else 0)
     seq_tokens = recipe.tokens / par.cp
     if ddp_copies:

@@ -81,12 +81,13 @@ def _rank_view(recipe: Recipe, held: Held, order: tuple[str, ...], stage: int, e
         head, embed = head + moved, embed - moved
     grads_total = sum(held.grads.values())
     first, last = stage == 0, stage == par.pp - 1
-    if par.micro_batches > 1:  # gradient accumulation: the earlier micro-batches' gradients exist already
+    if par.micro_batches > 1 and not par.offload_optimizer:
+        # gradient accumulation: the earlier micro-batches' gradients exist already
         view = RankView(round(weights), round(optimizer), 0, tuple(0 for _ in order), 0, round(grads_total), first,
                         last, round(flight_bytes), buffers)
-    else:
+    else:  # under optimizer offload the gradients accumulate in host memory (RankView.grads_offloaded)
         view = RankView(round(weights), round(optimizer), round(head), tuple(round(x) for x in layers), round(embed),
-                        0, first, last, round(flight_bytes), buffers)
+                        0, first, last, round(flight_bytes), buffers, par.offload_optimizer)
     return view, cpu
 
 
@@ -349,8 +350,8 @@ def _cpu_items(held: Held, par: Any) -> dict[str, float]:
     GPU, and `grads`: the gradients of the elements whose optimizer step it runs, sent down for the CPU step (the
     time model's offload_grads_down: its ZeRO shard, all it holds without ZeRO) in the gradients' dtype — ZeRO-Offload
     (arXiv 2101.06840 §4.1) keeps fp16 gradients and fp32 states on the CPU, 2 + 12 B a parameter of mixed-bf16
-    AdamW. The GPU's gradient shard stays billed on the GPU (an upper bound there: DeepSpeed reduces into a CPU
-    buffer). DeepSpeed adds an fp32 copy of those gradients (18 B a parameter in all), FSDP2's CPUOffloadPolicy holds
+    AdamW. The GPU keeps no gradient shard (RankView.grads_offloaded: each layer's leaves as its backward makes
+    it). DeepSpeed adds an fp32 copy of those gradients (18 B a parameter in all), FSDP2's CPUOffloadPolicy holds
     fp32 gradients instead (16 B): this bill counts what the step cannot do without."""
     if not par.offload_optimizer:
         return {}
@@ -364,7 +365,7 @@ def _cpu_items(held: Held, par: Any) -> dict[str, float]:
 def _resident_lines(held: Held, par: Any, cpu: dict[str, float]) -> list[Line]:
     lines = []
     for item, b in held.held.items():
-        on_cpu = item in cpu and item.startswith(OPTIMIZER_SIDE)  # moved off the GPU (the gradients are copied)
+        on_cpu = item in cpu  # moved off the GPU: the optimizer side, and the gradients as they are made
         lines.append(Line(item, 0.0 if on_cpu else b, "bytes",
                           "{unsharded} B of this stage after the tp/ep split, ÷ {divisor} effective ZeRO-{zero} "
                           "sharding" + (", on CPU" if on_cpu else ""),

@@ -189,7 +189,8 @@ def stage_sides(req: PlanRequest, recipe: Recipe, plan: RecomputePlan, eager: Ea
     # buckets read the group at ZeRO 0, where the held key does not), cp, tp, ep, sp, the tokens — not dp apart from
     # the groups, the schedule's name or offload, which would multiply the keys by four (~465,000 → ~150,000 in a
     # whole DeepSeek-V3 × 2,048 search)
-    buffers_key = (holding, par.zero_group, par.cp, par.ep, par.sp, recipe.tokens)
+    buffers_key = (holding, par.zero_group, par.cp, par.ep, par.sp, recipe.tokens,
+                   par.offload_optimizer and not par.zero)  # DDP's buckets, not under offload
     m = par.micro_batches
     for rep, stage, order in _stage_groups(spec, par, plan.order):
         on_gpu, grads = _HELD.get((held, rep), _stage_held, spec, recipe, stage)
@@ -210,13 +211,15 @@ _BUFFERS = Memo(ROWS_MEMO_MAX)
 
 
 def _stage_held(spec: ModelSpec, recipe: Recipe, stage: int) -> tuple[float, float]:
-    """(weights + optimizer states on the GPU, every gradient) of a rank of `stage`, bytes: holdings.stage_held,
-    rank_holdings' held bytes without its other sums (equal, bit for bit: tests/test_resident_bound.py)."""
+    """(weights + optimizer states on the GPU, every gradient on the GPU at the optimizer step) of a rank of
+    `stage`, bytes: holdings.stage_held, rank_holdings' held bytes without its other sums (equal, bit for bit:
+    tests/test_resident_bound.py); under optimizer offload the optimizer side and the gradients are in host memory
+    (parallel/ranks._cpu_items, memory/timeline.RankView.grads_offloaded)."""
     held = stage_held(spec, recipe.precision, recipe.optimizer, recipe.lora, recipe.parallel, stage)
     weights = sum(v for k, v in held.items() if k.startswith("weights"))
-    optimizer = 0.0 if recipe.parallel.offload_optimizer else \
-        sum(v for k, v in held.items() if k.startswith(OPTIMIZER_SIDE))
-    return weights + optimizer, held.get("grads", 0.0)
+    if recipe.parallel.offload_optimizer:
+        return weights, 0.0
+    return weights + sum(v for k, v in held.items() if k.startswith(OPTIMIZER_SIDE)), held.get("grads", 0.0)
 
 
 def _stage_groups(spec: ModelSpec, par: Parallel, order: tuple[str, ...]) -> tuple[tuple[int, int, tuple[str, ...]], ...]:

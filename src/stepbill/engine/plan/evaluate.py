@@ -5,8 +5,8 @@ the GPU: the step time) and the fit verdict (`engine/fit.py`: the eager bill's r
 reserve), so `stepbill bill` with the row's command prints the same peak, headroom and step time.
 
 `resident_bound` is the exact lower bound the search prunes with: a rank's weights + gradients + optimizer states
-(engine/parallel/holdings.rank_holdings, what the rank holds after the tp / ep split and ZeRO sharding; optimizer
-side left out under optimizer offload) are all alive together at the end of the backward, so every rank class's
+(engine/parallel/holdings.rank_holdings, what the rank holds after the tp / ep split and ZeRO sharding; the weights
+alone under optimizer offload, whose optimizer side and gradients are in host memory) are all alive together at the end of the backward, so every rank class's
 peak is at least that sum. When it exceeds the budget, no micro-batch, recompute policy, sp or activation-offload
 choice can fit: each of those candidates is rejected with the same verdict a full bill gives (tested against full
 bills in tests/test_plan_bounds.py).
@@ -115,7 +115,7 @@ def budget_bytes(req: PlanRequest, parallel: Parallel) -> float:
 def resident_bound(req: PlanRequest, holdings_layout: Parallel, offload_optimizer: bool,
                    stop_above: float = float("inf")) -> float:
     """The largest over pipeline stages of a rank's resident bytes on the GPU (weights + grads + master +
-    optimizer states; the optimizer side on the CPU under offload): a lower bound of every rank class's peak.
+    optimizer states; the weights alone under offload): a lower bound of every rank class's peak.
     Stops at the first stage above `stop_above` (that stage alone decides the verdict)."""
     worst = 0.0
     for on_gpu in _stage_resident(req, holdings_layout, offload_optimizer):
@@ -155,8 +155,10 @@ def _stage_resident(req: PlanRequest, holdings_layout: Parallel, offload_optimiz
 
 
 def _on_gpu(held: dict[str, float], offload_optimizer: bool) -> float:
-    """Bytes of the held items on the GPU: all, or all but the optimizer side under optimizer offload."""
-    return sum(v for k, v in held.items() if not (offload_optimizer and k.startswith(OPTIMIZER_SIDE)))
+    """Bytes of the held items on the GPU: all, or the weights alone under optimizer offload (the optimizer side
+    and the gradients in host memory: parallel/ranks._cpu_items)."""
+    return sum(v for k, v in held.items() if not (offload_optimizer and (k.startswith(OPTIMIZER_SIDE) or
+                                                                           k == "grads")))
 
 
 #: Entries a request's resident memo keeps before it starts over (a DeepSeek-V3 × 2,048 space needs ~1,800).
