@@ -160,6 +160,13 @@ def test_bad_policies(text: str, needle: str) -> None:
     assert "\n" not in str(info.value)
 
 
+def test_bare_selective_is_megatrons_default_set() -> None:
+    """`selective` alone is Megatron-LM's --recompute-granularity selective with no --recompute-modules:
+    core_attn (TransformerConfig.__post_init__); `selective:` with nothing after the colon stays an error."""
+    assert parse_recompute("selective") == parse_recompute("selective:core_attn")
+    assert str(parse_recompute("selective")) == "selective:core_attn"
+
+
 def test_module_matching_nothing() -> None:
     with pytest.raises(StepbillError, match="match no tensor"):
         make_plan(LLAMA, parse_recompute("selective:mla_up_proj"), 1024, 1, 2)

@@ -3,7 +3,9 @@
     none                      keep every activation
     full                      keep each layer's input, rebuild the whole layer in its backward
     every:K | every:auto      keep the input of every K-th layer (segments of K layers); auto = the best K (≈ √L)
-    selective:M1,M2,...       rebuild the tensors of Megatron's --recompute-modules names
+    selective:M1,M2,...       rebuild the tensors of Megatron's --recompute-modules names; a bare `selective` is
+                              Megatron-LM's default set, core_attn (TransformerConfig.__post_init__: recompute_modules
+                              None → ["core_attn"]; Korthikanti et al., arXiv 2205.05198)
     budget:SIZE               drop the tensors that fit the activation peak under SIZE (e.g. 40GiB, 512MiB,
                               2.5e10B; a bare number is GiB: budget:10 = 10 GiB) at minimum recompute FLOPs
                               (exact: engine/recompute/budget.py)
@@ -70,6 +72,8 @@ def parse_recompute(text: str) -> RecomputePolicy:
         if sep:
             raise StepbillError(f"recompute policy {kind!r} takes no argument, got {shown(text)}")
         return RecomputePolicy(kind)
+    if kind == "selective" and not sep:  # Megatron-LM's --recompute-granularity selective alone
+        arg = "core_attn"
     if not arg:
         raise StepbillError(f"recompute policy {kind!r} needs an argument, e.g. "
                             + {"every": "every:4", "selective": "selective:core_attn,mlp",
