@@ -34,6 +34,7 @@ EXPECTED = {
     "llama-2-7b": (6_738_415_616, 6_738_415_616),
     "llama-2-13b": (13_015_864_320, 13_015_864_320),
     "llama-2-70b": (68_976_648_192, 68_976_648_192),
+    "llama-65b": (65_285_660_672, 65_285_660_672),  # huggyllama/llama-65b: LLaMA-1 (QLoRA's 65B)
     "llama-3-8b": (8_030_261_248, 8_030_261_248),
     "llama-3-70b": (70_553_706_496, 70_553_706_496),
     "llama-3.2-1b": (1_235_814_400, 1_235_814_400),
@@ -386,3 +387,17 @@ def test_qwen_use_sliding_window_layers(model_type: str, first: int, layers: tup
               "max_window_layers": first}
     a = from_hf_config(config).attention
     assert (a.sliding_window, a.sliding_layers) == (4096, layers)
+
+
+def test_a_config_file_is_named_by_its_stem_a_config_json_by_its_folder(tmp_path: Path) -> None:
+    """`llama65b.json` is the model llama65b; `Llama-65B/config.json` (the Hub's layout) and its folder Llama-65B."""
+    from stepbill.spec.presets import config_name, load_model
+
+    data = (CONFIGS / "llama-2-7b.json").read_text()
+    (tmp_path / "Llama-65B").mkdir()
+    (tmp_path / "Llama-65B" / "config.json").write_text(data)
+    (tmp_path / "llama65b.json").write_text(data)
+    assert load_model(str(tmp_path / "llama65b.json")).name == "llama65b"
+    assert load_model(str(tmp_path / "Llama-65B")).name == "Llama-65B"
+    assert load_model(str(tmp_path / "Llama-65B" / "config.json")).name == "Llama-65B"
+    assert config_name(Path("config.json")) == "config"

@@ -124,6 +124,22 @@ def test_llama2_13b_qlora_fits_a_4090() -> None:
     assert not fit_l.fits
 
 
+def test_qlora_finetunes_llama_65b_on_one_48gb_card() -> None:
+    """QLoRA's headline (Dettmers et al., arXiv 2305.14314, abstract: "finetune a 65B parameter model on a single 48GB
+    GPU"): LLaMA-65B (huggyllama/llama-65b's config, 65.29 B parameters) with its Guanaco adapters (r 64 on every
+    linear layer, §5) at micro-batch 1 × 512 tokens under gradient checkpointing fits a 48 GB card on the eager peak
+    the verdict judges; the same LoRA over a bf16 base does not come near."""
+    from stepbill.spec.presets import load_model
+
+    spec = load_model(str(Path(__file__).parent / "data" / "hf_configs" / "llama-65b.json"))
+    assert param_inventory(spec).total == 65_285_660_672
+    card = Card.from_gib(48)
+    options = dict(lora_rank=64, lora_targets="all-linear", seq_len=512, recompute="full")
+    fit_q = judge(make_bill(spec, make_recipe("qlora-nf4", **options)), card)
+    assert fit_q.convention == "eager" and fit_q.fits and fit_q.worst.headroom_bytes > 2**30
+    assert not judge(make_bill(spec, make_recipe("mixed-bf16", **options)), card).fits
+
+
 def test_flops_unchanged_by_quantisation() -> None:
     """Dequantising changes bytes and time, never the FLOPs: QLoRA's are plain LoRA's."""
     q, lora = _qlora(), make_bill(LLAMA13, make_recipe("mixed-bf16", lora_rank=16))

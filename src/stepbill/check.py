@@ -137,21 +137,21 @@ def model_and_config(model: str, dropout: float | None = None) -> tuple[Any, dic
 
     from stepbill.engine.unmodelled import apply_dropout_option
     from stepbill.spec.hf import dropout_config_keys, from_hf_config, to_hf_config
-    from stepbill.spec.presets import load_model, preset_names, read_json_file
+    from stepbill.spec.presets import config_name, load_model, preset_names, read_json_file
 
     path = Path(model)
     if path.is_dir() and (path / "config.json").is_file():
         path = path / "config.json"
-    data = None
+    data, name = None, ""
     if model.endswith(".json") or path.exists():
-        data = read_json_file(path)
+        data, name = read_json_file(path), config_name(path)
     elif model not in preset_names():
         from stepbill.spec.hub import download_config, looks_like_hub_id
 
         if looks_like_hub_id(model):
-            data = read_json_file(download_config(model))
+            data, name = read_json_file(download_config(model)), model.split("/", 1)[1]
     if data is not None and "model_type" in data:
-        spec = from_hf_config(data, name=path.parent.name or path.stem)
+        spec = from_hf_config(data, name=name)
         config = dict(data)
     else:
         spec = load_model(model)

@@ -128,6 +128,13 @@ def read_json_file(path: Path) -> dict[str, Any]:
     return data
 
 
+def config_name(path: Path) -> str:
+    """The model name of a Hugging Face config file: its folder's for a `config.json` (the Hub's layout,
+    `Llama-3-8B/config.json`), else the file's stem (`llama65b.json` → llama65b)."""
+    name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+    return one_line(name)[:200]
+
+
 def load_model(model: str) -> ModelSpec:
     """A preset name, a path to a ModelSpec JSON, a Hugging Face config.json (or a folder holding one), or a
     Hub id `org/name` that is not a local path (its config.json only, through huggingface_hub)."""
@@ -145,7 +152,7 @@ def load_model(model: str) -> ModelSpec:
         if "model_type" in data:
             from stepbill.spec.hf import from_hf_config
 
-            return from_hf_config(data, name=one_line(path.parent.name or path.stem)[:200])
+            return from_hf_config(data, name=config_name(path))
         return ModelSpec.from_dict(data)
     from stepbill.spec.hub import looks_like_hub_id
 
