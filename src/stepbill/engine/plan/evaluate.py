@@ -6,10 +6,10 @@ reserve), so `stepbill bill` with the row's command prints the same peak, headro
 
 `resident_bound` is the exact lower bound the search prunes with: a rank's weights + gradients + optimizer states
 (engine/parallel/holdings.rank_holdings, what the rank holds after the tp / ep split and ZeRO sharding; the weights
-alone under optimizer offload, whose optimizer side and gradients are in host memory) are all alive together at the end of the backward, so every rank class's
-peak is at least that sum. When it exceeds the budget, no micro-batch, recompute policy, sp or activation-offload
-choice can fit: each of those candidates is rejected with the same verdict a full bill gives (tested against full
-bills in tests/test_plan_bounds.py).
+alone under optimizer offload, whose optimizer side and gradients are in host memory) are all alive together at
+the end of the backward, so every rank class's peak is at least that sum. When it exceeds the budget, no
+micro-batch, recompute policy, sp or activation-offload choice can fit: each of those candidates is rejected with
+the same verdict a full bill gives (tested against full bills in tests/test_plan_bounds.py).
 """
 
 from __future__ import annotations
