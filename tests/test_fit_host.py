@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import random
 
 import pytest
 
@@ -13,7 +14,13 @@ import stepbill
 from stepbill.api import make_step_bill
 from stepbill.engine.fit_host import fullest_node
 from stepbill.engine.plan import PlanRequest, parse_fix, search
-from stepbill.engine.plan.evaluate import bill_options, budget_drops_nothing, resolve_recompute
+from stepbill.engine.plan.evaluate import (
+    bill_options,
+    budget_drops_nothing,
+    host_bound,
+    host_budget_exceeded,
+    resolve_recompute,
+)
 from stepbill.engine.plan.space import Rejections, enumerate_space
 from stepbill.errors import StepbillError
 from stepbill.spec.hardware import gpu_catalog, gpu_from_dict, load_gpu
@@ -194,3 +201,22 @@ def test_plan_says_which_host_memory_its_offload_rows_were_judged_on(gpu: str, s
     assert code == 0, err
     line = next(x for x in out.splitlines() if x.startswith("host memory:"))
     assert says in " ".join(out.split()) and "offload rows above put up to" in line
+
+
+@pytest.mark.parametrize(("model", "gpus", "host_gib"), [("llama3-8b", 16, 96.0), ("mixtral-8x7b", 16, 300.0)])
+def test_host_bound_is_below_every_candidates_host_bytes(model: str, gpus: int, host_gib: float) -> None:
+    """The planner's host bound (evaluate.host_bound: each rank's offloaded optimizer side summed over the fullest
+    node) is at most the host bytes `stepbill bill` finds for any candidate of the group (its gradients and offloaded
+    activations only add), so a group it rejects has no candidate whose node fits; and it does reject some here."""
+    spec = load_preset(model)
+    req = PlanRequest(spec, load_gpu("h100-sxm"), "h100-sxm", (gpus,), 4096, model, global_batch_tokens=2**20,
+                      host_mem_gib=host_gib)
+    groups = [g for g in enumerate_space(req, Rejections()) if g.offload_optimizer]
+    for group in random.Random(7).sample(groups, 12):
+        cand = resolve_recompute(req, group.candidates[len(group.variants) // 2])
+        run = make_step_bill(spec, **bill_options(req, cand))
+        assert run.fit is not None and run.fit.host is not None
+        assert host_bound(req, group.holdings_layout) <= run.fit.host.node_bytes * (1 + 1e-12)
+        if host_budget_exceeded(req, group):
+            assert not run.fit.host.fits
+    assert 0 < sum(host_budget_exceeded(req, g) for g in groups) < len(groups)

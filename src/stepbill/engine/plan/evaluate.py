@@ -31,14 +31,14 @@ from stepbill.engine.fit import (
     rank_fit,
     user_reserve,
 )
-from stepbill.engine.fit_host import host_fit
+from stepbill.engine.fit_host import fullest_node, host_fit
 from stepbill.engine.parallel import RankClass, worst_rank
 from stepbill.engine.parallel.holdings import held_key, slicing_layout, stage_held
 from stepbill.engine.parallel.layout import representative_stage, stage_layer_indices
 from stepbill.engine.parallel.rank_share import in_flight_microbatches
 from stepbill.engine.parallel.ranks import OPTIMIZER_SIDE
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
-from stepbill.engine.plan.space import Candidate, PlanRequest
+from stepbill.engine.plan.space import Candidate, Group, PlanRequest
 from stepbill.engine.recompute.budget import floor, peak_of, problem_for_spec
 from stepbill.engine.run import run_lines
 from stepbill.errors import StepbillError
@@ -136,22 +136,64 @@ def _stage_resident(req: PlanRequest, holdings_layout: Parallel, offload_optimiz
     held_of = held_key(holdings_layout)
     found = memo.resident.get((held_of, offload_optimizer))
     if found is None:
-        recipe = make_recipe(req.recipe, req.optimizer, 1, req.seq, "none", None, None, holdings_layout, "single")
         pp = holdings_layout.pp
         stages = sorted(range(pp), key=lambda s: (s in (0, pp - 1), s))
-        classes = {representative_stage(req.spec, holdings_layout, s) for s in stages}
-        held = memo.held.get(held_of)
-        if held is None:
-            held = {c: stage_held(req.spec, recipe.precision, recipe.optimizer, recipe.lora, holdings_layout, c)
-                    for c in classes}
-            memo.held[held_of] = held
-        on_gpu = {c: _on_gpu(held[c], offload_optimizer) for c in classes}
+        held = _held_by_class(req, holdings_layout, memo)
+        on_gpu = {c: _on_gpu(items, offload_optimizer) for c, items in held.items()}
         found = tuple(on_gpu[representative_stage(req.spec, holdings_layout, s)] for s in stages)
         if len(memo.resident) >= MEMO_ENTRIES:
             memo.resident.clear()
             memo.held.clear()
         memo.resident[(held_of, offload_optimizer)] = found
     return found
+
+
+def _held_by_class(req: PlanRequest, holdings_layout: Parallel, memo: _Memo) -> dict[int, dict[str, float]]:
+    """Each stage class's held items (holdings.stage_held), memoised per request on holdings.held_key."""
+    held_of = held_key(holdings_layout)
+    held = memo.held.get(held_of)
+    if held is None:
+        recipe = make_recipe(req.recipe, req.optimizer, 1, req.seq, "none", None, None, holdings_layout, "single")
+        classes = {representative_stage(req.spec, holdings_layout, s) for s in range(holdings_layout.pp)}
+        held = {c: stage_held(req.spec, recipe.precision, recipe.optimizer, recipe.lora, holdings_layout, c)
+                for c in classes}
+        memo.held[held_of] = held
+    return held
+
+
+def host_bound(req: PlanRequest, holdings_layout: Parallel) -> float:
+    """Under optimizer offload, a lower bound (bytes) of what the fullest node's GPUs offload: each rank's optimizer
+    side (master + states, which parallel/ranks.cpu_items puts in host memory; its gradients and, under activation
+    offload, its kept activations only add to it), summed over the fullest node as engine/fit_host.host_fit sums its
+    ranks (fit_host.fullest_node: Megatron's rank order). It reads no micro-batch, recompute, sp or activation
+    offload: one bound for a whole group (memoised on holdings.held_key and the world)."""
+    memo = _memo(req)
+    key = (held_key(holdings_layout), holdings_layout.world)
+    found = memo.host.get(key)
+    if found is None:
+        held = _held_by_class(req, holdings_layout, memo)
+        side = {c: sum(v for k, v in items.items() if k.startswith(OPTIMIZER_SIDE)) for c, items in held.items()}
+        pp, world = holdings_layout.pp, holdings_layout.world
+        per_stage = [side[representative_stage(req.spec, holdings_layout, s)] for s in range(pp)]
+        if memo.host_card is None:
+            memo.host_card = card_for(req)
+        found = fullest_node(per_stage, world // pp, min(memo.host_card.gpus_per_node, world))[0]
+        if len(memo.host) >= MEMO_ENTRIES:
+            memo.host.clear()
+        memo.host[key] = found
+    return found
+
+
+def host_budget_exceeded(req: PlanRequest, group: Group) -> bool:
+    """The group offloads its optimizer and the node's host memory (catalog or --host-mem; unknown: never) cannot
+    hold even `host_bound`: none of its candidates can fit (engine/fit_host.HostFit.fits)."""
+    if not group.offload_optimizer:
+        return False
+    memo = _memo(req)
+    if memo.host_card is None:
+        memo.host_card = card_for(req)
+    budget = memo.host_card.host_bytes
+    return budget is not None and host_bound(req, group.holdings_layout) > budget
 
 
 def _on_gpu(held: dict[str, float], offload_optimizer: bool) -> float:
@@ -174,6 +216,8 @@ class _Memo:
     budgets: dict[int, float] = field(default_factory=dict)
     resident: dict[tuple[Any, ...], tuple[float, ...]] = field(default_factory=dict)
     held: dict[tuple[Any, ...], dict[int, dict[str, float]]] = field(default_factory=dict)  # by stage class
+    host: dict[tuple[Any, ...], float] = field(default_factory=dict)  # host_bound, by held_key and world
+    host_card: Card | None = None  # card_for(req), made once
 
 
 _last_memo: list[_Memo] = []

@@ -20,12 +20,15 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from stepbill.engine.plan.branch_bound import Billed, bill_in_order
-from stepbill.engine.plan.evaluate import budget_bytes, resident_bound
+from stepbill.engine.plan.evaluate import budget_bytes, host_budget_exceeded, resident_bound
 from stepbill.engine.plan.floor_pass import Floors, Progress, floors
 from stepbill.engine.plan.peers import Peers, shared_array
 from stepbill.engine.plan.space import Group, PlanRequest
 
 T = TypeVar("T")
+#: The rejection reason of a group whose offloaded optimizer states alone overfill a node's host memory
+#: (evaluate.host_bound; engine/plan/space.REASONS).
+HOST_BOUND = "host_resident_over_budget"
 
 
 @dataclass
@@ -174,22 +177,29 @@ FLOORS_SHARE = 0.5
 
 def floors_part(req: PlanRequest, indexed: list[tuple[int, Group]], objective: str, deadline_at: float | None,
                  progress: Progress | None = None, total: int = 0) -> tuple[Floors, int]:
-    """The resident bound of each (index, group), then the floors of the candidates it leaves, stopping at
-    FLOORS_SHARE of the time `deadline_at` leaves then: (Floors, candidates the bound rejected)."""
+    """The resident bound of each (index, group) and, under optimizer offload, its host bound
+    (evaluate.host_budget_exceeded), then the floors of the candidates they leave, stopping at FLOORS_SHARE of the
+    time `deadline_at` leaves then: (Floors, candidates the resident bound rejected; the host bound's are in
+    Floors.rejected and Floors.by_host_bound)."""
     cpu0 = time.process_time()
     kept: list[tuple[int, Group, float]] = []
-    rejected = 0
+    rejected = by_host = 0
     for index, group in indexed:
         bound = resident_fits(req, group)
         if bound is None:
             rejected += len(group.variants)
+        elif host_budget_exceeded(req, group):  # the node's host memory cannot hold the optimizer states alone
+            by_host += len(group.variants)
         else:
             kept.append((index, group, bound))
     if deadline_at is not None:
         now = time.time()
         deadline_at = now + FLOORS_SHARE * max(deadline_at - now, 0.0)
     found = floors(req, kept, objective, deadline_at, progress, total)
-    found.decided += rejected
+    found.decided += rejected + by_host
+    if by_host:
+        found.rejected[HOST_BOUND] = found.rejected.get(HOST_BOUND, 0) + by_host
+    found.by_host_bound = by_host
     if progress is not None:
         progress(found.decided, total)  # with the candidates the resident bound decided
     found.cpu_seconds = time.process_time() - cpu0  # the bounds' CPU too (a worker's, under jobs > 1)

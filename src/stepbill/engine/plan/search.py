@@ -208,7 +208,8 @@ def _branch_and_bound(req: PlanRequest, objective: str, k: int, groups: list[Gro
     fixed_batch = req.global_batch_tokens is not None
     workers_cpu = sum(p.cpu_seconds for p in parts) if jobs > 1 else 0.0
     not_searched = sum(p.not_searched for p in parts) + to_decide - sum(p.decided for p in parts)
-    by_bound = sum(p.by_bound + p.billed.by_bound for p in parts)  # the resident bound's and the peak floors'
+    # the resident bound's, the host bound's and the peak floors'
+    by_bound = sum(p.by_bound + p.floors.by_host_bound + p.billed.by_bound for p in parts)
     stats = SearchStats(ruled_out + to_decide, sum(p.billed.by_bill for p in parts), by_bound,
                         time.perf_counter() - start, time.process_time() - start_cpu + workers_cpu,
                         dict(sorted(rejected.counts.items())), not_searched, jobs,
