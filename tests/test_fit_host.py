@@ -21,6 +21,7 @@ from stepbill.engine.plan.evaluate import (
     host_budget_exceeded,
     resolve_recompute,
 )
+from stepbill.engine.plan.host_floor import host_floor
 from stepbill.engine.plan.space import Rejections, enumerate_space
 from stepbill.errors import StepbillError
 from stepbill.spec.hardware import gpu_catalog, gpu_from_dict, load_gpu
@@ -220,3 +221,26 @@ def test_host_bound_is_below_every_candidates_host_bytes(model: str, gpus: int, 
         if host_budget_exceeded(req, group):
             assert not run.fit.host.fits
     assert 0 < sum(host_budget_exceeded(req, g) for g in groups) < len(groups)
+
+
+@pytest.mark.parametrize(("model", "gpus"), [("llama3-8b", 16), ("mixtral-8x7b", 16), ("gpt3-1.3b", 8)])
+def test_host_floor_is_below_every_activation_offload_bill(model: str, gpus: int) -> None:
+    """plan/host_floor.py: for candidates with activation offload (explicit policies and the budget solver's, with and
+    without optimizer offload, pipelines included) the floor is at most the host bytes `stepbill bill` finds — the
+    eager kept activations × micro-batches in flight and the optimizer side, summed over the fullest node."""
+    spec = load_preset(model)
+    req = PlanRequest(spec, load_gpu("h100-sxm"), "h100-sxm", (gpus,), 2048, model, global_batch_tokens=2**19)
+    cands = [c for g in enumerate_space(req, Rejections()) for c in g.candidates if c.parallel.offload_activations]
+    rng = random.Random(11)
+    checked = 0
+    for cand in rng.sample(cands, 40):
+        try:
+            cand = resolve_recompute(req, cand)
+        except StepbillError:
+            continue
+        run = make_step_bill(spec, **bill_options(req, cand))
+        assert run.fit is not None and run.fit.host is not None
+        floor = host_floor(req, cand)
+        assert 0 < floor <= run.fit.host.node_bytes * (1 + 1e-12)
+        checked += 1
+    assert checked >= 30

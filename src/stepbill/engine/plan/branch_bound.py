@@ -42,8 +42,16 @@ from stepbill.engine.plan.answer import Answer
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.bounds import offload_traffic_floor, peak_floor, resting_floor, resting_key
 from stepbill.engine.plan.budget_bound import budget_floor
-from stepbill.engine.plan.evaluate import Row, budget_bytes, budget_drops_nothing, judged, resolve_recompute
+from stepbill.engine.plan.evaluate import (
+    HOST_BOUND,
+    Row,
+    budget_bytes,
+    budget_drops_nothing,
+    judged,
+    resolve_recompute,
+)
 from stepbill.engine.plan.floor_pass import Progress, waited_floor
+from stepbill.engine.plan.host_floor import host_floor_exceeded
 from stepbill.engine.plan.leads import FITTED, PEAK, RESIDENT, RESTING, TRAFFIC, Lead, LeadQueue, Node, make_lead
 from stepbill.engine.plan.peers import Peers
 from stepbill.engine.plan.space import Candidate, Group, PlanRequest, Variant
@@ -258,6 +266,7 @@ def bill_in_order(req: PlanRequest, groups: Groups, leads: list[Lead], objective
                 if peers is not None:
                     peers.publish(taken)
             by_bill += reason in BILLED  # billed (whether or not it fits)
+            by_bound += reason == HOST_BOUND  # decided by plan/host_floor.py
             if reason:
                 rejected[reason] = rejected.get(reason, 0) + 1
         lead = None
@@ -288,11 +297,14 @@ BILLED = ("", "peak_over_budget", "host_over_budget")
 
 def bill_lead(req: PlanRequest, group: Group, v: int) -> tuple[str, Row | None]:
     """Bill variant `v` of `group`: ("", its row) when it fits; ("peak_over_budget" or "host_over_budget", None)
-    when billed and it does not (evaluate.judged); else (the reason it was not billed, None)."""
+    when billed and it does not (evaluate.judged); else (the reason it was not billed, None): HOST_BOUND when its
+    host floor (plan/host_floor.py) already overfills the node."""
     try:
         cand = resolve_recompute(req, group.candidate(group.variants[v]))
     except StepbillError:
         return "layout_invalid", None
     if budget_drops_nothing(req, cand):  # its `none` twin is a candidate of the same group
         return "budget_drops_nothing", None
+    if host_floor_exceeded(req, cand):  # its offloaded activations cannot fit the node's host memory
+        return HOST_BOUND, None
     return judged(req, cand)

@@ -161,6 +161,11 @@ def _held_by_class(req: PlanRequest, holdings_layout: Parallel, memo: _Memo) -> 
     return held
 
 
+#: The rejection reason of a group or candidate whose offloaded bytes' lower bound overfills a node's host memory
+#: (host_bound, plan/host_floor.py; engine/plan/space.REASONS).
+HOST_BOUND = "host_resident_over_budget"
+
+
 def host_bound(req: PlanRequest, holdings_layout: Parallel) -> float:
     """Under optimizer offload, a lower bound (bytes) of what the fullest node's GPUs offload: each rank's optimizer
     side (master + states, which parallel/ranks.cpu_items puts in host memory; its gradients and, under activation
@@ -171,17 +176,34 @@ def host_bound(req: PlanRequest, holdings_layout: Parallel) -> float:
     key = (held_key(holdings_layout), holdings_layout.world)
     found = memo.host.get(key)
     if found is None:
-        held = _held_by_class(req, holdings_layout, memo)
-        side = {c: sum(v for k, v in items.items() if k.startswith(OPTIMIZER_SIDE)) for c, items in held.items()}
-        pp, world = holdings_layout.pp, holdings_layout.world
-        per_stage = [side[representative_stage(req.spec, holdings_layout, s)] for s in range(pp)]
-        if memo.host_card is None:
-            memo.host_card = card_for(req)
-        found = fullest_node(per_stage, world // pp, min(memo.host_card.gpus_per_node, world))[0]
+        found = fullest_host_node(req, holdings_layout, optimizer_side_per_stage(req, holdings_layout))
         if len(memo.host) >= MEMO_ENTRIES:
             memo.host.clear()
         memo.host[key] = found
     return found
+
+
+def optimizer_side_per_stage(req: PlanRequest, holdings_layout: Parallel) -> list[float]:
+    """Each pipeline stage's optimizer side (fp32 master + optimizer states) held by one of its ranks, bytes:
+    what optimizer offload puts in host memory besides the gradients (parallel/ranks.cpu_items)."""
+    held = _held_by_class(req, holdings_layout, _memo(req))
+    side = {c: sum(v for k, v in items.items() if k.startswith(OPTIMIZER_SIDE)) for c, items in held.items()}
+    return [side[representative_stage(req.spec, holdings_layout, s)] for s in range(holdings_layout.pp)]
+
+
+def fullest_host_node(req: PlanRequest, layout: Parallel, per_stage: list[float]) -> float:
+    """The fullest node's sum of `per_stage` bytes a rank (engine/fit_host.host_fit's placement: fullest_node on
+    the request's card's GPUs per node)."""
+    card = host_card(req)
+    return fullest_node(per_stage, layout.world // layout.pp, min(card.gpus_per_node, layout.world))[0]
+
+
+def host_card(req: PlanRequest) -> Card:
+    """card_for(req), made once a request."""
+    memo = _memo(req)
+    if memo.host_card is None:
+        memo.host_card = card_for(req)
+    return memo.host_card
 
 
 def host_budget_exceeded(req: PlanRequest, group: Group) -> bool:
@@ -189,10 +211,7 @@ def host_budget_exceeded(req: PlanRequest, group: Group) -> bool:
     hold even `host_bound`: none of its candidates can fit (engine/fit_host.HostFit.fits)."""
     if not group.offload_optimizer:
         return False
-    memo = _memo(req)
-    if memo.host_card is None:
-        memo.host_card = card_for(req)
-    budget = memo.host_card.host_bytes
+    budget = host_card(req).host_bytes
     return budget is not None and host_bound(req, group.holdings_layout) > budget
 
 

@@ -20,15 +20,12 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from stepbill.engine.plan.branch_bound import Billed, bill_in_order
-from stepbill.engine.plan.evaluate import budget_bytes, host_budget_exceeded, resident_bound
+from stepbill.engine.plan.evaluate import HOST_BOUND, budget_bytes, host_budget_exceeded, resident_bound
 from stepbill.engine.plan.floor_pass import Floors, Progress, floors
 from stepbill.engine.plan.peers import Peers, shared_array
 from stepbill.engine.plan.space import Group, PlanRequest
 
 T = TypeVar("T")
-#: The rejection reason of a group whose offloaded optimizer states alone overfill a node's host memory
-#: (evaluate.host_bound; engine/plan/space.REASONS).
-HOST_BOUND = "host_resident_over_budget"
 
 
 @dataclass

@@ -79,8 +79,9 @@ REASONS: dict[str, str] = {
     "resident_over_budget": "weights + grads + optimizer states of a rank exceed the budget alone (exact bound)",
     "peak_over_budget": "a rank's peak exceeds usable memory − reserve",
     "host_over_budget": "the ranks fit, but what a node's GPUs offload exceeds its host memory (engine/fit_host.py)",
-    "host_resident_over_budget": "the optimizer states a node's GPUs offload exceed its host memory alone (exact "
-    "bound; branch and bound — --exhaustive bills them)",
+    "host_resident_over_budget": "what a node's GPUs must offload (optimizer states; under activation offload, the "
+    "kept activations too) exceeds its host memory: an exact bound, not billed (branch and bound; --exhaustive "
+    "bills it)",
     "peak_floor_over_budget": "an exact lower bound of a rank's peak (its peak floor; for the budget solver's, at "
     "every step the solver can take) exceeds usable memory − reserve: cannot fit, not billed (branch and bound; "
     "--exhaustive bills it)",
