@@ -298,7 +298,9 @@ def measure_and_compare(
         summary = "; ".join(f"rank {r}: {verdict(rows)}" for r, rows in by_rank.items())
         modes = ",".join(sorted({m for _, m, _, _, _ in results}))
         json_out = sharded_check_json(spec.name, dp, zero, results, [verdict(rows) for rows in by_rank.values()])
-        json_out |= notes_json(spec, recipe, dropout)
+        json_out |= notes_json(spec, recipe, dropout, bill_command(
+            model if isinstance(model, str) else spec.name, seq=seq, micro_batch=micro_batch, recipe=recipe,
+            convention="eager", dp=dp, zero=zero, dropout=dropout))
         return CheckResult([row for rows in by_rank.values() for row in rows], summary, modes, json_out,
                            by_rank=by_rank)
     engine_bill, note = predict(spec, make_recipe(recipe, "adamw", micro_batch, seq, recompute,
@@ -309,7 +311,11 @@ def measure_and_compare(
                             attention=attention)
     rows = compare(predictions(engine_bill), measured)
     summary = verdict(rows)
-    json_out = single_check_json(spec, chosen, engine_bill, measured, rows, summary) | notes_json(spec, recipe, dropout)
+    command = bill_command(model if isinstance(model, str) else spec.name, seq=seq, micro_batch=micro_batch,
+                           recipe=recipe, convention=engine_bill.convention, recompute=recompute,
+                           optimizer_impl=optimizer_impl, dropout=dropout, attention=attention, lora=lora)
+    json_out = single_check_json(spec, chosen, engine_bill, measured, rows, summary) | notes_json(spec, recipe,
+                                                                                                  dropout, command)
     json_out["unmodelled"] += lora_unmodelled(lora)
     from stepbill.report.notes import attention_unmodelled
 
@@ -350,14 +356,44 @@ def measure_sharded(spec: Any, seq: int, micro_batch: int, recipe: str | None, d
     return results
 
 
-def notes_json(spec: Any, recipe: str, dropout: float | None) -> dict[str, Any]:
+def notes_json(spec: Any, recipe: str, dropout: float | None, command: str | None = None) -> dict[str, Any]:
     """What every `check --json` adds: the recipe measured (FSDP's mixed precision spelled out), `--dropout`,
-    and the configured fields the bill does not model yet."""
+    the configured fields the bill does not model yet, and the `stepbill bill` command of the prediction
+    (`bill_command`; None for a launched run)."""
     from stepbill.engine.unmodelled import unmodelled
     from stepbill.measure.sharded import FSDP_RECIPE, FSDP_SETUP
 
     return {"recipe": recipe, "mixed_precision": dict(FSDP_SETUP) if recipe == FSDP_RECIPE else None,
-            "dropout_option": None if dropout is None else float(dropout), "unmodelled": unmodelled(spec)}
+            "dropout_option": None if dropout is None else float(dropout), "unmodelled": unmodelled(spec),
+            "bill_command": command}
+
+
+def bill_command(model: str, *, seq: int, micro_batch: int, recipe: str, convention: str, recompute: str = "none",
+                 optimizer_impl: str = "single", dp: int = 1, zero: int = 0, dropout: float | None = None,
+                 attention: str = "sdpa", lora: Any = None) -> str:
+    """The `stepbill bill` command whose numbers `check` compares with the measurement: its per-rank eager class
+    under `--dp N --zero Z` (FSDP2's mixed precision, check's fsdp-mixed-bf16, is the bill's mixed-bf16 under ZeRO-2/3:
+    engine/parallel/fsdp2_ranks.FSDP_RECIPES), else its one-GPU lines."""
+    import shlex
+
+    from stepbill.measure.sharded import FSDP_RECIPE
+
+    words = ["stepbill", "bill", model, "--seq", str(seq), "--micro-batch", str(micro_batch), "--recipe",
+             "mixed-bf16" if recipe == FSDP_RECIPE else recipe]
+    if recompute != "none":
+        words += ["--recompute", recompute]
+    if optimizer_impl != "single":
+        words += ["--optimizer-impl", optimizer_impl]
+    if dp > 1 or zero:
+        words += ["--dp", str(dp), "--zero", str(zero)]
+    if lora is not None:
+        words += ["--lora-rank", str(lora.rank), "--lora-targets", ",".join(lora.targets)]
+    if attention != "sdpa":
+        words += ["--attention", attention]
+    if dropout is not None:
+        words += ["--dropout", f"{dropout:g}"]
+    words += ["--convention", convention]
+    return " ".join(shlex.quote(w) for w in words)
 
 
 def ddp_prediction(bill: Bill, world: int, rank: int) -> tuple[Any, float]:

@@ -135,10 +135,10 @@ def check(
     if device != "cpu":
         raise StepbillError("--device cuda needs real ranks: run under torchrun or with --launch N")
     if dp > 1 or zero:
-        _check_sharded(spec, config, seq, micro_batch, recipe, dp, zero, rank,
+        _check_sharded(model, spec, config, seq, micro_batch, recipe, dp, zero, rank,
                        "real" if real else "fake" if fake else "auto", as_json, dropout)
         return
-    from stepbill.check import choose_mode, compare, predict, predictions, verdict
+    from stepbill.check import bill_command, choose_mode, compare, predict, predictions, verdict
     from stepbill.spec.recipe import make_recipe
 
     bill, note = predict(spec, make_recipe(recipe, "adamw", micro_batch, seq, recompute,
@@ -151,8 +151,12 @@ def check(
         seq_len=seq, recompute=recompute, attention=attention, **({} if lora is None else {"lora": lora}),
     )
     rows = compare(predictions(bill), measured)
+    command = bill_command(model, seq=seq, micro_batch=micro_batch, recipe=recipe, convention=bill.convention,
+                           recompute=recompute, optimizer_impl=optimizer_impl, dropout=dropout, attention=attention,
+                           lora=lora)
     if as_json:
-        out = single_check_json(spec, mode, bill, measured, rows, verdict(rows)) | notes_json(spec, recipe, dropout)
+        out = single_check_json(spec, mode, bill, measured, rows, verdict(rows)) | notes_json(spec, recipe, dropout,
+                                                                                              command)
         out["unmodelled"] += lora_unmodelled(lora)
         from stepbill.report.notes import attention_unmodelled
 
@@ -174,6 +178,7 @@ def check(
 
     typer.echo(f"causal-halved step FLOPs (the seed's convention; FlopCounterMode counts the full square): "
                f"{fmt_flops(bill.lines['flops.step'].value)}")
+    typer.echo(f"the bill compared: {command}")
 
 
 def _print_header(dropout: float | None, recipe: str) -> None:
@@ -212,10 +217,10 @@ def _print_rows(name: str, mode: str, convention: str, rows: list, summary: str,
     console.print(summary)
 
 
-def _check_sharded(spec: Any, config: dict[str, Any], seq: int, micro_batch: int, recipe: str, dp: int, zero: int,
-                   rank: int | None, requested: str, as_json: bool, dropout: float | None) -> None:
+def _check_sharded(model: str, spec: Any, config: dict[str, Any], seq: int, micro_batch: int, recipe: str, dp: int,
+                   zero: int, rank: int | None, requested: str, as_json: bool, dropout: float | None) -> None:
     """One rank of `dp` under ZeRO-`zero`: predicted (engine/parallel/fsdp2.py) vs measured (measure/sharded.py)."""
-    from stepbill.check import verdict
+    from stepbill.check import bill_command, verdict
 
     if zero == 0:
         raise StepbillError("--dp N with --zero 0 is DDP, measured on real ranks only: add --launch N (or run under "
@@ -223,16 +228,19 @@ def _check_sharded(spec: Any, config: dict[str, Any], seq: int, micro_batch: int
     if dp < 2 or zero not in (1, 2, 3):
         raise StepbillError("a sharded check needs --dp >= 2 and --zero 1, 2 or 3")
     results = measure_sharded(spec, seq, micro_batch, recipe, dp, zero, rank, requested, config)
+    command = bill_command(model, seq=seq, micro_batch=micro_batch, recipe=recipe, convention="eager", dp=dp,
+                           zero=zero, dropout=dropout)
     if as_json:
         summaries = [verdict(rows) for *_, rows in results]
         print(json.dumps(sharded_check_json(spec.name, dp, zero, results, summaries)
-                         | notes_json(spec, recipe, dropout), indent=2))
+                         | notes_json(spec, recipe, dropout, command), indent=2))
         return
     _print_header(dropout, recipe)
     for r, mode, pred, _, rows in results:
         _print_rows(f"{spec.name} rank {r} of {dp}, ZeRO-{zero}, {recipe}", mode, pred.convention, rows,
                     verdict(rows))
     _print_notes(spec)
+    typer.echo(f"the bill compared (its per-rank eager classes): {command}")
 
 
 GLOO_FSDP_NOTE = ("gloo convention: gloo's reduce-scatter clones its whole input (fp32, one unit) and is billed "

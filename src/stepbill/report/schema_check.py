@@ -36,6 +36,8 @@ class _MeasuredSetup(Strict):
                                                    "otherwise")
     dropout_option: float | None = Field(description="`--dropout` (0: no dropout in bill and model), or null")
     unmodelled: list[str] = Field(description="configured fields the bill does not model yet, one line each")
+    bill_command: str | None = Field(description="the `stepbill bill` command whose numbers are compared (per-rank "
+                                     "eager class under --dp/--zero); null for a launched run")
 
 
 class CheckJson(_MeasuredSetup):
