@@ -213,8 +213,8 @@ def rank_explain(bill: Bill) -> list[Text]:
         for line in [*c.resident_items, *c.activation_items, *c.transient_items]:
             out.append(Text(escape(f"    {line.name} = {fmt_bytes(line.value)}: {line.explain()}"), style="dim"))
         for item, value in c.cpu.items():
-            how = ("copied to host memory for the CPU optimizer step; the GPU keeps its own" if item == "grads"
-                   else "offloaded to host memory")
+            how = ("sent down to host memory as each layer's backward makes them, for the CPU optimizer step; the "
+                   "GPU keeps none between layers" if item == "grads" else "offloaded to host memory")
             out.append(Text(escape(f"    cpu.{item} = {fmt_bytes(value)} ({how})"), style="dim"))
     return out
 
