@@ -22,8 +22,9 @@ output is kept at 2 B.
 Layouts: `weights.fp8` is sliced and ZeRO-3-sharded like the weights it copies, and a ZeRO-3 gathered unit counts
 it at the weights' 2 B — approximate (TE under FSDP builds the fp8 copy from the gathered unit; not measured).
 
-Time: the GEMMs (every matmul with a weight) run at the GPU's dense fp8 peak, the attention core at the bf16 peak
-(engine/steptime.py adds `time.fp8_bf16_share`).
+Time: the GEMMs (every matmul with a weight) run at the GPU's dense fp8 peak, the attention core at the bf16 peak:
+the per-op model times its kernels there (timing/step.stage_compute) and `time.fp8_bf16_share` adds the LM head's
+GEMM at the bf16 peak; under `--efficiency` (one efficiency for every FLOP) the share adds both.
 """
 
 from __future__ import annotations
@@ -115,12 +116,15 @@ def recipe_lines(inventory: ParamInventory, precision: Precision) -> list[Line]:
     ]
 
 
-def bf16_share_line(attention_flops: float, gpu: GPU, efficiency: float) -> Line:
-    """Seconds the bf16 matmuls (attention core, LM head) add by running at the bf16 peak while step_time divides
-    every FLOP by the fp8 peak: their FLOPs × (1/bf16 − 1/fp8) / efficiency."""
+def bf16_share_line(bf16_flops: float, gpu: GPU, efficiency: float, attention_timed: bool = False) -> Line:
+    """Seconds the bf16 matmuls add by running at the bf16 peak where the time model divided them by the fp8 peak:
+    their FLOPs × (1/bf16 − 1/fp8) / efficiency — the attention core and the LM head under one `--efficiency`, the LM
+    head alone where the per-op model timed the attention kernels at the bf16 peak already (`attention_timed`)."""
     bf16, fp8 = gpu.peak_flops("bf16"), gpu.peak_flops("fp8")
-    return Line("time.fp8_bf16_share", attention_flops * (1 / bf16 - 1 / fp8) / efficiency, "s",
-                "attention core + LM head {flops} FLOPs at the bf16 peak, not fp8: {flops} × (1/{bf16} − 1/{fp8}) "
-                "/ {eff}", {"flops": attention_flops, "bf16": bf16, "fp8": fp8, "eff": efficiency},
+    what = "LM head" if attention_timed else "attention core + LM head"
+    return Line("time.fp8_bf16_share", bf16_flops * (1 / bf16 - 1 / fp8) / efficiency, "s",
+                what + " {flops} FLOPs at the bf16 peak, not fp8: {flops} × (1/{bf16} − 1/{fp8}) / {eff}",
+                {"flops": bf16_flops, "bf16": bf16, "fp8": fp8, "eff": efficiency},
                 convention="the Linears of the layers at the dense fp8 peak; attention core and LM head (bf16 in "
-                "both conventions) at the dense bf16 peak")
+                "both conventions) at the dense bf16 peak" + (" (the attention kernels timed there: time.attention)"
+                                                              if attention_timed else ""))

@@ -14,9 +14,10 @@ from stepbill.spec.recipe import Recipe
 
 
 def precision_time_lines(spec: ModelSpec, inv: ParamInventory, recipe: Recipe, flops: dict[str, Line], gpu: GPU,
-                         efficiency: float, stage: int = 0) -> tuple[list[Line], float]:
+                         efficiency: float, stage: int = 0, attention_timed: bool = False) -> tuple[list[Line], float]:
     """(lines, seconds added to the rank's compute) of the recipe's precision on pipeline `stage` (the busiest).
-    `flops` holds the bill's one-micro-batch FLOPs lines."""
+    `flops` holds the bill's one-micro-batch FLOPs lines. `attention_timed`: the per-op model already timed the
+    attention core at the bf16 peak (timing/step.stage_compute), so fp8's bf16 share is the LM head's alone."""
     p, par = recipe.precision, recipe.parallel
     lines: list[Line] = []
     if p.quant is not None:
@@ -28,9 +29,9 @@ def precision_time_lines(spec: ModelSpec, inv: ParamInventory, recipe: Recipe, f
         kinds = stage_layer_kinds(spec, par)[stage]
         layer_share = sum(kinds.values()) / spec.n_layers
         passes = 3  # forward + input gradient + weight gradient (the attention core's backward is 2× its forward)
-        attention = passes * flops["flops.attention"].value * layer_share
+        attention = 0.0 if attention_timed else passes * flops["flops.attention"].value * layer_share
         head_passes = passes - (1 if recipe.lora is not None else 0)  # a frozen LM head has no weight gradient
         head = head_passes * flops["flops.lm_head"].value if stage == par.pp - 1 else 0.0
         bf16_flops = (attention + head) * par.micro_batches / (par.tp * par.cp)
-        lines.append(fp8.bf16_share_line(bf16_flops, gpu, efficiency))
+        lines.append(fp8.bf16_share_line(bf16_flops, gpu, efficiency, attention_timed))
     return lines, sum(x.value for x in lines)

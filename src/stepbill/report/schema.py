@@ -270,7 +270,8 @@ _TIME_OPTIONAL = {
     "optimizer_step": "per-op model: seconds of the optimizer step at HBM bandwidth",
     "comm_critical": "per-op model: seconds of TP / EP / PP collectives on the critical path (alpha-beta)",
     "dequant": "--recipe qlora-nf4: seconds of dequantising the 4-bit weights (HBM-bound, serial with the GEMMs)",
-    "fp8_bf16_share": "--recipe fp8 / fp8-deepseek: seconds the attention core and LM head add at the bf16 peak",
+    "fp8_bf16_share": "--recipe fp8 / fp8-deepseek: seconds the LM head (and, under --efficiency, the attention "
+    "core) add at the bf16 peak",
 }
 TimePart = type("TimePart", (Strict,), {
     "__annotations__": {**dict.fromkeys(_TIME, TimeLineJson), **dict.fromkeys(_TIME_OPTIONAL, TimeLineJson | None)},

@@ -119,16 +119,19 @@ def memory_bound_bytes_per_token(spec: ModelSpec, kind: str, par: Parallel, act_
 
 @lru_cache(maxsize=1 << 14)  # a whole DeepSeek-V3 × 2,048 search reads ~11,000
 def layer_kernels(spec: ModelSpec, kind: str, par: Parallel, seq_len: int, micro_batch: int, dev: GemmDevice,
-                  attn_fwd_eff: float, attn_bwd_eff: float, act_bytes: float, frozen: bool) -> LayerKernels:
-    """One layer of `kind` on one rank, one micro-batch. Memoised (stages with other counts of the same layer
-    kinds share it: step.stage_kernels' keys differ, its layers do not)."""
+                  attn_fwd_eff: float, attn_bwd_eff: float, act_bytes: float, frozen: bool,
+                  attn_peak: float | None = None) -> LayerKernels:
+    """One layer of `kind` on one rank, one micro-batch; its attention core at `attn_peak` FLOP/s (default the
+    GEMMs' peak: fp8 recipes keep the attention core in bf16, engine/fp8.py). Memoised (stages with other counts of
+    the same layer kinds share it: step.stage_kernels' keys differ, its layers do not)."""
     tokens = max(1, seq_len * micro_batch // par.cp)
     f_fwd, t_fwd, f_bwd, t_bwd = _gemm_pass(gemm_shapes(spec, kind, par, tokens), dev, frozen, act_bytes)
     attn = float(fl.attention_core_flops(spec, seq_len, True)) * micro_batch / (par.tp * par.cp)
     mem = memory_bound_bytes_per_token(spec, kind, par, act_bytes) * tokens
+    peak = dev.peak_flops if attn_peak is None else attn_peak
     return LayerKernels(f_fwd, t_fwd, f_bwd, t_bwd,
-                        attn, attn / (dev.peak_flops * attn_fwd_eff),
-                        2 * attn, ATTENTION_BWD_FACTOR * attn / (dev.peak_flops * attn_bwd_eff),
+                        attn, attn / (peak * attn_fwd_eff),
+                        2 * attn, ATTENTION_BWD_FACTOR * attn / (peak * attn_bwd_eff),
                         mem, MEMORY_BWD_FACTOR * mem)
 
 

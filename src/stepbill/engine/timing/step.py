@@ -64,6 +64,7 @@ class StageCompute(NamedTuple):
     #: terms below), and to the attention window (attn_fwd_s). Every other number of the stage reads no recompute.
     rebuild: float
     rebuild_attention: float
+    attention_peak: float = 0.0  # FLOP/s the attention kernels are timed against (the bf16 peak under fp8)
 
     @property
     def kernels(self) -> float:
@@ -98,12 +99,12 @@ def _kernel_layout(par: Parallel) -> Parallel:
 @lru_cache(maxsize=1 << 17)  # whole spaces: DeepSeek-V3 × 64 holds ~13,000 (layout, stage) pairs, × 2,048 ~73,000
 def stage_kernels(spec: ModelSpec, par: Parallel, seq_len: int, micro_batch: int, dev: GemmDevice,
                   params: Generation, act_bytes: float, frozen: bool, stage_kinds: tuple[tuple[str, int], ...],
-                  last: bool) -> dict[str, float]:
+                  last: bool, attn_peak: float | None = None) -> dict[str, float]:
     """LayerKernels' fields summed over a stage's layers (`stage_kinds`: (kind, count) pairs) and, on the last
-    stage, the LM head: one micro-batch on one rank. Memoised (`par` is `kernel_layout(parallel)`): shared, read
-    it, never change it."""
+    stage, the LM head: one micro-batch on one rank; the attention core at `attn_peak` (None: the GEMMs' peak).
+    Memoised (`par` is `kernel_layout(parallel)`): shared, read it, never change it."""
     parts = [(n, layer_kernels(spec, kind, par, seq_len, micro_batch, dev, params.attention_fwd,
-                               params.attention_bwd, act_bytes, frozen)) for kind, n in stage_kinds]
+                               params.attention_bwd, act_bytes, frozen, attn_peak)) for kind, n in stage_kinds]
     if last:
         parts.append((1, head_kernels(spec, par, seq_len, micro_batch, dev, act_bytes, frozen)))
     return _sum(parts)
@@ -125,8 +126,10 @@ def stage_compute(spec: ModelSpec, recipe: Recipe, worst: RankClass, gpu: GPU, p
     (gen, params, gen_source), dev = _device(gpu.name, peak, gpu.hbm_bytes_per_s)
     frozen = recipe.lora is not None
     act = prec.activation
+    # fp8 recipes run the Linears' GEMMs at the fp8 peak and keep the attention core in bf16 (engine/fp8.py)
+    attn_peak = gpu.peak_flops("bf16") if prec.fp8 is not None else None
     s = stage_kernels(spec, kernel_layout(par), recipe.seq_len, recipe.micro_batch, dev, params, act, frozen,
-                      tuple(stage_kinds.items()), last)
+                      tuple(stage_kinds.items()), last, attn_peak)
     m = par.micro_batches
     fwd_flops = s["gemm_fwd_flops"] + s["attn_fwd_flops"]
     modelled = m * (fwd_flops + s["gemm_bwd_flops"] + s["attn_bwd_flops"])
@@ -150,7 +153,8 @@ def stage_compute(spec: ModelSpec, recipe: Recipe, worst: RankClass, gpu: GPU, p
     return StageCompute(t_gemm, t_attn, t_mem, t_opt, fwd_s, bwd_s, gemm_eff, peak, scale, rc_share, gemm_flops,
                         s["attn_fwd_flops"], m, layer_bytes, casts, bw,
                         (mem["optimizer"], mem["grads"], mem["weights"]), (gen, params, gen_source),
-                        s["gemm_fwd_s"] + s["attn_fwd_s"] + s["memory_fwd_bytes"] / bw, s["attn_fwd_s"])
+                        s["gemm_fwd_s"] + s["attn_fwd_s"] + s["memory_fwd_bytes"] / bw, s["attn_fwd_s"],
+                        peak if attn_peak is None else attn_peak)
 
 
 def stage_compute_lines(sc: StageCompute, gpu: GPU) -> list[Line]:
@@ -171,10 +175,13 @@ def stage_compute_lines(sc: StageCompute, gpu: GPU) -> list[Line]:
         L("time.gemm_efficiency", sc.gemm_efficiency, "1", "{flops} GEMM FLOPs / ({t} s × {peak} FLOP/s)",
           {"flops": sc.gemm_flops, "t": sc.gemm, "peak": peak}, convention="achieved share of dense peak on the GEMMs"),
         L("time.attention", sc.attention, "s",
-          "fused attention: forward {fwd} FLOPs at {ef} of peak, backward 2.5 × forward at {eb} (× {m} micro-batches, "
-          "recompute included)", {"fwd": sc.attention_forward_flops, "ef": params.attention_fwd,
-                                  "eb": params.attention_bwd, "m": sc.micro_batches}, gen_note,
-          "FlashAttention's FLOP count (arXiv 2307.08691 §4), causal"),
+          "fused attention: forward {fwd} FLOPs at {ef} of {peak} FLOP/s, backward 2.5 × forward at {eb} (× {m} "
+          "micro-batches, recompute included)", {"fwd": sc.attention_forward_flops, "ef": params.attention_fwd,
+                                                 "peak": sc.attention_peak, "eb": params.attention_bwd,
+                                                 "m": sc.micro_batches}, gen_note,
+          "FlashAttention's FLOP count (arXiv 2307.08691 §4), causal"
+          + ("; at the bf16 peak under fp8 (the attention core stays bf16: engine/fp8.py)"
+             if sc.attention_peak != peak else "")),
         L("time.memory_bound", sc.memory_bound, "s",
           "({layers} B norms / adds / rotary / activations / cross-entropy + {casts} B autocast casts) / ({bw} B/s)",
           {"layers": sc.memory_bound_layer_bytes, "casts": sc.memory_bound_cast_bytes, "bw": bw}, MEMORY_BOUND_SOURCE,

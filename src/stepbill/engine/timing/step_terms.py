@@ -271,7 +271,7 @@ def step_terms(spec: ModelSpec, inv: ParamInventory, recipe: Recipe, worst: Rank
                            held["dense_weights"] + held["expert_weights"])
         # fp8's bf16 share is charged at the GEMMs' achieved efficiency
         prec_lines, t_precision = precision_time_lines(spec, inv, recipe, flops, gpu, sc.gemm_efficiency or 1.0,
-                                                       stage)
+                                                       stage, attention_timed=True)
         t_rank = sc.kernels + t_precision
         ct = comm_timing(timed, gpu.gpus_per_node, par.zero, par.micro_batches, max(sum(kinds.values()), 1),
                          sc.forward, sc.backward, sc.attention)
