@@ -32,7 +32,8 @@ from stepbill.engine.bill import make_bill
 from stepbill.engine.bill_parts import verdict_ranks
 from stepbill.engine.parallel.collectives import step_collectives
 from stepbill.engine.plan import PlanRequest
-from stepbill.engine.plan.evaluate import budget_bytes, evaluate, recipe_for, resident_bound
+from stepbill.engine.plan.evaluate import evaluate, recipe_for
+from stepbill.engine.plan.resident import budget_bytes, resident_bound
 from stepbill.engine.plan.space import Candidate, Group, Rejections, enumerate_space
 from stepbill.engine.steptime import step_time
 from stepbill.errors import StepbillError

@@ -19,13 +19,8 @@ import time
 
 from stepbill.engine.plan import PlanRequest
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
-from stepbill.engine.plan.evaluate import (
-    budget_bytes,
-    budget_drops_nothing,
-    evaluate,
-    resident_bound,
-    resolve_recompute,
-)
+from stepbill.engine.plan.evaluate import budget_drops_nothing, evaluate, resolve_recompute
+from stepbill.engine.plan.resident import budget_bytes, resident_bound
 from stepbill.engine.plan.space import Candidate, Rejections, enumerate_space
 from stepbill.engine.recompute import budget as solver
 from stepbill.errors import StepbillError

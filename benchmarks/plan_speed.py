@@ -23,14 +23,9 @@ import time
 
 from stepbill.engine.plan import PlanRequest, search
 from stepbill.engine.plan.branch_bound import sharpen
-from stepbill.engine.plan.evaluate import (
-    budget_bytes,
-    budget_drops_nothing,
-    evaluate,
-    resident_bound,
-    resolve_recompute,
-)
+from stepbill.engine.plan.evaluate import budget_drops_nothing, evaluate, resolve_recompute
 from stepbill.engine.plan.floor_pass import floors
+from stepbill.engine.plan.resident import budget_bytes, resident_bound
 from stepbill.engine.plan.space import Group, Rejections, enumerate_space
 from stepbill.errors import StepbillError
 from stepbill.spec.hardware import load_gpu

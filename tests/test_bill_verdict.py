@@ -13,7 +13,8 @@ from stepbill.engine.bill import make_bill
 from stepbill.engine.bill_parts import bill_time, verdict_peak, verdict_ranks, verdict_worst
 from stepbill.engine.fit import Card, fit_verdict
 from stepbill.engine.plan import PlanRequest
-from stepbill.engine.plan.evaluate import Row, evaluate, recipe_for, reserve_for
+from stepbill.engine.plan.evaluate import Row, evaluate, recipe_for
+from stepbill.engine.plan.resident import reserve_for
 from stepbill.engine.plan.space import Candidate, Rejections, enumerate_space
 from stepbill.errors import StepbillError
 from stepbill.spec.hardware import load_gpu

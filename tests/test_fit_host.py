@@ -14,14 +14,9 @@ import stepbill
 from stepbill.api import make_step_bill
 from stepbill.engine.fit_host import fullest_node
 from stepbill.engine.plan import PlanRequest, parse_fix, search
-from stepbill.engine.plan.evaluate import (
-    bill_options,
-    budget_drops_nothing,
-    host_bound,
-    host_budget_exceeded,
-    resolve_recompute,
-)
+from stepbill.engine.plan.evaluate import bill_options, budget_drops_nothing, resolve_recompute
 from stepbill.engine.plan.host_floor import host_floor
+from stepbill.engine.plan.resident import host_bound, host_budget_exceeded
 from stepbill.engine.plan.space import Rejections, enumerate_space
 from stepbill.errors import StepbillError
 from stepbill.spec.hardware import gpu_catalog, gpu_from_dict, load_gpu
@@ -206,7 +201,7 @@ def test_plan_says_which_host_memory_its_offload_rows_were_judged_on(gpu: str, s
 
 @pytest.mark.parametrize(("model", "gpus", "host_gib"), [("llama3-8b", 16, 96.0), ("mixtral-8x7b", 16, 300.0)])
 def test_host_bound_is_below_every_candidates_host_bytes(model: str, gpus: int, host_gib: float) -> None:
-    """The planner's host bound (evaluate.host_bound: each rank's offloaded optimizer side summed over the fullest
+    """The planner's host bound (resident.host_bound: each rank's offloaded optimizer side summed over the fullest
     node) is at most the host bytes `stepbill bill` finds for any candidate of the group (its gradients and offloaded
     activations only add), so a group it rejects has no candidate whose node fits; and it does reject some here."""
     spec = load_preset(model)

@@ -13,7 +13,7 @@ import stepbill
 from stepbill.api import make_step_bill
 from stepbill.engine.kinds import Part, Phase
 from stepbill.engine.params import param_inventory
-from stepbill.engine.plan.evaluate import resident_bound
+from stepbill.engine.plan.resident import resident_bound
 from stepbill.engine.plan.space import PlanRequest
 from stepbill.spec.hardware import load_gpu
 from stepbill.spec.parallel import Parallel

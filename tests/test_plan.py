@@ -14,7 +14,8 @@ import pytest
 
 from stepbill.api import make_step_bill
 from stepbill.engine.plan import PlanRequest, parse_fix, search
-from stepbill.engine.plan.evaluate import bill_options, budget_drops_nothing, resident_bound, resolve_recompute
+from stepbill.engine.plan.evaluate import bill_options, budget_drops_nothing, resolve_recompute
+from stepbill.engine.plan.resident import resident_bound
 from stepbill.engine.plan.space import Rejections, enumerate_space
 from stepbill.spec.hardware import load_gpu
 from stepbill.spec.model import ModelSpec

@@ -17,10 +17,11 @@ from stepbill.engine.plan.answer import Answer
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.bounds import offload_twin_floor, peak_floor, time_floor, time_floor_terms
 from stepbill.engine.plan.budget_bound import budget_floor
-from stepbill.engine.plan.evaluate import Row, recipe_for, resident_bound, resolve_recompute
+from stepbill.engine.plan.evaluate import Row, recipe_for, resolve_recompute
 from stepbill.engine.plan.leads import LeadQueue
 from stepbill.engine.plan.pareto import front_time
 from stepbill.engine.plan.rank import objective_key
+from stepbill.engine.plan.resident import resident_bound
 from stepbill.engine.plan.search import _shuffled
 from stepbill.engine.plan.space import Candidate, Rejections, enumerate_space
 from stepbill.errors import StepbillError

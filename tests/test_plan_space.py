@@ -157,7 +157,8 @@ def test_budget_at_free_memory_fits_and_beats_full_recompute() -> None:
 def test_budget_correction_brings_an_overshooting_budget_under_the_card() -> None:
     """DeepSeek-V3 at DeepSeek's layout (2,048 GPUs, pp 16, ep 64, ZeRO-3, micro-batch 1): the scaled free memory X₀
     overshoots (the solver sees no buffers, working set nor eager logits); the corrected budget's eager peak fits."""
-    from stepbill.engine.plan.evaluate import _budget_gib, _eager_peak, _spelled, budget_bytes
+    from stepbill.engine.plan.evaluate import _budget_gib, _eager_peak, _spelled
+    from stepbill.engine.plan.resident import budget_bytes
 
     req, groups, _ = space("deepseek-v3", 2048, 4096, 15360 * 4096,
                            {"tp": 1, "pp": 16, "ep": 64, "cp": 1, "etp": 1, "zero": 3,

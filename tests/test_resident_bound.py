@@ -1,4 +1,4 @@
-"""The planner's resident bound (engine/plan/evaluate.resident_bound) and budget (budget_bytes), memoised on what
+"""The planner's resident bound (engine/plan/resident.resident_bound) and budget (budget_bytes), memoised on what
 they read of a layout (engine/parallel/holdings.held_key, the NCCL communicators), equal to the bound computed
 from each group's own layout (rank_holdings' held items on the GPU, the largest over stages; the reserve of
 engine/fit.py) exactly (==), over random groups of dense, MoE, MLA, tied-embedding and pipelined spaces; and the
@@ -16,7 +16,7 @@ from stepbill.engine.fit import Card, default_reserve
 from stepbill.engine.parallel.holdings import held_key, rank_holdings, stage_held
 from stepbill.engine.parallel.ranks import OPTIMIZER_SIDE
 from stepbill.engine.plan import PlanRequest
-from stepbill.engine.plan.evaluate import budget_bytes, resident_bound
+from stepbill.engine.plan.resident import budget_bytes, resident_bound
 from stepbill.engine.plan.space import Group, Rejections, enumerate_space
 from stepbill.errors import StepbillError
 from stepbill.spec.hardware import load_gpu

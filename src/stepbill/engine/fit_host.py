@@ -87,8 +87,15 @@ def host_fit(classes: list[RankClass], parallel: Parallel, gpus_per_node: int, b
         held = sum(c.cpu.values())
         for stage in c.stages:
             per_stage[stage] = max(per_stage[stage], held)
-    node, first = fullest_node(per_stage, parallel.world // parallel.pp, min(gpus_per_node, parallel.world))
+    node, first = layout_fullest_node(per_stage, parallel, gpus_per_node)
     return HostFit(node, first, min(gpus_per_node, parallel.world), budget_bytes, source, convention)
+
+
+def layout_fullest_node(per_stage: list[float], parallel: Parallel, gpus_per_node: int) -> tuple[float, int]:
+    """fullest_node of a layout whose rank of pipeline stage s holds `per_stage[s]` bytes, on nodes of
+    `gpus_per_node` GPUs (the world's when it is smaller): the placement host_fit judges (the planner's host bounds
+    read it too: engine/plan/resident.py, host_floor.py)."""
+    return fullest_node(per_stage, parallel.world // parallel.pp, min(gpus_per_node, parallel.world))
 
 
 def fullest_node(per_stage: list[float], ranks_per_stage: int, per_node: int) -> tuple[float, int]:

@@ -42,18 +42,12 @@ from stepbill.engine.plan.answer import Answer
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.bounds import offload_traffic_floor, peak_floor, resting_floor, resting_key
 from stepbill.engine.plan.budget_bound import budget_floor
-from stepbill.engine.plan.evaluate import (
-    HOST_BOUND,
-    Row,
-    budget_bytes,
-    budget_drops_nothing,
-    judged,
-    resolve_recompute,
-)
+from stepbill.engine.plan.evaluate import Row, budget_drops_nothing, judged, resolve_recompute
 from stepbill.engine.plan.floor_pass import Progress, waited_floor
 from stepbill.engine.plan.host_floor import host_floor_exceeded
 from stepbill.engine.plan.leads import FITTED, PEAK, RESIDENT, RESTING, TRAFFIC, Lead, LeadQueue, Node, make_lead
 from stepbill.engine.plan.peers import Peers
+from stepbill.engine.plan.resident import HOST_BOUND, budget_bytes
 from stepbill.engine.plan.space import Candidate, Group, PlanRequest, Variant
 from stepbill.errors import StepbillError
 

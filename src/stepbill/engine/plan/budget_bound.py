@@ -68,7 +68,8 @@ from stepbill.engine.plan.bounds import (
     stage_rows,
     stage_sides,
 )
-from stepbill.engine.plan.evaluate import budget_bytes, recipe_for
+from stepbill.engine.plan.evaluate import recipe_for
+from stepbill.engine.plan.resident import budget_bytes
 from stepbill.engine.plan.space import Candidate, PlanRequest
 from stepbill.engine.recompute import RecomputePlan, op_flops
 from stepbill.engine.recompute.budget import Staircase, first_fitting_step, spec_problem

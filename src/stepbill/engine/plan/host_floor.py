@@ -5,8 +5,8 @@ The host verdict (engine/fit_host.host_fit) sums each rank's offloaded bytes ove
 side and gradients under optimizer offload, and under activation offload its kept activations per micro-batch ×
 the micro-batches in flight on its stage (parallel/ranks.stage_class: the eager rank plan's kept_after_forward,
 bounds.stage_rows' `kept` without offload). The floor sums the same kept bytes (a budget candidate's: the rows no
-drop set can drop, bounds.least_kept) and the optimizer side (evaluate.optimizer_side_per_stage), leaving out the
-gradients (≥ 0), on the same placement (evaluate.fullest_host_node). On DeepSeek-V3 × 64 H100, 890 of the search's
+drop set can drop, bounds.least_kept) and the optimizer side (resident.optimizer_side_per_stage), leaving out the
+gradients (≥ 0), on the same placement (fit_host.layout_fullest_node). On DeepSeek-V3 × 64 H100, 890 of the search's
 1,809 bills were activation-offload candidates the host rejected.
 """
 
@@ -16,10 +16,12 @@ from dataclasses import replace
 
 from stepbill.engine.bill import without_layout
 from stepbill.engine.bill_parts import bill_eager_parts
+from stepbill.engine.fit_host import layout_fullest_node
 from stepbill.engine.parallel.layout import stage_layer_indices
 from stepbill.engine.parallel.rank_share import in_flight_microbatches
 from stepbill.engine.plan.bounds import stage_rows
-from stepbill.engine.plan.evaluate import fullest_host_node, host_card, optimizer_side_per_stage, recipe_for
+from stepbill.engine.plan.evaluate import recipe_for
+from stepbill.engine.plan.resident import host_card, optimizer_side_per_stage
 from stepbill.engine.plan.space import Candidate, PlanRequest
 from stepbill.errors import StepbillError
 from stepbill.spec.recompute_policy import parse_recompute
@@ -47,7 +49,7 @@ def host_floor(req: PlanRequest, cand: Candidate) -> float:
         order = tuple(plan.order[i] for i in indices[stage])
         kept = stage_rows(rows_key, plan, kept_recipe, order)[0] if order else 0.0
         per_stage.append(side[stage] + kept * in_flight_microbatches(recipe, stage))
-    return fullest_host_node(req, par, per_stage)
+    return layout_fullest_node(per_stage, par, host_card(req).gpus_per_node)[0]
 
 
 def host_floor_exceeded(req: PlanRequest, cand: Candidate) -> bool:

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from stepbill.engine.plan.branch_bound import Billed, bill_in_order
-from stepbill.engine.plan.evaluate import HOST_BOUND, budget_bytes, host_budget_exceeded, resident_bound
 from stepbill.engine.plan.floor_pass import Floors, Progress, floors
 from stepbill.engine.plan.peers import Peers, shared_array
+from stepbill.engine.plan.resident import HOST_BOUND, budget_bytes, host_budget_exceeded, resident_bound
 from stepbill.engine.plan.space import Group, PlanRequest
 
 T = TypeVar("T")
@@ -175,7 +175,7 @@ FLOORS_SHARE = 0.5
 def floors_part(req: PlanRequest, indexed: list[tuple[int, Group]], objective: str, deadline_at: float | None,
                  progress: Progress | None = None, total: int = 0) -> tuple[Floors, int]:
     """The resident bound of each (index, group) and, under optimizer offload, its host bound
-    (evaluate.host_budget_exceeded), then the floors of the candidates they leave, stopping at FLOORS_SHARE of the
+    (resident.host_budget_exceeded), then the floors of the candidates they leave, stopping at FLOORS_SHARE of the
     time `deadline_at` leaves then: (Floors, candidates the resident bound rejected; the host bound's are in
     Floors.rejected and Floors.by_host_bound)."""
     cpu0 = time.process_time()

@@ -36,12 +36,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from stepbill.engine.plan.bounds import time_layout
-from stepbill.engine.plan.evaluate import (
-    Row,
-    budget_drops_nothing,
-    judged,
-    resolve_recompute,
-)
+from stepbill.engine.plan.evaluate import Row, budget_drops_nothing, judged, resolve_recompute
 from stepbill.engine.plan.pareto import gpus_vs_time, memory_vs_time
 from stepbill.engine.plan.partition import (
     bound_in_workers,
