@@ -194,7 +194,7 @@ def run_sharded(write: bool = True) -> list[str]:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from accuracy_doc import write_section
 
-    from stepbill.check import SHARDED_CATEGORIES, compare_sharded
+    from stepbill.check_ranks import SHARDED_CATEGORIES, compare_sharded
     from stepbill.engine.parallel.fsdp2 import predict_rank
     from stepbill.measure.sharded import measure_rank
     from stepbill.measure.tiny import TINY_CONFIGS

@@ -1,7 +1,8 @@
 """`stepbill check`: predict the step with the bill, measure it in PyTorch, and compare per category.
 
 The comparison is pure (predicted and measured numbers in, rows with errors out); torch is imported only by
-`stepbill.measure`, and only when a measurement is actually run.
+`stepbill.measure`, and only when a measurement is actually run. Data-parallel ranks (one of N, or every rank of a
+launched run): stepbill/check_ranks.py.
 """
 
 from __future__ import annotations
@@ -169,25 +170,6 @@ def verdict(rows: list[CheckRow]) -> str:
     return f"{good} of {len(judged)} predicted categories within {TOLERANCE:.0%} of PyTorch's measurement"
 
 
-# (category, RankPrediction / RankMeasurement field) for a sharded check (one rank of N).
-SHARDED_CATEGORIES: tuple[tuple[str, str], ...] = (
-    ("params (this rank's shard)", "params"),
-    ("grads (this rank's shard)", "grads"),
-    ("optimizer states (this rank)", "optimizer_states"),
-    ("activations (at forward peak)", "activations"),
-    ("peak of the forward", "peak_forward"),
-    ("peak of the backward", "peak_backward"),
-    ("peak of the optimizer step", "peak_optimizer"),
-    ("peak of the step", "peak"),
-)
-
-
-def compare_sharded(predicted: Any, measured: Any) -> list[CheckRow]:
-    """Rows for one rank: `predicted` a RankPrediction, `measured` a RankMeasurement (both bytes)."""
-    return [CheckRow(category, "bytes", float(getattr(predicted, name)), float(getattr(measured, name)),
-                     f"rank.{name}") for category, name in SHARDED_CATEGORIES]
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # `stepbill.check(...)`: this module is callable (the package exports it as `stepbill.check`), so the same name is
 # the API function and the module of its parts (`from stepbill.check import compare` keeps working).
@@ -293,6 +275,8 @@ def measure_and_compare(
         spec, config = model_and_config(model, dropout)
     lora = lora_setup(spec, recipe, recompute, sharded, lora_rank, lora_targets, lora_alpha, lora_dropout)
     if sharded:
+        from stepbill.check_ranks import measure_sharded
+
         results = measure_sharded(spec, seq, micro_batch, recipe, dp, zero, rank, mode, config)
         by_rank = {r: rows for r, _, _, _, rows in results}
         summary = "; ".join(f"rank {r}: {verdict(rows)}" for r, rows in by_rank.items())
@@ -321,39 +305,6 @@ def measure_and_compare(
 
     json_out["unmodelled"] += attention_unmodelled(engine_bill)  # --attention eager where not modelled yet
     return CheckResult(rows, summary, chosen, json_out, note or None)
-
-
-def measure_sharded(spec: Any, seq: int, micro_batch: int, recipe: str | None, dp: int, zero: int, rank: int | None,
-                    requested: str, config: dict[str, Any] | None = None) -> list[tuple[int, str, Any, Any, list]]:
-    """(rank, mode, prediction, measurement, rows) for `rank`, or one rank per distinct predicted class.
-    `config`: the config dict to build (default: to_hf_config(spec)); `recipe` None: the stage's default."""
-    from stepbill.engine.check_rank import predict_rank
-    from stepbill.engine.parallel.fsdp2 import rank_classes
-    from stepbill.measure.sharded import measured_recipe
-    from stepbill.spec.hf import to_hf_config
-
-    recipe = measured_recipe(zero, recipe)
-    config = to_hf_config(spec) if config is None else config
-
-    def predict(r: int):
-        return predict_rank(spec, dp, zero, r, micro_batch, seq, recipe)
-
-    ranks = [rank] if rank is not None else [rs[0] for rs in rank_classes(predict, dp).values()]
-    try:
-        from stepbill.measure.build import require_torch
-        from stepbill.measure.sharded import measure_rank
-    except ImportError as exc:  # pragma: no cover - optional extra
-        raise StepbillError(f"stepbill check needs PyTorch and transformers ({exc.name} is missing): "
-                            "pip install 'stepbill[measure]'") from None
-    require_torch()
-    results = []
-    for r in ranks:
-        pred = predict(r)
-        mode = choose_mode(requested, pred.peak)
-        measured = measure_rank(config, world=dp, zero=zero, rank=r, micro_batch=micro_batch,
-                                seq_len=seq, mode=mode, recipe=recipe)
-        results.append((r, mode, pred, measured, compare_sharded(pred, measured)))
-    return results
 
 
 def notes_json(spec: Any, recipe: str, dropout: float | None, command: str | None = None) -> dict[str, Any]:
@@ -394,62 +345,6 @@ def bill_command(model: str, *, seq: int, micro_batch: int, recipe: str, convent
         words += ["--dropout", f"{dropout:g}"]
     words += ["--convention", convention]
     return " ".join(shlex.quote(w) for w in words)
-
-
-def ddp_prediction(bill: Bill, world: int, rank: int) -> tuple[Any, float]:
-    """One DDP rank as the engine bills it: the per-rank class of `Parallel(dp=world)` — the single-rank bill plus
-    DDP's gradient buckets, a copy of every gradient (``gradient_as_bucket_view=False``, its default; allocated at
-    construction, rebuilt once in iteration 2 and kept: measured by `check --launch`); returns (RankPrediction,
-    bucket bytes)."""
-    from dataclasses import replace
-
-    from stepbill.engine.bill import make_bill
-    from stepbill.engine.parallel.fsdp2 import RankPrediction
-    from stepbill.spec.parallel import Parallel
-
-    ranked = make_bill(bill.model, replace(bill.recipe, parallel=Parallel(dp=world)), convention=bill.convention,
-                       attention=bill.attention)
-    (cls,) = ranked.ranks
-    buckets = sum(x.value for x in cls.transient_items if x.name == "transient.ddp_buckets")
-    memory, lines = cls.memory, bill.lines
-    assert cls.timeline is not None
-    pred = RankPrediction(
-        rank=rank, world=world, zero=0, params=lines["memory.weights"].value, grads=lines["memory.grads"].value,
-        optimizer_states=lines["memory.optimizer"].value, buffers=0.0, inputs=0.0,
-        activations=lines["memory.activations"].value, peak_forward=memory["peak_forward"],
-        peak_backward=memory["peak_backward"], peak_optimizer=float(cls.timeline.peak_optimizer.total),
-        convention=bill.convention)
-    return pred, buckets
-
-
-def compare_launched(spec: Any, measured: list[Any], *, zero: int, micro_batch: int, seq: int,
-                     recipe: str, backend: str = "gloo", device: str = "cpu") -> list[tuple[Any, Any, list[CheckRow]]]:
-    """(prediction, measurement, rows) for every rank of a launched run; ZeRO-1/2/3 from engine/check_rank.py's
-    predict_rank, DDP from the single-rank eager bill plus its gradient buckets (``ddp_prediction``). `backend`:
-    the run's process group, "gloo" (CPU: FSDP2's reduce-scatter clones its input, billed) or "nccl"."""
-    from stepbill.engine.check_rank import predict_rank
-
-    world = len(measured)
-    out = []
-    bill = None
-    for m in measured:
-        if zero == 0:
-            if bill is None:
-                from stepbill.spec.recipe import make_recipe
-
-                bill, _ = predict(spec, make_recipe(recipe, "adamw", micro_batch, seq, device=device))
-            pred, buckets = ddp_prediction(bill, world, m.rank)
-            rows = compare_sharded(pred, m)
-            rows.append(CheckRow("DDP gradient buckets (resident)", "bytes", buckets,
-                                 float(m.extra.get("ddp_buckets", 0)), "ddp.buckets"))
-        else:
-            pred = predict_rank(spec, world, zero, m.rank, micro_batch, seq, recipe, backend=backend, device=device)
-            rows = compare_sharded(pred, m)
-        if "reserved_peak" in m.extra:  # CUDA: the caching allocator's reserve, beside the bill
-            rows.append(CheckRow("reserved at peak (allocator; not billed)", "bytes", None,
-                                 float(m.extra["reserved_peak"]), "cuda.reserved"))
-        out.append((pred, m, rows))
-    return out
 
 
 class _CallableModule(types.ModuleType):

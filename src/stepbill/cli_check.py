@@ -8,7 +8,8 @@ from typing import Annotated, Any
 
 import typer
 
-from stepbill.check import measure_sharded, notes_json
+from stepbill.check import notes_json
+from stepbill.check_ranks import measure_sharded
 from stepbill.errors import StepbillError, one_line
 from stepbill.report.check_json import sharded_check_json, single_check_json
 
@@ -260,7 +261,8 @@ def _launch(nproc: int, args: list[str]) -> None:
 def _check_launched(spec: Any, config: dict[str, Any], seq: int, micro_batch: int, recipe: str, dp: int, zero: int,
                     device: str, as_json: bool, dropout: float | None) -> None:
     """Every rank of a torchrun-launched run measured; rank 0 prints predicted vs measured per rank."""
-    from stepbill.check import compare_launched, verdict
+    from stepbill.check import verdict
+    from stepbill.check_ranks import compare_launched
     from stepbill.measure.distributed import launched_world, measure_launched
     from stepbill.report.check_json import _finite_or_none
 

@@ -138,7 +138,7 @@ PEAKS = ("rank.peak_forward", "rank.peak_backward", "rank.peak")
 
 
 def _fsdp_errors(config: dict, world: int, zero: int, seq: int, mode: str) -> dict[str, float]:
-    from stepbill.check import compare_sharded
+    from stepbill.check_ranks import compare_sharded
     from stepbill.engine.check_rank import predict_rank
     from stepbill.measure.sharded import measure_rank
 
