@@ -322,29 +322,21 @@ def notes_json(spec: Any, recipe: str, dropout: float | None, command: str | Non
 def bill_command(model: str, *, seq: int, micro_batch: int, recipe: str, convention: str, recompute: str = "none",
                  optimizer_impl: str = "single", dp: int = 1, zero: int = 0, dropout: float | None = None,
                  attention: str = "sdpa", lora: Any = None) -> str:
-    """The `stepbill bill` command whose numbers `check` compares with the measurement: its per-rank eager class
-    under `--dp N --zero Z` (FSDP2's mixed precision, check's fsdp-mixed-bf16, is the bill's mixed-bf16 under ZeRO-2/3:
+    """The `stepbill bill` command whose numbers `check` compares with the measurement (spelled by
+    spec/command.bill_command, as every printed command): its per-rank eager class under `--dp N --zero Z`
+    (FSDP2's mixed precision, check's fsdp-mixed-bf16, is the bill's mixed-bf16 under ZeRO-2/3:
     engine/parallel/fsdp2_ranks.FSDP_RECIPES), else its one-GPU lines."""
-    import shlex
-
     from stepbill.measure.sharded import FSDP_RECIPE
+    from stepbill.spec.command import bill_command as spelled
 
-    words = ["stepbill", "bill", model, "--seq", str(seq), "--micro-batch", str(micro_batch), "--recipe",
-             "mixed-bf16" if recipe == FSDP_RECIPE else recipe]
-    if recompute != "none":
-        words += ["--recompute", recompute]
-    if optimizer_impl != "single":
-        words += ["--optimizer-impl", optimizer_impl]
-    if dp > 1 or zero:
-        words += ["--dp", str(dp), "--zero", str(zero)]
-    if lora is not None:
-        words += ["--lora-rank", str(lora.rank), "--lora-targets", ",".join(lora.targets)]
-    if attention != "sdpa":
-        words += ["--attention", attention]
-    if dropout is not None:
-        words += ["--dropout", f"{dropout:g}"]
-    words += ["--convention", convention]
-    return " ".join(shlex.quote(w) for w in words)
+    sharded = dp > 1 or zero != 0
+    return spelled(model, {
+        "seq": seq, "micro_batch": micro_batch, "recipe": "mixed-bf16" if recipe == FSDP_RECIPE else recipe,
+        "recompute": None if recompute == "none" else recompute,
+        "optimizer_impl": None if optimizer_impl == "single" else optimizer_impl,
+        "dp": dp if sharded else None, "zero": zero if sharded else None,
+        "lora_rank": None if lora is None else lora.rank, "lora_targets": None if lora is None else lora.targets,
+        "attention": None if attention == "sdpa" else attention, "dropout": dropout, "convention": convention})
 
 
 class _CallableModule(types.ModuleType):
