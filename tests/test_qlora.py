@@ -134,7 +134,7 @@ def test_qlora_finetunes_llama_65b_on_one_48gb_card() -> None:
     spec = load_model(str(Path(__file__).parent / "data" / "hf_configs" / "llama-65b.json"))
     assert param_inventory(spec).total == 65_285_660_672
     card = Card.from_gib(48)
-    options = dict(lora_rank=64, lora_targets="all-linear", seq_len=512, recompute="full")
+    options = dict(lora_rank=64, lora_targets=("all-linear",), seq_len=512, recompute="full")
     fit_q = judge(make_bill(spec, make_recipe("qlora-nf4", **options)), card)
     assert fit_q.convention == "eager" and fit_q.fits and fit_q.worst.headroom_bytes > 2**30
     assert not judge(make_bill(spec, make_recipe("mixed-bf16", **options)), card).fits

@@ -200,15 +200,13 @@ def make_recipe(
     seq_len: int = 2048,
     recompute: str = "none",
     lora_rank: int | None = None,
-    lora_targets: tuple[str, ...] | str | None = None,
+    lora_targets: tuple[str, ...] | None = None,
     parallel: Parallel | None = None,
     optimizer_impl: str = "single",
     device: str = "cpu",
 ) -> Recipe:
     """A Recipe from plain names and numbers (what the CLI and the API take)."""
     lora = None
-    if isinstance(lora_targets, str):  # "q_proj,v_proj" as the CLI writes it, not its characters
-        lora_targets = tuple(t.strip() for t in lora_targets.split(",") if t.strip())
     if lora_rank is not None:
         lora = LoRA(lora_rank, DEFAULT_LORA_TARGETS if lora_targets is None else tuple(lora_targets))
     elif lora_targets is not None:
