@@ -42,7 +42,6 @@ class Floors:
     nodes: list[Node] = field(default_factory=list)
     rejected: dict[str, int] = field(default_factory=dict)
     decided: int = 0  # candidates of the groups it went through
-    by_host_bound: int = 0  # candidates the host bound decided before it (partition.floors_part)
     cpu_seconds: float = 0.0
 
 

@@ -176,8 +176,8 @@ def floors_part(req: PlanRequest, indexed: list[tuple[int, Group]], objective: s
                  progress: Progress | None = None, total: int = 0) -> tuple[Floors, int]:
     """The resident bound of each (index, group) and, under optimizer offload, its host bound
     (resident.host_budget_exceeded), then the floors of the candidates they leave, stopping at FLOORS_SHARE of the
-    time `deadline_at` leaves then: (Floors, candidates the resident bound rejected; the host bound's are in
-    Floors.rejected and Floors.by_host_bound)."""
+    time `deadline_at` leaves then: (Floors, candidates the resident bound rejected; the host bound's are
+    Floors.rejected[HOST_BOUND])."""
     cpu0 = time.process_time()
     kept: list[tuple[int, Group, float]] = []
     rejected = by_host = 0
@@ -194,9 +194,8 @@ def floors_part(req: PlanRequest, indexed: list[tuple[int, Group]], objective: s
         deadline_at = now + FLOORS_SHARE * max(deadline_at - now, 0.0)
     found = floors(req, kept, objective, deadline_at, progress, total)
     found.decided += rejected + by_host
-    if by_host:
-        found.rejected[HOST_BOUND] = found.rejected.get(HOST_BOUND, 0) + by_host
-    found.by_host_bound = by_host
+    if by_host:  # the floors pass rejects nothing for this reason: the count is the host bound's alone
+        found.rejected[HOST_BOUND] = by_host
     if progress is not None:
         progress(found.decided, total)  # with the candidates the resident bound decided
     found.cpu_seconds = time.process_time() - cpu0  # the bounds' CPU too (a worker's, under jobs > 1)

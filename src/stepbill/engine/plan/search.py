@@ -47,6 +47,7 @@ from stepbill.engine.plan.partition import (
     worker_context,
 )
 from stepbill.engine.plan.rank import sort_key, top
+from stepbill.engine.plan.resident import HOST_BOUND
 from stepbill.engine.plan.space import Group, PlanRequest, Rejections, enumerate_space
 from stepbill.errors import StepbillError
 from stepbill.spec.parallel import Parallel
@@ -204,7 +205,7 @@ def _branch_and_bound(req: PlanRequest, objective: str, k: int, groups: list[Gro
     workers_cpu = sum(p.cpu_seconds for p in parts) if jobs > 1 else 0.0
     not_searched = sum(p.not_searched for p in parts) + to_decide - sum(p.decided for p in parts)
     # the resident bound's, the host bound's and the peak floors'
-    by_bound = sum(p.by_bound + p.floors.by_host_bound + p.billed.by_bound for p in parts)
+    by_bound = sum(p.by_bound + p.floors.rejected.get(HOST_BOUND, 0) + p.billed.by_bound for p in parts)
     stats = SearchStats(ruled_out + to_decide, sum(p.billed.by_bill for p in parts), by_bound,
                         time.perf_counter() - start, time.process_time() - start_cpu + workers_cpu,
                         dict(sorted(rejected.counts.items())), not_searched, jobs,
