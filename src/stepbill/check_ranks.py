@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from stepbill.check import CheckRow, choose_mode, predict
+from stepbill.check_rows import CheckRow, choose_mode, predict
 from stepbill.errors import StepbillError
 
 if TYPE_CHECKING:
