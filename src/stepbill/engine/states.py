@@ -15,6 +15,9 @@ from stepbill.errors import StepbillError
 from stepbill.spec.recipe import LoRA, Precision, Recipe
 
 ZERO = cited("ZeRO, arXiv 1910.02054 §3.1 (2Ψ + 2Ψ + KΨ, K = 12)")
+#: The frozen base of LoRA keeps its weights only: no gradient, no optimizer state (Hu et al. 2021, arXiv 2106.09685
+#: §4.1: "W0 is frozen and does not receive gradient updates"); ZeRO's 2 + 2 + K accounting does not apply to it.
+LORA_FROZEN = cited("LoRA, arXiv 2106.09685 §4.1 (W0 frozen: weights only, no gradient or optimizer state)")
 
 # A parameter group as (shape of one tensor, copies, is a hidden 2-D matrix).
 Group = tuple[tuple[int, ...], int, bool]
@@ -122,7 +125,7 @@ def resident_lines(inventory: ParamInventory, recipe: Recipe) -> list[Line]:
     elif n_frozen:
         frozen = p.frozen if p.frozen is not None else p.weights
         lines.append(Line("weights.frozen", n_frozen * frozen, "bytes", "{params} frozen params × {bytes} B",
-                          {"params": n_frozen, "bytes": frozen}, prov))
+                          {"params": n_frozen, "bytes": frozen}, LORA_FROZEN))
     lines.append(Line("weights", n_train * p.weights, "bytes", "{params} params × {bytes} B",
                       {"params": n_train, "bytes": p.weights}, prov))
     lines.append(Line("grads", n_train * p.grads, "bytes", "{params} params × {bytes} B",
