@@ -68,7 +68,7 @@ def test_spill_shrink_rate_is_the_spills_fall(name: str) -> None:
         par = recipe.parallel
         timed = [c for c in step_collectives(req.spec, recipe, param_inventory(req.spec), req.gpu,
                                              bill_plan(req.spec, recipe).rerun) if c.seconds is not None]
-        args = (timed, req.gpu.gpus_per_node, par.zero, par.micro_batches,
+        args = (timed, par.zero, par.micro_batches,
                 max(sum(stage_layer_kinds(req.spec, par)[terms.stage].values()), 1))
 
         assert terms.comm is not None

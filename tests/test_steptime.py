@@ -251,3 +251,36 @@ def test_busiest_stage_memo_is_the_stage_by_stage_scan(layers: tuple[int, ...] |
     assert slowest_stage(spec, bill.inventory, recipe, bill.plan)[:2] == (busiest, works[busiest])
     copy = type(bill.inventory)(tuple(bill.inventory.tensors))  # not the model's own: the unmemoised path
     assert slowest_stage(spec, copy, recipe, bill.plan) == slowest_stage(spec, bill.inventory, recipe, bill.plan)
+
+
+def test_all_to_all_spanning_nodes_runs_on_both_links() -> None:
+    """mixtral-8x7b, ep 8 at etp 2 (16 ranks: two H100 nodes, 4 of the EP group in each): a rank sends S/8 to each
+    peer, 3 of them over NVLink and 4 over its InfiniBand NIC, both at once (NCCL's all-to-all: a send to every peer);
+    the network's share sets the time, 4/8 of S instead of the flat ring's 7/8. Latency: one send per peer, 3 at
+    NVLink's per-step latency, 4 at the network's."""
+    from stepbill.engine.timing.comm_time import latency_per_call
+
+    spec = load_preset("mixtral-8x7b")
+    par = Parallel(dp=16, ep=8, etp=2, micro_batches=2)
+    bill = make_bill(spec, make_recipe(seq_len=4096, parallel=par), gpu=H100)
+    (a2a,) = [c for c in bill.collectives if c.axis == "ep"]
+    assert a2a.scope == "inter-node" and a2a.link == "nvlink+infiniband" and a2a.local == 4
+    sent = a2a.bytes / a2a.calls  # (ep − 1)/ep × S: what a rank sends off itself, as a flat all-to-all counts it
+    message = sent * 8 / 7
+    assert sent == pytest.approx(7 / 8 * 4096 * 2 * 4096 * 2)  # 4,096 tokens × top-2 × hidden × bf16
+    assert a2a.seconds == pytest.approx(a2a.calls * max(3 / 8 * message / 450e9, 4 / 8 * message / 50e9))
+    assert latency_per_call(a2a) == pytest.approx(8.4e-6 + 3 * 3.4e-6 + 4 * 14e-6)
+    inside = make_bill(spec, make_recipe(seq_len=4096, parallel=Parallel(dp=8, ep=8, micro_batches=2)), gpu=H100)
+    (flat,) = [c for c in inside.collectives if c.axis == "ep"]
+    assert flat.scope == "intra-node" and flat.local == 1 and flat.seconds == pytest.approx(flat.bytes / 450e9)
+
+
+def test_hierarchical_latency_reads_the_group_ranks_in_a_node() -> None:
+    """dp 16 at tp 2 (stride 2): 4 ranks of each DP group share a node, so the hierarchical all-reduce's latency has
+    2·3 NVLink steps and 2·3 network steps (4 nodes), not the 8 ranks a node holds."""
+    from stepbill.engine.timing.comm_time import latency_per_call
+
+    bill = make_bill(load_preset("llama3-8b"), make_recipe(seq_len=4096, parallel=Parallel(dp=16, tp=2)), gpu=H100)
+    (ar,) = [c for c in bill.collectives if c.axis == "dp"]
+    assert ar.link == "nvlink+infiniband" and ar.local == 4
+    assert latency_per_call(ar) == pytest.approx(8.4e-6 + 2 * 3 * 3.4e-6 + 2 * 3 * 14e-6)

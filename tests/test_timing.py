@@ -45,8 +45,8 @@ def test_collective_time_is_latency_plus_bandwidth() -> None:
     bill = make_bill(spec, make_recipe(seq_len=2048, parallel=Parallel(tp=8)), gpu=H100)
     (ar,) = [c for c in bill.collectives if c.axis == "tp"]
     assert ar.seconds is not None
-    assert latency_per_call(ar, 8) == pytest.approx(8.4e-6 + 14 * 3.4e-6)
-    assert collective_seconds(ar, 8) == pytest.approx(ar.calls * (8.4e-6 + 14 * 3.4e-6) + ar.seconds / 0.8)
+    assert latency_per_call(ar) == pytest.approx(8.4e-6 + 14 * 3.4e-6)
+    assert collective_seconds(ar) == pytest.approx(ar.calls * (8.4e-6 + 14 * 3.4e-6) + ar.seconds / 0.8)
 
 
 def test_wave_quantization_example() -> None:

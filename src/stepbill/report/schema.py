@@ -210,7 +210,8 @@ class CollectiveJson(Strict):
     group: int = Field(description="ranks in its group")
     scope: str = Field(description="intra-node or inter-node")
     link: str | None = Field(description="the link it uses: nvlink, pcie, infiniband, or ethernet (assumed 100 Gb/s where the GPU has no InfiniBand); null without --gpu (no GPU, no node size to place the group on); "
-                      "intra+inter (nvlink+infiniband) for a hierarchical DP / ZeRO collective")
+                      "intra+inter (nvlink+infiniband) for a hierarchical DP / ZeRO collective or an EP all-to-all "
+                      "spanning nodes")
     calls: int = Field(description="calls per step")
     bytes: int = Field(description="bytes per rank per step over that link")
     seconds: float | None = Field(description="seconds per step; null without a GPU or when the link is absent")

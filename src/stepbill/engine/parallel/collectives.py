@@ -19,7 +19,11 @@ every-K, selective core_attn, a budget that drops its output) passes its K/V rin
 Selective / budget drop sets are taken to rerun no TP or EP collective (the ops they rebuild sit between them).
 
 Placement (Megatron order tp, cp, dp, pp; experts etp, ep): a group of n ranks at stride k spans n·k
-consecutive ranks and stays inside a node when n·k ≤ GPUs per node. Bytes are per rank, per step.
+consecutive ranks and stays inside a node when n·k ≤ GPUs per node. Bytes are per rank, per step. A group that
+spans nodes with l ≥ 2 of its ranks in each runs in two levels where the op allows: DP / ZeRO all-reduce,
+reduce-scatter and all-gather hierarchically (`hierarchical_seconds`), an EP all-to-all on both links at once
+(`all_to_all_seconds`: the node peers' share over NVLink, the rest over the network); TP, CP and PP groups that span
+nodes run flat at the network's bandwidth.
 """
 
 from __future__ import annotations
@@ -69,12 +73,13 @@ class Collective:
     seconds: float | None
     overlap: str
     line: Line
+    local: int = 1  # ranks of its group inside one node when it runs in two levels (link "intra+inter"); else 1
 
     def __hash__(self) -> int:
         """Hashed without its line (made from the other fields; its inputs are a dict), once (hash_once): a timing
         memo's key (timing/comm_time.py)."""
         return hash((self.name, self.axis, self.op, self.group, self.scope, self.link, self.calls, self.bytes,
-                     self.seconds, self.overlap))
+                     self.seconds, self.overlap, self.local))
 
 
 def _scope(n: int, stride: int, per_node: int) -> str:
@@ -324,11 +329,12 @@ def _ep_traffic(ep: int, etp: int, send: float, moe_layers: int, rebuilt_moe: in
                 gpu: GPU | None) -> tuple[Collective, ...]:
     """EP: dispatch + combine all-to-alls, forward and backward, per MoE layer per micro-batch (2 more per rebuilt
     MoE layer); `send` the bytes a rank sends per all-to-all (top-k copies of its tokens)."""
+    local = min(ep, per_node // etp) if per_node % etp == 0 else 1  # the group's ranks in one node (stride etp)
     return _timed([("ep.all_to_all", "ep", "all-to-all", ep, _scope(ep, etp, per_node),
                     (4 * moe_layers + 2 * rebuilt_moe) * m, comm.all_to_all_link_bytes(ep, send), "partly",
                     "(ep−1)/ep × {send_bytes} B (top-k × tokens × h), dispatch + combine, forward + backward"
                     + (", forward again in each rebuilt MoE layer (recompute)" if rebuilt_moe else ""),
-                    {"send_bytes": send})], gpu)
+                    {"send_bytes": send}, local)], gpu)
 
 
 def _timed(rows: list[tuple], gpu: GPU | None) -> tuple[Collective, ...]:
@@ -341,17 +347,26 @@ def _timed(rows: list[tuple], gpu: GPU | None) -> tuple[Collective, ...]:
         seconds = total / bw if bw else None
         note = ETHERNET_NOTE if link == "ethernet" else ""
         local = min(extra[0], group) if extra else 1
-        if gpu is not None and scope == "inter-node" and local >= 2 and group % local == 0 and op in _LEVELS:
+        two_levels = op in _LEVELS or op == "all-to-all"
+        if gpu is not None and scope == "inter-node" and local >= 2 and group % local == 0 and two_levels:
             # InfiniBand: one NIC per GPU; the assumed Ethernet NIC is one per node, shared by its `local` ranks
             inter_bw = bw / local if link == "ethernet" else bw
-            per_call_s = hierarchical_seconds(op, float(per_call), group, local, gpu.link_bytes_per_s(
-                gpu.intra_node_link), inter_bw)
+            intra_bw = gpu.link_bytes_per_s(gpu.intra_node_link)
+            if op == "all-to-all":
+                per_call_s = all_to_all_seconds(float(per_call), group, local, intra_bw, inter_bw)
+                how = (f"two links at once: the {local - 1} peers in its node over {gpu.intra_node_link}, the "
+                       f"{group - local} in other nodes over {link}; ")
+            else:
+                per_call_s = hierarchical_seconds(op, float(per_call), group, local, intra_bw, inter_bw)
+                how = (f"hierarchical: {local} ranks per node over {gpu.intra_node_link}, {group // local} nodes "
+                       f"over {link}; ")
             seconds, link = calls * per_call_s, f"{gpu.intra_node_link}+{link}"
-            note = (f"hierarchical: {local} ranks per node over {gpu.intra_node_link}, {group // local} nodes over "
-                    f"{link.split('+')[1]}; " + note).rstrip("; ")
+            note = (how + note).rstrip("; ")
+        else:
+            local = 1
         line = Line(f"comm.{name}", total, "bytes", "{calls} calls × " + formula,
                     {"calls": calls, **inputs, "per_call_bytes": float(per_call)}, convention=note)
-        out.append(Collective(name, axis, op, group, scope, link, calls, total, seconds, overlap, line))
+        out.append(Collective(name, axis, op, group, scope, link, calls, total, seconds, overlap, line, local))
     return tuple(out)
 
 
@@ -374,6 +389,19 @@ def hierarchical_seconds(op: str, ring_bytes: float, group: int, local: int, int
     intra = k * (local - 1) / local * message / intra_bw
     inter = k * (nodes - 1) / nodes * (message / local) / inter_bw if nodes > 1 else 0.0
     return intra + inter
+
+
+def all_to_all_seconds(sent_bytes: float, group: int, local: int, intra_bw: float, inter_bw: float) -> float:
+    """Seconds of one all-to-all over `group` ranks, `local` of them in each node: a rank sends S/group to each peer
+    (`sent_bytes` = (group−1)/group · S, what it sends off itself), to its local − 1 node peers over the intra-node
+    link and to the group − local others over its network link, both at once — NCCL runs an all-to-all as one group
+    of point-to-point sends and receives to every peer (nccl-tests src/alltoall.cu: ncclGroupStart, ncclSend /
+    ncclRecv per peer, ncclGroupEnd), each on the link to that peer:
+
+        t = max((local − 1)/group · S / intra_bw, (group − local)/group · S / inter_bw)
+    """
+    message = sent_bytes * group / (group - 1)
+    return max((local - 1) / group * message / intra_bw, (group - local) / group * message / inter_bw)
 
 
 def _link(gpu: GPU | None, scope: str) -> tuple[str | None, float]:

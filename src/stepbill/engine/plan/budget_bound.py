@@ -110,7 +110,7 @@ def budget_floor(req: PlanRequest, cand: Candidate, fitted: bool = False, twin: 
     par = recipe.parallel
     timed = [c for c in step_collectives(req.spec, recipe, param_inventory(req.spec), req.gpu) if c.seconds is not None]
     layers = max(max(map(len, stage_layer_indices(req.spec, par))), 1)  # the most layers a stage holds
-    spill = comm_timing(timed, req.gpu.gpus_per_node, par.zero, par.micro_batches, layers, *windows).hidden_spill
+    spill = comm_timing(timed, par.zero, par.micro_batches, layers, *windows).hidden_spill
     return (kernels + critical) / (1 - bubble) + gather + offload + spill
 
 

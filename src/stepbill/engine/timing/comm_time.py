@@ -4,7 +4,9 @@
 
 Steps of a ring over n ranks: all-reduce 2(n − 1), reduce-scatter / all-gather / all-to-all n − 1, a send/recv 1;
 hierarchical (a group spanning nodes: `local` ranks per node over NVLink / PCIe, n / local nodes across) takes the
-intra-node steps at the intra-node latency and the inter-node ones at the network's. The bandwidth term is the
+intra-node steps at the intra-node latency and the inter-node ones at the network's; an all-to-all spanning nodes
+sends to its local − 1 node peers at the intra-node latency and to the group − local others at the network's (one
+send per peer). The bandwidth term is the
 collective's `seconds` from engine/parallel/collectives.py (ring volume at the link's line rate, hierarchical
 already) over NCCL's protocol efficiency. Constants and their sources: timing/constants.py.
 
@@ -44,15 +46,18 @@ def ring_steps(op: str, n: int) -> float:
     return _STEPS[op] * (n - 1) if op in _STEPS else 1.0
 
 
-def latency_per_call(c: Collective, local: int) -> float:
+def latency_per_call(c: Collective) -> float:
     """NCCL's latency of one call of `c` (seconds): base + steps × per-step latency of each link it crosses."""
-    return _latency_per_call(c.op, c.group, c.link, local)
+    return _latency_per_call(c.op, c.group, c.link, c.local)
 
 
 @lru_cache(maxsize=4096)
 def _latency_per_call(op: str, group: int, link: str | None, local: int) -> float:
     """latency_per_call on what it reads (a planner times the same few calls for every candidate of a layout)."""
     links = (link or "").split("+")
+    if len(links) == 2 and local >= 2 and op == "all-to-all":  # a send to each peer: local − 1 inside, the rest out
+        return (NCCL_BASE_LATENCY_S + (local - 1) * NCCL_STEP_LATENCY_S.get(links[0], 0.0)
+                + (group - local) * NCCL_STEP_LATENCY_S.get(links[1], 0.0))
     if len(links) == 2 and local >= 2:  # hierarchical: intra-node ring, then across the nodes
         nodes = max(1, group // local)
         return (NCCL_BASE_LATENCY_S + ring_steps(op, local) * NCCL_STEP_LATENCY_S.get(links[0], 0.0)
@@ -60,12 +65,11 @@ def _latency_per_call(op: str, group: int, link: str | None, local: int) -> floa
     return NCCL_BASE_LATENCY_S + ring_steps(op, group) * NCCL_STEP_LATENCY_S.get(links[-1], 0.0)
 
 
-def collective_seconds(c: Collective, gpus_per_node: int) -> float:
+def collective_seconds(c: Collective) -> float:
     """Alpha-beta seconds of all of `c`'s calls in one step (0 when the link is unknown)."""
     if c.seconds is None:
         return 0.0
-    local = min(gpus_per_node, c.group)
-    return c.calls * latency_per_call(c, local) + c.seconds / NCCL_PROTOCOL_EFFICIENCY
+    return c.calls * latency_per_call(c) + c.seconds / NCCL_PROTOCOL_EFFICIENCY
 
 
 def allreduce_seconds(message_bytes: float, n: int, busbw_bytes_per_s: float, link: str = "nvlink") -> float:
@@ -125,13 +129,13 @@ def _hiding(micro_batches: int, t_forward: float, t_backward: float, t_attention
             ("fwd", t_forward, 0.0), ("attention", t_attention, attention_rate))
 
 
-def comm_timing(collectives: list[Collective], gpus_per_node: int, zero: int, micro_batches: int, layers: int,
+def comm_timing(collectives: list[Collective], zero: int, micro_batches: int, layers: int,
                 t_forward: float, t_backward: float, t_attention: float) -> CommTiming:
     """Apply the overlap rules: `t_forward` / `t_backward` / `t_attention` are the rank's compute seconds (all
     micro-batches) that hide the collectives of each class. The tails that cannot hide: a once-per-step gradient
     sync's last bucket (GRAD_BUCKET_BYTES of a call), a per-micro-batch ZeRO collective's first layer of the first
     micro-batch."""
-    key = (tuple(collectives), gpus_per_node, zero, micro_batches, layers)
+    key = (tuple(collectives), zero, micro_batches, layers)
     seconds, groups, tails, by_axis = _CLASS_SUMS.get(key, _class_sums, *key)
     spill = hideable = 0  # summed as sum() does, from the int 0, in the windows' order
     for cls, window, _ in _hiding(micro_batches, t_forward, t_backward, t_attention):
@@ -159,13 +163,13 @@ def spill_shrink_rate(ct: CommTiming, micro_batches: int, t_forward: float, t_ba
     return rate
 
 
-#: comm_timing's sums by overlap class, per (collectives, GPUs per node, ZeRO, micro-batches, layers): what the
+#: comm_timing's sums by overlap class, per (collectives, ZeRO, micro-batches, layers): what the
 #: overlap rules read besides the windows. A planner times every recompute variant of a layout and micro-batch
 #: against the same collectives (a tuple of step_collectives' memoised, hash-once Collectives: a cheap key).
 _CLASS_SUMS = Memo(1 << 16)
 
 
-def _class_sums(collectives: tuple[Collective, ...], gpus_per_node: int, zero: int, micro_batches: int, layers: int
+def _class_sums(collectives: tuple[Collective, ...], zero: int, micro_batches: int, layers: int
                 ) -> tuple[dict[str, float], dict[str, float], dict[str, float], dict[str, float]]:
     """(seconds by collective name, by overlap class, the tails that cannot hide by class, the critical seconds by
     axis) of comm_timing. Shared: read them, never change them."""
@@ -175,7 +179,7 @@ def _class_sums(collectives: tuple[Collective, ...], gpus_per_node: int, zero: i
     by_axis = {"tp": 0.0, "ep": 0.0, "pp": 0.0}
     per_layer, per_micro_batch = max(layers, 1), max(micro_batches, 1)
     for c in collectives:
-        t, cls, bucket_share = _classed(c, gpus_per_node, zero)
+        t, cls, bucket_share = _classed(c, zero)
         seconds[c.name] = t
         groups[cls] = groups.get(cls, 0.0) + t
         if cls == "critical":
@@ -187,21 +191,20 @@ def _class_sums(collectives: tuple[Collective, ...], gpus_per_node: int, zero: i
     return seconds, groups, tails, by_axis
 
 
-def _classed(c: Collective, gpus_per_node: int, zero: int) -> tuple[float, str, float]:
+def _classed(c: Collective, zero: int) -> tuple[float, str, float]:
     """(alpha-beta seconds, overlap class, the share of a call in its last gradient bucket) of one collective:
-    what comm_timing sums, kept on the collective by (GPUs per node, ZeRO stage) — a planner's candidates share
+    what comm_timing sums, kept on the collective by ZeRO stage — a planner's candidates share
     step_collectives' memoised Collectives, so each is classed once. The Collective is frozen: the memo sits in
     its __dict__ beside its fields (eq, hash and repr never read it), as spec/schema.hash_once keeps a hash."""
     memo = c.__dict__.get(_CLASSED)
     if memo is None:
         memo = {}
         object.__setattr__(c, _CLASSED, memo)
-    key = (gpus_per_node, zero)
-    if key not in memo:
+    if zero not in memo:
         per_call = c.bytes / max(c.calls, 1)
-        memo[key] = (collective_seconds(c, gpus_per_node), overlap_class(c, zero),
-                     min(1.0, GRAD_BUCKET_BYTES / max(per_call, 1.0)))
-    return memo[key]
+        memo[zero] = (collective_seconds(c), overlap_class(c, zero),
+                      min(1.0, GRAD_BUCKET_BYTES / max(per_call, 1.0)))
+    return memo[zero]
 
 
-_CLASSED = "_classed_by_gpus_per_node_and_zero"
+_CLASSED = "_classed_by_zero"

@@ -273,7 +273,7 @@ def step_terms(spec: ModelSpec, inv: ParamInventory, recipe: Recipe, worst: Rank
         prec_lines, t_precision = precision_time_lines(spec, inv, recipe, flops, gpu, sc.gemm_efficiency or 1.0,
                                                        stage, attention_timed=True)
         t_rank = sc.kernels + t_precision
-        ct = comm_timing(timed, gpu.gpus_per_node, par.zero, par.micro_batches, max(sum(kinds.values()), 1),
+        ct = comm_timing(timed, par.zero, par.micro_batches, max(sum(kinds.values()), 1),
                          sc.forward, sc.backward, sc.attention)
         t_compute = t_rank + sc.optimizer
         t_pipe = (t_rank + ct.critical_per_step) / (1 - bubble) + sc.optimizer
