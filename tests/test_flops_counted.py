@@ -74,3 +74,25 @@ def test_v3_counted_equals_seed_full_square() -> None:
     bill = make_bill(V3, make_recipe(seq_len=131_072))
     assert bill["flops.step_noncausal"].value == 3 * bill["flops.forward_noncausal"].value
     assert round(bill["flops.step"].value / 1e15, 1) == 157.6
+
+
+def test_residual_dropout_skips_nothing() -> None:
+    """A dropout after the down projection (hidden_dropout > 0: GPT-2's resid_pdrop) saves a mask its backward needs,
+    so the rebuild reruns the projection: no early stop (measured: tests/measure/test_every_k.py)."""
+    import dataclasses
+
+    assert fl.checkpoint_skipped_ops(dataclasses.replace(GPT3, hidden_dropout=0.1), "dense") == []
+
+
+@pytest.mark.parametrize(("k", "runs"), [(4, 8), (5, 7), (32, 1), (1, 32)])
+def test_every_k_counted_stops_once_a_run(k: int, runs: int) -> None:
+    """every:K under FlopCounterMode's convention: each of the ⌈32/K⌉ runs reruns its layers' whole forward but the
+    trailing down projection of its last layer (non-reentrant checkpointing's early stop; every:1 is full)."""
+    seq = 2048
+    bill = make_bill(LLAMA, make_recipe("pure-bf16", "adamw", 1, seq, f"every:{k}"))
+    down = 2 * seq * LLAMA.hidden_size * LLAMA.ffn.intermediate_size  # the down projection of one layer
+    whole = 32 * fl.layer_forward_flops(LLAMA, "dense", seq, 1, False)
+    assert bill.lines["flops.recompute_noncausal"].value == whole - runs * down
+    if k == 1:
+        full = make_bill(LLAMA, make_recipe("pure-bf16", "adamw", 1, seq, "full"))
+        assert bill.lines["flops.recompute_noncausal"].value == full.lines["flops.recompute_noncausal"].value

@@ -13,7 +13,6 @@ from stepbill.check_ranks import measure_sharded
 from stepbill.errors import StepbillError, one_line
 from stepbill.report.check_json import sharded_check_json, single_check_json
 
-MEASURABLE_RECOMPUTE = ("none", "full")
 #: Ranks of a sharded check: every rank is predicted to find the distinct classes, and one is measured per class
 #: on a fake process group in this process, so the group stays small.
 MAX_CHECK_DP = 64
@@ -45,7 +44,7 @@ def check(
         "(the only one, FSDP2's mixed precision)")] = None,
     optimizer_impl: Annotated[str, typer.Option("--optimizer-impl", help="AdamW: single | foreach | fused")]
     = "single",
-    recompute: Annotated[str, typer.Option("--recompute", help="none | full")] = "none",
+    recompute: Annotated[str, typer.Option("--recompute", help="none | full | every:K (runs of K layers, one checkpoint each)")] = "none",
     real: Annotated[bool, typer.Option("--real", help="real tensors (refused if the peak would not fit in RAM)")]
     = False,
     fake: Annotated[bool, typer.Option("--fake", help="fake tensors: any size, no memory used")] = False,
@@ -83,14 +82,16 @@ def check(
     The model is built from its config as given (dropout, sliding windows); what the bill does not model yet
     is said in one line each (JSON: `unmodelled`)."""
     from stepbill.check import model_and_config
+    from stepbill.measure.session import every_k
     from stepbill.measure.sharded import measured_recipe
     from stepbill.spec.schema import Int, check_value
 
     check_value(Int(1, MAX_CHECK_DP), "--dp", dp)
     if rank is not None:
         check_value(Int(0, dp - 1), "--rank", rank)
-    if recompute not in MEASURABLE_RECOMPUTE:
-        raise StepbillError(f"check measures --recompute {' or '.join(MEASURABLE_RECOMPUTE)}; got {recompute!r}")
+    every_k(recompute)  # none | full | every:K, else one line
+    if every_k(recompute) is not None and (dp > 1 or zero or launch is not None):
+        raise StepbillError("--recompute every:K is measured in one process; drop --dp/--zero/--launch or use full")
 
     if real and fake:
         raise StepbillError("choose one of --real and --fake")

@@ -143,3 +143,16 @@ def new_fake_mode() -> FakeTensorMode:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     return FakeTensorMode(allow_non_fake_inputs=True)
+
+
+def decoder_layers(model: Any) -> list[Any]:
+    """The decoder layers of a transformers causal LM (model.model.layers, or transformer.h / gpt_neox.layers)."""
+    for path in ("model.layers", "transformer.h", "gpt_neox.layers"):
+        obj = model
+        try:
+            for part in path.split("."):
+                obj = getattr(obj, part)
+        except AttributeError:
+            continue
+        return list(obj)
+    raise StepbillError(f"cannot find the decoder layers of {type(model).__name__}")

@@ -17,13 +17,23 @@ from stepbill.measure.build import Attention, Mode, build_model, hf_patches, new
 
 Recipe = Literal["fp32", "pure-bf16", "amp-bf16"]
 OptimizerImpl = Literal["single", "foreach", "fused"]
-Recompute = Literal["none", "full"]
+Recompute = str  # "none", "full" or "every:K" (K ≥ 1: measure/segments.py)
 Phase = Literal["forward", "backward", "optimizer"]
 
 RECIPES: tuple[str, ...] = ("fp32", "pure-bf16", "amp-bf16")
 OPTIMIZER_IMPLS: tuple[str, ...] = ("single", "foreach", "fused")
-RECOMPUTES: tuple[str, ...] = ("none", "full")
+RECOMPUTES: tuple[str, ...] = ("none", "full", "every:K")
 PHASES: tuple[Phase, ...] = ("forward", "backward", "optimizer")
+
+
+def every_k(recompute: str) -> int | None:
+    """K of an "every:K" recompute (None for "none" and "full"); a StepbillError line for anything else."""
+    if recompute in ("none", "full"):
+        return None
+    head, _, k = recompute.partition(":")
+    if head == "every" and k.isdigit() and int(k) >= 1:
+        return int(k)
+    raise StepbillError(f"recompute must be one of none, full, every:K (K >= 1), got {recompute!r}")
 
 
 def _noop(phase: Phase) -> None:
@@ -50,6 +60,7 @@ class StepSession:
     #: adapters only.
     lora: Any = None
     model: Any = field(init=False, default=None)
+    every: int | None = field(init=False, default=None)  # K of every:K (None: none or full)
     optimizer: Any = field(init=False, default=None)
     input_ids: Any = field(init=False, default=None)
     _stack: contextlib.ExitStack = field(init=False, default_factory=contextlib.ExitStack)
@@ -57,7 +68,7 @@ class StepSession:
     def __post_init__(self) -> None:
         _check_choice("recipe", self.recipe, RECIPES)
         _check_choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
-        _check_choice("recompute", self.recompute, RECOMPUTES)
+        self.every = every_k(self.recompute)
         _check_choice("mode", self.mode, ("real", "fake"))
         _check_choice("attention", self.attention, ("sdpa", "eager"))
         if self.micro_batch < 1 or self.seq_len < 1:
@@ -81,6 +92,10 @@ class StepSession:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", FutureWarning)
                 self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        elif self.every is not None:
+            from stepbill.measure.segments import checkpoint_every
+
+            checkpoint_every(self.model, self.every)
         # fp32 MoE experts need transformers' grouped_mm fallback (aten._grouped_mm fakes bf16 only); amp
         # keeps fp32 expert weights too, since grouped_mm is not autocast-enabled.
         self._stack.enter_context(hf_patches(force_grouped_mm_fallback=self.param_dtype == "fp32"))

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stepbill.errors import StepbillError
-from stepbill.measure.build import Mode, build_model, hf_patches, new_fake_mode, require_torch
+from stepbill.measure.build import Mode, build_model, decoder_layers, hf_patches, new_fake_mode, require_torch
 from stepbill.measure.step import PhasePeaks
 
 PHASES = ("forward", "backward", "optimizer")
@@ -164,19 +164,6 @@ def fake_process_group(rank: int, world: int) -> Iterator[Any]:
         yield init_device_mesh("cpu", (world,))
     finally:
         dist.destroy_process_group()
-
-
-def decoder_layers(model: Any) -> list[Any]:
-    """The decoder layers of a transformers causal LM (model.model.layers, or transformer.h / gpt_neox.layers)."""
-    for path in ("model.layers", "transformer.h", "gpt_neox.layers"):
-        obj = model
-        try:
-            for part in path.split("."):
-                obj = getattr(obj, part)
-        except AttributeError:
-            continue
-        return list(obj)
-    raise StepbillError(f"cannot find the decoder layers of {type(model).__name__}")
 
 
 def _validate(world: int, zero: int, rank: int) -> None:

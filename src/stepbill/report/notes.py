@@ -27,13 +27,15 @@ def attention_unmodelled(bill: Bill, fit: Fit | None = None) -> list[str]:
 
 
 def counted_flops_note(bill: Bill) -> str:
-    """Why FlopCounterMode's count can fall below the causal figure: under full recompute PyTorch's non-reentrant
-    checkpoint stops early and does not rerun each layer's trailing matmul (engine/flops.py)."""
+    """Why FlopCounterMode's count can fall below the causal figure: under full / every-K recompute PyTorch's
+    non-reentrant checkpoint stops early and does not rerun the trailing matmul of each checkpointed layer (or run of
+    layers) (engine/flops.py)."""
     lines = bill.lines
     counted, bill_recompute = lines["flops.recompute_noncausal"].value, lines["flops.recompute"].value
     if counted >= bill_recompute:
         return ""
-    return (" (its recompute is smaller: the checkpoint's early stop does not rerun each layer's trailing down "
+    per = "run of layers" if bill.recipe.recompute.startswith("every") else "layer"
+    return (f" (its recompute is smaller: the checkpoint's early stop does not rerun each {per}'s trailing down "
             "projection)")
 
 

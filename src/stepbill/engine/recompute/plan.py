@@ -67,6 +67,11 @@ class LayerPlan:
     # per token, full-square attention, every rebuilt op rerun (no early stop): the causal figure's twin, so
     # that full square ≥ causal always holds (recompute_flops_noncausal is FlopCounterMode's, with early stop)
     recompute_flops_square: float = 0.0
+    # per token, FlopCounterMode's: what the rebuild of a checkpointed run ending with this layer does not rerun
+    # (non-reentrant checkpointing's early stop: its trailing down projection, flops.checkpoint_skipped_ops).
+    # every-K only — a run of K layers stops early once, after its last layer; full's per-layer checkpoints have
+    # it in recompute_flops_noncausal already.
+    early_stop_flops: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -161,9 +166,14 @@ class RecomputePlan:
         return max(max(self.forward_live()), max(self.backward_live()))
 
     def recompute_flops(self, causal: bool = True) -> float:
-        """FLOPs the policy adds to one step (whole micro-batch)."""
+        """FLOPs the policy adds to one step (whole micro-batch); not `causal`: FlopCounterMode's count, less each
+        every-K run's early stop (`LayerPlan.early_stop_flops` of the layer that ends it)."""
         per_token = sum((p.recompute_flops if causal else p.recompute_flops_noncausal) * self.order.count(k)
                         for k, p in self.layers.items())
+        if not causal and self.policy.kind == "every":
+            ends = self.order[self.segment - 1::self.segment] + ((self.order[-1],) if len(self.order) % self.segment
+                                                                 else ())
+            per_token -= sum(self.layers[k].early_stop_flops for k in ends if k in self.layers)
         return per_token * self.tokens
 
     def recompute_flops_square(self) -> float:
@@ -206,7 +216,8 @@ class RecomputePlan:
                 recompute_flops=lp.recompute_flops / work_divisor,
                 recompute_flops_noncausal=lp.recompute_flops_noncausal / work_divisor,
                 checkpoint_bytes=lp.checkpoint_bytes / input_divisor,
-                recompute_flops_square=lp.recompute_flops_square / work_divisor)
+                recompute_flops_square=lp.recompute_flops_square / work_divisor,
+                early_stop_flops=lp.early_stop_flops / work_divisor)
         first = sum(t.bytes_at(self.seq_len) / row_divisor(t) for t in self.first_unsaved) \
             if tuple(order) == tuple(self.order) else 0.0  # a later pipeline stage does not hold layer 0
         return replace(self, layers=layers, order=order,
@@ -222,15 +233,18 @@ def op_flops(rows: tuple[ActTensor, ...] | list[ActTensor], seq_len: Any, causal
 
 
 def _plan(kind: str, rows: list[ActTensor], dropped: list[ActTensor], seq_len: int,
-          checkpoint: float = 0.0, rebuild: tuple[float, float, float] | None = None) -> LayerPlan:
-    """`rebuild`: (causal, FlopCounterMode's, full-square) recompute FLOPs per token; from the dropped ops if None."""
+          checkpoint: float = 0.0, rebuild: tuple[float, float, float] | None = None,
+          early_stop: float = 0.0) -> LayerPlan:
+    """`rebuild`: (causal, FlopCounterMode's, full-square) recompute FLOPs per token; from the dropped ops if None.
+    `early_stop`: LayerPlan.early_stop_flops."""
     names = {t.name for t in dropped}
     kept = tuple(t for t in rows if t.name not in names)
     if rebuild is None:
         square = op_flops(dropped, seq_len, False)
         rebuild = (op_flops(dropped, seq_len), square, square)
     return LayerPlan(kind, kept, tuple(dropped), sum(t.bytes_at(seq_len) for t in kept),
-                     sum(t.bytes_at(seq_len) for t in dropped), rebuild[0], rebuild[1], checkpoint, rebuild[2])
+                     sum(t.bytes_at(seq_len) for t in dropped), rebuild[0], rebuild[1], checkpoint, rebuild[2],
+                     early_stop)
 
 
 def make_plan(spec: ModelSpec, policy: RecomputePolicy, seq_len: int, micro_batch: int, activation_bytes: int,
@@ -253,13 +267,18 @@ def make_plan(spec: ModelSpec, policy: RecomputePolicy, seq_len: int, micro_batc
             per_tok = (fl.layer_forward_flops(spec, k, seq_len, 1, True) / seq_len,
                        fl.layer_recompute_flops(spec, k, seq_len, 1, False, policy.kind == "full") / seq_len,
                        fl.layer_forward_flops(spec, k, seq_len, 1, False) / seq_len)
+            # every-K: a run's rebuild stops early once, after its last layer (RecomputePlan.recompute_flops)
+            stop = 0.0 if policy.kind == "full" else \
+                per_tok[1] - fl.layer_recompute_flops(spec, k, seq_len, 1, False, True) / seq_len
             if lora is not None:  # the rebuild reruns the adapters' forward too (flops.lora_recompute_flops_per_token)
                 inv, n_kind = param_inventory(spec), max(1, order.count(k))
                 every = fl.lora_recompute_flops_per_token(inv, lora, k, n_kind, False)
                 per_tok = (per_tok[0] + every,
                            per_tok[1] + fl.lora_recompute_flops_per_token(inv, lora, k, n_kind, policy.kind == "full"),
                            per_tok[2] + every)
-            layers[k] = _plan(k, r, r, seq_len, input_bytes, per_tok)
+                if policy.kind == "every":
+                    stop += every - fl.lora_recompute_flops_per_token(inv, lora, k, n_kind, True)
+            layers[k] = _plan(k, r, r, seq_len, input_bytes, per_tok, stop)
         if policy.kind == "every":
             segment = policy.every or best_segment(spec, seq_len, micro_batch, activation_bytes, convention, lora)
             segment = min(segment, spec.n_layers)

@@ -1,0 +1,109 @@
+"""`check --recompute every:K`: the decoder layers in runs of K, each run one non-reentrant checkpoint
+(measure/segments.py), against the bill's every-K timeline and FLOPs.
+
+At realistic sizes on fake tensors every memory category is as close as under full recompute (a few KiB) and
+FlopCounterMode's FLOPs are exact (Llama-3.2-1B with an uneven last run, Qwen3-0.6B; docs/accuracy.md lists more). The FLOPs needed one change to the
+bill: a run's rebuild stops early once, after its last layer's down projection (engine/recompute/plan.py), as full
+recompute's per-layer checkpoints each do."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from stepbill.errors import StepbillError
+
+DATA = Path(__file__).parents[1] / "data" / "hf_configs"
+LINES = {"activations": "memory.activations", "peak_forward": "memory.peak_forward",
+         "peak_backward": "memory.peak_backward", "peak": "memory.peak"}
+
+
+def _bill_and_measure(config: dict, recompute: str, recipe: str, micro_batch: int, seq: int, mode: str
+                      ) -> tuple[object, object]:
+    from stepbill.engine.bill import make_bill
+    from stepbill.measure.step import measure_step
+    from stepbill.spec.hf import from_hf_config
+    from stepbill.spec.recipe import make_recipe
+
+    bill = make_bill(from_hf_config(config), make_recipe(recipe, seq_len=seq, micro_batch=micro_batch,
+                                                         recompute=recompute), convention="eager")
+    return bill, measure_step(config, recipe=recipe, micro_batch=micro_batch, seq_len=seq, recompute=recompute,
+                              mode=mode)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize(("config", "recompute", "recipe", "micro_batch", "seq"), [
+    ("llama-3.2-1b.json", "every:3", "pure-bf16", 2, 512),  # 16 layers: runs of 3, the last of 1
+    ("qwen3-0.6b.json", "every:5", "pure-bf16", 2, 256),
+])
+def test_every_k_adds_no_error_of_its_own(config: str, recompute: str, recipe: str, micro_batch: int,
+                                          seq: int) -> None:
+    """Fake tensors at realistic size: every memory category's error (bill − measured, bytes) is the one full
+    recompute of the same step has (a few KiB: Llama-3.2-1B −4,096 B at the forward peak, −8 B at the backward's),
+    and FlopCounterMode's FLOPs are exact."""
+    from stepbill.check import compare, predictions
+
+    cfg = json.loads((DATA / config).read_text())
+
+    def errors(policy: str) -> tuple[dict[str, int], bool]:
+        bill, measured = _bill_and_measure(cfg, policy, recipe, micro_batch, seq, "fake")
+        rows = {r.line: r for r in compare(predictions(bill), measured)}  # type: ignore[arg-type]
+        flops = rows["flops.step_noncausal"]
+        return ({f: int(bill.lines[line].value) - getattr(measured, f) for f, line in LINES.items()},  # type: ignore[attr-defined]
+                flops.predicted == flops.measured)
+
+    every, every_flops = errors(recompute)
+    full, full_flops = errors("full")
+    assert every == full and every_flops and full_flops, (every, full)
+    assert all(abs(e) <= 8192 for e in every.values()), every
+
+
+@pytest.mark.torch
+def test_every_one_measures_what_full_measures() -> None:
+    """every:1 (one checkpoint a layer, segments.py) is transformers' gradient_checkpointing_enable: the same step,
+    byte for byte, on real tensors of the tiny Llama."""
+    from stepbill.measure.step import measure_step
+    from stepbill.measure.tiny import TINY_CONFIGS
+
+    def measured(recompute: str) -> tuple[int, ...]:
+        m = measure_step(TINY_CONFIGS["llama"], recipe="fp32", micro_batch=2, seq_len=64, recompute=recompute)
+        return (*(getattr(m, field) for field in LINES), m.flops)
+
+    assert measured("every:1") == measured("full")
+
+
+@pytest.mark.torch
+def test_residual_dropout_reruns_the_down_projection() -> None:
+    """GPT-2 as configured (resid_pdrop 0.1): the dropout after the MLP's down projection saves a mask, so a
+    checkpoint's rebuild reruns the projection — no early stop (engine/flops.checkpoint_skipped_ops). FlopCounterMode's
+    count equals the bill's under full recompute (it was 5.7 % above before) and under every:4."""
+    from stepbill.check import compare, predictions
+
+    config = json.loads((DATA / "gpt2.json").read_text())
+    for recompute in ("full", "every:4"):
+        bill, measured = _bill_and_measure(config, recompute, "fp32", 1, 256, "fake")
+        rows = {r.line: r for r in compare(predictions(bill), measured)}  # type: ignore[arg-type]
+        assert rows["flops.step_noncausal"].predicted == rows["flops.step_noncausal"].measured, recompute
+
+
+@pytest.mark.torch
+def test_mixed_layer_types_are_refused() -> None:
+    """Gemma-3 mixes sliding and full attention layers, each given its own mask by the decoder loop: a run would
+    hand its first layer's mask to all, so check refuses in one line instead of measuring the wrong masks."""
+    from stepbill.measure.step import measure_step
+
+    with pytest.raises(StepbillError, match="sliding_attention"):
+        measure_step(json.loads((DATA / "gemma-3-1b.json").read_text()), recipe="fp32", seq_len=64,
+                     recompute="every:2", mode="fake")
+
+
+def test_check_cli_refuses_what_it_cannot_measure(capsys: pytest.CaptureFixture[str]) -> None:
+    """One line, exit 2: a K below 1, and every:K beside --dp (measured in one process only)."""
+    from tests.conftest import run_cli
+
+    for args, message in ((["--recompute", "every:0"], "every:K (K >= 1)"),
+                          (["--recompute", "every:2", "--dp", "2", "--zero", "1"], "measured in one process")):
+        code, out, err = run_cli(["check", "gpt3-125m", "--fake", *args], capsys)
+        assert code == 2 and message in err and "Traceback" not in err and not out.strip(), (args, err)
