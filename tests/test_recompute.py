@@ -204,3 +204,20 @@ def test_cli_errors_one_line(argv: list[str], needle: str, capsys: pytest.Captur
 
     code, out, err = run_cli(argv, capsys)
     assert code == 2 and needle in err and err.count("\n") == 1 and out == ""
+
+
+def test_core_attn_keeps_the_core_output_under_the_eager_convention() -> None:
+    """selective:core_attn rebuilds the attention core's own saved tensors; its output is the output projection's
+    input, which that projection saves (Megatron-LM's _checkpointed_attention_forward; torch.utils.checkpoint around
+    SDPA, measured: tests/measure/test_checkpointing.py). The ideal convention keeps the seed's accounting."""
+    from stepbill.engine.bill import make_bill
+    from stepbill.spec import load_preset
+    from stepbill.spec.recipe import make_recipe
+
+    recipe = make_recipe("pure-bf16", "adamw", 1, 2048, "selective:core_attn")
+    eager = make_bill(load_preset("llama3-8b"), recipe, convention="eager").plan
+    ideal = make_bill(load_preset("llama3-8b"), recipe).plan
+    assert eager is not None and ideal is not None
+    assert [t.name for t in eager.layers["dense"].dropped] == ["attn.logsumexp"]
+    assert "attn.core_out" in {t.name for t in eager.layers["dense"].kept}
+    assert [t.name for t in ideal.layers["dense"].dropped] == ["attn.core_out"]

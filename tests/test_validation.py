@@ -180,8 +180,8 @@ def test_attention_is_checked_on_every_command(command: list[str], capsys) -> No
     (["bill", "gpt3-125m", "--seq", "99999999999999999999"], "--seq must be an integer in [1, 16,777,216]"),
     (["check", "llama3-8b", "--dp", "100000000", "--zero", "1"], "--dp must be an integer in [1, 64]"),
     (["check", "llama3-8b", "--dp", "2", "--zero", "1", "--rank", "5"], "--rank must be an integer in [0, 1], got 5"),
-    (["check", "gpt3-125m", "--recompute", "selective:core_attn"],
-     "recompute must be one of none, full, every:K (K >= 1), got 'selective:core_attn'"),
+    (["check", "gpt3-125m", "--recompute", "selective:mlp"],
+     "check measures --recompute none, full, every:K (K >= 1) or selective:core_attn; got 'selective:mlp'"),
 ])
 def test_numbers_are_finite_and_bounded(argv: list[str], needle: str, capsys) -> None:
     one_line_error(argv, capsys, needle)

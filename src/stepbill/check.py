@@ -152,7 +152,8 @@ def measure_and_compare(
     defaults when None) measures the model wrapped by PEFT's `get_peft_model` (the `measure` extra's peft).
     `attention` "eager" builds the model with transformers' eager attention and bills `--attention eager` (one
     process, no LoRA). `recompute`: "none", "full" (transformers' gradient checkpointing, every layer) or "every:K"
-    (each run of K layers one checkpoint: measure/segments.py; one process).
+    (each run of K layers one checkpoint) or "selective:core_attn" (the attention core checkpointed;
+    measure/checkpointing.py; both in one process).
     """
     from stepbill.report.check_json import sharded_check_json, single_check_json
 
@@ -175,10 +176,10 @@ def measure_and_compare(
     if mode not in ("auto", "real", "fake"):
         raise StepbillError(f"mode must be 'auto', 'real' or 'fake', got {mode!r}")
     sharded = dp > 1 or zero != 0
-    from stepbill.measure.session import every_k
+    from stepbill.measure.session import one_process_policy
 
-    if every_k(recompute) is not None and sharded:  # none | full | every:K, else one line
-        raise StepbillError("recompute every:K is measured in one process; drop dp/zero or use full")
+    if one_process_policy(recompute) and sharded:  # a policy check cannot measure: one line
+        raise StepbillError(f"recompute {recompute} is measured in one process; drop dp/zero or use full")
     if sharded and (dp < 2 or isinstance(zero, bool) or zero not in (1, 2, 3)):
         raise StepbillError(f"a sharded check needs dp >= 2 and zero 1, 2 or 3, got dp={dp!r}, zero={zero!r}")
     if rank is not None and (not sharded or isinstance(rank, bool) or not isinstance(rank, int)

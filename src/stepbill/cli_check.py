@@ -44,7 +44,7 @@ def check(
         "(the only one, FSDP2's mixed precision)")] = None,
     optimizer_impl: Annotated[str, typer.Option("--optimizer-impl", help="AdamW: single | foreach | fused")]
     = "single",
-    recompute: Annotated[str, typer.Option("--recompute", help="none | full | every:K (runs of K layers, one checkpoint each)")] = "none",
+    recompute: Annotated[str, typer.Option("--recompute", help="none | full | every:K (runs of K layers, one checkpoint each) | selective:core_attn (the attention core checkpointed)")] = "none",
     real: Annotated[bool, typer.Option("--real", help="real tensors (refused if the peak would not fit in RAM)")]
     = False,
     fake: Annotated[bool, typer.Option("--fake", help="fake tensors: any size, no memory used")] = False,
@@ -82,16 +82,16 @@ def check(
     The model is built from its config as given (dropout, sliding windows); what the bill does not model yet
     is said in one line each (JSON: `unmodelled`)."""
     from stepbill.check import model_and_config
-    from stepbill.measure.session import every_k
+    from stepbill.measure.session import one_process_policy
     from stepbill.measure.sharded import measured_recipe
     from stepbill.spec.schema import Int, check_value
 
     check_value(Int(1, MAX_CHECK_DP), "--dp", dp)
     if rank is not None:
         check_value(Int(0, dp - 1), "--rank", rank)
-    every_k(recompute)  # none | full | every:K, else one line
-    if every_k(recompute) is not None and (dp > 1 or zero or launch is not None):
-        raise StepbillError("--recompute every:K is measured in one process; drop --dp/--zero/--launch or use full")
+    if one_process_policy(recompute) and (dp > 1 or zero or launch is not None):  # one line for what it cannot
+        raise StepbillError(f"--recompute {recompute} is measured in one process; drop --dp/--zero/--launch or use "
+                            "full")
 
     if real and fake:
         raise StepbillError("choose one of --real and --fake")

@@ -17,23 +17,33 @@ from stepbill.measure.build import Attention, Mode, build_model, hf_patches, new
 
 Recipe = Literal["fp32", "pure-bf16", "amp-bf16"]
 OptimizerImpl = Literal["single", "foreach", "fused"]
-Recompute = str  # "none", "full" or "every:K" (K ≥ 1: measure/segments.py)
+Recompute = str  # "none", "full", "every:K" (K ≥ 1) or "selective:core_attn" (measure/checkpointing.py)
 Phase = Literal["forward", "backward", "optimizer"]
 
 RECIPES: tuple[str, ...] = ("fp32", "pure-bf16", "amp-bf16")
 OPTIMIZER_IMPLS: tuple[str, ...] = ("single", "foreach", "fused")
-RECOMPUTES: tuple[str, ...] = ("none", "full", "every:K")
+RECOMPUTES: tuple[str, ...] = ("none", "full", "every:K", "selective:core_attn")
 PHASES: tuple[Phase, ...] = ("forward", "backward", "optimizer")
 
 
 def every_k(recompute: str) -> int | None:
-    """K of an "every:K" recompute (None for "none" and "full"); a StepbillError line for anything else."""
-    if recompute in ("none", "full"):
+    """K of an "every:K" recompute (None for none, full and selective:core_attn); a StepbillError line for a
+    policy check cannot measure."""
+    if recompute in ("none", "full", CORE_ATTN):
         return None
     head, _, k = recompute.partition(":")
     if head == "every" and k.isdigit() and int(k) >= 1:
         return int(k)
-    raise StepbillError(f"recompute must be one of none, full, every:K (K >= 1), got {recompute!r}")
+    raise StepbillError(f"check measures --recompute none, full, every:K (K >= 1) or {CORE_ATTN}; got {recompute!r}")
+
+
+#: The selective policy check measures: the attention core checkpointed (Megatron-LM's default module).
+CORE_ATTN = "selective:core_attn"
+
+
+def one_process_policy(recompute: str) -> bool:
+    """Whether check measures this recompute in one process only (every:K, selective:core_attn)."""
+    return recompute == CORE_ATTN or every_k(recompute) is not None
 
 
 def _noop(phase: Phase) -> None:
@@ -93,9 +103,16 @@ class StepSession:
                 warnings.simplefilter("ignore", FutureWarning)
                 self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         elif self.every is not None:
-            from stepbill.measure.segments import checkpoint_every
+            from stepbill.measure.checkpointing import checkpoint_every
 
             checkpoint_every(self.model, self.every)
+        elif self.recompute == CORE_ATTN:
+            if self.attention != "sdpa":
+                raise StepbillError(f"{CORE_ATTN} is measured on SDPA attention (the attention function transformers "
+                                    "looks up); drop --attention eager")
+            from stepbill.measure.checkpointing import attention_core_checkpointed
+
+            self._stack.enter_context(attention_core_checkpointed())
         # fp32 MoE experts need transformers' grouped_mm fallback (aten._grouped_mm fakes bf16 only); amp
         # keeps fp32 expert weights too, since grouped_mm is not autocast-enabled.
         self._stack.enter_context(hf_patches(force_grouped_mm_fallback=self.param_dtype == "fp32"))

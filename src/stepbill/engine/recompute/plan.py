@@ -46,10 +46,20 @@ _MODULE_ROWS = {
 }
 
 
-def module_rows(module: str, layer_kind: str, rows: list[ActTensor]) -> list[ActTensor]:
-    """The tensors of one layer that Megatron's recompute module `module` rebuilds."""
+#: The attention core's output: the output projection's input, which that projection saves for its weight gradient.
+CORE_OUTPUTS = ("attn.core_out", "attn.o_in")
+
+
+def module_rows(module: str, layer_kind: str, rows: list[ActTensor], convention: str = "ideal") -> list[ActTensor]:
+    """The tensors of one layer that Megatron's recompute module `module` rebuilds. Under the eager convention (what
+    PyTorch keeps) core_attn leaves the core's output kept: Megatron-LM checkpoints the core attention with
+    tensor_parallel.checkpoint (transformer/attention.py `_checkpointed_attention_forward`), whose output the
+    output projection then saves, as torch.utils.checkpoint around SDPA does — only the core's own saved tensors
+    (SDPA's logsumexp; the eager path's probabilities) are rebuilt (measured: tests/measure/test_checkpointing.py). The
+    ideal convention keeps the seed's accounting, in which recomputing the core rebuilds its output."""
     pick = _MODULE_ROWS[module]
-    return [t for t in rows if t.recompute.droppable and pick(layer_kind, t)]
+    keep = CORE_OUTPUTS if module == "core_attn" and convention == "eager" else ()
+    return [t for t in rows if t.recompute.droppable and pick(layer_kind, t) and t.name not in keep]
 
 
 @dataclass(frozen=True)
@@ -296,7 +306,7 @@ def make_plan(spec: ModelSpec, policy: RecomputePolicy, seq_len: int, micro_batc
                 names = set(drop.get(k, ()))
                 chosen = [t for t in r if t.name in names]
             else:
-                chosen = [t for m in policy.modules for t in module_rows(m, k, r)]
+                chosen = [t for m in policy.modules for t in module_rows(m, k, r, convention)]
             layers[k] = _plan(k, r, list({t.name: t for t in chosen}.values()), seq_len)
         if drop is None and not any(p.dropped for p in layers.values()):
             raise StepbillError(f"recompute modules {', '.join(policy.modules)} match no tensor of {spec.name}")

@@ -1,5 +1,6 @@
-"""`check --recompute every:K`: the decoder layers in runs of K, each run one non-reentrant checkpoint
-(measure/segments.py), against the bill's every-K timeline and FLOPs.
+"""`check --recompute every:K` (the decoder layers in runs of K, each run one non-reentrant checkpoint) and
+`check --recompute selective:core_attn` (the attention core checkpointed), measure/checkpointing.py, against the
+bill's every-K timeline, its selective rows and FLOPs.
 
 At realistic sizes on fake tensors every memory category is as close as under full recompute (a few KiB) and
 FlopCounterMode's FLOPs are exact (Llama-3.2-1B with an uneven last run, Qwen3-0.6B; docs/accuracy.md lists more). The FLOPs needed one change to the
@@ -37,8 +38,10 @@ def _bill_and_measure(config: dict, recompute: str, recipe: str, micro_batch: in
 @pytest.mark.parametrize(("config", "recompute", "recipe", "micro_batch", "seq"), [
     ("llama-3.2-1b.json", "every:3", "pure-bf16", 2, 512),  # 16 layers: runs of 3, the last of 1
     ("qwen3-0.6b.json", "every:5", "pure-bf16", 2, 256),
+    # the core's output stays (the output projection saves it); SDPA's logsumexp is rebuilt
+    ("llama-3.2-1b.json", "selective:core_attn", "pure-bf16", 2, 512),
 ])
-def test_every_k_adds_no_error_of_its_own(config: str, recompute: str, recipe: str, micro_batch: int,
+def test_checkpointing_adds_no_error_of_its_own(config: str, recompute: str, recipe: str, micro_batch: int,
                                           seq: int) -> None:
     """Fake tensors at realistic size: every memory category's error (bill − measured, bytes) is the one full
     recompute of the same step has (a few KiB: Llama-3.2-1B −4,096 B at the forward peak, −8 B at the backward's),
@@ -62,7 +65,7 @@ def test_every_k_adds_no_error_of_its_own(config: str, recompute: str, recipe: s
 
 @pytest.mark.torch
 def test_every_one_measures_what_full_measures() -> None:
-    """every:1 (one checkpoint a layer, segments.py) is transformers' gradient_checkpointing_enable: the same step,
+    """every:1 (one checkpoint a layer) is transformers' gradient_checkpointing_enable: the same step,
     byte for byte, on real tensors of the tiny Llama."""
     from stepbill.measure.step import measure_step
     from stepbill.measure.tiny import TINY_CONFIGS
@@ -100,10 +103,13 @@ def test_mixed_layer_types_are_refused() -> None:
 
 
 def test_check_cli_refuses_what_it_cannot_measure(capsys: pytest.CaptureFixture[str]) -> None:
-    """One line, exit 2: a K below 1, and every:K beside --dp (measured in one process only)."""
+    """One line, exit 2: a K below 1, a selective set other than core_attn, and every:K or selective:core_attn beside
+    --dp (measured in one process only)."""
     from tests.conftest import run_cli
 
     for args, message in ((["--recompute", "every:0"], "every:K (K >= 1)"),
-                          (["--recompute", "every:2", "--dp", "2", "--zero", "1"], "measured in one process")):
+                          (["--recompute", "every:2", "--dp", "2", "--zero", "1"], "measured in one process"),
+                          (["--recompute", "selective:core_attn", "--dp", "2", "--zero", "1"], "in one process"),
+                          (["--recompute", "selective:mlp"], "or selective:core_attn; got 'selective:mlp'")):
         code, out, err = run_cli(["check", "gpt3-125m", "--fake", *args], capsys)
         assert code == 2 and message in err and "Traceback" not in err and not out.strip(), (args, err)

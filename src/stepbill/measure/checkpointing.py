@@ -1,6 +1,8 @@
-"""every:K recompute in PyTorch, as the bill models it: the decoder layers in runs of K, each run one non-reentrant
-activation checkpoint (torch.utils.checkpoint, use_reentrant=False) — its input kept, its K layers rebuilt together
-in the backward. Megatron-LM's uniform method (`--recompute-method uniform --recompute-num-layers K`); K = 1 is
+"""The recompute policies `check` measures beyond none and full, in PyTorch, as the bill models them; each a
+non-reentrant activation checkpoint (torch.utils.checkpoint, use_reentrant=False).
+
+every:K — the decoder layers in runs of K, each run one checkpoint: its input kept, its K layers rebuilt together in
+the backward. Megatron-LM's uniform method (`--recompute-method uniform --recompute-num-layers K`); K = 1 is
 transformers' gradient_checkpointing_enable, one checkpoint a layer.
 
 The decoder loop of a transformers model still calls every layer: the first of a run calls the run's K layers
@@ -8,10 +10,18 @@ inside the checkpoint, with the arguments the loop gives it, and the others hand
 therefore take the first one's arguments — right when every layer gets the same (one attention mask, one rotary
 table); a model whose layers differ in what they are given (sliding-window layers beside full ones: each gets its
 own mask) is refused rather than measured with the wrong masks.
+
+selective:core_attn — the attention core alone checkpointed (Megatron-LM's default `--recompute-modules core_attn`:
+`_checkpointed_attention_forward`): transformers' SDPA attention function, looked up by every attention module in
+ALL_ATTENTION_FUNCTIONS, is wrapped in a checkpoint for the step. Its inputs q, k, v stay (their producers save them
+anyway) and so does its output, which the output projection saves; the core's own saved tensors (SDPA's logsumexp)
+are rebuilt.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from stepbill.errors import StepbillError
@@ -58,3 +68,22 @@ def _layer_types(config: Any) -> list[str]:
 def _handed_on(hidden_states: Any, *args: Any, **kwargs: Any) -> Any:
     """A layer its run's first layer already ran: its input, which is that run's output."""
     return hidden_states
+
+
+@contextlib.contextmanager
+def attention_core_checkpointed() -> Iterator[None]:
+    """selective:core_attn for the step: transformers' "sdpa" attention function wrapped in a non-reentrant
+    checkpoint while the block runs, restored on exit (models built with attn_implementation="sdpa")."""
+    import torch.utils.checkpoint as cp
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    sdpa = ALL_ATTENTION_FUNCTIONS["sdpa"]
+
+    def checkpointed(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, **kwargs: Any) -> Any:
+        return cp.checkpoint(sdpa, module, query, key, value, attention_mask, use_reentrant=False, **kwargs)
+
+    ALL_ATTENTION_FUNCTIONS["sdpa"] = checkpointed
+    try:
+        yield
+    finally:
+        ALL_ATTENTION_FUNCTIONS["sdpa"] = sdpa
