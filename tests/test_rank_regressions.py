@@ -136,3 +136,16 @@ def test_models_names_grouped_query_attention(capsys: pytest.CaptureFixture[str]
     kinds = {row["name"]: row["attention"] for row in json.loads(out)}
     assert kinds["llama3-8b"] == "gqa (8 kv heads)" and kinds["mixtral-8x7b"] == "gqa (8 kv heads)"
     assert kinds["gpt3-125m"] == "mha" and kinds["deepseek-v3"] == "mla"
+
+
+def test_lora_with_activation_offload_bills_no_negative_bytes() -> None:
+    """The fuzzer's find: eager convention + LoRA + --offload-activations printed `activations.dense_layers =
+    -32.01 MiB` (layer 0's unsaved rows, which LoRA takes off its kept bytes, subtracted from the nothing a layer
+    keeps on the GPU under offload). Every activation line and timeline moment is ≥ 0 now, and the host still holds
+    what the layers keep."""
+    recipe = make_recipe(seq_len=2048, lora_rank=8, parallel=Parallel(offload_activations=True))
+    bill = make_bill(load_model("llama3-8b"), recipe, convention="eager")
+    for rank in bill.ranks:
+        assert all(line.value >= 0 for line in rank.activation_items), rank.activation_items
+        assert rank.memory["activations"] >= 0 and rank.cpu["activations"] > 0
+    assert bill.plan is not None and min(bill.plan.offloaded().forward_live()) >= 0

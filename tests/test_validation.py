@@ -180,6 +180,10 @@ def test_attention_is_checked_on_every_command(command: list[str], capsys) -> No
     (["bill", "gpt3-125m", "--seq", "99999999999999999999"], "--seq must be an integer in [1, 16,777,216]"),
     (["check", "llama3-8b", "--dp", "100000000", "--zero", "1"], "--dp must be an integer in [1, 64]"),
     (["check", "llama3-8b", "--dp", "2", "--zero", "1", "--rank", "5"], "--rank must be an integer in [0, 1], got 5"),
+    (["bill", "gpt3-125m", "--gpu", "h100", "--reserve", "100"], "--reserve 100 GiB leaves nothing of the card's usable"),
+    (["plan", "gpt3-125m", "--gpu", "h100", "--gpus", "1", "--seq", "512", "--global-batch-tokens", "4Ki", "--reserve",
+      "80"], "--reserve 80 GiB leaves nothing"),
+    (["fit", "gpt3-125m", "--max", "micro-batch", "--gpu", "h100", "--reserve", "90"], "--reserve 90 GiB leaves nothing"),
     (["check", "gpt3-125m", "--recompute", "selective:mlp"],
      "check measures --recompute none, full, every:K (K >= 1) or selective:core_attn; got 'selective:mlp'"),
 ])

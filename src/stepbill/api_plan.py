@@ -156,7 +156,11 @@ def plan(
                       None if reserve_gib is None else float(reserve_gib), None if efficiency is None else float(efficiency), fixed, cross_node, train,
                       None if price_per_gpu_hour is None else float(price_per_gpu_hour),
                       None if host_mem_gib is None else float(host_mem_gib))
+    from stepbill.engine.fit import check_reserve
+    from stepbill.engine.plan.resident import card_for
     from stepbill.engine.plan.space import __doc__ as space_doc
+
+    check_reserve(card_for(req), req.reserve_gib, name("reserve_gib"))
 
     return PlanRun(search(req, objective, top, progress, deadline_s, jobs, exhaustive), space_note(space_doc or ""))
 

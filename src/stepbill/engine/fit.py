@@ -140,6 +140,14 @@ def default_reserve(card: Card, parallel: Parallel) -> Reserve:
     return Reserve(items, user_given=False)
 
 
+def check_reserve(card: Card, gib: float | None, flag: str = "--reserve") -> None:
+    """A reserve the user gave that leaves nothing of the card's usable memory is a bad input, not a verdict: one
+    line naming both figures. (The default reserve can exceed a tiny `--gpu-mem` card: then nothing fits, as said.)"""
+    if gib is not None and gib * GIB >= card.usable_bytes:
+        raise StepbillError(f"{flag} {gib:g} GiB leaves nothing of the card's usable {card.usable_bytes / GIB:,.2f} "
+                            "GiB for the step: give less")
+
+
 def user_reserve(gib: float) -> Reserve:
     """The reserve the user gave with --reserve GiB (0 allowed)."""
     return Reserve((Line("fit.reserve.user", gib * GIB, "bytes", "--reserve {gib} GiB", {"gib": gib}),),
@@ -209,6 +217,7 @@ class Fit:
 def judge(bill: Bill, card: Card, reserve_gib: float | None = None) -> Fit:
     """The fit verdict of `bill` on `card`: `reserve_gib` GiB kept back (None: `default_reserve`), judged on the
     same step under the eager convention (made here; the ideal peak, said, when the model has no eager bill)."""
+    check_reserve(card, reserve_gib)
     reserve = user_reserve(reserve_gib) if reserve_gib is not None else default_reserve(card, bill.recipe.parallel)
     eager, missing = eager_bill_for(bill)
     return fit_verdict(bill, eager, card, reserve, missing)

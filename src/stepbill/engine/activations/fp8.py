@@ -48,6 +48,23 @@ class Fp8Bytes(int):
     def __str__(self) -> str:  # tables print the width, not the carrier
         return str(int(self))
 
+    def __reduce__(self) -> tuple[type[Fp8Bytes], tuple[int, str]]:
+        """Copied and pickled with its convention (deepcopy of a `--sweep recipe=fp8 --json` result failed:
+        int's own reduce calls __new__ with the value alone)."""
+        return Fp8Bytes, (int(self), self.fp8)
+
+    # Equal to the plain int of its width, but to another Fp8Bytes only with the same convention, so memos keyed on
+    # one keep "te" and "deepseek" apart (as EagerBytes does its parameter bytes); the hash stays int's.
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Fp8Bytes):
+            return int(self) == int(other) and self.fp8 == other.fp8
+        return int.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = int.__hash__
+
 
 def _scales(row: ActTensor) -> ActTensor:
     """The fp32 scales of a row quantised in 1×128 tiles."""

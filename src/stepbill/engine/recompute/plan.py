@@ -201,10 +201,14 @@ class RecomputePlan:
 
     def offloaded(self) -> RecomputePlan:
         """The plan under activation offload: kept tensors go to CPU after each layer, so only the running layer's
-        stay on the GPU (each layer's rows count as rebuilt in its own backward: segment 1)."""
+        stay on the GPU (each layer's rows count as rebuilt in its own backward: segment 1). Layer 0's rows that
+        LoRA leaves unsaved (`first_unsaved_bytes`) were taken off its kept bytes; with nothing kept they would
+        make every layer's GPU bytes negative, so they count with its running rows here — an upper bound at layer
+        0's own moment only (llama3-8b: 16 KiB a token), and the host copy (kept_after_forward, before this) is
+        exact."""
         return replace(self, layers={k: replace(lp, dropped_bytes=lp.kept_bytes + lp.dropped_bytes
                                                 + lp.checkpoint_bytes, kept_bytes=0.0, checkpoint_bytes=0.0)
-                                     for k, lp in self.layers.items()}, segment=1)
+                                     for k, lp in self.layers.items()}, segment=1, first_unsaved_bytes=0.0)
 
     def for_rank(self, row_divisor: Callable[[ActTensor], float], input_divisor: float, work_divisor: float,
                  order: tuple[str, ...] | None = None) -> RecomputePlan:

@@ -29,6 +29,21 @@ class EagerBytes(int):
     def __repr__(self) -> str:
         return f"EagerBytes(compute={int(self)}, param={self.param}, device={self.device!r})"
 
+    # Equal to a plain int of its value (arithmetic and comparisons read it as one), but two EagerBytes are equal
+    # only with the same param and device too: the memos keyed on one (recompute/budget.spec_problem, ...) must not
+    # hand an amp-bf16 staircase to a mixed-bf16 call of the same compute bytes (they did: a second plan in one
+    # process failed with a KeyError, or read the first recipe's rows). The hash stays int's: equal values, equal
+    # hashes.
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, EagerBytes):
+            return int(self) == int(other) and self.param == other.param and self.device == other.device
+        return int.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = int.__hash__
+
 
 def from_precision(precision: Any, device: str = "cpu") -> EagerBytes:
     """EagerBytes of a recipe's Precision: activations in `activation` bytes, weights in `weights` bytes
