@@ -179,3 +179,11 @@ def test_offload_host_memory_is_in_the_terminal(capsys: pytest.CaptureFixture[st
     assert f"host memory (offloaded) for each GPU of all ranks: {fmt_bytes(sum(cpu.values()))} (" in line
     code, out, _ = run_cli(argv[:-1], capsys)
     assert "host memory (offloaded)" not in out
+
+
+def test_mfu_above_one_says_why(capsys: pytest.CaptureFixture[str]) -> None:
+    # the fuzzer's find: `bill gpt3-125m --gpu h100 --efficiency 1` printed MFU 113.3 % with no word of why
+    code, out, _ = run_cli(["bill", "gpt3-125m", "--gpu", "h100", "--efficiency", "1"], capsys)
+    assert code == 0 and "is above 100 %: PaLM's model FLOPs count the whole attention square" in " ".join(out.split())
+    code, out, _ = run_cli(["bill", "gpt3-125m", "--gpu", "h100"], capsys)
+    assert code == 0 and "is above 100 %" not in out

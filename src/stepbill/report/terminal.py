@@ -9,7 +9,7 @@ from rich.text import Text
 from stepbill.engine.bill import Bill, peak_phase
 from stepbill.engine.fit import Fit, full_precision_lora, per_gpu_advice
 from stepbill.engine.line import Line
-from stepbill.report.notes import budget_note, counted_flops_note
+from stepbill.report.notes import budget_note, counted_flops_note, mfu_note
 from stepbill.report.units import fmt_bytes, fmt_count, fmt_flops
 
 RECIPE_NOTES = ("transient.dequant", "recipe.qlora_fp32_upcast", "recipe.fp8", "recipe.fp8_activations")
@@ -129,8 +129,9 @@ def render_bill(bill: Bill, explain: bool = False, fit: Fit | None = None, layou
         if key in lines:
             notes.append(f"{key}: {lines[key].value:.0f} cards ({lines[key].explain()})"
                          + (f"; {bill.convention} convention, no reserve: the fit below is the verdict" if fit else ""))
-    if budget_note(bill):
-        notes.append(budget_note(bill))
+    for note in (budget_note(bill), mfu_note(bill)):
+        if note:
+            notes.append(note)
     if per_gpu:
         parts.append(Text.assemble(("hint ", "bold"), top_advice(bill, fit)))
     parts += [Text(n, style="dim") for n in notes]
