@@ -144,7 +144,8 @@ def lab_line(draw: st.DrawFn) -> list[str]:
     argv = ["lab", topic, "--json"]
     names = sorted(LAB_OPTIONS[topic])
     for name in draw(st.lists(st.sampled_from(names), max_size=3, unique=True)):
-        flag = {"warmup_steps": "--warmup", "total_steps": "--total", "betas2": "--beta2"}.get(
+        flag = {"warmup_steps": "--warmup", "total_steps": "--total", "betas2": "--beta2",
+                "seconds": "--seconds-per-forward"}.get(
             name, "--" + name.replace("_", "-"))
         value = draw(st.one_of(small_ints, floats, st.floats(0, 1), weird_text))
         argv += [flag, as_text(value)]

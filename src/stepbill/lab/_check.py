@@ -31,13 +31,26 @@ DRAWN_RANKS = Int(2, 64)
 DEGREE = Int(1, 2**20)
 #: A number that lives in fp32 (a weight, an update): |x| ≤ 10^38.
 FP32_VALUE = Real(-1e38, 1e38)
+#: A model size in parameters: at least one parameter (0 divides by zero), at most 10^15.
+PARAMS = Real(1.0, 1e15)
+#: GPU memory in GiB.
+CARD_GIB = Real(1e-6, 2.0**20)
+#: Links of lab backprop's chain: 0.8^links and 1.2^links stay normal floats up to 3,174 links (0.8^3,175 is
+#: subnormal, 0.8^3,340 underflows to 0, 1.2^3,894 overflows) and --plot's log axis overflows from ~2,900 links;
+#: 2,000 is the round maximum (0.8^2,000 ≈ 1.5e-194, 1.2^2,000 ≈ 2.3e158).
+LINKS = Int(0, 2_000)
+#: lab descent's steepness ratio a_steep/a_flat: at or below 0.95 the flat direction never halves (an answer, inf); above
+#: 10^15 (≈ 1/ε of float64) the curvatures are numerically indistinguishable from a singular problem.
+STEEPNESS_RATIO = Real(1e-12, 1e15)
+#: A side of the Linear layer lab backprop counts in torch (X[S, k] · W[k, n]): 4,096³ takes ~5 s on 2 CPU cores.
+LINEAR_SIDE = Int(1, 4_096)
 
 #: The rule of every lab option, by topic and parameter name (list options: the rule of each element).
 OPTIONS: dict[str, dict[str, Rule]] = {
     "adam": {"beta1": BETA, "beta2": BETA, "steps": SIM_STEPS, "scale": Real(1e-12, 1e6),
              "seed": SEED},
-    "decay": {"lr": LR, "weight_decay": Real(1e-12, 100.0), "params": Real(1.0, 1e15),
-              "card_gib": Real(1e-6, 2.0**20), "shards": DEGREE, "seed": SEED},
+    "decay": {"lr": LR, "weight_decay": Real(1e-12, 100.0), "params": PARAMS,
+              "card_gib": CARD_GIB, "shards": DEGREE, "seed": SEED},
     "warmup": {"lr": LR, "warmup_steps": Int(0, RUN_STEPS.high), "total_steps": RUN_STEPS, "betas2": BETA,
                "steps": Int(1, 10_000), "params": Int(1, 1_000), "seed": SEED},
     "schedule": {"peak": LR, "warmup_steps": Int(0, RUN_STEPS.high), "total": RUN_STEPS,
@@ -46,6 +59,12 @@ OPTIONS: dict[str, dict[str, Rule]] = {
              "vector": Real(-1e150, 1e150), "clip_value": Real(1e-12, 1e12)},
     "formats": {"value": FP32_VALUE, "update": FP32_VALUE, "adds": Int(1, 100_000), "scales": Int(0, 127),
                 "seed": SEED},
+    # rates: 64 local rates of at most 10^4 multiply to at most 10^256, still finite
+    "backprop": {"params": PARAMS, "seconds": Real(1e-12, 1e12), "rates": Real(-1e4, 1e4), "links": LINKS,
+                 "tokens": LINEAR_SIDE, "k": LINEAR_SIDE, "n": LINEAR_SIDE, "seed": SEED},
+    "descent": {"ratios": STEEPNESS_RATIO, "x0": Real(-1e6, 1e6), "lr": LR, "beta": BETA, "steps": Int(1, 100_000),
+                "width": Int(1, 2**20), "batch_tokens": Real(1.0, 1e15)},
+    "memory": {"params": PARAMS, "shards": DEGREE, "card_gib": CARD_GIB},
     "collectives": {"gpus": Int(2, 2**20), "message_gib": Real(1e-9, 2.0**20), "ring": DRAWN_RANKS,
                     "hidden": Int(1, 2**20), "tp": Int(2, 2**10), "tokens": Int(1, 2**30),
                     "stages": Int(1, 64), "microbatches": Int(1, 4096), "dp": DEGREE},

@@ -52,8 +52,14 @@ def chain_rate(rates: npt.ArrayLike) -> float:
 
 
 def chain_power(rate: float, links: int) -> float:
-    """The same local rate through `links` links: rate**links (0.8^59 ≈ 1.9e-6, 1.2^59 ≈ 46,956; seed §1.4)."""
-    return float(rate) ** _check.count("links", links, low=0)
+    """The same local rate through `links` links: rate**links (0.8^59 ≈ 1.9e-6, 1.2^59 ≈ 46,956; seed §1.4).
+
+    Past float64's range the product is ±inf (1.2^3,894) or 0 (0.8^3,340), as IEEE arithmetic rounds it."""
+    n = _check.count("links", links, low=0)
+    try:
+        return float(rate) ** n
+    except OverflowError:  # Python's float power raises where IEEE multiplication gives ±inf
+        return math.copysign(math.inf, float(rate) if n % 2 else 1.0)
 
 
 def sigmoid_slope_max(samples: int = 10_001, half_width: float = 10.0) -> float:
@@ -147,7 +153,7 @@ class TinyNet:
 
 def tiny_net(d_in: int = 4, hidden: int = 8, classes: int = 3, batch: int = 5, seed: int = 0) -> TinyNet:
     """A seeded float64 MLP small enough for finite differences on every parameter."""
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(_check.count("seed", seed, low=0))  # numpy refuses negative seeds
     return TinyNet(rng.normal(size=(batch, d_in)), rng.integers(0, classes, size=batch),
                    rng.normal(0, 0.5, (d_in, hidden)), rng.normal(0, 0.1, hidden),
                    rng.normal(0, 0.5, (hidden, classes)), rng.normal(0, 0.1, classes))

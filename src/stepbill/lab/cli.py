@@ -67,7 +67,7 @@ def _json_safe(x: Any) -> Any:
     return x
 
 
-def _emit(summary: dict[str, Any], as_json: bool, plot: Path | None) -> None:
+def _draw(summary: dict[str, Any], plot: Path | None) -> None:
     if plot is not None:
         from stepbill.lab.plots import plot as draw  # keeps matplotlib out of the default path
 
@@ -75,6 +75,10 @@ def _emit(summary: dict[str, Any], as_json: bool, plot: Path | None) -> None:
             draw(summary, plot)
         except OSError as exc:  # the folder vanished or the disk is full while drawing
             raise StepbillError(f"cannot write plot file {one_line(str(plot))}: {exc.strerror or exc}") from None
+
+
+def _emit(summary: dict[str, Any], as_json: bool, plot: Path | None) -> None:
+    _draw(summary, plot)
     if as_json:
         typer.echo(json.dumps(_json_safe(summary), ensure_ascii=False))
         return
@@ -103,7 +107,8 @@ def _emit(summary: dict[str, Any], as_json: bool, plot: Path | None) -> None:
 def adam_cmd(
     beta1: float = typer.Option(0.9, help="First-moment EMA coefficient β₁ in [0, 1)."),
     beta2: float = typer.Option(0.95, help="Second-moment EMA coefficient β₂ in [0, 1)."),
-    steps: int = typer.Option(12, help="Steps of gradient history shown."),
+    steps: int = typer.Option(12, help="Steps of gradient history, 2 to 100,000 (over 60, the per-step tables "
+                               "print the first 20 steps, then log-spaced ones to the last)."),
     scale: float = typer.Option(0.02, help="Factor the gradient stream is multiplied by (scale invariance)."),
     seed: int = typer.Option(0, help="Seed of the illustrative stream and the Monte-Carlo."),
     as_json: JsonOpt = False,
@@ -154,7 +159,8 @@ def schedule_cmd(
     decay_frac: float = typer.Option(0.2, help="WSD: share of post-warmup steps spent decaying."),
     decay_shape: str = typer.Option("linear", help="WSD decay: linear, cosine or 1-sqrt."),
     shape: str = typer.Option("cosine", help="Shape exported by --torch: constant, linear, cosine, wsd, inverse_sqrt."),
-    torch: bool = typer.Option(False, "--torch", help="Print an equivalent torch LambdaLR snippet instead."),
+    torch: bool = typer.Option(False, "--torch", help="Print an equivalent torch LambdaLR snippet instead (with "
+                               "--json: the topic's JSON, the snippet under values.torch_snippet)."),
     as_json: JsonOpt = False,
     plot: PlotOpt = None,
 ) -> None:
@@ -165,8 +171,13 @@ def schedule_cmd(
     if torch:
         from stepbill.lab.schedule import torch_snippet
 
-        typer.echo(torch_snippet(shape, peak, warmup_steps, total, floor, decay_frac, decay_shape), nl=False)
-        return
+        code = torch_snippet(shape, peak, warmup_steps, total, floor, decay_frac, decay_shape)
+        if not as_json:
+            _draw(s, plot)
+            typer.echo(code, nl=False)
+            return
+        s["settings"].update(shape=shape, torch=True)
+        s["values"]["torch_snippet"] = code  # --json prints JSON, never bare Python
     _emit(s, as_json, plot)
 
 
@@ -235,7 +246,8 @@ def backprop_cmd(
                                      "HF config.json) instead of --params."),
     seconds: float = typer.Option(1.0, "--seconds-per-forward", help="Wall-clock seconds of one forward."),
     rates: str = typer.Option("2,0.5,3", help="Local rates of the illustrative chain, comma-separated."),
-    links: int = typer.Option(59, help="Links of the vanishing/exploding chain."),
+    links: int = typer.Option(59, help="Links of the vanishing/exploding chain, 0 to 2,000 (0.8^links and "
+                               "1.2^links stay finite and nonzero)."),
     tokens: int = typer.Option(128, help="Rows S of the counted Linear layer."),
     k: int = typer.Option(256, help="Input width k of the counted Linear layer."),
     n: int = typer.Option(512, help="Output width n of the counted Linear layer."),
@@ -257,7 +269,8 @@ def backprop_cmd(
 
 @app.command("descent")
 def descent_cmd(
-    ratios: str = typer.Option("25,1000", help="Steepness ratios a_steep/a_flat, comma-separated."),
+    ratios: str = typer.Option("25,1000", help="Steepness ratios a_steep/a_flat, comma-separated, in [1e-12, 1e15] "
+                                "(at or below 0.95 the flat direction never halves)."),
     x0: float = typer.Option(12.0, help="Start of the heavy-ball run on the toy landscape."),
     lr: float = typer.Option(2.0, help="Learning rate of the heavy-ball run."),
     beta: float = typer.Option(0.8, help="Momentum β of the heavy-ball run (compared with β = 0)."),

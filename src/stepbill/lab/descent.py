@@ -14,13 +14,30 @@ import numpy.typing as npt
 from stepbill.lab import _check
 
 
+def flat_contraction(steepness_ratio: float, lr_times_a_steep: float = 1.9) -> float:
+    """The flat direction's factor per step when η is set by the steep one (η = 1.9/a_steep): x ← (1 − 1.9/ratio)·x.
+
+    Negative below ratio 1.9 (the flat direction overshoots the minimum and oscillates); below 0.95 its
+    magnitude exceeds 1 (η > 2/a_flat: it diverges). Source: seed 000 §3.3."""
+    return 1.0 - lr_times_a_steep / _check.positive("steepness ratio", steepness_ratio)
+
+
 def gd_steps_to_half(steepness_ratio: float, lr_times_a_steep: float = 1.9) -> float:
     """Steps for the flat direction to halve when η is set by the steep one (η = 1.9/a_steep):
-    the flat direction contracts by (1 − 1.9/ratio) per step, so ln ½ / ln(1 − 1.9/ratio).
+    |x| shrinks by |1 − 1.9/ratio| per step, so ln ½ / ln|1 − 1.9/ratio| (continuous: fractional steps).
+
+    ratio > 1.9: monotone contraction; ratio = 1.9: the first step lands on the minimum (the formula's limit, 0);
+    0.95 < ratio < 1.9: the sign flips every step but |x| still shrinks; ratio ≤ 0.95 (η ≥ 2/a_flat): |factor| ≥ 1,
+    the flat direction never halves (math.inf). ln(1 − q) is log1p(−q), exact for huge ratios (q ≈ 0).
 
     Source: seed 000 §3.3 figure Ⓑ (ratio 25 → 8.77 steps; 1,000 → 364.5)."""
-    r = _check.positive("steepness ratio", steepness_ratio)
-    return math.log(0.5) / math.log(1.0 - lr_times_a_steep / r)
+    q = lr_times_a_steep / _check.positive("steepness ratio", steepness_ratio)  # η·a_flat
+    if q == 1.0:
+        return 0.0
+    if q >= 2.0:
+        return math.inf
+    log_factor = math.log1p(-q) if q < 1.0 else math.log(q - 1.0)  # ln|1 − q| < 0
+    return math.log(0.5) / log_factor
 
 
 def gd_converges(lr: float, curvature: float) -> bool:

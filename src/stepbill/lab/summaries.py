@@ -12,6 +12,19 @@ from stepbill.engine import comm
 from stepbill.lab import adam, clip, collectives, decay, formats, memory, schedule, warmup
 from stepbill.lab._summary import BATCHES, SEED_REGISTERS, Summary, _f, _table
 
+#: Most per-step rows a lab table prints; longer runs show the first steps, then log-spaced ones to the last.
+MAX_STEP_ROWS = 60
+_FIRST_ROWS = 20
+
+
+def _shown_steps(steps: int) -> tuple[list[int], str]:
+    """The 0-based steps a per-step table prints, and the note its title carries when that is not all of them."""
+    if steps <= MAX_STEP_ROWS:
+        return list(range(steps)), ""
+    later = np.geomspace(_FIRST_ROWS + 1, steps, MAX_STEP_ROWS - _FIRST_ROWS).round().astype(int) - 1
+    shown = sorted(set(range(_FIRST_ROWS)) | {int(i) for i in later} | {steps - 1})
+    return shown, (f"; {len(shown)} of {steps:,} steps shown: the first {_FIRST_ROWS}, then log-spaced to the last")
+
 
 def adam_summary(
     beta1: float = 0.9, beta2: float = 0.95, steps: int = 12, scale: float = 0.02, seed: int = 0
@@ -38,11 +51,12 @@ def adam_summary(
         "rmsprop_no_correction_step1": _f(lin["rmsprop_no_correction"][0]),
         "adam_no_correction_peak": _f(lin["adam_no_correction"].max()),
     }
-    shares = [[i + 1, steps - 1 - i, _f(s1[i]) * 100, _f(raw1[i]) * 100, _f(s2[i]) * 100] for i in range(steps)]
+    shown, rows_note = _shown_steps(steps)
+    shares = [[i + 1, steps - 1 - i, _f(s1[i]) * 100, _f(raw1[i]) * 100, _f(s2[i]) * 100] for i in shown]
     regs = [
         [t + 1, _f(g[t]), _f(big.m[t]), _f(big.m_hat[t]), _f(np.sqrt(big.v_hat[t])), _f(big.update[t]),
          _f(small.m_hat[t]), _f(np.sqrt(small.v_hat[t])), _f(small.update[t])]
-        for t in range(steps)
+        for t in shown
     ]
     return {
         "topic": "adam",
@@ -50,11 +64,11 @@ def adam_summary(
         "settings": {"beta1": beta1, "beta2": beta2, "steps": steps, "scale": scale, "seed": seed},
         "values": values,
         "tables": [
-            _table(f"EMA shares after {steps} steps (bias-corrected unless 'raw')",
+            _table(f"EMA shares after {steps:,} steps (bias-corrected unless 'raw'){rows_note}",
                    ["step", "age (steps)", f"share β₁={beta1} (%)", "raw share β₁ (%)", f"share β₂={beta2} (%)"],
                    shares, "β₁ = 0.9 is a ~10-step window: the newest gradient weighs ~14 %, the oldest still ~4 %."),
             _table(f"Registers on a seeded stream (g₁ = 1.353, g_last = 0.769; middle illustrative, so step 12 differs from "
-                   f"the seed's m̂ 0.470 / √v̂ 0.677, whose middle gradients are not printed), and ×{scale}",
+                   f"the seed's m̂ 0.470 / √v̂ 0.677, whose middle gradients are not printed), and ×{scale}{rows_note}",
                    ["step", "g", "m raw", "m̂", "√v̂", "m̂/√v̂", f"m̂ ×{scale}", f"√v̂ ×{scale}", f"m̂/√v̂ ×{scale}"],
                    regs, "scaling the gradients scales m̂ and √v̂ alike: the update m̂/√v̂ does not change."),
             _table(f"The seed's step-12 registers (m̂ {SEED_REGISTERS[0]}, √v̂ {SEED_REGISTERS[1]}) on a stream ×{scale}",

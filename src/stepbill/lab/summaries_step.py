@@ -3,11 +3,12 @@ numbers (seed-checks) and the installed torch's defaults. Same shape as lab/summ
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
-from stepbill.lab import backprop, descent, memory
+from stepbill.lab import _check, backprop, descent, memory
 from stepbill.lab._summary import Summary, _f, _table
 
 
@@ -35,7 +36,7 @@ def backprop_summary(
         "chain_smallest_link": float(min(rates)),
         "chain_power_low": low,
         "chain_power_high": high,
-        "orders_between": float(np.log10(high / low)),
+        "orders_between": links * float(np.log10(1.2 / 0.8)),  # log10(1.2^links / 0.8^links), in log space
         "sigmoid_slope_max": backprop.sigmoid_slope_max(),
         "softmax_ce_grad": [float(x) for x in grad],
         "softmax_ce_grad_correct_token": float(grad[1]),
@@ -108,7 +109,7 @@ def descent_summary(
     """Seed 000 §3.3: one lr for directions of different steepness (ratios 25 and 1,000), the 2/a threshold at
     ±5 %, Newton's step, heavy-ball momentum on the toy landscape (x0 = 12, η = 2, β = 0.8: the catalog's
     inputs, not printed in the seed), Muon's msign on a diagonal matrix and its Newton–Schulz FLOP overhead."""
-    halves = [[r, 1 - 1.9 / r, descent.gd_steps_to_half(r)] for r in ratios]
+    halves = [[r, descent.flat_contraction(r), descent.gd_steps_to_half(r)] for r in ratios]
     plain, heavy = descent.heavy_ball(x0, lr, 0.0, steps), descent.heavy_ball(x0, lr, beta, steps)
     diag = np.diag([3.0, -2.0, 0.5, -1.0])
     sign = np.diag(descent.msign(diag))
@@ -129,8 +130,11 @@ def descent_summary(
         "values": values,
         "tables": [
             _table("One lr for two directions (η = 1.9/a_steep)",
-                   ["steepness ratio", "flat contraction per step", "steps to halve"], halves,
-                   "the steep direction caps η, so the flat one crawls: steps grow linearly with the ratio."),
+                   ["steepness ratio", "flat contraction per step", "steps to halve"],
+                   [[r, c, h if math.isfinite(h) else "never (|contraction| ≥ 1)"] for r, c, h in halves],
+                   "the steep direction caps η, so the flat one crawls: steps grow linearly with the ratio."
+                   + (" At ratio ≤ 0.95, η = 1.9/a_steep ≥ 2/a_flat: the flat direction never converges."
+                      if any(not math.isfinite(h) for _, _, h in halves) else "")),
             _table("Stability on a·x²/2 (a = 1): x ← (1 − ηa)·x", ["quantity", "value"],
                    [["η = 0.95 · 2/a converges", values["converges_5pct_below_2_over_a"]],
                     ["η = 1.05 · 2/a converges", values["converges_5pct_above_2_over_a"]],
@@ -155,6 +159,8 @@ def memory_summary(
     params: tuple[float, ...] = (7e9, 70e9), shards: tuple[int, ...] = (1, 2), card_gib: float = 80.0,
 ) -> Summary:
     """Seed 002 §02/§08: the 4 | 12 split of 16 B/param, resident GiB per GPU under FSDP, step traffic."""
+    params = tuple(_check.positive("params", p) for p in params)  # 0 params: the share column divides by zero
+    _check.positive("card_gib", card_gib)
     model_b, opt_b = memory.bytes_split()
     traffic = memory.optimizer_step_traffic()
     rows = [[p, n, _f(memory.resident_gib(p, shards=n)), max(0.0, 1 - card_gib / _f(memory.resident_gib(p, shards=n)))]
