@@ -48,6 +48,10 @@ _MODULE_ROWS = {
 
 #: The attention core's output: the output projection's input, which that projection saves for its weight gradient.
 CORE_OUTPUTS = ("attn.core_out", "attn.o_in")
+#: An output projection input saved as its own storage (GPT-NeoX merges the heads into a copy).
+SEPARATE_OUTPUT_INPUTS = frozenset({"attn.dense_in"})
+#: The math path's scaled q and k (MLA on CPU): a checkpoint around the core holds the unscaled q and k instead.
+CORE_INPUT_STAND_INS = ("attn.q_scaled", "attn.k_scaled")
 
 
 def module_rows(module: str, layer_kind: str, rows: list[ActTensor], convention: str = "ideal") -> list[ActTensor]:
@@ -58,7 +62,13 @@ def module_rows(module: str, layer_kind: str, rows: list[ActTensor], convention:
     (SDPA's logsumexp; the eager path's probabilities) are rebuilt (measured: tests/measure/test_checkpointing.py). The
     ideal convention keeps the seed's accounting, in which recomputing the core rebuilds its output."""
     pick = _MODULE_ROWS[module]
-    keep = CORE_OUTPUTS if module == "core_attn" and convention == "eager" else ()
+    keep: tuple[str, ...] = ()
+    if module == "core_attn" and convention == "eager":
+        names = {t.name for t in rows}
+        # the output stays where it is the output projection's input too (one storage); a family whose projection
+        # saves its own copy (GPT-NeoX's attn.dense_in) frees the core's. The math path's scaled q and k go, but the
+        # checkpoint holds the unscaled q and k it was given, of the same shape and dtype: their bytes stay.
+        keep = (*(CORE_OUTPUTS if not names & SEPARATE_OUTPUT_INPUTS else ()), *CORE_INPUT_STAND_INS)
     return [t for t in rows if t.recompute.droppable and pick(layer_kind, t) and t.name not in keep]
 
 
