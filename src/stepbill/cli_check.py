@@ -29,8 +29,11 @@ def _measure_with_progress(config: dict[str, Any], mode: str, **settings: Any) -
         raise StepbillError(f"stepbill check needs PyTorch and transformers ({exc.name} is missing): "
                             "pip install 'stepbill[measure]'") from None
     require_torch()  # measure/ imports torch lazily: ask before the progress bar starts
+    console = Console(stderr=True)
+    if not console.is_terminal:  # a spinner on a pipe or file leaves a blank line before any error line
+        return measure_step(config, mode=mode, **settings)
     columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+    with Progress(*columns, console=console, transient=True) as progress:
         progress.add_task(f"measuring two training steps in PyTorch ({mode} tensors)…", total=None)
         return measure_step(config, mode=mode, **settings)
 

@@ -129,3 +129,14 @@ def test_check_cli_refuses_what_it_cannot_measure(capsys: pytest.CaptureFixture[
                           (["--recompute", "selective:mlp"], "or selective:core_attn; got 'selective:mlp'")):
         code, out, err = run_cli(["check", "gpt3-125m", "--fake", *args], capsys)
         assert code == 2 and message in err and "Traceback" not in err and not out.strip(), (args, err)
+
+
+@pytest.mark.torch
+def test_a_refusal_during_the_measurement_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """A refusal raised once the model is built (Gemma-3's mixed layers under every:K) is one line on stderr, exit 2:
+    the spinner stays off when stderr is not a terminal (it left a blank line before the error)."""
+    from tests.conftest import run_cli
+
+    code, out, err = run_cli(["check", str(DATA / "gemma-3-1b.json"), "--fake", "--seq", "64", "--recompute",
+                              "every:2"], capsys)
+    assert code == 2 and not out.strip() and err.startswith("stepbill: error: ") and err.count("\n") == 1, err
