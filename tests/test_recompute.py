@@ -221,3 +221,18 @@ def test_core_attn_keeps_the_core_output_under_the_eager_convention() -> None:
     assert [t.name for t in eager.layers["dense"].dropped] == ["attn.logsumexp"]
     assert "attn.core_out" in {t.name for t in eager.layers["dense"].kept}
     assert [t.name for t in ideal.layers["dense"].dropped] == ["attn.core_out"]
+
+
+def test_mlp_module_leaves_the_norm_before_it() -> None:
+    """Megatron's "mlp" recompute module rebuilds the MLP's own tensors; the RMSNorm in front of it is the
+    "layernorm" module's. The eager rows name that norm's saved tensors mlp.norm_x_fp32 / norm_rstd / norm_xhat, which
+    the pick took too: with the MLP's forward checkpointed in PyTorch (llama-3.2-1b, seq 512 × 2, fake) the bill
+    held 12.6 MB a layer less than PyTorch, exact once they stay."""
+    from stepbill.engine.bill import make_bill
+    from stepbill.spec import load_preset
+    from stepbill.spec.recipe import make_recipe
+
+    plan = make_bill(load_preset("llama3-8b"), make_recipe("pure-bf16", "adamw", 1, 2048, "selective:mlp"),
+                     convention="eager").plan
+    assert plan is not None
+    assert [t.name for t in plan.layers["dense"].dropped] == ["mlp.gate", "mlp.silu", "mlp.up", "mlp.product"]

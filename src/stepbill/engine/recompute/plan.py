@@ -38,7 +38,7 @@ _MODULE_ROWS = {
     "core_attn": lambda kind, t: t.op_id == "attn.core",
     "layernorm": lambda kind, t: t.name.endswith(".norm_out"),
     "mlp": lambda kind, t: kind == "dense" and t.name.startswith("mlp.")
-    and t.name not in ("mlp.norm_in", "mlp.norm_out", "mlp.down_out"),
+    and t.name not in ("mlp.norm_in", "mlp.norm_out", "mlp.down_out") and not t.name.startswith("mlp.norm_"),
     "moe_act": lambda kind, t: t.name in ("moe.product", "moe.shared.product"),
     "mla_up_proj": lambda kind, t: t.name in ("attn.q_up", "attn.kv_up"),
     "shared_experts": lambda kind, t: t.name.startswith("moe.shared."),
