@@ -23,6 +23,7 @@ from dataclasses import replace
 
 from stepbill.engine.activations.lora import _readers
 from stepbill.engine.activations.rows import FP32, ActTensor, Recompute
+from stepbill.engine.activations.tagged import TaggedInt
 from stepbill.spec.model import ModelSpec
 
 FP8 = 1
@@ -31,9 +32,12 @@ _ROUTER = "moe.router.weight"
 _MOE_SWIGLU_INPUTS = ("moe.gate", "moe.up")
 
 
-class Fp8Bytes(int):
+class Fp8Bytes(TaggedInt):
     """The activation dtype's bytes (its int value, bf16's 2) carrying the fp8 convention ("te" / "deepseek"), so
-    the rows of a layer know which Linear inputs are cached in fp8 (as EagerBytes carries the parameter width)."""
+    the rows of a layer know which Linear inputs are cached in fp8 (as EagerBytes carries the parameter width); equal
+    to another, copied and pickled with it (tagged.TaggedInt)."""
+
+    TAGS = ("fp8",)
 
     fp8: str
 
@@ -48,22 +52,6 @@ class Fp8Bytes(int):
     def __str__(self) -> str:  # tables print the width, not the carrier
         return str(int(self))
 
-    def __reduce__(self) -> tuple[type[Fp8Bytes], tuple[int, str]]:
-        """Copied and pickled with its convention (deepcopy of a `--sweep recipe=fp8 --json` result failed:
-        int's own reduce calls __new__ with the value alone)."""
-        return Fp8Bytes, (int(self), self.fp8)
-
-    # Equal to the plain int of its width, but to another Fp8Bytes only with the same convention, so memos keyed on
-    # one keep "te" and "deepseek" apart (as EagerBytes does its parameter bytes); the hash stays int's.
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Fp8Bytes):
-            return int(self) == int(other) and self.fp8 == other.fp8
-        return int.__eq__(self, other)
-
-    def __ne__(self, other: object) -> bool:
-        return not self == other
-
-    __hash__ = int.__hash__
 
 
 def _scales(row: ActTensor) -> ActTensor:

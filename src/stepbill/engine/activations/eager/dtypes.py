@@ -9,13 +9,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from stepbill.engine.activations.tagged import TaggedInt
+
 FP32 = 4
 INT64 = 8
 INT32 = 4
 
 
-class EagerBytes(int):
-    """The compute dtype's bytes (its int value) with `param`, the parameter dtype's bytes, and `device`."""
+class EagerBytes(TaggedInt):
+    """The compute dtype's bytes (its int value) with `param`, the parameter dtype's bytes, and `device`; equal to
+    another only with the same tags (tagged.TaggedInt)."""
+
+    TAGS = ("param", "device")
 
     param: int
     device: str
@@ -29,20 +34,6 @@ class EagerBytes(int):
     def __repr__(self) -> str:
         return f"EagerBytes(compute={int(self)}, param={self.param}, device={self.device!r})"
 
-    # Equal to a plain int of its value (arithmetic and comparisons read it as one), but two EagerBytes are equal
-    # only with the same param and device too: the memos keyed on one (recompute/budget.spec_problem, ...) must not
-    # hand an amp-bf16 staircase to a mixed-bf16 call of the same compute bytes (they did: a second plan in one
-    # process failed with a KeyError, or read the first recipe's rows). The hash stays int's: equal values, equal
-    # hashes.
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, EagerBytes):
-            return int(self) == int(other) and self.param == other.param and self.device == other.device
-        return int.__eq__(self, other)
-
-    def __ne__(self, other: object) -> bool:
-        return not self == other
-
-    __hash__ = int.__hash__
 
 
 def from_precision(precision: Any, device: str = "cpu") -> EagerBytes:
