@@ -78,7 +78,7 @@ def test_v3_counted_equals_seed_full_square() -> None:
 
 def test_residual_dropout_skips_nothing() -> None:
     """A dropout after the down projection (hidden_dropout > 0: GPT-2's resid_pdrop) saves a mask its backward needs,
-    so the rebuild reruns the projection: no early stop (measured: tests/measure/test_every_k.py)."""
+    so the rebuild reruns the projection: no early stop (measured: tests/measure/test_checkpointing.py)."""
     import dataclasses
 
     assert fl.checkpoint_skipped_ops(dataclasses.replace(GPT3, hidden_dropout=0.1), "dense") == []

@@ -87,7 +87,7 @@ def test_counted_flops_below_causal_under_full_recompute_say_why(capsys: pytest.
     code, out, _ = run_cli(["bill", "gpt3-125m", "--seq", "512", "--recompute", "full"], capsys)
     assert code == 0 and "early stop" in " ".join(out.split())
     code, out, _ = run_cli(["bill", "gpt3-125m", "--seq", "512", "--recompute", "every:2"], capsys)
-    assert code == 0 and "early stop" in " ".join(out.split())  # once a run of 2 (tests/measure/test_every_k.py)
+    assert code == 0 and "early stop" in " ".join(out.split())  # once a run of 2 (tests/measure/test_checkpointing.py)
     code, out, _ = run_cli(["bill", "gpt3-125m", "--seq", "512", "--recompute", "selective:core_attn"], capsys)
     assert code == 0 and "early stop" not in out
 

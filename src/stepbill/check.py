@@ -176,10 +176,9 @@ def measure_and_compare(
     if mode not in ("auto", "real", "fake"):
         raise StepbillError(f"mode must be 'auto', 'real' or 'fake', got {mode!r}")
     sharded = dp > 1 or zero != 0
-    from stepbill.measure.session import one_process_policy
+    from stepbill.measure.session import refuse_beyond_one_process
 
-    if one_process_policy(recompute) and sharded:  # a policy check cannot measure: one line
-        raise StepbillError(f"recompute {recompute} is measured in one process; drop dp/zero or use full")
+    refuse_beyond_one_process(recompute, sharded, "recompute", "dp/zero")
     if sharded and (dp < 2 or isinstance(zero, bool) or zero not in (1, 2, 3)):
         raise StepbillError(f"a sharded check needs dp >= 2 and zero 1, 2 or 3, got dp={dp!r}, zero={zero!r}")
     if rank is not None and (not sharded or isinstance(rank, bool) or not isinstance(rank, int)

@@ -85,16 +85,15 @@ def check(
     The model is built from its config as given (dropout, sliding windows); what the bill does not model yet
     is said in one line each (JSON: `unmodelled`)."""
     from stepbill.check import model_and_config
-    from stepbill.measure.session import one_process_policy
+    from stepbill.measure.session import refuse_beyond_one_process
     from stepbill.measure.sharded import measured_recipe
     from stepbill.spec.schema import Int, check_value
 
     check_value(Int(1, MAX_CHECK_DP), "--dp", dp)
     if rank is not None:
         check_value(Int(0, dp - 1), "--rank", rank)
-    if one_process_policy(recompute) and (dp > 1 or zero or launch is not None):  # one line for what it cannot
-        raise StepbillError(f"--recompute {recompute} is measured in one process; drop --dp/--zero/--launch or use "
-                            "full")
+    refuse_beyond_one_process(recompute, dp > 1 or bool(zero) or launch is not None, "--recompute",
+                              "--dp/--zero/--launch")
 
     if real and fake:
         raise StepbillError("choose one of --real and --fake")

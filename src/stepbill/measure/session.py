@@ -14,36 +14,41 @@ from typing import Any, Literal
 
 from stepbill.errors import StepbillError
 from stepbill.measure.build import Attention, Mode, build_model, hf_patches, new_fake_mode, require_torch
+from stepbill.spec.recompute_policy import RecomputePolicy, parse_recompute
 
 Recipe = Literal["fp32", "pure-bf16", "amp-bf16"]
 OptimizerImpl = Literal["single", "foreach", "fused"]
-Recompute = str  # "none", "full", "every:K" (K ≥ 1) or "selective:core_attn" (measure/checkpointing.py)
+Recompute = str  # a --recompute string check measures: `measured_policy`
 Phase = Literal["forward", "backward", "optimizer"]
 
 RECIPES: tuple[str, ...] = ("fp32", "pure-bf16", "amp-bf16")
 OPTIMIZER_IMPLS: tuple[str, ...] = ("single", "foreach", "fused")
-RECOMPUTES: tuple[str, ...] = ("none", "full", "every:K", "selective:core_attn")
 PHASES: tuple[Phase, ...] = ("forward", "backward", "optimizer")
 
 
-def every_k(recompute: str) -> int | None:
-    """K of an "every:K" recompute (None for none, full and selective:core_attn); a StepbillError line for a
-    policy check cannot measure."""
-    if recompute in ("none", "full", CORE_ATTN):
-        return None
-    head, _, k = recompute.partition(":")
-    if head == "every" and k.isdigit() and int(k) >= 1:
-        return int(k)
-    raise StepbillError(f"check measures --recompute none, full, every:K (K >= 1) or {CORE_ATTN}; got {recompute!r}")
+#: The recompute policies check measures (beyond full: measure/checkpointing.py).
+MEASURED = "none, full, every:K (K >= 1) or selective:core_attn"
 
 
-#: The selective policy check measures: the attention core checkpointed (Megatron-LM's default module).
-CORE_ATTN = "selective:core_attn"
+def measured_policy(recompute: str) -> RecomputePolicy:
+    """The policy of `recompute` as the bill reads it (spec/recompute_policy.parse_recompute) when check can measure
+    it — none, full, every:K, selective:core_attn (bare `selective` is core_attn, Megatron's default) — else one
+    StepbillError line."""
+    try:
+        policy = parse_recompute(recompute)
+    except StepbillError as exc:
+        raise StepbillError(f"check measures --recompute {MEASURED}; got {recompute!r} ({exc})") from None
+    if (policy.kind in ("none", "full") or (policy.kind == "every" and policy.every)
+            or (policy.kind == "selective" and policy.modules == ("core_attn",))):
+        return policy
+    raise StepbillError(f"check measures --recompute {MEASURED}; got {recompute!r}")
 
 
-def one_process_policy(recompute: str) -> bool:
-    """Whether check measures this recompute in one process only (every:K, selective:core_attn)."""
-    return recompute == CORE_ATTN or every_k(recompute) is not None
+def refuse_beyond_one_process(recompute: str, sharded: bool, flag: str, drop: str) -> None:
+    """Check `recompute` (measured_policy) and refuse every:K and selective:core_attn when the check is `sharded`:
+    they are measured in one process; `flag` and `drop` name the options as the caller spells them."""
+    if measured_policy(recompute).kind in ("every", "selective") and sharded:
+        raise StepbillError(f"{flag} {recompute} is measured in one process; drop {drop} or use full")
 
 
 def _noop(phase: Phase) -> None:
@@ -70,7 +75,6 @@ class StepSession:
     #: adapters only.
     lora: Any = None
     model: Any = field(init=False, default=None)
-    every: int | None = field(init=False, default=None)  # K of every:K (None: none or full)
     optimizer: Any = field(init=False, default=None)
     input_ids: Any = field(init=False, default=None)
     _stack: contextlib.ExitStack = field(init=False, default_factory=contextlib.ExitStack)
@@ -78,7 +82,9 @@ class StepSession:
     def __post_init__(self) -> None:
         _check_choice("recipe", self.recipe, RECIPES)
         _check_choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
-        self.every = every_k(self.recompute)
+        if measured_policy(self.recompute).kind == "selective" and self.attention != "sdpa":
+            raise StepbillError("selective:core_attn is measured on SDPA attention (the attention function "
+                                "transformers looks up); drop --attention eager")
         _check_choice("mode", self.mode, ("real", "fake"))
         _check_choice("attention", self.attention, ("sdpa", "eager"))
         if self.micro_batch < 1 or self.seq_len < 1:
@@ -97,19 +103,17 @@ class StepSession:
         self.model = build_model(
             self.config_dict, dtype=self.param_dtype, attention=self.attention, fake_mode=fake_mode
         )
-        if self.recompute == "full":
+        policy = measured_policy(self.recompute)
+        if policy.kind == "full":
             # transformers 5 renames it activation_checkpointing_enable (FutureWarning); same behaviour.
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", FutureWarning)
                 self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        elif self.every is not None:
+        elif policy.kind == "every":
             from stepbill.measure.checkpointing import checkpoint_every
 
-            checkpoint_every(self.model, self.every)
-        elif self.recompute == CORE_ATTN:
-            if self.attention != "sdpa":
-                raise StepbillError(f"{CORE_ATTN} is measured on SDPA attention (the attention function transformers "
-                                    "looks up); drop --attention eager")
+            checkpoint_every(self.model, policy.every)
+        elif policy.kind == "selective":
             from stepbill.measure.checkpointing import attention_core_checkpointed
 
             self._stack.enter_context(attention_core_checkpointed())
