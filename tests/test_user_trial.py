@@ -187,3 +187,14 @@ def test_mfu_above_one_says_why(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and "is above 100 %: PaLM's model FLOPs count the whole attention square" in " ".join(out.split())
     code, out, _ = run_cli(["bill", "gpt3-125m", "--gpu", "h100"], capsys)
     assert code == 0 and "is above 100 %" not in out
+
+
+def test_core_attn_note_reads_the_policy_not_its_spelling(capsys: pytest.CaptureFixture[str]) -> None:
+    # bare `selective` is core_attn (Megatron's default): the unmodelled line names it as for the spelled-out policy
+    for policy in ("selective", "selective:core_attn", "selective:mlp,core_attn"):
+        code, out, _ = run_cli(["bill", "gpt3-125m", "--seq", "512", "--recompute", policy, "--convention", "eager"],
+                               capsys)
+        assert code == 0 and "checkpointed core keeps others" in " ".join(out.split()), policy
+    code, out, _ = run_cli(["bill", "gpt3-125m", "--seq", "512", "--recompute", "selective:mlp", "--convention",
+                            "eager"], capsys)
+    assert code == 0 and "checkpointed core keeps others" not in " ".join(out.split())

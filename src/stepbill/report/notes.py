@@ -6,6 +6,7 @@ from __future__ import annotations
 from stepbill.engine.activations.eager.eager_attention import eager_attention_modelled
 from stepbill.engine.bill import Bill
 from stepbill.engine.fit import Fit
+from stepbill.spec.recompute_policy import parse_recompute
 
 #: `--attention eager` under the eager convention for the families eager/eager_attention.py does not model yet
 #: (GPT-NeoX, Phi-3's fused qkv, MLA, sinks): their eager rows follow SDPA's kernels (activations/eager/attention.py).
@@ -38,9 +39,9 @@ def attention_unmodelled(bill: Bill, fit: Fit | None = None) -> list[str]:
     notes = []
     if bill.attention == "eager" and not eager_attention_modelled(bill.model):
         notes.append(EAGER_ATTENTION_UNMODELLED.format(where=where))
-    policy = bill.recipe.recompute
-    if policy.startswith("selective") and "core_attn" in policy and bill.model.family not in CORE_ATTN_MEASURED:
-        notes.append(CORE_ATTN_UNMODELLED.format(policy=policy, where=where, family=bill.model.family))
+    policy = parse_recompute(bill.recipe.recompute)  # as the bill read it: bare `selective` is core_attn
+    if policy.kind == "selective" and "core_attn" in policy.modules and bill.model.family not in CORE_ATTN_MEASURED:
+        notes.append(CORE_ATTN_UNMODELLED.format(policy=bill.recipe.recompute, where=where, family=bill.model.family))
     return notes
 
 
