@@ -21,7 +21,7 @@ from stepbill.engine.parallel.layout import stage_layer_indices
 from stepbill.engine.parallel.rank_share import in_flight_microbatches
 from stepbill.engine.plan.bounds import stage_rows
 from stepbill.engine.plan.evaluate import recipe_for
-from stepbill.engine.plan.resident import host_card, optimizer_side_per_stage
+from stepbill.engine.plan.resident import card_for, optimizer_side_per_stage
 from stepbill.engine.plan.space import Candidate, PlanRequest
 from stepbill.errors import StepbillError
 from stepbill.spec.recompute_policy import parse_recompute
@@ -49,7 +49,7 @@ def host_floor(req: PlanRequest, cand: Candidate) -> float:
         order = tuple(plan.order[i] for i in indices[stage])
         kept = stage_rows(rows_key, plan, kept_recipe, order)[0] if order else 0.0
         per_stage.append(side[stage] + kept * in_flight_microbatches(recipe, stage))
-    return layout_fullest_node(per_stage, par, host_card(req).gpus_per_node)[0]
+    return layout_fullest_node(per_stage, par, card_for(req).gpus_per_node)[0]
 
 
 def host_floor_exceeded(req: PlanRequest, cand: Candidate) -> bool:
@@ -57,5 +57,5 @@ def host_floor_exceeded(req: PlanRequest, cand: Candidate) -> bool:
     cannot hold its host_floor: no bill of it can fit (engine/fit_host.HostFit.fits)."""
     if not cand.parallel.offload_activations:
         return False
-    budget = host_card(req).host_bytes
+    budget = card_for(req).host_bytes
     return budget is not None and host_floor(req, cand) > budget

@@ -27,8 +27,12 @@ from stepbill.spec.recipe import make_recipe
 
 
 def card_for(req: PlanRequest) -> Card:
-    """The card `stepbill bill` judges on: the catalog GPU, in its reference node or one of --host-mem GiB."""
-    return Card.from_gpu(req.gpu).with_host(req.host_mem_gib)
+    """The card `stepbill bill` judges on: the catalog GPU, in its reference node or one of --host-mem GiB (made
+    once a request: the search asks for every candidate it judges)."""
+    memo = _memo(req)
+    if memo.card is None:
+        memo.card = Card.from_gpu(req.gpu).with_host(req.host_mem_gib)
+    return memo.card
 
 
 def reserve_for(req: PlanRequest, parallel: Parallel) -> Reserve:
@@ -115,7 +119,7 @@ def host_bound(req: PlanRequest, holdings_layout: Parallel) -> float:
     found = memo.host.get(key)
     if found is None:
         found = layout_fullest_node(optimizer_side_per_stage(req, holdings_layout), holdings_layout,
-                                    host_card(req).gpus_per_node)[0]
+                                    card_for(req).gpus_per_node)[0]
         if len(memo.host) >= MEMO_ENTRIES:
             memo.host.clear()
         memo.host[key] = found
@@ -130,20 +134,12 @@ def optimizer_side_per_stage(req: PlanRequest, holdings_layout: Parallel) -> lis
     return [side[representative_stage(req.spec, holdings_layout, s)] for s in range(holdings_layout.pp)]
 
 
-def host_card(req: PlanRequest) -> Card:
-    """card_for(req), made once a request."""
-    memo = _memo(req)
-    if memo.host_card is None:
-        memo.host_card = card_for(req)
-    return memo.host_card
-
-
 def host_budget_exceeded(req: PlanRequest, group: Group) -> bool:
     """The group offloads its optimizer and the node's host memory (catalog or --host-mem; unknown: never) cannot
     hold even `host_bound`: none of its candidates can fit (engine/fit_host.HostFit.fits)."""
     if not group.offload_optimizer:
         return False
-    budget = host_card(req).host_bytes
+    budget = card_for(req).host_bytes
     return budget is not None and host_bound(req, group.holdings_layout) > budget
 
 
@@ -168,7 +164,7 @@ class _Memo:
     resident: dict[tuple[Any, ...], tuple[float, ...]] = field(default_factory=dict)
     held: dict[tuple[Any, ...], dict[int, dict[str, float]]] = field(default_factory=dict)  # by stage class
     host: dict[tuple[Any, ...], float] = field(default_factory=dict)  # host_bound, by held_key and world
-    host_card: Card | None = None  # card_for(req), made once
+    card: Card | None = None  # card_for(req), made once
 
 
 _last_memo: list[_Memo] = []
