@@ -38,7 +38,7 @@ _MODULE_ROWS = {
     "core_attn": lambda kind, t: t.op_id == "attn.core",
     "layernorm": lambda kind, t: t.name.endswith(".norm_out"),
     "mlp": lambda kind, t: kind == "dense" and t.name.startswith("mlp.")
-    and t.name not in ("mlp.norm_in", "mlp.norm_out", "mlp.down_out") and not t.name.startswith("mlp.norm_"),
+    and t.name != "mlp.down_out" and not t.name.startswith("mlp.norm_"),  # the norm in front: "layernorm"'s
     "moe_act": lambda kind, t: t.name in ("moe.product", "moe.shared.product"),
     "mla_up_proj": lambda kind, t: t.name in ("attn.q_up", "attn.kv_up"),
     "shared_experts": lambda kind, t: t.name.startswith("moe.shared."),
@@ -293,7 +293,7 @@ def make_plan(spec: ModelSpec, policy: RecomputePolicy, seq_len: int, micro_batc
                        fl.layer_forward_flops(spec, k, seq_len, 1, False) / seq_len)
             # every-K: a run's rebuild stops early once, after its last layer (RecomputePlan.recompute_flops)
             stop = 0.0 if policy.kind == "full" else \
-                per_tok[1] - fl.layer_recompute_flops(spec, k, seq_len, 1, False, True) / seq_len
+                sum(op.flops_per_token for op in fl.checkpoint_skipped_ops(spec, k))
             if lora is not None:  # the rebuild reruns the adapters' forward too (flops.lora_recompute_flops_per_token)
                 inv, n_kind = param_inventory(spec), max(1, order.count(k))
                 every = fl.lora_recompute_flops_per_token(inv, lora, k, n_kind, False)
