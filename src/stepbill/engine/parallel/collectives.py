@@ -86,6 +86,12 @@ def _scope(n: int, stride: int, per_node: int) -> str:
     return "intra-node" if n * stride <= per_node else "inter-node"
 
 
+def _ranks_per_node(stride: int, per_node: int) -> int:
+    """Ranks of a group at `stride` inside one node (at least 1): the `local` of a two-level collective (`_timed`
+    caps it at the group and runs two levels only when it divides the group)."""
+    return max(1, per_node // stride)
+
+
 def rank_param_elements(spec: ModelSpec, recipe: Recipe | ResidentRecipe, inv: ParamInventory) -> dict[str, float]:
     """Pre-ZeRO elements one rank of the largest stage holds: {dense_grads, dense_weights, expert_*}. Memoised on
     what it reads when `inv` is the model's own inventory: the model, the precision, optimizer and LoRA (each row's
@@ -155,7 +161,7 @@ def _data_parallel(side: str, zero: int, shard_group: int | None, m: int, group:
     if group == 1:
         return ()
     sc = _scope(shard, stride, per_node)
-    local = max(1, per_node // stride)  # ranks of a DP / ZeRO group inside one node (hierarchical collectives)
+    local = _ranks_per_node(stride, per_node)  # hierarchical DP / ZeRO collectives
     if zero == 0:
         rows.append((f"{side}.grad_allreduce", "dp", "all-reduce", group, _scope(group, stride, per_node), 1,
                      comm.ring_allreduce_link_bytes(group, g_bytes), "yes", "2(N−1)/N × {grad_bytes} B", io, local))
@@ -329,7 +335,7 @@ def _ep_traffic(ep: int, etp: int, send: float, moe_layers: int, rebuilt_moe: in
                 gpu: GPU | None) -> tuple[Collective, ...]:
     """EP: dispatch + combine all-to-alls, forward and backward, per MoE layer per micro-batch (2 more per rebuilt
     MoE layer); `send` the bytes a rank sends per all-to-all (top-k copies of its tokens)."""
-    local = min(ep, per_node // etp) if per_node % etp == 0 else 1  # the group's ranks in one node (stride etp)
+    local = _ranks_per_node(etp, per_node)  # the EP group's ranks sit at stride etp
     return _timed([("ep.all_to_all", "ep", "all-to-all", ep, _scope(ep, etp, per_node),
                     (4 * moe_layers + 2 * rebuilt_moe) * m, comm.all_to_all_link_bytes(ep, send), "partly",
                     "(ep−1)/ep × {send_bytes} B (top-k × tokens × h), dispatch + combine, forward + backward"
