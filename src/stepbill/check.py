@@ -13,43 +13,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from stepbill.check_rows import (
-    CATEGORIES as CATEGORIES,
-)
-from stepbill.check_rows import (
-    LORA_CATEGORIES as LORA_CATEGORIES,
-)
-from stepbill.check_rows import (  # re-exported: `from stepbill.check import compare` keeps working
-    MEASURABLE_RECIPES as MEASURABLE_RECIPES,
-)
-from stepbill.check_rows import (
-    REAL_RAM_SHARE as REAL_RAM_SHARE,
-)
-from stepbill.check_rows import (
-    TOLERANCE as TOLERANCE,
-)
-from stepbill.check_rows import (
-    CheckRow as CheckRow,
-)
-from stepbill.check_rows import (
-    available_ram_bytes as available_ram_bytes,
-)
-from stepbill.check_rows import (
-    choose_mode as choose_mode,
-)
-from stepbill.check_rows import (
-    compare as compare,
-)
-from stepbill.check_rows import (
-    predict as predict,
-)
-from stepbill.check_rows import (
-    predictions as predictions,
-)
+# CATEGORIES is re-exported (importers read it from here); the rest check.py uses, and importers of
+# `from stepbill.check import compare, predictions, ...` keep working
+from stepbill.check_rows import CATEGORIES as CATEGORIES
+from stepbill.check_rows import TOLERANCE, CheckRow, choose_mode, compare, predict, predictions
 from stepbill.errors import StepbillError
 
 if TYPE_CHECKING:
     from stepbill.spec.model import ModelSpec
+
 
 def model_and_config(model: str, dropout: float | None = None) -> tuple[Any, dict[str, Any]]:
     """The ModelSpec the bill reads and the config dict `check` builds, for a MODEL argument.
