@@ -47,7 +47,9 @@ def check(
         "(the only one, FSDP2's mixed precision)")] = None,
     optimizer_impl: Annotated[str, typer.Option("--optimizer-impl", help="AdamW: single | foreach | fused")]
     = "single",
-    recompute: Annotated[str, typer.Option("--recompute", help="none | full | every:K (runs of K layers, one checkpoint each) | selective:core_attn (the attention core checkpointed)")] = "none",
+    recompute: Annotated[str, typer.Option(
+        "--recompute", help="none | full | every:K (runs of K layers, one checkpoint each) | selective:core_attn (the "
+        "attention core checkpointed)")] = "none",
     real: Annotated[bool, typer.Option("--real", help="real tensors (refused if the peak would not fit in RAM)")]
     = False,
     fake: Annotated[bool, typer.Option("--fake", help="fake tensors: any size, no memory used")] = False,

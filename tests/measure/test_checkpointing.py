@@ -3,9 +3,9 @@
 bill's every-K timeline, its selective rows and FLOPs.
 
 At realistic sizes on fake tensors every memory category is as close as under full recompute (a few KiB) and
-FlopCounterMode's FLOPs are exact (Llama-3.2-1B with an uneven last run, Qwen3-0.6B; docs/accuracy.md lists more). The FLOPs needed one change to the
-bill: a run's rebuild stops early once, after its last layer's down projection (engine/recompute/plan.py), as full
-recompute's per-layer checkpoints each do."""
+FlopCounterMode's FLOPs are exact (Llama-3.2-1B with an uneven last run, Qwen3-0.6B; docs/accuracy.md lists more).
+The FLOPs needed one change to the bill: a run's rebuild stops early once, after its last layer's down projection
+(engine/recompute/plan.py), as full recompute's per-layer checkpoints each do."""
 
 from __future__ import annotations
 

@@ -33,8 +33,6 @@ def checkpoint_every(model: Any, k: int) -> None:
     the layers). Changes the layer instances' forward only; parameters, modules and config stay as built."""
     import torch.utils.checkpoint as cp
 
-    if k < 1:
-        raise StepbillError(f"every:K needs K >= 1, got {k}")
     layers = decoder_layers(model)
     kinds = set(_layer_types(model.config)) | ({getattr(layer, "attention_type", None) for layer in layers} - {None})
     if len(kinds) > 1:
