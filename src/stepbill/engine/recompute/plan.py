@@ -27,6 +27,7 @@ from stepbill.engine import flops as fl
 from stepbill.engine.activations import ActTensor, layer_order
 from stepbill.engine.params import param_inventory
 from stepbill.engine.recompute.budget import solve_for_spec
+from stepbill.engine.recompute.core_attn import held_inputs, pv_flops_per_token, rebuild_skips_pv
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.recipe import LoRA
@@ -50,7 +51,8 @@ _MODULE_ROWS = {
 CORE_OUTPUTS = ("attn.core_out", "attn.o_in")
 #: An output projection input saved as its own storage (GPT-NeoX merges the heads into a copy).
 SEPARATE_OUTPUT_INPUTS = frozenset({"attn.dense_in"})
-#: The math path's scaled q and k (MLA on CPU): a checkpoint around the core holds the unscaled q and k instead.
+#: The math path's scaled q and k: a checkpoint around the core holds the unscaled q and k instead, of the same
+#: shape — stand-ins where recompute/core_attn.py does not know the held inputs (those replace them, in their dtype).
 CORE_INPUT_STAND_INS = ("attn.q_scaled", "attn.k_scaled")
 
 
@@ -321,7 +323,16 @@ def make_plan(spec: ModelSpec, policy: RecomputePolicy, seq_len: int, micro_batc
                 chosen = [t for t in r if t.name in names]
             else:
                 chosen = [t for m in policy.modules for t in module_rows(m, k, r, convention)]
-            layers[k] = _plan(k, r, list({t.name: t for t in chosen}.values()), seq_len)
+            dropped = list({t.name: t for t in chosen}.values())
+            held, replaced = held_inputs(spec, r) if convention == "eager" and "core_attn" in policy.modules \
+                else ([], ())
+            # the checkpoint's inputs replace the math path's copies, rebuilt inside the core (recompute/core_attn.py)
+            dropped += [t for t in r if t.name in replaced and t not in dropped]
+            rebuild = None
+            if convention == "eager" and drop is None and rebuild_skips_pv(r, dropped):
+                square = op_flops(dropped, seq_len, False)
+                rebuild = (op_flops(dropped, seq_len), square - pv_flops_per_token(spec, seq_len), square)
+            layers[k] = _plan(k, [*r, *held], dropped, seq_len, rebuild=rebuild)
         if drop is None and not any(p.dropped for p in layers.values()):
             raise StepbillError(f"recompute modules {', '.join(policy.modules)} match no tensor of {spec.name}")
     else:  # budget: solved elsewhere, then planned with `drop`
