@@ -84,12 +84,15 @@ def test_core_attn_frees_the_core_output_where_the_projection_copies_it() -> Non
     ("gpt2.json", "fp32", 2, 0),  # attention dropout 0.1: SDPA's math path; q, k, v three views of c_attn's output
     ("gpt2.json", "pure-bf16", 2, 0),  # the checkpoint holds them in bf16, not the math path's fp32 copies
     ("deepseek-v2-lite.json", "pure-bf16", 1, 4096),  # MLA's math path: q and k held in bf16
+    # seq 512 = its window: sliding layers get a mask; the checkpoint holds the boolean mask and k, v unrepeated
+    ("gemma-3-1b.json", "fp32", 1, 8192),
 ])
-def test_core_attn_on_the_math_path_holds_the_sdpa_inputs(config: str, recipe: str, micro_batch: int,
+def test_core_attn_checkpoint_holds_the_sdpa_inputs(config: str, recipe: str, micro_batch: int,
                                                            slack: int) -> None:
-    """selective:core_attn on SDPA's math path (recompute/core_attn.py): the checkpoint holds q, k, v as handed, in
-    their dtype, and its rebuild stops before P·V. Activations (bytes) and FlopCounterMode's FLOPs exact at seq 512,
-    fake tensors (were −2.43 % / +1.17 % on gpt2 fp32, +5.0 % / +0.37 % on deepseek-v2-lite pure-bf16)."""
+    """selective:core_attn (recompute/core_attn.py): the checkpoint holds SDPA's inputs as handed, in their dtype,
+    and on the math path its rebuild stops before P·V. Activations (bytes) and FlopCounterMode's FLOPs exact at seq 512,
+    fake tensors (were −2.43 % / +1.17 % on gpt2 fp32, +5.0 % / +0.37 % on deepseek-v2-lite pure-bf16, +2.67 % on
+    gemma-3-1b fp32: memory/eager.py's masked layers keep nothing beyond full attention under it)."""
     from stepbill.check import compare, predictions
 
     bill, measured = _bill_and_measure(json.loads((DATA / config).read_text()), "selective:core_attn", recipe,

@@ -17,12 +17,12 @@ EAGER_ATTENTION_UNMODELLED = (
 
 #: selective:core_attn under the eager convention: what PyTorch keeps with the attention core checkpointed was
 #: measured equal to the rows (`check --recompute selective:core_attn`, docs/accuracy.md) on these families only;
-#: on the others the checkpointed core keeps or frees tensors the rows do not follow yet (gemma3 +2.7 % activations).
-CORE_ATTN_MEASURED = ("llama", "qwen3", "mixtral", "gpt_neox", "gpt2", "deepseek_v2")
+#: on the others the checkpointed core may keep or free tensors the rows do not follow yet.
+CORE_ATTN_MEASURED = ("llama", "qwen3", "mixtral", "gpt_neox", "gpt2", "deepseek_v2", "gemma3_text")
 CORE_ATTN_UNMODELLED = (
     "--recompute {policy}: {where} drops the attention core's saved tensors as measured on llama, qwen3, mixtral, "
-    "gpt_neox, gpt2 and deepseek_v2; {family}'s checkpointed core may keep others (measured: gemma3 +2.7 % "
-    "activations: docs/accuracy.md) — not modelled yet")
+    "gpt_neox, gpt2, deepseek_v2 and gemma3_text (docs/accuracy.md); {family}'s checkpointed core may keep others "
+    "— not measured yet")
 
 
 def attention_unmodelled(bill: Bill, fit: Fit | None = None) -> list[str]:

@@ -269,6 +269,10 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
     attn_temp: dict[str, int] = {}
     attn_grad: dict[str, int] = {}
     attn_fwd: dict[str, int] = {}
+    # selective:core_attn checkpoints the attention function, which makes a masked layer's converted mask and
+    # repeat_kv copies inside: rebuilt, not kept; the checkpoint holds the boolean mask and k, v as handed (the
+    # full-attention rows' own), so a masked layer keeps nothing beyond full attention (measured: gemma-3-1b)
+    core_ckpt = plan.policy.kind == "selective" and "core_attn" in plan.policy.modules
     for kind in plan.layers:
         layer_inner[kind] = in_layer_forward(spec, kind, width, n, t)
         count = max(1, plan.order.count(kind))
@@ -312,11 +316,11 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
                 // count * a
             cast_layer[kind] += lora_cast_layer[kind]
         layer_fixed[kind] = (eager.fixed_bytes(eager.layer_fixed_rows(spec, kind, width, b, with_casts=False), t)
-                             + window_fixed_bytes(spec, kind, width, t, b))  # sliding-window masks (eager/masks.py)
+                             + (0 if core_ckpt else window_fixed_bytes(spec, kind, width, t, b)))
     # Checkpointed layers hold their arguments for the rebuild, transformers' boolean sliding-window mask among
     # them (one S×S storage shared by the layers, eager/masks.py): alive at the loss and through the backward.
     ckpt = plan.policy.kind in ("full", "every")
-    held_mask = bool_mask_bytes(spec, t) if ckpt else 0
+    held_mask = bool_mask_bytes(spec, t) if ckpt or core_ckpt else 0
     return EagerTerms(
         constant=INT64 * n + buffers,
         step_counters=FP32 * (n_tensors if lora is None else sum(c for _, c, _ in lora_adapter_groups(inventory, lora)))
@@ -346,7 +350,7 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         cast_head=AMP_CAST * v * h if amp else 0,
         layer_inner=layer_inner,
         embed_locals=embedding_locals(spec, width, b, t),
-        window=window_total_bytes(spec, width, t, b),
+        window=0 if core_ckpt else window_total_bytes(spec, width, t, b),
         lora_embed_out=width.param * h * n if plan.first_unsaved else 0,
         lora_cast_layer=lora_cast_layer,
         # under checkpointing transformers makes the embedding output require grad (enable_input_require_grads), so
