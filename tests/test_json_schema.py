@@ -34,6 +34,9 @@ CASES: list[tuple[str, list[str]]] = [
     ("fit", ["fit", "llama3-8b", "--max", "seq", "--gpu", "h100", "--lora-rank", "16", "--json"]),
     # a refused value (tp 3 does not divide the heads) beside two bills
     ("sweep", ["bill", "llama3-8b", "--gpus", "8", "--gpu", "h100", "--sweep", "tp=1,2,3", "--json"]),
+    # --fix pp_layers: its request echoes a list (the fuzzer's find: the schema took only int / bool / str)
+    ("plan", ["plan", "gpt3-125m", "--gpu", "h100", "--seq", "512", "--micro-batch", "1", "--gpus", "2", "--fix",
+              "pp=2", "--fix", "pp_layers=5,7", "--top", "1", "--json"]),
 ]
 
 

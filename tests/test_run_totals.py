@@ -89,3 +89,16 @@ def test_run_options_need_their_inputs() -> None:
         stepbill.bill("gpt3-125m", global_batch_tokens="4Ki", micro_batches=2)
     b = stepbill.bill("gpt3-125m", train_tokens="1M")  # no GPU: steps only
     assert b.run.steps == math.ceil(1e6 / 2048) and "run.seconds" not in b.lines
+
+
+@pytest.mark.parametrize("argv", [
+    ["bill", "gpt3-125m", "--gpu", "h100", "--train-tokens", "1T", "--price-per-gpu-hour", "1e308", "--json"],
+    ["bill", "gpt3-125m", "--gpu", "h100", "--train-tokens", "2e18", "--json"],
+    ["plan", "gpt3-125m", "--gpu", "h100", "--seq", "512", "--gpus", "1", "--micro-batch", "1", "--train-tokens", "1T",
+     "--price-per-gpu-hour", "1e308", "--json"],
+])
+def test_run_totals_never_overflow(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """The fuzzer's find: a price of 1e308 or 1e296T tokens made the cost or the run's seconds inf (invalid JSON).
+    Both options are bounded now (api_options.MAX_PRICE_PER_GPU_HOUR, MAX_TOKENS): one line, exit 2."""
+    code, out, err = run_cli(argv, capsys)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "at most" in err

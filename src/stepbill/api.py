@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from stepbill.api_options import (
+    MAX_PRICE_PER_GPU_HOUR,
     check_finite,
     check_options,
     data_parallel_of,
@@ -135,7 +136,7 @@ def make_step_bill(
     dp, layout_note = data_parallel_of(dp, gpus, tp, pp, cp, name)
     global_batch = parse_tokens(global_batch_tokens, "global_batch_tokens", name)
     train = parse_tokens(train_tokens, "train_tokens", name)
-    check_finite(price_per_gpu_hour, "price_per_gpu_hour", name)
+    check_finite(price_per_gpu_hour, "price_per_gpu_hour", name, high=MAX_PRICE_PER_GPU_HOUR)
     if price_per_gpu_hour is not None and (train is None or gpu is None):
         raise StepbillError(f"{name('price_per_gpu_hour')} needs {name('train_tokens')} and {name('gpu')}")
     micro_batches = micro_batches_of(global_batch, micro_batches, dp, micro_batch, seq, name)

@@ -54,14 +54,26 @@ def check_options(options: Mapping[str, Any], name: Callable[[str], str]) -> Non
         raise StepbillError(f"{name('gpu')} must be a catalog GPU name, got {gpu!r}")
 
 
-def check_finite(value: Any, param: str, name: Callable[[str], str], unit: str = "", positive: bool = False) -> None:
+def check_finite(value: Any, param: str, name: Callable[[str], str], unit: str = "", positive: bool = False,
+                 high: float = math.inf) -> None:
     """An optional number option (a reserve, a price, a deadline, a node's host memory): None, or a finite number
-    ≥ 0 (> 0 when `positive`); else one StepbillError naming the option and its unit."""
+    ≥ 0 (> 0 when `positive`) and ≤ `high`; else one StepbillError naming the option and its unit."""
     if value is None:
         return
-    if not is_number(value) or not math.isfinite(value) or value < 0 or (positive and value == 0):
+    if (not is_number(value) or not math.isfinite(value) or value < 0 or (positive and value == 0)
+            or value > high):
         bound = "> 0" if positive else ">= 0"
-        raise StepbillError(f"{name(param)} must be {bound} and finite{f' ({unit})' if unit else ''}, got {value!r}")
+        top = f" and at most {high:,g}" if math.isfinite(high) else ""
+        raise StepbillError(f"{name(param)} must be {bound}{top} and finite{f' ({unit})' if unit else ''}, "
+                            f"got {value!r}")
+
+
+#: The largest price per GPU-hour taken: far above any cloud's (tens of dollars), small enough that a run's cost
+#: stays a finite number (a price of 1e308 made it inf).
+MAX_PRICE_PER_GPU_HOUR = 1e9
+#: The largest token count taken (--train-tokens, --global-batch-tokens): 1e18, a million times a 2026 frontier
+#: run's; a larger count made the run's seconds inf.
+MAX_TOKENS = 10**18
 
 
 def is_number(value: Any) -> bool:
@@ -105,6 +117,8 @@ def parse_tokens(value: int | str | None, param: str, name: Callable[[str], str]
         raise StepbillError(f"{name(param)} must be a token count such as 4M or 2T, got {value!r}")
     if count < 1:
         raise StepbillError(f"{name(param)} must be at least 1 token, got {value!r}")
+    if count > MAX_TOKENS:
+        raise StepbillError(f"{name(param)} must be at most {MAX_TOKENS:.0e} tokens, got {value!r}")
     return count
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from stepbill.api import load_model
-from stepbill.api_options import check_finite, parse_tokens, python_name
+from stepbill.api_options import MAX_PRICE_PER_GPU_HOUR, check_finite, parse_tokens, python_name
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
 
@@ -127,7 +127,7 @@ def plan(
     if efficiency is not None:
         check_value(EFFICIENCY, name("efficiency"), efficiency)
     check_finite(reserve_gib, "reserve_gib", name, "GiB")
-    check_finite(price_per_gpu_hour, "price_per_gpu_hour", name)
+    check_finite(price_per_gpu_hour, "price_per_gpu_hour", name, high=MAX_PRICE_PER_GPU_HOUR)
     check_finite(host_mem_gib, "host_mem_gib", name, "GiB per node", positive=True)
     worlds = worlds_for(gpus, max_gpus, name)
     batch = parse_tokens(global_batch_tokens, "global_batch_tokens", name)

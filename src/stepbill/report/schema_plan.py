@@ -66,7 +66,7 @@ class PlanRequestJson(Strict):
     reserve_gib: float | None = Field(description="--reserve GiB, null: the default reserve")
     host_mem_gib: float | None = Field(description="--host-mem GiB per node, null: the catalog's reference node")
     efficiency: float | None = Field(description="--efficiency override (null: the per-op time model)")
-    fixed: dict[str, int | bool | str] = Field(description="axes pinned by --fix")
+    fixed: dict[str, int | bool | str | list[int]] = Field(description="axes pinned by --fix (pp_layers: a list)")
     cross_node: bool = Field(description="whether tp and ep groups may span nodes")
 
 
