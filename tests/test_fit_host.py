@@ -239,3 +239,27 @@ def test_host_floor_is_below_every_activation_offload_bill(model: str, gpus: int
         assert 0 < floor <= run.fit.host.node_bytes * (1 + 1e-12)
         checked += 1
     assert checked >= 30
+
+
+def _fullest_by_every_node(per_stage: list[float], ranks_per_stage: int, per_node: int) -> tuple[float, int]:
+    """fullest_node by weighing every node (its first form: O(nodes))."""
+    world = ranks_per_stage * len(per_stage)
+    best, best_first = -1.0, 0
+    for first in range(0, world, per_node):
+        total = sum(per_stage[r // ranks_per_stage] for r in range(first, min(first + per_node, world)))
+        if total > best:
+            best, best_first = total, first
+    return best, best_first
+
+
+def test_fullest_node_weighs_only_the_stage_ends() -> None:
+    """fullest_node weighs O(stages) nodes (the fuzzer's find: a plan over 2^24 GPUs weighed all 2^21 nodes per
+    layout and ran for minutes past --max-seconds); the same answer as weighing every node, ties to the first."""
+    import random
+
+    rng = random.Random(7)
+    for _ in range(2000):
+        stages = rng.randint(1, 9)
+        per_stage = [float(rng.choice((1, 2, 3, 5))) for _ in range(stages)]
+        ranks, node = rng.randint(1, 20), rng.randint(1, 12)
+        assert fullest_node(per_stage, ranks, node) == _fullest_by_every_node(per_stage, ranks, node)

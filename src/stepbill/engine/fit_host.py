@@ -101,17 +101,24 @@ def layout_fullest_node(per_stage: list[float], parallel: Parallel, gpus_per_nod
 def fullest_node(per_stage: list[float], ranks_per_stage: int, per_node: int) -> tuple[float, int]:
     """(bytes, first rank) of the node whose ranks hold the most: stage s holds ranks [s·R, (s+1)·R) at
     `per_stage[s]` bytes each, node n ranks [n·G, (n+1)·G) (the last node may be partial). The first of equal
-    nodes."""
+    nodes. O(stages): the nodes inside one stage hold the same, so only the node where each stage starts, the next
+    one (a stage's first node inside it) and the node where it ends are weighed, in rank order (a plan over 2^24
+    GPUs weighed all 2^21 nodes, minutes per layout)."""
     world = ranks_per_stage * len(per_stage)
+    candidates = set()
+    for s in range(len(per_stage)):
+        start, end = s * ranks_per_stage // per_node, ((s + 1) * ranks_per_stage - 1) // per_node
+        candidates.update((start, min(start + 1, end), end))
     best, best_first = -1.0, 0
-    for first in range(0, world, per_node):
+    for node in sorted(candidates):
+        first = node * per_node
         last = min(first + per_node, world)  # exclusive
         total, rank = 0.0, first
         while rank < last:
             stage = rank // ranks_per_stage
-            end = min(last, (stage + 1) * ranks_per_stage)
-            total += (end - rank) * per_stage[stage]
-            rank = end
+            end_rank = min(last, (stage + 1) * ranks_per_stage)
+            total += (end_rank - rank) * per_stage[stage]
+            rank = end_rank
         if total > best:
             best, best_first = total, first
     return best, best_first

@@ -34,8 +34,10 @@ def ends_lighter(n_layers: int, pp: int) -> tuple[int, ...] | None:
     """The default split (spec/parallel.pipeline_stage_layers) with one layer taken from the first and one from
     the last stage (they also hold the embedding and the LM head + loss) and given to the middle stages with the
     fewest layers, earliest first. None when there is no middle stage (pp < 3) or an end stage has one layer."""
+    if pp < 3 or pp >= n_layers:  # no middle stage, or an end with at most one layer (not built: O(pp))
+        return None
     default = list(pipeline_stage_layers(n_layers, pp))
-    if pp < 3 or default[0] < 2 or default[-1] < 2:
+    if default[0] < 2 or default[-1] < 2:
         return None
     default[0] -= 1
     default[-1] -= 1
@@ -76,6 +78,8 @@ def segment_layers(n_layers: int, pp: int, pipe: Pipe) -> int:
     """Layers one recompute segment can span on a rank: an interleaved chunk's, else the largest stage's."""
     if pipe.schedule == "interleaved":
         return n_layers // (pp * pipe.vpp)
+    if pipe.pp_layers is None and pp >= n_layers:  # a layer a stage at most (the split is not built: O(pp))
+        return min(n_layers, 1)
     return max(pipeline_stage_layers(n_layers, pp, pipe.pp_layers))
 
 
