@@ -332,6 +332,9 @@ def test_missing_required_field(name: str, key: str) -> None:
         ("gemma-2-9b", {"attn_logit_softcapping": -1}, "attn_logit_softcapping"),
         ("gemma-2-9b", {"final_logit_softcapping": "30"}, "final_logit_softcapping"),
         ("gemma-2-9b", {"layer_types": ["full_attention"]}, "layer_types"),
+        # the fuzzer's find: Qwen's layer_types were read for their sliding entries only, "bogus" passed
+        ("qwen3-8b", {"use_sliding_window": True, "sliding_window": 4096,
+                      "layer_types": ["sliding_attention", "bogus", *["full_attention"] * 34]}, "layer_types"),
         ("gemma-3-1b", {"sliding_window_pattern": 0}, "sliding_window_pattern"),
         ("gemma-3-1b", {"use_bidirectional_attention": True}, "use_bidirectional_attention"),
         ("gpt-oss-20b", {"head_dim": None}, "head_dim"),

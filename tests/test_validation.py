@@ -153,6 +153,12 @@ def test_lora_targets_must_all_exist(targets: str, needle: str, capsys) -> None:
     one_line_error(["bill", "gpt3-125m", "--lora-rank", "8", "--lora-targets", targets], capsys, needle)
 
 
+def test_default_lora_targets_the_model_lacks_are_named_as_defaults(capsys) -> None:
+    # the fuzzer's find: `--lora-rank 8` on an MLA model blamed --lora-targets, which the user had not given
+    one_line_error(["bill", "deepseek-v3", "--lora-rank", "8"], capsys,
+                   "the default --lora-targets q_proj, v_proj: no such matrix in deepseek-v3")
+
+
 def test_seq_beyond_learned_positions(capsys) -> None:
     one_line_error(["bill", "gpt3-125m", "--seq", "4096"], capsys,
                    "--seq 4,096 exceeds the 2,048 learned positions of gpt3-125m")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
-from stepbill.spec.recipe import ALL_LINEAR, LoRA, Recipe
+from stepbill.spec.recipe import ALL_LINEAR, DEFAULT_LORA_TARGETS, LoRA, Recipe
 
 
 def check_seq(spec: ModelSpec, seq_len: int) -> None:
@@ -42,8 +42,9 @@ def check_lora(spec: ModelSpec, lora: LoRA) -> None:
     widths = lora_matrices(spec)
     unknown = [t for t in lora.targets if t not in widths]
     if unknown:
-        raise StepbillError(f"--lora-targets {', '.join(unknown)}: no such matrix in {spec.name} "
-                            f"(matrices: {', '.join(sorted(widths))})")
+        given = "the default --lora-targets" if lora.targets == DEFAULT_LORA_TARGETS else "--lora-targets"
+        raise StepbillError(f"{given} {', '.join(unknown)}: no such matrix in {spec.name} "
+                            f"(matrices: {', '.join(sorted(widths))}; pass --lora-targets)")
     for target in lora.targets:
         if lora.rank > widths[target]:
             raise StepbillError(f"--lora-rank {lora.rank:,} exceeds the width of {target} ({widths[target]:,}): "

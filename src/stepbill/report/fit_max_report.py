@@ -69,6 +69,7 @@ def fit_max_lines(result: FitMax, model: str, command: str) -> list[str]:
     if result.host_value is not None:
         out.append(f"  host memory from {word} {result.host_value:,}: {result.host_summary}")
     step = f" in steps of {result.step}" if result.step > 1 else ""
-    out.append(f"searched {result.evaluated} values{step} (exponential, then bisection; peaks non-decreasing)")
+    values = "value" if result.evaluated == 1 else "values"
+    out.append(f"searched {result.evaluated} {values}{step} (exponential, then bisection; peaks non-decreasing)")
     out.append(f"reproduce: {command}")
     return out

@@ -159,8 +159,9 @@ def read_sliding(c: HFConfig, n_layers: int) -> dict[str, Any]:
     if window is None:
         return {}
     if types is not None and f != "qwen3_moe":
-        if not isinstance(types, list) or len(types) != n_layers:
-            raise c._bad("layer_types", f"a list of {n_layers} layer types", types)
+        allowed = ("sliding_attention", "full_attention")
+        if not isinstance(types, list) or len(types) != n_layers or any(t not in allowed for t in types):
+            raise c._bad("layer_types", f"a list of {n_layers} 'sliding_attention' / 'full_attention'", types)
         layers = tuple(i for i, t in enumerate(types) if t == "sliding_attention")
     elif f in ("qwen2", "qwen3"):
         layers = tuple(range(c.integer("max_window_layers"), n_layers))
