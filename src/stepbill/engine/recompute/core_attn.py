@@ -1,5 +1,5 @@
-"""selective:core_attn under the eager convention on SDPA's math path (CPU with attention dropout): what the
-checkpoint around the core holds, and what its rebuild reruns — as measured with `check --recompute
+"""selective:core_attn under the eager convention on SDPA's math path (on CPU: attention dropout, or MLA's unequal
+q·k and v head widths): what the checkpoint around the core holds, and what its rebuild reruns — as measured with `check --recompute
 selective:core_attn` (docs/accuracy.md, session 32).
 
 A non-reentrant checkpoint (torch.utils.checkpoint, use_reentrant=False; Megatron-LM's
@@ -54,9 +54,10 @@ def held_inputs(spec: ModelSpec, rows: list[ActTensor]) -> tuple[list[ActTensor]
 
 
 def rebuild_skips_pv(rows: list[ActTensor], dropped: list[ActTensor]) -> bool:
-    """Whether the rebuild of `dropped` (eager convention) stops before the math path's P·V: the core is rebuilt
-    and the path is the math one (its probabilities are rows)."""
-    return "attn.probs" in {t.name for t in rows} and any(t.op_id == "attn.core" for t in dropped)
+    """Whether the rebuild of `dropped` (eager convention) stops before P·V: the core is rebuilt on SDPA's math
+    path (its scaled q is a row; transformers' eager attention, whose last matmul would stop the same way, is not
+    measured under core_attn: `check` refuses it)."""
+    return "attn.q_scaled" in {t.name for t in rows} and any(t.op_id == "attn.core" for t in dropped)
 
 
 def pv_flops_per_token(spec: ModelSpec, seq_len: int) -> float:
