@@ -23,9 +23,12 @@ def test_gpt3_125m_backward_peak_is_the_embedding_gradient_sum() -> None:
 
 
 def test_untied_and_lora_have_no_sum() -> None:
-    for model, lora in (("llama2-7b", None), ("gpt3-125m", 16)):
+    """No summed V·h gradient: untied, the embedding's backward holds only its incoming B·T·h gradient (the
+    residual's dtype; helper-measured on llama3-8b under recompute, where that moment is the backward peak); under
+    LoRA (frozen embedding) nothing."""
+    for model, lora, temporaries in (("llama2-7b", None, 128 * 4096 * 4), ("gpt3-125m", 16, 0)):
         recipe = make_recipe("fp32", "adamw", 1, 128, **({"lora_rank": lora} if lora else {}))
         bill = make_bill(load_model(model), recipe, convention="eager")
         assert bill.timeline is not None
         (moment,) = [m for m in bill.timeline.moments if m.part is Part.EMBEDDING]
-        assert moment.items["temporaries"] == 0
+        assert moment.items["temporaries"] == temporaries

@@ -109,6 +109,9 @@ class EagerTerms:
     lora_cast_layer: dict[str, int] = field(default_factory=dict)
     #: tied embeddings: the shared weight's extra gradient copies at the embedding's backward (tied_gradient_sum)
     tied_sum: int = 0
+    #: the embedding output's gradient (B·T·h in the residual's dtype), alive while the embedding's backward makes
+    #: its V·h weight gradient (untied; measured on llama3-8b: MemTracker's peak at embedding_dense_backward)
+    embed_grad_in: int = 0
     #: --attention eager (eager_attention_backward): per layer kind, the softmax backward's moment inside the layer's
     #: backward: activation change, temporaries, gradients made by then
     attn_act: dict[str, int] = field(default_factory=dict)
@@ -159,6 +162,7 @@ class EagerTerms:
             lora_first_cast=round(self.lora_first_cast / weights),
             lora_first_a_cast=round(self.lora_first_a_cast / weights),
             tied_sum=round(self.tied_sum / vocab),
+            embed_grad_in=round(self.embed_grad_in / tokens),
             attn_act=per(self.attn_act, width),
             attn_temp=per(self.attn_temp, width),
             attn_grad=per(self.attn_grad, grads),
@@ -358,6 +362,7 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         lora_first_cast=_first_layer_unsaved_casts(inventory, plan, a) if lora is not None and amp and not ckpt else 0,
         lora_first_a_cast=first_layer_adapter_a_casts(inventory, plan, lora, a) if lora is not None and amp else 0,
         tied_sum=tied_gradient_sum(spec, recipe),
+        embed_grad_in=0 if spec.tied_embeddings or lora is not None else width.param * h * n,
         attn_act=attn_act,
         attn_temp=attn_temp,
         attn_grad=attn_grad,

@@ -404,6 +404,7 @@ def eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: EagerT
         cast -= 0 if ckpt else casts[i]
     grads += view.grads_embed
     if view.first:  # tied embeddings on one rank: the shared weight's gradient summed (eager.tied_gradient_sum)
-        moments.append(at(Phase.BACKWARD, Part.EMBEDDING, grads, 0, e.tied_sum if view.last else 0))
+        moments.append(at(Phase.BACKWARD, Part.EMBEDDING, grads, 0,
+                          (e.tied_sum if view.last else 0) + e.embed_grad_in))
     moments.append(at(Phase.OPTIMIZER, Part.STEP, resting if gone else grads, 0, e.optimizer_temp))
     return moments
