@@ -21,8 +21,10 @@ FlopCounterMode counts no P·V in the rebuild (gpt2 at seq 512: +1.17 % FLOPs be
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from stepbill.engine.activations import ActTensor
+from stepbill.engine.activations.eager.dtypes import dt_of
 from stepbill.spec.model import ModelSpec
 
 #: The math path's rows a checkpoint around the core rebuilds and replaces by the inputs it holds.
@@ -31,23 +33,28 @@ MATH_PATH_INPUTS = ("attn.q_scaled", "attn.k_scaled", "attn.v_math")
 _CORE_OUTPUT = "attn.o_in"
 
 
-def held_inputs(spec: ModelSpec, rows: list[ActTensor]) -> tuple[list[ActTensor], tuple[str, ...]]:
-    """(the rows of what the checkpoint holds, the math path's rows they replace: rebuilt inside the core) where
-    both are known (module docstring), in the core output's dtype: GPT-2's q, k and v (MHA, learned positions: three
-    views of c_attn's output, each the math copy's width); MLA's q and k (new tensors; its v row, a view of
-    kv_b_proj's output or its fp32 copy, stays as it is). ([], ()) elsewhere: the stand-ins of module_rows hold
-    their place."""
+def held_inputs(spec: ModelSpec, rows: list[ActTensor], act: Any) -> tuple[list[ActTensor], tuple[str, ...]]:
+    """(the rows of what the checkpoint holds, the rows they replace: rebuilt inside the core) where both are known
+    (module docstring), `act` the activation bytes (eager/dtypes.dt_of). SDPA's math path: GPT-2's q, k and v (MHA,
+    learned positions: three views of c_attn's output, each the math copy's width), MLA's q and k (new tensors; its
+    v row, a view of kv_b_proj's output or its fp32 copy, stays as it is), in the core output's dtype. Rotary
+    families under amp: q and k in the residual's dtype (fp32: RoPE's cos and sin take it), whose bf16 casts SDPA
+    saves — autocast makes those inside the checkpoint, so they are rebuilt. ([], ()) elsewhere."""
     a = spec.attention
     by_name = {t.name: t for t in rows}
-    if _CORE_OUTPUT not in by_name or not all(n in by_name for n in MATH_PATH_INPUTS[:2]):
-        return [], ()
-    if a.kind == "mla":
-        replaced: tuple[str, ...] = MATH_PATH_INPUTS[:2]
-    elif spec.positions != "rotary" and (a.n_kv_heads or a.n_heads) == a.n_heads and "attn.v_math" in by_name:
-        replaced = MATH_PATH_INPUTS
+    dt = dt_of(act)
+    if _CORE_OUTPUT in by_name and all(n in by_name for n in MATH_PATH_INPUTS[:2]):
+        if a.kind == "mla":
+            replaced: tuple[str, ...] = MATH_PATH_INPUTS[:2]
+        elif spec.positions != "rotary" and (a.n_kv_heads or a.n_heads) == a.n_heads and "attn.v_math" in by_name:
+            replaced = MATH_PATH_INPUTS
+        else:
+            return [], ()
+        dtype = by_name[_CORE_OUTPUT].dtype_bytes
+    elif spec.positions == "rotary" and dt.param != dt.compute and {"attn.q", "attn.k"} <= by_name.keys():
+        replaced, dtype = ("attn.q", "attn.k"), dt.param
     else:
         return [], ()
-    dtype = by_name[_CORE_OUTPUT].dtype_bytes
     why = "the core's checkpoint (selective:core_attn): the SDPA input it was handed"
     return [replace(by_name[n], name=n.replace("_scaled", "").replace("_math", "") + "_held", dtype_bytes=dtype,
                     saved_for=why, op="attn.core_in") for n in replaced], replaced

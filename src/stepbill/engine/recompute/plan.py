@@ -324,14 +324,15 @@ def make_plan(spec: ModelSpec, policy: RecomputePolicy, seq_len: int, micro_batc
             else:
                 chosen = [t for m in policy.modules for t in module_rows(m, k, r, convention)]
             dropped = list({t.name: t for t in chosen}.values())
-            held, replaced = held_inputs(spec, r) if convention == "eager" and "core_attn" in policy.modules \
-                else ([], ())
-            # the checkpoint's inputs replace the math path's copies, rebuilt inside the core (recompute/core_attn.py)
+            held, replaced = held_inputs(spec, r, activation_bytes) if convention == "eager" \
+                and "core_attn" in policy.modules and drop is None else ([], ())
+            # the rebuild's FLOPs are the chosen ops' (the replaced rows are SDPA's input copies and casts)
+            square = op_flops(dropped, seq_len, False)
+            skip = pv_flops_per_token(spec, seq_len) if convention == "eager" and drop is None \
+                and rebuild_skips_pv(r, dropped) else 0.0
+            rebuild = (op_flops(dropped, seq_len), square - skip, square)
+            # the checkpoint's inputs replace those copies, rebuilt inside the core (recompute/core_attn.py)
             dropped += [t for t in r if t.name in replaced and t not in dropped]
-            rebuild = None
-            if convention == "eager" and drop is None and rebuild_skips_pv(r, dropped):
-                square = op_flops(dropped, seq_len, False)
-                rebuild = (op_flops(dropped, seq_len), square - pv_flops_per_token(spec, seq_len), square)
             layers[k] = _plan(k, [*r, *held], dropped, seq_len, rebuild=rebuild)
         if drop is None and not any(p.dropped for p in layers.values()):
             raise StepbillError(f"recompute modules {', '.join(policy.modules)} match no tensor of {spec.name}")
