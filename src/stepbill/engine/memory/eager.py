@@ -292,7 +292,10 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         # the FFN's gradients are as wide as its last row whether or not LoRA keeps that row (down's input, freed
         # unsaved when down has no adapter): the product's gradient and its two factors' (measured, tiny Llama q,v)
         ffn_wide = body[-1].bytes_at(t) if body else 0
-        layer_temp[kind] = round((a * h + 3 * ffn_wide) * n)
+        # a single-op GELU MLP (GPT-NeoX's nn.GELU: gelu_backward) holds two: the activation output's gradient and
+        # the pre-activation's (measured by a helper on pythia-1.4b: one FFN-wide tensor above PyTorch with three)
+        single_gelu = sum(1 for r in body if r.op_id == "mlp.gelu") == 1
+        layer_temp[kind] = round((a * h + (2 if single_gelu else 3) * ffn_wide) * n)
         mats = [x for x in inventory.tensors if x.layer_kind == kind and x.is_matrix]
         layer_grad[kind] = mats[-1].total // count * p.grads if mats and lora is None else 0
         ffn_block = rows[-1].block if rows else ""
