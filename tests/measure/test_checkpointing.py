@@ -38,6 +38,8 @@ def _bill_and_measure(config: dict, recompute: str, recipe: str, micro_batch: in
 @pytest.mark.parametrize(("config", "recompute", "recipe", "micro_batch", "seq"), [
     ("llama-3.2-1b.json", "every:3", "pure-bf16", 2, 512),  # 16 layers: runs of 3, the last of 1
     ("qwen3-0.6b.json", "every:5", "pure-bf16", 2, 256),
+    # fp32: RMSNorm's x.to(float32) is the checkpointed input itself, counted once (LayerPlan.input_alias)
+    ("llama-3.2-1b.json", "every:4", "fp32", 1, 512),
     # the core's output stays (the output projection saves it); SDPA's logsumexp is rebuilt
     ("llama-3.2-1b.json", "selective:core_attn", "pure-bf16", 2, 512),
 ])

@@ -94,6 +94,10 @@ class LayerPlan:
     # every-K only — a run of K layers stops early once, after its last layer; full's per-layer checkpoints have
     # it in recompute_flops_noncausal already.
     early_stop_flops: float = 0.0
+    # per token, eager convention, full / every-K: the checkpointed input's bytes that the rebuilt rows also count —
+    # the pre-norm's saved input, the same storage as the checkpoint's (LayerNorm saves it as is; RMSNorm's
+    # x.to(float32) is a no-op on an fp32 residual stream: fp32 and amp). Counted once at the run's first layer.
+    input_alias: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -173,7 +177,9 @@ class RecomputePlan:
         out, kept, seg_dropped = [], 0.0, 0.0
         for i in range(len(self.order)):
             kept += self._kept[i]
-            seg_dropped = (0.0 if i % self.segment == 0 else seg_dropped) + self.dropped_bytes(i)
+            first = i % self.segment == 0
+            seg_dropped = (0.0 if first else seg_dropped) + self.dropped_bytes(i) \
+                - (self.layers[self.order[i]].input_alias if first else 0.0)
             out.append((kept + seg_dropped) * self.tokens)
         return tuple(out)
 
@@ -219,7 +225,8 @@ class RecomputePlan:
         0's own moment only (llama3-8b: 16 KiB a token), and the host copy (kept_after_forward, before this) is
         exact."""
         return replace(self, layers={k: replace(lp, dropped_bytes=lp.kept_bytes + lp.dropped_bytes
-                                                + lp.checkpoint_bytes, kept_bytes=0.0, checkpoint_bytes=0.0)
+                                                + lp.checkpoint_bytes - lp.input_alias, kept_bytes=0.0,
+                                                checkpoint_bytes=0.0, input_alias=0.0)
                                      for k, lp in self.layers.items()}, segment=1, first_unsaved_bytes=0.0)
 
     def for_rank(self, row_divisor: Callable[[ActTensor], float], input_divisor: float, work_divisor: float,
@@ -243,11 +250,22 @@ class RecomputePlan:
                 recompute_flops_noncausal=lp.recompute_flops_noncausal / work_divisor,
                 checkpoint_bytes=lp.checkpoint_bytes / input_divisor,
                 recompute_flops_square=lp.recompute_flops_square / work_divisor,
-                early_stop_flops=lp.early_stop_flops / work_divisor)
+                early_stop_flops=lp.early_stop_flops / work_divisor,
+                input_alias=lp.input_alias / input_divisor)
         first = sum(t.bytes_at(self.seq_len) / row_divisor(t) for t in self.first_unsaved) \
             if tuple(order) == tuple(self.order) else 0.0  # a later pipeline stage does not hold layer 0
         return replace(self, layers=layers, order=order,
                        first_unsaved_bytes=first)
+
+
+def input_alias(spec: ModelSpec, rows: list[ActTensor], seq_len: int, input_bytes: float) -> float:
+    """LayerPlan.input_alias of a layer kind's eager rows: its first pre-norm's saved input when that is the layer
+    input itself (hidden wide, in the checkpoint's dtype: `input_bytes` per token) — measured by a helper with
+    saved_tensors_hooks on a one-layer Llama (two views of the input's storage in fp32 and amp, none in bf16)."""
+    first = next((t for t in rows if t.name in ("attn.norm_in", "attn.norm_x_fp32")), None)
+    if first is None or first.width != spec.hidden_size or first.bytes_at(seq_len) != input_bytes:
+        return 0.0
+    return float(input_bytes)
 
 
 def op_flops(rows: tuple[ActTensor, ...] | list[ActTensor], seq_len: Any, causal: bool = True) -> Any:
@@ -304,7 +322,8 @@ def make_plan(spec: ModelSpec, policy: RecomputePolicy, seq_len: int, micro_batc
                            per_tok[2] + every)
                 if policy.kind == "every":
                     stop += every - fl.lora_recompute_flops_per_token(inv, lora, k, n_kind, True)
-            layers[k] = _plan(k, r, r, seq_len, input_bytes, per_tok, stop)
+            alias = input_alias(spec, r, seq_len, input_bytes) if convention == "eager" else 0.0
+            layers[k] = replace(_plan(k, r, r, seq_len, input_bytes, per_tok, stop), input_alias=alias)
         if policy.kind == "every":
             segment = policy.every or best_segment(spec, seq_len, micro_batch, activation_bytes, convention, lora)
             segment = min(segment, spec.n_layers)
