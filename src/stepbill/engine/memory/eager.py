@@ -260,6 +260,10 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
     head_grad = 0 if lora is not None else v * h * p.grads
     amp = recipe.precision.name == "amp-bf16"
     head_temp = a * v * n + head_grad + a * h * n + (AMP_CAST * v * h if amp else 0)
+    if amp and lora is None:
+        # the head's matmul backward holds dlogits, dX and the bf16 weight gradient; dlogits and dX are freed before
+        # that gradient is cast to the fp32 .grad (a helper's op trace on qwen3-8b: one B·T·(V + h) bf16 over)
+        head_temp = max(a * v * n + a * h * n + AMP_CAST * v * h, AMP_CAST * v * h + head_grad)
     layer_act: dict[str, int] = {}
     layer_temp: dict[str, int] = {}
     layer_grad: dict[str, int] = {}
