@@ -389,8 +389,12 @@ def eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: EagerT
     grads = resting + view.grads_head
     for i in reversed(range(len(plan.order))):
         k = plan.order[i]
-        mine = casts[i] if ckpt else 0  # the recomputed forward casts this layer's weights again
-        live = bwd[i] + e.rope + fix + (e.layer_fixed.get(k, 0) if ckpt else 0)
+        # the rebuild reruns the forward of the run's layers up to this one (every:K: a run of K; full: this one):
+        # each casts its weights again and makes its fixed rows (a helper's trace, llama3-8b amp every:4: one
+        # layer's casts more at each earlier layer of a run)
+        run = range(i - i % plan.segment, i + 1) if ckpt else range(0)
+        mine = sum(casts[j] for j in run)
+        live = bwd[i] + e.rope + fix + sum(e.layer_fixed.get(plan.order[j], 0) for j in run)
         moments.append(at(Phase.BACKWARD, Part.LAYER, grads + e.layer_grad.get(k, 0), live + e.layer_act.get(k, 0),
                           e.layer_temp.get(k, 0), cast + mine, i))
         if e.norm_temp:
