@@ -47,3 +47,25 @@ def test_eager_bytes_is_the_compute_int() -> None:
     amp = EagerBytes(2, 4)
     assert amp == 2 and amp * 3 == 6 and amp.param == 4
     assert EagerBytes(4).param == 4
+
+
+def test_mla_on_cuda_takes_the_memory_efficient_kernel() -> None:
+    """MLA's unequal q·k and v head widths: CPU's SDPA runs its math path (B·H·S² fp32 P kept, what `check` measures),
+    CUDA's the memory-efficient kernel (PyTorch's sdp_utils: flash needs equal widths, mem-efficient only q's and
+    k's), which keeps the flash path's rows and no S² tensor — the eager rows follow `--device`."""
+    import json as _json
+    from pathlib import Path as _Path
+
+    from stepbill.engine.activations import layer_rows
+    from stepbill.engine.bill import activation_width
+    from stepbill.spec.recipe import make_recipe
+
+    spec = from_hf_config(_json.loads((_Path(__file__).parent / "data" / "hf_configs" / "deepseek-v2-lite.json")
+                                      .read_text()))
+    names = {}
+    for device in ("cpu", "cuda"):
+        recipe = make_recipe("pure-bf16", seq_len=1024, device=device)
+        width = activation_width(recipe.precision, recipe.device, "eager")
+        names[device] = {r.name for r in layer_rows(spec, "dense", width, "eager")}
+    assert {"attn.probs", "attn.q_scaled"} <= names["cpu"]
+    assert not {"attn.probs", "attn.q_scaled"} & names["cuda"] and "attn.logsumexp" in names["cuda"]

@@ -45,7 +45,7 @@ def mla_math_forward(spec: ModelSpec, dt: Dt, n: int, t: int) -> int:
     has named so far plus the math path's own copies. fp32 only: in bf16 CPU's math path upcasts q, k and v to
     fp32 and keeps further copies after the softmax, and under autocast the rotary products promote to fp32
     (neither modelled yet: 0)."""
-    if not mla_uses_math_path(spec) or dt.amp or dt.compute != FP32:
+    if not mla_uses_math_path(spec, dt.device) or dt.amp or dt.compute != FP32:
         return 0
     a, d, c = spec.attention, spec.hidden_size, dt.compute
     heads, qk, rope = a.n_heads, a.qk_head_dim, a.qk_rope_head_dim

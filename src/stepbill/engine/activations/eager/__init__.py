@@ -55,7 +55,7 @@ def layer_fixed_rows(spec: ModelSpec, layer_kind: str, act: int, micro_batch: in
     b, copy = "layer", Recompute("copy")
     rows: list[ActTensor] = []
     a = spec.attention
-    if a.kind == "mla" and mla_uses_math_path(spec) and micro_batch == 1 and dt.compute == FP32:
+    if a.kind == "mla" and mla_uses_math_path(spec, dt.device) and micro_batch == 1 and dt.compute == FP32:
         rows.append(ActTensor("attn.v_view_extra", a.n_heads * a.qk_nope_head_dim, FP32,
                               "B=1, fp32: math SDPA's v is a view of kv_b_proj's whole output (k_nope part too)",
                               copy, "mla", per="position"))

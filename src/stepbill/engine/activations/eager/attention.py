@@ -124,10 +124,12 @@ def phi3_attention(spec: ModelSpec, dt: Dt, lse: ActTensor, out: ActTensor) -> l
     ]
 
 
-def mla_uses_math_path(spec: ModelSpec) -> bool:
-    """CPU SDPA's flash kernel needs equal q/k and v head widths; MLA's differ in every released model."""
+def mla_uses_math_path(spec: ModelSpec, device: str = "cpu") -> bool:
+    """CPU SDPA's flash kernel needs equal q/k and v head widths; MLA's differ in every released model. On CUDA the
+    memory-efficient kernel takes unequal widths (PyTorch's sdp_utils: flash needs them equal, mem-efficient only
+    q's and k's) and saves what the flash path's rows name — q, k, v, output, logsumexp — no S² tensor."""
     a = spec.attention
-    return a.qk_head_dim != a.v_head_dim
+    return a.qk_head_dim != a.v_head_dim and device == "cpu"
 
 
 def mla_rows(spec: ModelSpec, act: int) -> list[ActTensor]:
@@ -146,7 +148,7 @@ def mla_rows(spec: ModelSpec, act: int) -> list[ActTensor]:
     # kv_a_layernorm reads the first kv_lora_rank numbers of kv_a's output (a view; fp32: its whole storage).
     rows += rmsnorm("attn.kv_a", kvr, 1, c, b, Recompute("linear", d, kvr + rope), x_width=kvr + rope)
     rows += linear_inputs("attn.kv_a", ("kv_b_proj",), kvr, dt.param, dt, b, Recompute("elementwise", n=kvr))
-    if mla_uses_math_path(spec):
+    if mla_uses_math_path(spec, dt.device):
         return [
             *rows,
             ActTensor("attn.q_scaled", h * dqk, FP32, "math SDPA: q·√scale (fp32 on CPU) for dK", core, b, "attn.core", split=Split.TP),

@@ -166,8 +166,10 @@ def kernel_note(spec: ModelSpec, device: str, recompute: str = "none", attention
                   "dropped copy kept; CPU's flash kernel takes no dropout)")
     elif spec.family in EAGER_ATTENTION_FAMILIES or spec.attention.sinks:
         kernel = "transformers' eager attention (S² probabilities kept)"
-    elif spec.attention.kind == "mla" and mla_uses_math_path(spec):
+    elif spec.attention.kind == "mla" and mla_uses_math_path(spec, device):
         kernel = "SDPA's math path (MLA: q/k and v head widths differ; as measured on CPU)"
+    elif spec.attention.kind == "mla" and device == "cuda":
+        kernel = "SDPA's memory-efficient kernel (MLA's unequal head widths; no S² kept; not measured: no GPU)"
     else:
         kernel = "SDPA's flash kernel"
     gap = ""
