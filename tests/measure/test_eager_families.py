@@ -24,11 +24,12 @@ MEMORY = ("memory.weights", "memory.grads", "memory.optimizer", "memory.activati
 TOLERANCE = 0.03
 KNOWN_GAPS = {
     ("gpt_neox", "fp32", "full"),
-    ("gpt_neox", "pure-bf16", "full"), ("gpt_neox", "amp-bf16", "full"),
-    ("mixtral", "pure-bf16", "full"), ("qwen2_moe", "fp32", "full"),
+    # session 32 closed gpt_neox pure-bf16 / amp, llama, qwen3 and phi3 amp under full (the rebuilt input counted
+    # once, GELU's two gradients, the amp LM head); Mixtral amp's backward −3.2 % is its expert bank's 3-D weight
+    # gradient, made at once in the grouped GEMM's backward (not modelled yet), no longer hidden by those over-counts
+    ("mixtral", "pure-bf16", "full"), ("mixtral", "amp-bf16", "full"), ("qwen2_moe", "fp32", "full"),
     ("qwen2_moe", "pure-bf16", "full"), ("qwen2_moe", "amp-bf16", "full"),
-    ("deepseek_v3", "pure-bf16", "full"), ("deepseek_v3", "amp-bf16", "full"), ("llama", "amp-bf16", "full"),
-    ("qwen3", "amp-bf16", "full"), ("phi3", "amp-bf16", "full"),
+    ("deepseek_v3", "pure-bf16", "full"), ("deepseek_v3", "amp-bf16", "full"),
     # gemma2 and gpt_oss under full recompute: the checkpoints keep the additive B·S² attention masks (one per attention
     # type) that eager attention builds; not modelled yet (activations at the forward peak -4 to -7 %): the bill
     # refuses in one line (tests/test_families.py).
