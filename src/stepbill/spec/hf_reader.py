@@ -159,10 +159,7 @@ def read_sliding(c: HFConfig, n_layers: int) -> dict[str, Any]:
     if window is None:
         return {}
     if types is not None and f != "qwen3_moe":
-        allowed = ("sliding_attention", "full_attention")
-        if not isinstance(types, list) or len(types) != n_layers or any(t not in allowed for t in types):
-            raise c._bad("layer_types", f"a list of {n_layers} 'sliding_attention' / 'full_attention'", types)
-        layers = tuple(i for i, t in enumerate(types) if t == "sliding_attention")
+        layers = sliding_of_layer_types(c, types, n_layers)
     elif f in ("qwen2", "qwen3"):
         layers = tuple(range(c.integer("max_window_layers"), n_layers))
     elif f == "qwen2_moe":
@@ -210,11 +207,17 @@ def read_sliding_layers(c: HFConfig, n_layers: int, window: int | None) -> tuple
         every = c.integer("sliding_window_pattern") if c.family == "gemma3_text" else FULL_EVERY[c.family]
         sliding = tuple(i for i in range(n_layers) if (i + 1) % every)
     else:
-        allowed = ("sliding_attention", "full_attention")
-        if not isinstance(types, list) or len(types) != n_layers or any(t not in allowed for t in types):
-            raise c._bad("layer_types", f"a list of {n_layers} 'sliding_attention' / 'full_attention'", types)
-        sliding = tuple(i for i, t in enumerate(types) if t == "sliding_attention")
+        sliding = sliding_of_layer_types(c, types, n_layers)
     return sliding if window is not None else ()
+
+
+def sliding_of_layer_types(c: HFConfig, types: Any, n_layers: int) -> tuple[int, ...]:
+    """The sliding layers' indices of a config's ``layer_types``: a list of `n_layers` 'sliding_attention' /
+    'full_attention', else one error naming the key."""
+    allowed = ("sliding_attention", "full_attention")
+    if not isinstance(types, list) or len(types) != n_layers or any(t not in allowed for t in types):
+        raise c._bad("layer_types", f"a list of {n_layers} 'sliding_attention' / 'full_attention'", types)
+    return tuple(i for i, t in enumerate(types) if t == "sliding_attention")
 
 
 def head_dim_or_derived(c: HFConfig, d: int, heads: int) -> int:

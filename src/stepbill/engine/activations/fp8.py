@@ -53,7 +53,6 @@ class Fp8Bytes(TaggedInt):
         return str(int(self))
 
 
-
 def _scales(row: ActTensor) -> ActTensor:
     """The fp32 scales of a row quantised in 1×128 tiles."""
     return ActTensor(f"{row.name}_scales", math.ceil(row.width / TILE), FP32, f"{row.saved_for} (1×128 fp32 scales)",

@@ -35,7 +35,6 @@ class EagerBytes(TaggedInt):
         return f"EagerBytes(compute={int(self)}, param={self.param}, device={self.device!r})"
 
 
-
 def from_precision(precision: Any, device: str = "cpu") -> EagerBytes:
     """EagerBytes of a recipe's Precision: activations in `activation` bytes, weights in `weights` bytes
     (amp-bf16: 2 and 4; fp32: 4 and 4; pure-bf16 and mixed-bf16, whose eager model is a bf16 module: 2 and 2),
