@@ -53,6 +53,7 @@ from stepbill.engine.memory.eager_layer import (
 from stepbill.engine.memory.eager_lora import first_layer_adapter_a_casts, lora_optimizer_temporaries
 from stepbill.engine.params import ParamInventory
 from stepbill.engine.recompute import RecomputePlan
+from stepbill.engine.recompute.core_attn import checkpoints_attention_core
 from stepbill.engine.states import lora_adapter_groups
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.recipe import Recipe
@@ -259,11 +260,12 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
     # one `step` counter per trainable tensor only (A and B of each adapter).
     head_grad = 0 if lora is not None else v * h * p.grads
     amp = recipe.precision.name == "amp-bf16"
-    head_temp = a * v * n + head_grad + a * h * n + (AMP_CAST * v * h if amp else 0)
     if amp and lora is None:
         # the head's matmul backward holds dlogits, dX and the bf16 weight gradient; dlogits and dX are freed before
         # that gradient is cast to the fp32 .grad (a helper's op trace on qwen3-8b: one B·T·(V + h) bf16 over)
-        head_temp = max(a * v * n + a * h * n + AMP_CAST * v * h, AMP_CAST * v * h + head_grad)
+        head_temp = max(a * v * n + a * h * n, head_grad) + AMP_CAST * v * h
+    else:
+        head_temp = a * v * n + head_grad + a * h * n + (AMP_CAST * v * h if amp else 0)
     layer_act: dict[str, int] = {}
     layer_temp: dict[str, int] = {}
     layer_grad: dict[str, int] = {}
@@ -280,7 +282,7 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
     # selective:core_attn checkpoints the attention function, which makes a masked layer's converted mask and
     # repeat_kv copies inside: rebuilt, not kept; the checkpoint holds the boolean mask and k, v as handed (the
     # full-attention rows' own), so a masked layer keeps nothing beyond full attention (measured: gemma-3-1b)
-    core_ckpt = plan.policy.kind == "selective" and "core_attn" in plan.policy.modules
+    core_ckpt = checkpoints_attention_core(plan.policy)
     for kind in plan.layers:
         layer_inner[kind] = in_layer_forward(spec, kind, width, n, t)
         count = max(1, plan.order.count(kind))

@@ -117,9 +117,9 @@ def eager_attention_backward(spec: ModelSpec, rows: list, width: object, invento
     # MLA's math path (unequal head widths, no dropout) reaches the same moment: P·V's backward made dP, the
     # softmax's makes dS, both fp32 beside the kept fp32 P (a helper's trace: _softmax_backward_data holds three
     # fp32 B·H·S² tensors on deepseek-v2-lite under full recompute, the backward peak)
-    mla_math = spec.attention.kind == "mla" and "attn.q_scaled" in names and "attn.probs_dropped" not in names
-    if "attn.probs" not in names or ("attn.q_scaled" in names and not mla_math) \
-            or not (mla_math or eager_attention_modelled(spec)):
+    mla_math = spec.attention.kind == "mla" and "attn.q_scaled" in names
+    eager_attention = "attn.q_scaled" not in names and eager_attention_modelled(spec)
+    if "attn.probs" not in names or not (mla_math or eager_attention):
         return 0, 0, 0
     a = spec.attention
     dt = eager.dt_of(width)

@@ -26,11 +26,21 @@ from typing import Any
 from stepbill.engine.activations import ActTensor
 from stepbill.engine.activations.eager.dtypes import dt_of
 from stepbill.spec.model import ModelSpec
+from stepbill.spec.recompute_policy import RecomputePolicy
 
+#: The math path's scaled q and k: a checkpoint around the core holds the unscaled q and k instead, of the same
+#: shape — recompute/plan.module_rows keeps them as stand-ins where `held_inputs` does not know the held inputs.
+CORE_INPUT_STAND_INS = ("attn.q_scaled", "attn.k_scaled")
 #: The math path's rows a checkpoint around the core rebuilds and replaces by the inputs it holds.
-MATH_PATH_INPUTS = ("attn.q_scaled", "attn.k_scaled", "attn.v_math")
+MATH_PATH_INPUTS = (*CORE_INPUT_STAND_INS, "attn.v_math")
 #: The core's output as the output projection saves it: its dtype is SDPA's inputs' dtype.
 _CORE_OUTPUT = "attn.o_in"
+
+
+def checkpoints_attention_core(policy: RecomputePolicy) -> bool:
+    """Whether the policy checkpoints the attention core alone (selective with core_attn): the question this module
+    answers for the rows (recompute/plan.make_plan) and the eager timeline (memory/eager.eager_terms)."""
+    return policy.kind == "selective" and "core_attn" in policy.modules
 
 
 def held_inputs(spec: ModelSpec, rows: list[ActTensor], act: Any) -> tuple[list[ActTensor], tuple[str, ...]]:
@@ -43,9 +53,9 @@ def held_inputs(spec: ModelSpec, rows: list[ActTensor], act: Any) -> tuple[list[
     a = spec.attention
     by_name = {t.name: t for t in rows}
     dt = dt_of(act)
-    if _CORE_OUTPUT in by_name and all(n in by_name for n in MATH_PATH_INPUTS[:2]):
+    if _CORE_OUTPUT in by_name and all(n in by_name for n in CORE_INPUT_STAND_INS):
         if a.kind == "mla":
-            replaced: tuple[str, ...] = MATH_PATH_INPUTS[:2]
+            replaced: tuple[str, ...] = CORE_INPUT_STAND_INS
         elif spec.positions != "rotary" and (a.n_kv_heads or a.n_heads) == a.n_heads and "attn.v_math" in by_name:
             replaced = MATH_PATH_INPUTS
         else:

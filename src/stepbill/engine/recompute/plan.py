@@ -27,7 +27,13 @@ from stepbill.engine import flops as fl
 from stepbill.engine.activations import ActTensor, layer_order
 from stepbill.engine.params import param_inventory
 from stepbill.engine.recompute.budget import solve_for_spec
-from stepbill.engine.recompute.core_attn import held_inputs, pv_flops_per_token, rebuild_skips_pv
+from stepbill.engine.recompute.core_attn import (
+    CORE_INPUT_STAND_INS,
+    checkpoints_attention_core,
+    held_inputs,
+    pv_flops_per_token,
+    rebuild_skips_pv,
+)
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.recipe import LoRA
@@ -51,9 +57,6 @@ _MODULE_ROWS = {
 CORE_OUTPUTS = ("attn.core_out", "attn.o_in")
 #: An output projection input saved as its own storage (GPT-NeoX merges the heads into a copy).
 SEPARATE_OUTPUT_INPUTS = frozenset({"attn.dense_in"})
-#: The math path's scaled q and k: a checkpoint around the core holds the unscaled q and k instead, of the same
-#: shape — stand-ins where recompute/core_attn.py does not know the held inputs (those replace them, in their dtype).
-CORE_INPUT_STAND_INS = ("attn.q_scaled", "attn.k_scaled")
 
 
 def module_rows(module: str, layer_kind: str, rows: list[ActTensor], convention: str = "ideal") -> list[ActTensor]:
@@ -344,7 +347,7 @@ def make_plan(spec: ModelSpec, policy: RecomputePolicy, seq_len: int, micro_batc
                 chosen = [t for m in policy.modules for t in module_rows(m, k, r, convention)]
             dropped = list({t.name: t for t in chosen}.values())
             held, replaced = held_inputs(spec, r, activation_bytes) if convention == "eager" \
-                and "core_attn" in policy.modules and drop is None else ([], ())
+                and checkpoints_attention_core(policy) and drop is None else ([], ())
             # the rebuild's FLOPs are the chosen ops' (the replaced rows are SDPA's input copies and casts)
             square = op_flops(dropped, seq_len, False)
             skip = pv_flops_per_token(spec, seq_len) if convention == "eager" and drop is None \

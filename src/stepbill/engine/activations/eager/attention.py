@@ -124,7 +124,7 @@ def phi3_attention(spec: ModelSpec, dt: Dt, lse: ActTensor, out: ActTensor) -> l
     ]
 
 
-def mla_uses_math_path(spec: ModelSpec, device: str = "cpu") -> bool:
+def mla_uses_math_path(spec: ModelSpec, device: str) -> bool:
     """CPU SDPA's flash kernel needs equal q/k and v head widths; MLA's differ in every released model. On CUDA the
     memory-efficient kernel takes unequal widths (PyTorch's sdp_utils: flash needs them equal, mem-efficient only
     q's and k's) and saves what the flash path's rows name — q, k, v, output, logsumexp — no S² tensor."""
