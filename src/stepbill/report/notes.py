@@ -6,6 +6,7 @@ from __future__ import annotations
 from stepbill.engine.activations.eager.eager_attention import eager_attention_modelled
 from stepbill.engine.bill import Bill
 from stepbill.engine.fit import Fit
+from stepbill.engine.recompute.core_attn import checkpoints_attention_core
 from stepbill.spec.recompute_policy import parse_recompute
 
 #: `--attention eager` under the eager convention for the families eager/eager_attention.py does not model yet
@@ -20,9 +21,9 @@ EAGER_ATTENTION_UNMODELLED = (
 #: on the others the checkpointed core may keep or free tensors the rows do not follow yet.
 CORE_ATTN_MEASURED = ("llama", "qwen3", "mixtral", "gpt_neox", "gpt2", "deepseek_v2", "gemma3_text")
 CORE_ATTN_UNMODELLED = (
-    "--recompute {policy}: {where} drops the attention core's saved tensors as measured on llama, qwen3, mixtral, "
-    "gpt_neox, gpt2, deepseek_v2 and gemma3_text (docs/accuracy.md); {family}'s checkpointed core may keep others "
-    "— not measured yet")
+    "--recompute {policy}: {where} drops the attention core's saved tensors as measured on "
+    + ", ".join(CORE_ATTN_MEASURED[:-1]) + f" and {CORE_ATTN_MEASURED[-1]} (docs/accuracy.md); {{family}}'s "
+    "checkpointed core may keep others — not measured yet")
 
 
 def attention_unmodelled(bill: Bill, fit: Fit | None = None) -> list[str]:
@@ -39,7 +40,7 @@ def attention_unmodelled(bill: Bill, fit: Fit | None = None) -> list[str]:
     if bill.attention == "eager" and not eager_attention_modelled(bill.model):
         notes.append(EAGER_ATTENTION_UNMODELLED.format(where=where))
     policy = parse_recompute(bill.recipe.recompute)  # as the bill read it: bare `selective` is core_attn
-    if policy.kind == "selective" and "core_attn" in policy.modules and bill.model.family not in CORE_ATTN_MEASURED:
+    if checkpoints_attention_core(policy) and bill.model.family not in CORE_ATTN_MEASURED:
         notes.append(CORE_ATTN_UNMODELLED.format(policy=bill.recipe.recompute, where=where, family=bill.model.family))
     return notes
 
