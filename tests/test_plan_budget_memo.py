@@ -30,7 +30,8 @@ GIB = 2**30
 
 def _reference_budget_gib(req: PlanRequest, cand: Candidate) -> tuple[float, float, float, float]:
     par = cand.parallel
-    recipe = make_recipe(req.recipe, req.optimizer, cand.micro_batch, req.seq, "none", None, None, par, "single")
+    recipe = make_recipe(req.recipe, req.optimizer, cand.micro_batch, req.seq, "none", None, None, par, "single",
+                         req.device)
     free = ev.budget_bytes(req, par) - ev.resident_bound(req, par, par.offload_optimizer)
     loads = [len(layers) * in_flight_microbatches(recipe, s)
              for s, layers in enumerate(stage_layer_indices(req.spec, par))]
@@ -44,7 +45,7 @@ def _reference_budget_gib(req: PlanRequest, cand: Candidate) -> tuple[float, flo
 
 def _reference_eager_peak(req: PlanRequest, cand: Candidate, budget_gib: float) -> float | None:
     recipe = make_recipe(req.recipe, req.optimizer, cand.micro_batch, req.seq, f"budget:{budget_gib:.2f}GiB", None,
-                         None, cand.parallel, "single")
+                         None, cand.parallel, "single", req.device)
     try:
         ranks = verdict_ranks(req.spec, recipe, "eager", "sdpa")
     except StepbillError:
@@ -59,10 +60,12 @@ def _spelled(budget_gib: float, floor_gib: float) -> float:
 
 
 def _reference_policy(req: PlanRequest, cand: Candidate) -> tuple[str, bool]:
-    """budget_policy and budget_drops_nothing as they were before the memos (commit 3abe940)."""
+    """budget_policy and budget_drops_nothing as they were before the memos (commit 3abe940), with the secant gain
+    (ev._gib_per_byte) and the request's device of session 33."""
     scaled, floor_gib, none_gib, scale = _reference_budget_gib(req, cand)
     budget = ev.budget_bytes(req, cand.parallel)
     x, fitting = _spelled(scaled, floor_gib), None
+    last: tuple[float, float] | None = None
     for _ in range(ev.BUDGET_STEPS):
         if x >= none_gib:
             break
@@ -73,10 +76,10 @@ def _reference_policy(req: PlanRequest, cand: Candidate) -> tuple[str, bool]:
             fitting = x if fitting is None else max(fitting, x)
             if x != _spelled(scaled, floor_gib):
                 break
-        step = _spelled(x + scale * (budget - peak) / GIB, floor_gib)
+        step = _spelled(x + ev._gib_per_byte(scale, last, x, peak) * (budget - peak), floor_gib)
         if step == x:
             break
-        x = step
+        last, x = (x, peak), step
     policy = f"budget:{(fitting if fitting is not None else x):.2f}GiB"
     return policy, parse_recompute(policy).budget_bytes >= none_gib * GIB
 

@@ -64,6 +64,15 @@ def fit_from_options(result: EngineBill, gpu_mem_gib: float | None = None, reser
     return judge(result, card.with_host(host_mem_gib), reserve_gib)
 
 
+def kernels_of(device: str | None, gpu: str | None, gpu_mem_gib: float | None) -> str:
+    """The device whose kernels the eager convention follows (spec/recipe.DEVICES): `device` when given, else CUDA's
+    when the bill is for a GPU (`gpu` or `gpu_mem_gib` names a card: its fit verdict is judged on what that card
+    runs), else the CPU's, what `stepbill check` measures."""
+    if device is not None:
+        return device
+    return "cuda" if gpu is not None or gpu_mem_gib is not None else "cpu"
+
+
 def make_step_bill(
     model: str | ModelSpec,
     *,
@@ -102,7 +111,7 @@ def make_step_bill(
     global_batch_tokens: int | str | None = None,
     train_tokens: int | str | None = None,
     price_per_gpu_hour: float | None = None,
-    device: str = "cpu",
+    device: str | None = None,
     name: Callable[[str], str] = python_name,
 ) -> BillRun:
     """The engine's Bill for `model` under these options, with its fit verdict (shared by `stepbill.bill` and
@@ -147,7 +156,7 @@ def make_step_bill(
     validate_layout(spec, layout, seq, gpus)
     the_gpu = load_gpu(gpu) if gpu is not None else None
     the_recipe = make_recipe(recipe, optimizer, micro_batch, seq, recompute, lora_rank, targets, layout,
-                             optimizer_impl, device)
+                             optimizer_impl, kernels_of(device, gpu, gpu_mem_gib))
     check_bill_inputs(spec, the_recipe)  # cross-field: seq vs learned positions, LoRA targets and rank
     card = gpu_mem_gib * GIB if gpu_mem_gib else (the_gpu.usable_bytes if the_gpu else None)
     result = make_bill(spec, the_recipe, card, convention, attention, gpu=the_gpu, efficiency=efficiency)
@@ -255,7 +264,7 @@ def bill(
     global_batch_tokens: int | str | None = None,
     train_tokens: int | str | None = None,
     price_per_gpu_hour: float | None = None,
-    device: str = "cpu",
+    device: str | None = None,
 ) -> StepBill:
     """The bill of one training step of `model` (preset, ModelSpec/config.json path, Hub id or ModelSpec).
 

@@ -13,7 +13,7 @@ from stepbill.errors import StepbillError
 
 _POSITIVE_INTS = ("seq", "micro_batch", "tp", "pp", "cp", "ep", "vpp", "micro_batches")
 _OPTIONAL_POSITIVE_INTS = ("dp", "etp", "shard_group", "gpus", "lora_rank")
-_STRINGS = ("recipe", "optimizer", "recompute", "optimizer_impl", "convention", "attention", "pp_schedule", "device")
+_STRINGS = ("recipe", "optimizer", "recompute", "optimizer_impl", "convention", "attention", "pp_schedule")
 _FLAGS = ("sp", "offload_optimizer", "offload_activations")
 
 
@@ -36,6 +36,8 @@ def check_options(options: Mapping[str, Any], name: Callable[[str], str]) -> Non
     for key in _STRINGS:
         if not isinstance(options[key], str):
             raise StepbillError(f"{name(key)} must be a string, got {options[key]!r}")
+    if options["device"] is not None and not isinstance(options["device"], str):
+        raise StepbillError(f"{name('device')} must be a string, got {options['device']!r}")
     for key in _FLAGS:
         if not isinstance(options[key], bool):
             raise StepbillError(f"{name(key)} must be True or False, got {options[key]!r}")

@@ -96,6 +96,7 @@ def plan(
     deadline_s: float | None = None,
     jobs: int = 1,
     exhaustive: bool = False,
+    device: str = "cuda",
 ) -> PlanRun:
     """The layouts of `model` that fit `gpus` (or up to `max_gpus`) × `gpu` at `seq` tokens with a global batch of
     `global_batch_tokens` (or a fixed `micro_batch`), ranked by `objective` (time | gpus | cost | memory); `fix`
@@ -105,7 +106,9 @@ def plan(
     answer does not depend on it; `available_jobs()` is every core this process may use). By default the search is a
     branch and bound that bills only the candidates whose exact floors can reach the top K or a Pareto front;
     `exhaustive` bills every candidate and lists every layout that fits. `model` may also be a ModelSpec (its rows'
-    commands then name it `config.json`, the file it would be saved to)."""
+    commands then name it `config.json`, the file it would be saved to). `device` names the kernels the eager
+    convention judges on (spec/recipe.DEVICES): "cuda" by default, the GPUs' — "cpu" judges as `stepbill check`
+    measures; then the rows' commands carry `--device cpu` (bill's default with a GPU is "cuda": api.kernels_of)."""
     from stepbill.engine.plan import PlanRequest, parse_fix, search
     from stepbill.engine.plan.rank import OBJECTIVES
     from stepbill.errors import unknown_name
@@ -149,13 +152,16 @@ def plan(
     else:
         spec = load_model(model)
     check_seq(spec, seq)
-    make_recipe(recipe, optimizer, micro_batch or 1, seq)  # recipe and optimizer names checked before the search
+    if not isinstance(device, str):
+        raise StepbillError(f"{name('device')} must be a string, got {device!r}")
+    # recipe, optimizer and device names checked before the search
+    make_recipe(recipe, optimizer, micro_batch or 1, seq, device=device)
     fixed = parse_fix([fix] if isinstance(fix, str) else fix)
     gpu_name = resolve_gpu_name(gpu)
     req = PlanRequest(spec, load_gpu(gpu), gpu_name, worlds, seq, model, batch, micro_batch, recipe, optimizer,
                       None if reserve_gib is None else float(reserve_gib), None if efficiency is None else float(efficiency), fixed, cross_node, train,
                       None if price_per_gpu_hour is None else float(price_per_gpu_hour),
-                      None if host_mem_gib is None else float(host_mem_gib))
+                      None if host_mem_gib is None else float(host_mem_gib), device)
     from stepbill.engine.fit import check_reserve
     from stepbill.engine.plan.resident import card_for
     from stepbill.engine.plan.space import __doc__ as space_doc

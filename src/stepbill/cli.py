@@ -131,9 +131,10 @@ def bill(
     quiet: Annotated[bool, typer.Option("--quiet", help="one line: the verdict, the peak and the step time")] = False,
     dropout: Annotated[float | None, typer.Option(
         "--dropout", help="0: train without dropout (every dropout probability of the config set to 0)")] = None,
-    device: Annotated[str, typer.Option(
-        "--device", help="eager convention: cpu (default, what `stepbill check` measures) | cuda — the dropout "
-        "masks and the SDPA kernel taking attention dropout differ")] = "cpu",
+    device: Annotated[str | None, typer.Option(
+        "--device", help="the kernels the eager convention follows: cuda (default with --gpu or --gpu-mem: the fit "
+        "verdict is judged on what the card runs) | cpu (default otherwise: what `stepbill check` measures) — "
+        "dropout masks, and SDPA's kernel with attention dropout or MLA's unequal head widths, differ")] = None,
     sweep: Annotated[str | None, typer.Option(
         "--sweep", help="AXIS=V1,V2,... or AXIS=LO..HI (LO, 2·LO, ... HI): one bill per value of one option "
         "(micro-batch, seq, dp, tp, zero, recompute, gpu, ...), a row each: peak, fit, step time")] = None,

@@ -86,6 +86,9 @@ def plan(
     exhaustive: Annotated[bool, typer.Option(
         "--exhaustive", help="bill every candidate and list every layout that fits (default: branch and bound, "
         "billing only what can reach the top K or a Pareto front: the same top K and fronts, faster)")] = False,
+    device: Annotated[str, typer.Option(
+        "--device", help="the kernels fits are judged on: cuda (default, the GPUs') | cpu (what `stepbill check` "
+        "measures: dropout masks in the input's dtype, SDPA's math path with attention dropout or MLA)")] = "cuda",
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """The layouts that fit MODEL on the GPUs and run fastest (or on fewest GPUs, cheapest, leanest)."""
@@ -104,7 +107,7 @@ def plan(
                           cross_node=cross_node,
                           efficiency=efficiency, progress=bar, name=cli_flag,
                           jobs=available_jobs() if jobs is None else jobs, deadline_s=max_seconds,
-                          exhaustive=exhaustive)
+                          exhaustive=exhaustive, device=device)
     finally:
         if bar is not None:
             bar.close()

@@ -181,6 +181,7 @@ class Fit:
     lines: dict[str, Line]
     advice: str  # the largest per-GPU item of the worst judged class and the next flags to try
     host: HostFit | None = None  # the node's host memory against what its ranks offload (None: nothing offloaded)
+    device: str = "cpu"  # the kernels the judged eager rows follow (spec/recipe.DEVICES)
 
     @property
     def budget_bytes(self) -> float:
@@ -206,6 +207,8 @@ class Fit:
     def convention_note(self) -> str:
         """Which convention the verdict uses, and how it relates to the table the user reads."""
         words = CONVENTION_WORDS[self.convention]
+        if self.convention == "eager":
+            words += f" on {self.device.upper()} kernels"
         if self.fallback:
             return f"fits: judged on the {words} — {self.fallback}"
         if self.convention != self.shown_convention:
@@ -278,7 +281,7 @@ def fit_of_ranks(classes: list[RankClass], recipe: Recipe, convention: str, show
                       f"{host.budget_bytes / GIB:,.2f} GiB → offload less (a smaller --micro-batch, recompute "
                       "instead of --offload-activations), "
                       "more GPUs, or --host-mem for a larger node")
-    return Fit(card, reserve, convention, shown_convention, fallback, ranks, lines, advice, host)
+    return Fit(card, reserve, convention, shown_convention, fallback, ranks, lines, advice, host, recipe.device)
 
 
 def fit_budget(usable_bytes: float, reserve: Reserve) -> float:

@@ -52,7 +52,7 @@ def plan_to_json(result: PlanResult, space_note: str) -> dict[str, Any]:
             "global_batch_tokens": req.global_batch_tokens, "micro_batch": req.micro_batch, "recipe": req.recipe,
             "optimizer": req.optimizer, "reserve_gib": req.reserve_gib, "host_mem_gib": req.host_mem_gib,
             "efficiency": req.efficiency,
-            "fixed": dict(req.fixed), "cross_node": req.cross_node,
+            "fixed": dict(req.fixed), "cross_node": req.cross_node, "device": req.device,
         },
         "objective": result.objective,
         "top": [row_to_json(r, i + 1) for i, r in enumerate(result.top)],

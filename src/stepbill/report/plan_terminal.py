@@ -87,7 +87,8 @@ def render_plan(result: PlanResult, space_note: str) -> Group:
         parts.append(Text("no layout fits: see the rejections below (--reserve, more GPUs, or --fix to widen)"))
     else:
         parts.append(_table(f"Top {len(result.top)} by {result.objective} (peak: the fit verdict's worst rank, eager "
-                            "convention; headroom: usable − reserve − peak)", result.top, ranks, run))
+                            f"convention on {req.device.upper()} kernels; headroom: usable − reserve − peak)", result.top, ranks,
+                            run))
         parts.append(_commands(result.top, ranks))
         if len({r.world for r in result.rows}) > 1:
             parts.append(_table(f"Pareto front: GPUs vs {pace}", result.gpus_vs_time, ranks, run))

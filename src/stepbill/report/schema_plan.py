@@ -68,6 +68,7 @@ class PlanRequestJson(Strict):
     efficiency: float | None = Field(description="--efficiency override (null: the per-op time model)")
     fixed: dict[str, int | bool | str | list[int]] = Field(description="axes pinned by --fix (pp_layers: a list)")
     cross_node: bool = Field(description="whether tp and ep groups may span nodes")
+    device: str = Field(description="the kernels fits were judged on under the eager convention: cuda | cpu")
 
 
 class PlanJson(Strict):

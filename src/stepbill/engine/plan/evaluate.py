@@ -74,12 +74,13 @@ def recipe_for(req: PlanRequest, cand: Candidate) -> Recipe:
     that call's recipe on one GPU, memoised per micro-batch and policy, put on the candidate's layout
     (Recipe.on_layout: equal to it, without checking every field again for each candidate)."""
     cand = resolve_recompute(req, cand)
-    return _one_gpu(req.recipe, req.optimizer, cand.micro_batch, req.seq, cand.recompute).on_layout(cand.parallel)
+    return _one_gpu(req.recipe, req.optimizer, cand.micro_batch, req.seq, cand.recompute,
+                    req.device).on_layout(cand.parallel)
 
 
 @lru_cache(maxsize=4096)
-def _one_gpu(recipe: str, optimizer: str, micro_batch: int, seq: int, recompute: str) -> Recipe:
-    return make_recipe(recipe, optimizer, micro_batch, seq, recompute, None, None, None, "single")
+def _one_gpu(recipe: str, optimizer: str, micro_batch: int, seq: int, recompute: str, device: str) -> Recipe:
+    return make_recipe(recipe, optimizer, micro_batch, seq, recompute, None, None, None, "single", device)
 
 
 def evaluate(req: PlanRequest, cand: Candidate) -> Row | None:
@@ -168,6 +169,8 @@ def bill_options(req: PlanRequest, cand: Candidate) -> dict[str, Any]:
         out["train_tokens"] = req.train_tokens
     if req.price_per_gpu_hour is not None:
         out["price_per_gpu_hour"] = req.price_per_gpu_hour
+    if req.device != "cuda":  # bill's default with --gpu (api.kernels_of)
+        out["device"] = req.device
     return out
 
 
@@ -190,7 +193,10 @@ def budget_policy(req: PlanRequest, cand: Candidate) -> str:
     (engine/parallel/rank_share.in_flight_microbatches), so F is scaled by k = L·tp·cp / max_s(n_s·f_s): X₀ = k·F. That
     leaves out what the solver does not see (buffers, the working set, the eager convention's logits and loss; rows
     tp does not split without sp), so while X binds it is corrected by the verdict's own peak, Newton-like, at most
-    BUDGET_STEPS eager bills: P = the worst rank's peak at X, X ← X + k·(usable − reserve − P); it stops at the first
+    BUDGET_STEPS eager bills: P = the worst rank's peak at X, X ← X + g·(usable − reserve − P), g = k / GiB at first,
+    then the secant's ΔX / ΔP through the last two bills when that is positive (a rank does not hold all the solver
+    drops, so P moves by less than ΔX / k: DeepSeek-V3's own layout on CUDA kernels, 1 GiB of X moves P by 0.55 GiB,
+    and k alone needed a fourth bill); it stops at the first
     corrected X that fits, and the largest X that fitted is kept (X₀ fitting: one step up is tried). Each X is rounded
     down to 0.01 GiB and raised to the solver's floor (every droppable tensor dropped, under both the ideal and the
     eager convention) so the command always runs; the bill of the spelled budget judges the candidate like any
@@ -198,6 +204,7 @@ def budget_policy(req: PlanRequest, cand: Candidate) -> str:
     scaled, floor_gib, none_gib, scale = _budget_gib(req, cand)  # once per candidate (the solver's part memoised)
     budget = budget_bytes(req, cand.parallel)
     x, fitting = _spelled(scaled, floor_gib), None
+    last: tuple[float, float] | None = None  # the previous (X, P)
     for _ in range(BUDGET_STEPS):
         if x >= none_gib:  # drops nothing: the none twin, judged as it is
             break
@@ -208,17 +215,27 @@ def budget_policy(req: PlanRequest, cand: Candidate) -> str:
             fitting = x if fitting is None else max(fitting, x)
             if x != _spelled(scaled, floor_gib):  # a corrected budget that fits
                 break
-        step = _spelled(x + scale * (budget - peak) / GIB, floor_gib)
+        step = _spelled(x + _gib_per_byte(scale, last, x, peak) * (budget - peak), floor_gib)
         if step == x:
             break
-        x = step
+        last, x = (x, peak), step
     return f"budget:{(fitting if fitting is not None else x):.2f}GiB"
+
+
+def _gib_per_byte(scale: float, last: tuple[float, float] | None, x: float, peak: float) -> float:
+    """The correction's gain (GiB of budget per byte of peak): the secant through the previous bill `last` (X, P) and
+    this one when it is positive, else the scale k (`budget_policy`)."""
+    if last is not None and peak != last[1]:
+        secant = (x - last[0]) / (peak - last[1])
+        if secant > 0:
+            return secant
+    return scale / GIB
 
 
 def _eager_peak(req: PlanRequest, cand: Candidate, budget_gib: float) -> float | None:
     """The worst rank's peak of the verdict's eager bill with `budget:<budget_gib>GiB` (None: no eager bill)."""
     recipe = make_recipe(req.recipe, req.optimizer, cand.micro_batch, req.seq, f"budget:{budget_gib:.2f}GiB", None,
-                         None, cand.parallel, "single")
+                         None, cand.parallel, "single", req.device)
     try:
         return _eager_verdict(req.spec, recipe)
     except StepbillError:
@@ -248,7 +265,7 @@ def budget_drops_nothing(req: PlanRequest, cand: Candidate) -> bool:
         return False
     policy = budget_policy(req, cand) if cand.recompute == BUDGET_AT_FREE else cand.recompute
     return parse_recompute(policy).budget_bytes >= _solver_gib(req.spec, req.recipe, req.optimizer, req.seq,
-                                                               cand.micro_batch)[1] * GIB
+                                                               cand.micro_batch, req.device)[1] * GIB
 
 
 def _budget_gib(req: PlanRequest, cand: Candidate) -> tuple[float, float, float, float]:
@@ -256,21 +273,23 @@ def _budget_gib(req: PlanRequest, cand: Candidate) -> tuple[float, float, float,
     floor and peak the larger of the ideal and the eager convention's, with the activation widths make_bill gives
     each (`_solver_gib`, memoised: they read no field of the layout)."""
     par = cand.parallel
-    recipe = make_recipe(req.recipe, req.optimizer, cand.micro_batch, req.seq, "none", None, None, par, "single")
+    recipe = make_recipe(req.recipe, req.optimizer, cand.micro_batch, req.seq, "none", None, None, par, "single",
+                         req.device)
     free = budget_bytes(req, par) - _worst_resident(req, slicing_layout(par), par.offload_optimizer)
     loads = [len(layers) * in_flight_microbatches(recipe, s)
              for s, layers in enumerate(stage_layer_indices(req.spec, par))]
-    floor_gib, none_gib = _solver_gib(req.spec, req.recipe, req.optimizer, req.seq, recipe.micro_batch)
+    floor_gib, none_gib = _solver_gib(req.spec, req.recipe, req.optimizer, req.seq, recipe.micro_batch, req.device)
     scale = req.spec.n_layers * par.tp * par.cp / max(loads)
     return free * scale / GIB, floor_gib, none_gib, scale
 
 
 @lru_cache(maxsize=256)
-def _solver_gib(spec: ModelSpec, recipe_name: str, optimizer: str, seq: int, micro_batch: int) -> tuple[float, float]:
+def _solver_gib(spec: ModelSpec, recipe_name: str, optimizer: str, seq: int, micro_batch: int, device: str
+                ) -> tuple[float, float]:
     """(the solver's floor, its peak with nothing dropped) in GiB, the larger of the ideal and the eager
     convention's: they read the precision, the sequence and the micro-batch, no field of the layout (the recipe's
-    precision and device come from its name alone: spec/recipe.make_recipe)."""
-    recipe = make_recipe(recipe_name, optimizer, micro_batch, seq, "none", None, None, None, "single")
+    precision comes from its name alone: spec/recipe.make_recipe)."""
+    recipe = make_recipe(recipe_name, optimizer, micro_batch, seq, "none", None, None, None, "single", device)
     problems = [problem_for_spec(spec, 1.0, seq, recipe.micro_batch,
                                  activation_width(recipe.precision, recipe.device, convention), convention)
                 for convention in ("ideal", "eager")]

@@ -115,6 +115,9 @@ class PlanRequest:
     train_tokens: int | None = None
     price_per_gpu_hour: float | None = None
     host_mem_gib: float | None = None  # a node's host memory, GiB (None: the catalog's reference node)
+    #: the kernels the eager convention follows (spec/recipe.DEVICES): a plan is for GPUs, so CUDA's — dropout's
+    #: bool masks, SDPA's fused kernels with attention dropout and for MLA's unequal head widths, no S×S tensor kept
+    device: str = "cuda"
 
     @property
     def fix(self) -> dict[str, object]:
