@@ -195,7 +195,7 @@ def run_sharded(write: bool = True) -> list[str]:
     from accuracy_doc import write_section
 
     from stepbill.check_ranks import SHARDED_CATEGORIES, compare_sharded
-    from stepbill.engine.parallel.fsdp2 import predict_rank
+    from stepbill.engine.check_rank import predict_rank
     from stepbill.measure.sharded import measure_rank
     from stepbill.measure.tiny import TINY_CONFIGS
     from stepbill.spec.hf import from_hf_config

@@ -30,7 +30,7 @@ GIB = 2**30
 
 def _reference_budget_gib(req: PlanRequest, cand: Candidate) -> tuple[float, float, float, float]:
     par = cand.parallel
-    recipe = make_recipe(req.recipe, req.optimizer, cand.micro_batch, req.seq, "none", None, None, par, "single",
+    recipe = make_recipe(req.recipe, req.optimizer, cand.micro_batch, req.seq, "none", None, None, par, req.optimizer_impl,
                          req.device)
     free = ev.budget_bytes(req, par) - ev.resident_bound(req, par, par.offload_optimizer)
     loads = [len(layers) * in_flight_microbatches(recipe, s)
@@ -45,7 +45,7 @@ def _reference_budget_gib(req: PlanRequest, cand: Candidate) -> tuple[float, flo
 
 def _reference_eager_peak(req: PlanRequest, cand: Candidate, budget_gib: float) -> float | None:
     recipe = make_recipe(req.recipe, req.optimizer, cand.micro_batch, req.seq, f"budget:{budget_gib:.2f}GiB", None,
-                         None, cand.parallel, "single", req.device)
+                         None, cand.parallel, req.optimizer_impl, req.device)
     try:
         ranks = verdict_ranks(req.spec, recipe, "eager", "sdpa")
     except StepbillError:

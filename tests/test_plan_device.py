@@ -48,6 +48,7 @@ def _reproduced(run: stepbill.PlanRun, flag: str | None) -> None:
     assert run.result.rows
     for row in run.result.top:
         assert (flag in row.command) if flag else ("--device" not in row.command)
+        assert "--optimizer-impl fused" in row.command  # the planner's Adam: fused, not bill's default foreach
         fit = make_step_bill(LITE, **row.options).fit
         assert fit is not None and fit.worst.peak_bytes == pytest.approx(row.peak_bytes, rel=1e-12)
 
@@ -65,3 +66,29 @@ def test_plan_judges_mla_on_the_gpus_kernels_and_its_commands_reproduce() -> Non
     shorter = _plan("cpu", 1024)
     _reproduced(shorter, "--device cpu")
     assert shorter.to_json()["request"]["device"] == "cpu"
+
+
+@pytest.mark.parametrize(("options", "impl"), [
+    ({}, "single"),  # the CPU: torch.optim's for-loop AdamW
+    ({"gpu": "h100-sxm"}, "foreach"),  # CUDA: torch.optim's default multi-tensor AdamW
+    ({"gpu": "h100-sxm", "optimizer": "adam"}, "foreach"),
+    ({"gpu": "h100-sxm", "optimizer": "sgd-momentum"}, "single"),
+    ({"gpu": "h100-sxm", "optimizer_impl": "fused"}, "fused"),
+    ({"gpu": "h100-sxm", "device": "cpu"}, "single"),
+])
+def test_the_optimizer_runs_as_pytorch_runs_it_on_the_device(options: dict, impl: str) -> None:
+    assert make_step_bill(GPT2, seq=1024, **options).bill.recipe.optimizer_impl == impl
+
+
+def test_foreach_on_a_gpu_holds_one_more_copy_of_a_state_at_the_step() -> None:
+    """Llama-3.2-1B, amp, seq 128 on an H100: the optimizer step is the peak, the resident state plus foreach's sqrt
+    of every second moment (4 B a parameter, torch/optim/adamw.py `_multi_tensor_adamw`: exp_avg_sq_sqrt); with
+    --optimizer-impl single it is a backward moment, lower."""
+    cfg = str(Path(__file__).parent / "data" / "hf_configs" / "llama-3.2-1b.json")
+    on_gpu = stepbill.bill(cfg, seq=128, recipe="amp-bf16", gpu="h100-sxm", convention="eager").to_json()["memory"]
+    single = stepbill.bill(cfg, seq=128, recipe="amp-bf16", gpu="h100-sxm", convention="eager",
+                           optimizer_impl="single").to_json()["memory"]
+    params = 1_235_814_400  # transformers' count for Llama-3.2-1B (tied embeddings: tests/test_hf_loader.py)
+    assert on_gpu["peak_moment"] == "optimizer step"
+    assert on_gpu["peak"] - on_gpu["resident"] == pytest.approx(4 * params, abs=4096)
+    assert single["peak"] < on_gpu["peak"] - 2 * 2**30

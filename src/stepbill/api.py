@@ -81,7 +81,7 @@ def make_step_bill(
     recipe: str = "mixed-bf16",
     optimizer: str = "adamw",
     recompute: str = "none",
-    optimizer_impl: str = "single",
+    optimizer_impl: str | None = None,
     convention: str = "ideal",
     attention: str = "sdpa",
     lora_rank: int | None = None,
@@ -128,7 +128,7 @@ def make_step_bill(
     from stepbill.spec.hardware import load_gpu
     from stepbill.spec.model import ModelSpec
     from stepbill.spec.parallel import Parallel, validate_layout
-    from stepbill.spec.recipe import make_recipe
+    from stepbill.spec.recipe import default_optimizer_impl, make_recipe
 
     targets = lora_targets_of(lora_targets, name)
     if targets and lora_rank is None:
@@ -155,8 +155,10 @@ def make_step_bill(
                       pp_layers=stage_layers_of(pp_layers, name))
     validate_layout(spec, layout, seq, gpus)
     the_gpu = load_gpu(gpu) if gpu is not None else None
-    the_recipe = make_recipe(recipe, optimizer, micro_batch, seq, recompute, lora_rank, targets, layout,
-                             optimizer_impl, kernels_of(device, gpu, gpu_mem_gib))
+    kernels = kernels_of(device, gpu, gpu_mem_gib)
+    impl = default_optimizer_impl(optimizer, kernels) if optimizer_impl is None else optimizer_impl
+    the_recipe = make_recipe(recipe, optimizer, micro_batch, seq, recompute, lora_rank, targets, layout, impl,
+                             kernels)
     check_bill_inputs(spec, the_recipe)  # cross-field: seq vs learned positions, LoRA targets and rank
     card = gpu_mem_gib * GIB if gpu_mem_gib else (the_gpu.usable_bytes if the_gpu else None)
     result = make_bill(spec, the_recipe, card, convention, attention, gpu=the_gpu, efficiency=efficiency)
@@ -234,7 +236,7 @@ def bill(
     recipe: str = "mixed-bf16",
     optimizer: str = "adamw",
     recompute: str = "none",
-    optimizer_impl: str = "single",
+    optimizer_impl: str | None = None,
     convention: str = "ideal",
     attention: str = "sdpa",
     lora_rank: int | None = None,

@@ -13,7 +13,8 @@ from stepbill.errors import StepbillError
 
 _POSITIVE_INTS = ("seq", "micro_batch", "tp", "pp", "cp", "ep", "vpp", "micro_batches")
 _OPTIONAL_POSITIVE_INTS = ("dp", "etp", "shard_group", "gpus", "lora_rank")
-_STRINGS = ("recipe", "optimizer", "recompute", "optimizer_impl", "convention", "attention", "pp_schedule")
+_STRINGS = ("recipe", "optimizer", "recompute", "convention", "attention", "pp_schedule")
+_OPTIONAL_STRINGS = ("optimizer_impl", "device")  # None: the device's default (api.kernels_of, default_optimizer_impl)
 _FLAGS = ("sp", "offload_optimizer", "offload_activations")
 
 
@@ -36,8 +37,9 @@ def check_options(options: Mapping[str, Any], name: Callable[[str], str]) -> Non
     for key in _STRINGS:
         if not isinstance(options[key], str):
             raise StepbillError(f"{name(key)} must be a string, got {options[key]!r}")
-    if options["device"] is not None and not isinstance(options["device"], str):
-        raise StepbillError(f"{name('device')} must be a string, got {options['device']!r}")
+    for key in _OPTIONAL_STRINGS:
+        if options[key] is not None and not isinstance(options[key], str):
+            raise StepbillError(f"{name(key)} must be a string, got {options[key]!r}")
     for key in _FLAGS:
         if not isinstance(options[key], bool):
             raise StepbillError(f"{name(key)} must be True or False, got {options[key]!r}")

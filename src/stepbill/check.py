@@ -178,14 +178,14 @@ def measure_and_compare(
     if sharded:
         from stepbill.check_ranks import measure_sharded
 
-        results = measure_sharded(spec, seq, micro_batch, recipe, dp, zero, rank, mode, config)
+        results = measure_sharded(spec, seq, micro_batch, recipe, dp, zero, rank, mode, config, optimizer_impl)
         by_rank = {r: rows for r, _, _, _, rows in results}
         summary = "; ".join(f"rank {r}: {verdict(rows)}" for r, rows in by_rank.items())
         modes = ",".join(sorted({m for _, m, _, _, _ in results}))
         json_out = sharded_check_json(spec.name, dp, zero, results, [verdict(rows) for rows in by_rank.values()])
         json_out |= notes_json(spec, recipe, dropout, bill_command(
             model if isinstance(model, str) else spec.name, seq=seq, micro_batch=micro_batch, recipe=recipe,
-            convention="eager", dp=dp, zero=zero, dropout=dropout))
+            convention="eager", optimizer_impl=optimizer_impl, dp=dp, zero=zero, dropout=dropout))
         return CheckResult([row for rows in by_rank.values() for row in rows], summary, modes, json_out,
                            by_rank=by_rank)
     engine_bill, note = predict(spec, make_recipe(recipe, "adamw", micro_batch, seq, recompute,

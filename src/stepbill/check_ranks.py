@@ -34,9 +34,11 @@ def compare_sharded(predicted: Any, measured: Any) -> list[CheckRow]:
 
 
 def measure_sharded(spec: Any, seq: int, micro_batch: int, recipe: str | None, dp: int, zero: int, rank: int | None,
-                    requested: str, config: dict[str, Any] | None = None) -> list[tuple[int, str, Any, Any, list]]:
+                    requested: str, config: dict[str, Any] | None = None, optimizer_impl: str = "single"
+                    ) -> list[tuple[int, str, Any, Any, list]]:
     """(rank, mode, prediction, measurement, rows) for `rank`, or one rank per distinct predicted class.
-    `config`: the config dict to build (default: to_hf_config(spec)); `recipe` None: the stage's default."""
+    `config`: the config dict to build (default: to_hf_config(spec)); `recipe` None: the stage's default;
+    `optimizer_impl`: AdamW's path (single | foreach | fused), measured and predicted."""
     from stepbill.engine.check_rank import predict_rank
     from stepbill.engine.parallel.fsdp2 import rank_classes
     from stepbill.measure.sharded import measured_recipe
@@ -46,7 +48,7 @@ def measure_sharded(spec: Any, seq: int, micro_batch: int, recipe: str | None, d
     config = to_hf_config(spec) if config is None else config
 
     def predict(r: int):
-        return predict_rank(spec, dp, zero, r, micro_batch, seq, recipe)
+        return predict_rank(spec, dp, zero, r, micro_batch, seq, recipe, optimizer_impl=optimizer_impl)
 
     ranks = [rank] if rank is not None else [rs[0] for rs in rank_classes(predict, dp).values()]
     try:
@@ -61,7 +63,7 @@ def measure_sharded(spec: Any, seq: int, micro_batch: int, recipe: str | None, d
         pred = predict(r)
         mode = choose_mode(requested, pred.peak)
         measured = measure_rank(config, world=dp, zero=zero, rank=r, micro_batch=micro_batch,
-                                seq_len=seq, mode=mode, recipe=recipe)
+                                seq_len=seq, mode=mode, recipe=recipe, optimizer_impl=optimizer_impl)
         results.append((r, mode, pred, measured, compare_sharded(pred, measured)))
     return results
 

@@ -83,9 +83,9 @@ def bill(
         "--recompute", help="none | full | every:K | every:auto | selective:core_attn,mlp,... | budget:40GiB "
         "(a bare budget number is GiB: budget:10 = 10 GiB)")]
     = "none",
-    optimizer_impl: Annotated[str, typer.Option(
-        "--optimizer-impl", help="AdamW in PyTorch: single | foreach | fused (their temporaries; eager convention)")]
-    = "single",
+    optimizer_impl: Annotated[str | None, typer.Option(
+        "--optimizer-impl", help="AdamW in PyTorch: single | foreach | fused (their temporaries; eager convention). "
+        "Default: PyTorch's own on the --device — foreach for Adam / AdamW on CUDA, single otherwise")] = None,
     convention: Annotated[str, typer.Option("--convention", help="ideal (the seed's) | eager (what PyTorch keeps) | megatron (Korthikanti et al. Table 2)")]
     = "ideal",
     attention: Annotated[str, typer.Option("--attention", help="sdpa (fused, no S² scores) | eager (stores them)")]
@@ -223,7 +223,9 @@ def fit_cmd(
     = "adamw",
     recompute: Annotated[str, typer.Option("--recompute", help="none | full | every:K | selective:... | budget:SIZE")]
     = "none",
-    optimizer_impl: Annotated[str, typer.Option("--optimizer-impl", help="single | foreach | fused")] = "single",
+    optimizer_impl: Annotated[str | None, typer.Option(
+        "--optimizer-impl", help="single | foreach | fused (default: PyTorch's on the card: foreach for Adam / AdamW "
+        "on CUDA)")] = None,
     convention: Annotated[str, typer.Option("--convention", help="ideal | eager | megatron (the verdict is judged on "
                                             "the eager peak either way)")] = "ideal",
     attention: Annotated[str, typer.Option("--attention", help="sdpa | eager")] = "sdpa",

@@ -142,7 +142,7 @@ def check(
         raise StepbillError("--device cuda needs real ranks: run under torchrun or with --launch N")
     if dp > 1 or zero:
         _check_sharded(model, spec, config, seq, micro_batch, recipe, dp, zero, rank,
-                       "real" if real else "fake" if fake else "auto", as_json, dropout)
+                       "real" if real else "fake" if fake else "auto", as_json, dropout, optimizer_impl)
         return
     from stepbill.check import bill_command, choose_mode, compare, predict, predictions, verdict
     from stepbill.spec.recipe import make_recipe
@@ -224,7 +224,8 @@ def _print_rows(name: str, mode: str, convention: str, rows: list, summary: str,
 
 
 def _check_sharded(model: str, spec: Any, config: dict[str, Any], seq: int, micro_batch: int, recipe: str, dp: int,
-                   zero: int, rank: int | None, requested: str, as_json: bool, dropout: float | None) -> None:
+                   zero: int, rank: int | None, requested: str, as_json: bool, dropout: float | None,
+                   optimizer_impl: str = "single") -> None:
     """One rank of `dp` under ZeRO-`zero`: predicted (engine/parallel/fsdp2.py) vs measured (measure/sharded.py)."""
     from stepbill.check import bill_command, verdict
 
@@ -233,9 +234,9 @@ def _check_sharded(model: str, spec: Any, config: dict[str, Any], seq: int, micr
                             "torchrun)")
     if dp < 2 or zero not in (1, 2, 3):
         raise StepbillError("a sharded check needs --dp >= 2 and --zero 1, 2 or 3")
-    results = measure_sharded(spec, seq, micro_batch, recipe, dp, zero, rank, requested, config)
-    command = bill_command(model, seq=seq, micro_batch=micro_batch, recipe=recipe, convention="eager", dp=dp,
-                           zero=zero, dropout=dropout)
+    results = measure_sharded(spec, seq, micro_batch, recipe, dp, zero, rank, requested, config, optimizer_impl)
+    command = bill_command(model, seq=seq, micro_batch=micro_batch, recipe=recipe, convention="eager",
+                           optimizer_impl=optimizer_impl, dp=dp, zero=zero, dropout=dropout)
     if as_json:
         summaries = [verdict(rows) for *_, rows in results]
         print(json.dumps(sharded_check_json(spec.name, dp, zero, results, summaries)

@@ -14,18 +14,22 @@ from stepbill.spec.recipe import make_recipe
 
 
 def sharded_context(spec: ModelSpec, zero: int, micro_batch: int = 1, seq_len: int = 128,
-                    recipe: str = "fp32", backend: str = "nccl", device: str = "cpu") -> ShardedContext:
+                    recipe: str = "fp32", backend: str = "nccl", device: str = "cpu",
+                    optimizer_impl: str = "single") -> ShardedContext:
     """The shared part of predict_rank (build once, predict every rank). `backend`: whose collective buffers
     are billed, "nccl" (none; also the fake process group's) or "gloo" (its reduce-scatter clones the input);
-    `device`: the kernels the eager rows follow (a launched CUDA run: cuda)."""
+    `device`: the kernels the eager rows follow (a launched CUDA run: cuda); `optimizer_impl`: AdamW's path
+    (single | foreach | fused: its step's temporaries)."""
     tensors = hf_tensors(spec)
     compute = "pure-bf16" if zero in (2, 3) else recipe
     convention = "eager"
     try:
-        bill = make_bill(spec, make_recipe(compute, "adamw", micro_batch, seq_len, device=device), convention=convention)
+        bill = make_bill(spec, make_recipe(compute, "adamw", micro_batch, seq_len, optimizer_impl=optimizer_impl,
+                                           device=device), convention=convention)
     except StepbillError:  # no eager rows for this family: resident state stays exact, peaks rough
         convention = "ideal"
-        bill = make_bill(spec, make_recipe(compute, "adamw", micro_batch, seq_len, device=device),
+        bill = make_bill(spec, make_recipe(compute, "adamw", micro_batch, seq_len, optimizer_impl=optimizer_impl,
+                                           device=device),
                          convention=convention)
     return ShardedContext(tensors, bill, convention, backend=backend)
 
@@ -33,8 +37,8 @@ def sharded_context(spec: ModelSpec, zero: int, micro_batch: int = 1, seq_len: i
 
 def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int = 0, micro_batch: int = 1, seq_len: int = 128,
                  recipe: str = "fp32", context: ShardedContext | None = None,
-                 backend: str = "nccl", device: str = "cpu") -> RankPrediction:
+                 backend: str = "nccl", device: str = "cpu", optimizer_impl: str = "single") -> RankPrediction:
     """Predicted memory of rank `rank` of `world` under ZeRO-`zero` as measure/sharded.py runs it (on `backend`'s
     collectives and `device`'s kernels: see sharded_context)."""
-    ctx = context or sharded_context(spec, zero, micro_batch, seq_len, recipe, backend, device)
+    ctx = context or sharded_context(spec, zero, micro_batch, seq_len, recipe, backend, device, optimizer_impl)
     return predict_on(spec, world, zero, rank, micro_batch, seq_len, ctx)

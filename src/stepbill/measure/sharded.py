@@ -186,14 +186,16 @@ def measure_rank(
     mode: Mode = "real",
     recipe: str | None = None,
     lr: float = 1e-4,
+    optimizer_impl: str = "single",
 ) -> RankMeasurement:
     """Measure rank `rank` of `world` on a fake process group (see the module docstring). `recipe`: ZeRO-1 fp32
-    or pure-bf16 (default fp32); ZeRO-2/3 FSDP_RECIPE only (the default); any other is refused, never replaced."""
+    or pure-bf16 (default fp32); ZeRO-2/3 FSDP_RECIPE only (the default); any other is refused, never replaced.
+    `optimizer_impl`: AdamW's path, single (foreach=False) | foreach | fused."""
     require_torch()
     _validate(world, zero, rank)
     with fake_process_group(rank, world) as mesh:
         return measure_on_mesh(config_dict, mesh, world=world, zero=zero, rank=rank, micro_batch=micro_batch,
-                               seq_len=seq_len, mode=mode, recipe=recipe, lr=lr)
+                               seq_len=seq_len, mode=mode, recipe=recipe, lr=lr, optimizer_impl=optimizer_impl)
 
 
 def _local_bytes(tensors: Any) -> int:
@@ -266,6 +268,7 @@ def measure_on_mesh(
     recipe: str | None = None,
     lr: float = 1e-4,
     device: str = "cpu",
+    optimizer_impl: str = "single",
 ) -> RankMeasurement:
     """Measure this process's rank on `mesh` (a fake group's or a launched one's; see the module docstring).
 
@@ -286,6 +289,10 @@ def measure_on_mesh(
 
     fsdp = zero in (2, 3)
     recipe = measured_recipe(zero, recipe)
+    if optimizer_impl not in ("single", "foreach", "fused"):
+        raise StepbillError(f"--optimizer-impl must be single, foreach or fused, got {optimizer_impl!r}")
+    # AdamW's path as named: foreach=False for single (torch's default on CUDA is foreach, on the CPU single)
+    adamw = {"foreach": optimizer_impl == "foreach", "fused": optimizer_impl == "fused"}
     cuda = device.startswith("cuda")
     if cuda and mode != "real":
         raise StepbillError("--device cuda measures real tensors only")
@@ -318,13 +325,13 @@ def measure_on_mesh(
                 # gloo's reduce-scatter clones its input; the clone is freed on gloo's worker thread at a time
                 # that races the main thread: wait for it, so every run measures the same (measure/gloo.py)
                 settled = settle_reduce_scatters([*decoder_layers(model), model])
-            optimizer = torch.optim.AdamW(model.parameters(), lr=lr, foreach=False, fused=False)
+            optimizer = torch.optim.AdamW(model.parameters(), lr=lr, **adamw)
             states_of = optimizer
         elif zero == 1:
             from torch.distributed.optim import ZeroRedundancyOptimizer
 
             optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=lr,
-                                                foreach=False, fused=False)
+                                                **adamw)
             # ZeroRedundancyOptimizer keeps the states in its local optimizer (`optim`), not in its own `state`
             states_of = optimizer.optim
         else:
@@ -332,7 +339,7 @@ def measure_on_mesh(
 
             ddp = DistributedDataParallel(model, device_ids=[torch.device(device).index or 0] if cuda else None)
             ddp.register_comm_hook(None, _bucket_capturing_hook(ddp_buckets))
-            optimizer = torch.optim.AdamW(model.parameters(), lr=lr, foreach=False, fused=False)
+            optimizer = torch.optim.AdamW(model.parameters(), lr=lr, **adamw)
             states_of = optimizer
         runner = ddp if ddp is not None else model
         vocab = int(model.config.vocab_size)

@@ -53,6 +53,7 @@ def plan_to_json(result: PlanResult, space_note: str) -> dict[str, Any]:
             "optimizer": req.optimizer, "reserve_gib": req.reserve_gib, "host_mem_gib": req.host_mem_gib,
             "efficiency": req.efficiency,
             "fixed": dict(req.fixed), "cross_node": req.cross_node, "device": req.device,
+            "optimizer_impl": req.optimizer_impl,
         },
         "objective": result.objective,
         "top": [row_to_json(r, i + 1) for i, r in enumerate(result.top)],

@@ -92,6 +92,16 @@ OPTIMIZER_IMPLS: dict[str, str] = {
     "fused": "fused kernel (fused=True): no temporaries",
 }
 
+
+def default_optimizer_impl(optimizer: str, device: str) -> str:
+    """How PyTorch runs `optimizer` when the user names no implementation, on `device`'s kernels: torch.optim's
+    Adam and AdamW take the multi-tensor path (foreach) when every parameter is on a device with foreach kernels —
+    CUDA, not the CPU (torch/optim/optimizer.py `_default_to_fused_or_foreach`, torch/utils/_foreach_utils.py
+    `_get_foreach_kernels_supported_devices`) — and the for-loop one (single) else. The other optimizers keep
+    single: their temporaries are billed with AdamW's shapes (engine/memory/eager.optimizer_temporaries), measured
+    for AdamW alone."""
+    return "foreach" if device == "cuda" and optimizer in ("adam", "adamw") else "single"
+
 #: The devices whose kernels the eager convention tells apart (engine/activations/eager/dropout.py).
 DEVICES: dict[str, str] = {
     "cpu": "CPU kernels, what `stepbill check` measures: dropout keeps its mask in the input's dtype; attention "

@@ -45,7 +45,7 @@ BILL_OPTIONS: tuple[Option, ...] = (  # `stepbill bill`'s options; kwarg: stepbi
     Option("recipe", "recipe", str, "mixed-bf16"),
     Option("optimizer", "optimizer", str, "adamw"),
     Option("recompute", "recompute", str, "none"),
-    Option("optimizer-impl", "optimizer_impl", str, "single"),
+    Option("optimizer-impl", "optimizer_impl", str, None, optional=True),
     Option("convention", "convention", str, "ideal"),
     Option("attention", "attention", str, "sdpa"),
     Option("lora-rank", "lora_rank", int, None, optional=True),

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import pairwise
 from typing import Any
 
 from stepbill.engine.activations.eager.outside import rope_buffer_bytes
@@ -217,12 +218,15 @@ def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int, micro_batch:
         grads = sum(t.numel for t in tensors) * p.grads
         opt = 2 * p.state * mine + STEP * len(parts[rank])
         base = params + opt + inputs + buffers
-        largest = max((t.numel for t in parts[rank]), default=0)
         out: list[tuple[str, str, float]] = []
         for m in moments:
+            if m.phase == "optimizer":  # the one GPU's step updates every tensor: the rank's own follows
+                continue
             extra = loss_temp if m.part in (Part.HEAD, Part.LOSS) else 0
             out.append((m.phase, m.label, base + m.items["grads"] + _live(m) + extra))
-        out.append(("optimizer", "AdamW temporaries", base + grads + 2 * p.state * largest))
+        # the rank's local AdamW steps its partition in the partition's order (largest first)
+        out.append(("optimizer", "AdamW temporaries", base + grads + adamw_temporaries(
+            bill.recipe.optimizer_impl, p.state, [t.numel for t in parts[rank]])))
         return _finish(rank, world, zero, params, grads, opt, buffers, inputs, bill, out, {}, loss_temp, convention)
     if ("shapes", 0) not in ctx.partitions:
         ctx.partitions[("shapes", 0)] = shape_counts(tensors)  # type: ignore[index]
@@ -240,13 +244,29 @@ def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int, micro_batch:
     if key not in ctx.partitions:  # the buffers and activations are the same on every rank: only `base` differs
         ctx.partitions[key] = fsdp_moments(bill, units, zero, 0.0, rope, ctx.backend)  # type: ignore[index]
     out = [(phase, label, base + v) for phase, label, v in ctx.partitions[key]]  # type: ignore[index]
-    out.append(("optimizer", "optimizer step", base + res["grads"] + 2 * FP32 * res["largest_local"]))
+    # AdamW steps the rank's unpadded rows of every tensor in module order (model.parameters())
+    local = [local_rows(t.shape[0], world, rank) * _rest(t) for t in tensors]
+    temporaries = adamw_temporaries(bill.recipe.optimizer_impl, FP32, local)
+    out.append(("optimizer", "optimizer step", base + res["grads"] + temporaries))
     transient = {"all_gather_layer": max(u_bf16[u] for u in range(layers)), "all_gather_root": u_bf16[-1],
                  "reduce_scatter_layer": max(rs_fp32[u] for u in range(layers)), "reduce_scatter_root": rs_fp32[-1]}
     if ctx.backend == "gloo":  # gloo's reduce-scatter clones its input (fsdp2_moments.py)
         transient["reduce_scatter_clone_gloo"] = max(rs_fp32.values())
     return _finish(rank, world, zero, res["params"], res["grads"], res["optimizer_states"], buffers, inputs, bill,
                    out, transient, loss_temp, convention)
+
+
+def adamw_temporaries(impl: str, state_bytes: float, sizes: list[int]) -> float:
+    """Bytes AdamW's step holds beyond its states on a rank whose optimizer updates tensors of `sizes` elements, in
+    its order (torch/optim/adam.py; AdamW is Adam with decoupled weight decay): the for-loop path (`single`) the sqrt
+    of a second moment and the quotient made from it while the previous tensor's `denom` is still bound, 2·cur +
+    prev; the multi-tensor path (`foreach`) `_foreach_sqrt` of every second moment at once; the fused kernel none.
+    As engine/memory/eager.optimizer_temporaries bills one GPU."""
+    if impl == "fused":
+        return 0.0
+    if impl == "foreach":
+        return state_bytes * sum(sizes)
+    return state_bytes * max((2 * cur + prev for prev, cur in pairwise([0, *sizes])), default=0)
 
 
 def _finish(rank, world, zero, params, grads, opt, buffers, inputs, bill, out, transient, loss_temp,  # type: ignore[no-untyped-def]

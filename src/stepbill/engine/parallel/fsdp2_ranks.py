@@ -52,8 +52,8 @@ def exact_reason(spec: ModelSpec, recipe: Recipe, convention: str) -> str:
         return why + "hybrid sharding and offload"
     if recipe.lora is not None:
         return why + "LoRA"
-    if recipe.optimizer != "adamw" or recipe.optimizer_impl != "single":
-        return why + "measured with AdamW foreach=False"
+    if recipe.optimizer != "adamw":
+        return why + "measured with AdamW"
     if recipe.recompute != "none":
         return why + "measured without recompute"
     names = FSDP_RECIPES if par.zero in (2, 3) else ZERO1_RECIPES

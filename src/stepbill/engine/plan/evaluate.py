@@ -34,7 +34,7 @@ from stepbill.errors import StepbillError
 from stepbill.spec.command import bill_command
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.parallel import Parallel
-from stepbill.spec.recipe import Recipe, make_recipe
+from stepbill.spec.recipe import Recipe, default_optimizer_impl, make_recipe
 from stepbill.spec.recompute_policy import parse_recompute
 
 GIB = 2**30
@@ -74,13 +74,14 @@ def recipe_for(req: PlanRequest, cand: Candidate) -> Recipe:
     that call's recipe on one GPU, memoised per micro-batch and policy, put on the candidate's layout
     (Recipe.on_layout: equal to it, without checking every field again for each candidate)."""
     cand = resolve_recompute(req, cand)
-    return _one_gpu(req.recipe, req.optimizer, cand.micro_batch, req.seq, cand.recompute,
+    return _one_gpu(req.recipe, req.optimizer, cand.micro_batch, req.seq, cand.recompute, req.optimizer_impl,
                     req.device).on_layout(cand.parallel)
 
 
 @lru_cache(maxsize=4096)
-def _one_gpu(recipe: str, optimizer: str, micro_batch: int, seq: int, recompute: str, device: str) -> Recipe:
-    return make_recipe(recipe, optimizer, micro_batch, seq, recompute, None, None, None, "single", device)
+def _one_gpu(recipe: str, optimizer: str, micro_batch: int, seq: int, recompute: str, impl: str,
+             device: str) -> Recipe:
+    return make_recipe(recipe, optimizer, micro_batch, seq, recompute, None, None, None, impl, device)
 
 
 def evaluate(req: PlanRequest, cand: Candidate) -> Row | None:
@@ -169,6 +170,8 @@ def bill_options(req: PlanRequest, cand: Candidate) -> dict[str, Any]:
         out["train_tokens"] = req.train_tokens
     if req.price_per_gpu_hour is not None:
         out["price_per_gpu_hour"] = req.price_per_gpu_hour
+    if req.optimizer_impl != default_optimizer_impl(req.optimizer, req.device):  # bill's default on the device
+        out["optimizer_impl"] = req.optimizer_impl
     if req.device != "cuda":  # bill's default with --gpu (api.kernels_of)
         out["device"] = req.device
     return out
@@ -235,7 +238,7 @@ def _gib_per_byte(scale: float, last: tuple[float, float] | None, x: float, peak
 def _eager_peak(req: PlanRequest, cand: Candidate, budget_gib: float) -> float | None:
     """The worst rank's peak of the verdict's eager bill with `budget:<budget_gib>GiB` (None: no eager bill)."""
     recipe = make_recipe(req.recipe, req.optimizer, cand.micro_batch, req.seq, f"budget:{budget_gib:.2f}GiB", None,
-                         None, cand.parallel, "single", req.device)
+                         None, cand.parallel, req.optimizer_impl, req.device)
     try:
         return _eager_verdict(req.spec, recipe)
     except StepbillError:
@@ -273,8 +276,8 @@ def _budget_gib(req: PlanRequest, cand: Candidate) -> tuple[float, float, float,
     floor and peak the larger of the ideal and the eager convention's, with the activation widths make_bill gives
     each (`_solver_gib`, memoised: they read no field of the layout)."""
     par = cand.parallel
-    recipe = make_recipe(req.recipe, req.optimizer, cand.micro_batch, req.seq, "none", None, None, par, "single",
-                         req.device)
+    recipe = make_recipe(req.recipe, req.optimizer, cand.micro_batch, req.seq, "none", None, None, par,
+                         req.optimizer_impl, req.device)
     free = budget_bytes(req, par) - _worst_resident(req, slicing_layout(par), par.offload_optimizer)
     loads = [len(layers) * in_flight_microbatches(recipe, s)
              for s, layers in enumerate(stage_layer_indices(req.spec, par))]

@@ -95,7 +95,8 @@ def _held_by_class(req: PlanRequest, holdings_layout: Parallel, memo: _Memo) -> 
     held_of = held_key(holdings_layout)
     held = memo.held.get(held_of)
     if held is None:
-        recipe = make_recipe(req.recipe, req.optimizer, 1, req.seq, "none", None, None, holdings_layout, "single")
+        recipe = make_recipe(req.recipe, req.optimizer, 1, req.seq, "none", None, None, holdings_layout,
+                             req.optimizer_impl, req.device)
         classes = {representative_stage(req.spec, holdings_layout, s) for s in range(holdings_layout.pp)}
         held = {c: stage_held(req.spec, recipe.precision, recipe.optimizer, recipe.lora, holdings_layout, c)
                 for c in classes}

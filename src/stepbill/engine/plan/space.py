@@ -59,6 +59,10 @@ from stepbill.errors import StepbillError
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.parallel import Parallel, validate_layout
+from stepbill.spec.recipe import default_optimizer_impl
+
+#: The optimizers torch.optim runs as one fused kernel (fused=True), which the planner takes.
+FUSED_ADAM = ("adam", "adamw")
 
 RECOMPUTE_POLICIES = ("none", "selective:core_attn", "full")
 
@@ -118,6 +122,13 @@ class PlanRequest:
     #: the kernels the eager convention follows (spec/recipe.DEVICES): a plan is for GPUs, so CUDA's — dropout's
     #: bool masks, SDPA's fused kernels with attention dropout and for MLA's unequal head widths, no S×S tensor kept
     device: str = "cuda"
+
+    @property
+    def optimizer_impl(self) -> str:
+        """How the planned runs step the optimizer: Adam / AdamW fused (torch.optim's fused=True: no temporaries —
+        Megatron-LM, DeepSpeed and recent transformers' Trainer run fused Adam too; a plan is the best way to run,
+        and its rows say `--optimizer-impl fused`), any other as PyTorch runs it on the device."""
+        return "fused" if self.optimizer in FUSED_ADAM else default_optimizer_impl(self.optimizer, self.device)
 
     @property
     def fix(self) -> dict[str, object]:

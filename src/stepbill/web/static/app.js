@@ -674,7 +674,8 @@ async function init() {
   fill(form.model, [...choices.models, "config"], [...choices.models, "custom config.json…"]);
   fill(form.recipe, choices.recipes);
   fill(form.optimizer, choices.optimizers);
-  fill(form["optimizer-impl"], choices.optimizer_impls);
+  fill(form["optimizer-impl"], ["", ...choices.optimizer_impls],
+       ["PyTorch's default (foreach for Adam / AdamW on a GPU)", ...choices.optimizer_impls]);
   fill(form.convention, choices.conventions);
   fill(form.attention, choices.attentions);
   fill(form.zero, choices.zero.map(String));
