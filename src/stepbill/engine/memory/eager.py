@@ -51,6 +51,7 @@ from stepbill.engine.memory.eager_layer import (
     in_layer_forward,
 )
 from stepbill.engine.memory.eager_lora import first_layer_adapter_a_casts, lora_optimizer_temporaries
+from stepbill.engine.memory.eager_moe import InnerMoment, routed_backward
 from stepbill.engine.params import ParamInventory
 from stepbill.engine.recompute import RecomputePlan
 from stepbill.engine.recompute.core_attn import checkpoints_attention_core
@@ -121,16 +122,20 @@ class EagerTerms:
     #: --attention eager (eager_attention_forward_peak): per layer kind, a layer's largest forward op (scores or the
     #: softmax) against the moment after its forward
     attn_fwd: dict[str, int] = field(default_factory=dict)
+    #: per MoE layer kind: the routed experts' down and gate_up grouped-GEMM backward moments (eager_moe.py); their
+    #: combine moment is the kind's layer moment (layer_act / layer_temp / layer_grad)
+    moe_inner: dict[str, tuple[InnerMoment, ...]] = field(default_factory=dict)
 
     def for_rank(self, tokens: float, width: float, vocab: float, grads: float, counters: float = 1.0,
-                 optimizer: float = 1.0, weights: float = 1.0) -> EagerTerms:
+                 optimizer: float = 1.0, weights: float = 1.0, experts: float = 1.0) -> EagerTerms:
         """These terms on one rank of a layout (approximate: each term divided as the tensors it stands for).
 
         `tokens`: the divisor of residual-stream-wide tensors (cp, × tp under sequence parallelism); `width`:
         of head/FFN-wide tensors (cp × tp); `vocab`: of the logits and loss (cp × tp: vocab-parallel
         cross-entropy, Megatron-LM); `grads`: of one layer's weight gradients (tp, × ZeRO-2/3 shards);
         `counters`: the share of parameter tensors the rank holds; `optimizer`: of the optimizer's largest
-        state tensor (tp, × ZeRO shards); `weights`: of autocast's weight copies (tp)."""
+        state tensor (tp, × ZeRO shards); `weights`: of autocast's weight copies (tp); `experts`: of a routed expert
+        bank's gradient while its grouped GEMM's backward makes it whole (ep × etp: the rank's experts, their width)."""
 
         def per(mapping: dict[str, int], divisor: float) -> dict[str, int]:
             return {k: round(v / divisor) for k, v in mapping.items()}
@@ -168,6 +173,9 @@ class EagerTerms:
             attn_temp=per(self.attn_temp, width),
             attn_grad=per(self.attn_grad, grads),
             attn_fwd=per(self.attn_fwd, width),
+            moe_inner={k: tuple(InnerMoment(round(x.act / width), round(x.temps / width),
+                                             round(x.weight_temps / experts), round(x.grads / grads)) for x in v)
+                       for k, v in self.moe_inner.items()},
         )
 
 
@@ -279,6 +287,7 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
     attn_temp: dict[str, int] = {}
     attn_grad: dict[str, int] = {}
     attn_fwd: dict[str, int] = {}
+    moe_inner: dict[str, tuple[InnerMoment, ...]] = {}
     # selective:core_attn checkpoints the attention function, which makes a masked layer's converted mask and
     # repeat_kv copies inside: rebuilt, not kept; the checkpoint holds the boolean mask and k, v as handed (the
     # full-attention rows' own), so a masked layer keeps nothing beyond full attention (measured: gemma-3-1b)
@@ -304,6 +313,10 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         layer_temp[kind] = round((a * h + (2 if single_gelu else 3) * ffn_wide) * n)
         mats = [x for x in inventory.tensors if x.layer_kind == kind and x.is_matrix]
         layer_grad[kind] = mats[-1].total // count * p.grads if mats and lora is None else 0
+        routed = routed_backward(spec, rows, width, p.grads, n, t) if lora is None else ()
+        if routed:  # the MoE output's first backward is the routed combine's, not a SwiGLU product's
+            combine, *moe_inner[kind] = routed
+            layer_act[kind], layer_temp[kind], layer_grad[kind] = combine.act, combine.temps, combine.grads
         ffn_block = rows[-1].block if rows else ""
         freed = sum(r.bytes_at(t) for r in rows if r.block == ffn_block and not r.name.endswith("norm_x_fp32")
                     and (kept is None or r.name in kept))
@@ -376,4 +389,5 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         attn_temp=attn_temp,
         attn_grad=attn_grad,
         attn_fwd=attn_fwd,
+        moe_inner={k: tuple(v) for k, v in moe_inner.items()},
     )
