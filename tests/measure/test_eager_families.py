@@ -4,7 +4,7 @@ MemTracker (real tensors, seconds each), for fp32, pure-bf16 and amp-bf16, recom
 Known gaps are marked xfail (strict: fixing one turns it into a failure to be removed from the list): they are
 moments inside a checkpointed layer's forward (full recompute: the layer's unsaved intermediates; modelled by
 engine/memory/eager_layer.in_layer_forward for GPT-2's gelu_new, Mixtral's fp32 expert fallback and MLA's
-math-path attention in fp32; not yet MLA in bf16/amp, Qwen2-MoE's fallback with its shared expert) and layer-backward
+math-path attention in fp32, bf16 and amp; not yet Qwen2-MoE's fallback with its shared expert) and layer-backward
 moments of LayerNorm/GELU and parallel-residual layers, which engine/memory/eager.py still models as SwiGLU +
 RMSNorm (MoE layers: the routed experts' backward, engine/memory/eager_moe.py)."""
 
@@ -28,8 +28,8 @@ KNOWN_GAPS = {
     # session 32 closed gpt_neox pure-bf16 / amp, llama, qwen3 and phi3 amp under full (the rebuilt input counted
     # once, GELU's two gradients, the amp LM head); the MoE layers' routed-expert backward (the combine's index
     # backward, the down and gate_up grouped GEMMs' backward with their whole 3-D bank gradients:
-    # engine/memory/eager_moe.py) closed Mixtral and Qwen2-MoE under full
-    ("deepseek_v3", "pure-bf16", "full"), ("deepseek_v3", "amp-bf16", "full"),
+    # engine/memory/eager_moe.py) closed Mixtral and Qwen2-MoE under full; MLA's math path in bf16 / amp
+    # (eager_layer.mla_math_forward_low) closed DeepSeek-V3's
     # gemma2 and gpt_oss under full recompute: the checkpoints keep the additive B·S² attention masks (one per attention
     # type) that eager attention builds; not modelled yet (activations at the forward peak -4 to -7 %): the bill
     # refuses in one line (tests/test_families.py).

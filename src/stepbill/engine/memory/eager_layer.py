@@ -10,8 +10,8 @@ from stepbill.engine import activations as act
 from stepbill.engine.activations import eager
 from stepbill.engine.activations.eager.attention import mla_uses_math_path
 from stepbill.engine.activations.eager.dtypes import Dt
-from stepbill.engine.activations.eager.ffn import GELU_TANH_FAMILIES
-from stepbill.engine.activations.eager.moe import RENORMALISE
+from stepbill.engine.activations.eager.ffn import GELU_TANH_FAMILIES, ffn_weights
+from stepbill.engine.activations.eager.moe import RENORMALISE, moe_cast_weights
 from stepbill.engine.activations.eager.outside import rope_width
 from stepbill.engine.params import ParamInventory
 from stepbill.spec.model import ModelSpec
@@ -37,16 +37,20 @@ def in_layer_forward(spec: ModelSpec, kind: str, width: int, n: int, t: int) -> 
     d, f = spec.hidden_size, spec.ffn.intermediate_size
     attn, ffn = act.layer_blocks(spec, kind)
     attn_peak = mla_math_forward(spec, dt, n, t) if attn == "mla" else 0
+    if attn_peak and dt.amp:  # the casts of o_proj and of the FFN / MoE linears are made after the attention's core
+        later = spec.hidden_size * spec.attention.n_heads * spec.attention.v_head_dim
+        later += moe_cast_weights(spec) if ffn == "moe" else ffn_weights(spec)
+        attn_peak -= AMP_CAST * later
     return max(attn_peak, _ffn_forward(spec, dt, ffn, d, f, n))
 
 
 def mla_math_forward(spec: ModelSpec, dt: Dt, n: int, t: int) -> int:
     """MLA on SDPA's math path (q/k and v head widths differ), at its Q·Kᵀ (`bmm`): everything the attention
-    has named so far plus the math path's own copies. fp32 only: in bf16 CPU's math path upcasts q, k and v to
-    fp32 and keeps further copies after the softmax, and under autocast the rotary products promote to fp32
-    (neither modelled yet: 0)."""
-    if not mla_uses_math_path(spec, dt.device) or dt.amp or dt.compute != FP32:
+    has named so far plus the math path's own copies (bf16 and amp: mla_math_forward_low)."""
+    if not mla_uses_math_path(spec, dt.device):
         return 0
+    if dt.amp or dt.compute != FP32:
+        return mla_math_forward_low(spec, dt, n, t)
     a, d, c = spec.attention, spec.hidden_size, dt.compute
     heads, qk, rope = a.n_heads, a.qk_head_dim, a.qk_rope_head_dim
     norm_out = c * d  # input_layernorm's output, the attention's input
@@ -64,6 +68,36 @@ def mla_math_forward(spec: ModelSpec, dt: Dt, n: int, t: int) -> int:
     # tensor, q·√scale released)
     core = scaled + max(scaled + scores, 2 * scores)
     return (norm_out + q_states + compressed_kv + kv_normed + rotated + query + kv_b + key + core) * n + mask
+
+
+def mla_math_forward_low(spec: ModelSpec, dt: Dt, n: int, t: int) -> int:
+    """MLA on CPU SDPA's math path in bf16 (pure-bf16, amp), at its largest op (all the layer's casts counted).
+
+    Traced op by op (tiny deepseek_v3, full recompute, torch 2.13 CPU): `_scaled_dot_product_attention_math` upcasts
+    q, k and v to fp32 (`query_.to(at::kFloat)`, attention.cpp), scales q and k (fp32 copies), builds the fp32 causal
+    mask (T×T), and returns `matmul(attn, value_acc).to(origin_dtype)` with `attn.to(origin_dtype)`: beside the fp32
+    softmax it makes the weights' bf16 copy, v expanded for the bmm (an fp32 clone) and the fp32 output; the largest of
+    Q·Kᵀ (both scaled copies and the scores), the mask's addition (a second scores tensor) and P·V is the peak.
+    Under autocast the norm outputs are fp32 (fp32 norm weights), cos/sin are fp32 (the hidden states' dtype), so the
+    rotary products and the query they are concatenated into are fp32; SDPA's autocast casts that query to bf16."""
+    a, d, c, pr = spec.attention, spec.hidden_size, dt.compute, dt.param
+    heads, qk, rope, v = a.n_heads, a.qk_head_dim, a.qk_rope_head_dim, a.v_head_dim
+    named = (pr * d  # input_layernorm's output
+             + c * heads * qk  # q_b_proj's output (q_pass a view of it)
+             + c * (a.kv_lora_rank + rope)  # kv_a_proj_with_mqa's output
+             + pr * a.kv_lora_rank  # kv_a_layernorm's output
+             + pr * (heads * rope + rope)  # q_rot and k_rot after RoPE
+             + pr * heads * qk  # cat(q_pass, q_rot)
+             + c * heads * (a.qk_nope_head_dim + v)  # kv_b_proj's output
+             + c * heads * qk  # key: k_pass.new_empty, k_rot copied in
+             + (c * heads * qk if dt.amp else 0))  # autocast's bf16 copy of the fp32 query
+    upcast = FP32 * heads * (2 * qk + v)  # the math path's fp32 q, k, v
+    scaled, scores = FP32 * heads * qk, FP32 * heads * t
+    at_qk = 2 * scaled + scores
+    at_mask = scaled + 2 * scores
+    at_pv = scaled + scores + c * heads * t + 2 * FP32 * heads * v  # P (fp32), its bf16 copy, v expanded, P·V
+    mask = FP32 * t * t  # where(tril(ones)), T×T, shared by the batch
+    return (named + upcast + max(at_qk, at_mask, at_pv)) * n + mask
 
 
 def _ffn_forward(spec: ModelSpec, dt: Dt, ffn: str, d: int, f: int, n: int) -> int:
