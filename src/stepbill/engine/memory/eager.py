@@ -125,6 +125,8 @@ class EagerTerms:
     #: per MoE layer kind: the routed experts' down and gate_up grouped-GEMM backward moments (eager_moe.py); their
     #: combine moment is the kind's layer moment (layer_act / layer_temp / layer_grad)
     moe_inner: dict[str, tuple[InnerMoment, ...]] = field(default_factory=dict)
+    #: per layer kind: the change of autocast's weight copies at the layer moment (the MoE combine's: eager_moe.py)
+    layer_cast: dict[str, int] = field(default_factory=dict)
 
     def for_rank(self, tokens: float, width: float, vocab: float, grads: float, counters: float = 1.0,
                  optimizer: float = 1.0, weights: float = 1.0, experts: float = 1.0) -> EagerTerms:
@@ -174,8 +176,10 @@ class EagerTerms:
             attn_grad=per(self.attn_grad, grads),
             attn_fwd=per(self.attn_fwd, width),
             moe_inner={k: tuple(InnerMoment(round(x.act / width), round(x.temps / width),
-                                             round(x.weight_temps / experts), round(x.grads / grads)) for x in v)
+                                             round(x.weight_temps / experts), round(x.grads / grads),
+                                             round(x.casts / weights)) for x in v)
                        for k, v in self.moe_inner.items()},
+            layer_cast=per(self.layer_cast, weights),
         )
 
 
@@ -288,6 +292,7 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
     attn_grad: dict[str, int] = {}
     attn_fwd: dict[str, int] = {}
     moe_inner: dict[str, tuple[InnerMoment, ...]] = {}
+    layer_cast: dict[str, int] = {}
     # selective:core_attn checkpoints the attention function, which makes a masked layer's converted mask and
     # repeat_kv copies inside: rebuilt, not kept; the checkpoint holds the boolean mask and k, v as handed (the
     # full-attention rows' own), so a masked layer keeps nothing beyond full attention (measured: gemma-3-1b)
@@ -317,6 +322,7 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         if routed:  # the MoE output's first backward is the routed combine's, not a SwiGLU product's
             combine, *moe_inner[kind] = routed
             layer_act[kind], layer_temp[kind], layer_grad[kind] = combine.act, combine.temps, combine.grads
+            layer_cast[kind] = combine.casts
         ffn_block = rows[-1].block if rows else ""
         freed = sum(r.bytes_at(t) for r in rows if r.block == ffn_block and not r.name.endswith("norm_x_fp32")
                     and (kept is None or r.name in kept))
@@ -390,4 +396,5 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         attn_grad=attn_grad,
         attn_fwd=attn_fwd,
         moe_inner={k: tuple(v) for k, v in moe_inner.items()},
+        layer_cast=layer_cast,
     )
