@@ -3,10 +3,11 @@ MemTracker (real tensors, seconds each), for fp32, pure-bf16 and amp-bf16, recom
 
 Known gaps are marked xfail (strict: fixing one turns it into a failure to be removed from the list): they are
 moments inside a checkpointed layer's forward (full recompute: the layer's unsaved intermediates; modelled by
-engine/memory/eager_layer.in_layer_forward for GPT-2's gelu_new, Mixtral's fp32 expert fallback and MLA's
-math-path attention in fp32, bf16 and amp; not yet Qwen2-MoE's fallback with its shared expert) and layer-backward
-moments of LayerNorm/GELU and parallel-residual layers, which engine/memory/eager.py still models as SwiGLU +
-RMSNorm (MoE layers: the routed experts' backward, engine/memory/eager_moe.py)."""
+engine/memory/eager_layer.in_layer_forward for GPT-2's gelu_new, the Mixtral / Qwen2-MoE fp32 expert fallback and
+MLA's math-path attention in fp32, bf16 and amp) and layer-backward moments of LayerNorm/GELU and parallel-residual
+layers, which engine/memory/eager.py still models as SwiGLU + RMSNorm (MoE layers: the routed experts' backward,
+engine/memory/eager_moe.py). Not modelled yet, within 3 %: the rebuild of a checkpointed layer in the backward (its
+in-layer peak with the later layers' gradients alive: DeepSeek-V3 pure-bf16 / amp's MLA math path, −1.2 %)."""
 
 from __future__ import annotations
 

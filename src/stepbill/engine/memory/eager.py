@@ -19,7 +19,8 @@ step, `model(input_ids, labels=input_ids, use_cache=False)`, `loss.backward()`, 
   down projection's input, the residual gradient (hidden wide) and three FFN-wide gradients; the weight
   gradients of every later layer and of the layer's down projection exist; in low precision the FFN's input
   norm backward can top it (RMSNorm works in fp32: five fp32 hidden-wide temporaries, with the FFN's rows
-  freed but for the norm's fp32 input, and all the FFN's weight gradients made);
+  freed but for the norm's fp32 input, and all the FFN's weight gradients made); a MoE layer's largest are its
+  routed experts' backward moments instead (eager_moe.py: the combine, and each grouped GEMM's whole bank gradient);
 - optimizer step: `single` (foreach=False) makes `exp_avg_sq.sqrt()` and its division by the bias
   correction for one tensor while the previous tensor's `denom` is still referenced: max over consecutive
   tensors of 2·s_j + s_{j-1} bytes; `foreach` builds `_foreach_sqrt` of every state at once: one more copy of
