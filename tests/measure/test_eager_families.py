@@ -6,8 +6,8 @@ moments inside a checkpointed layer's forward (full recompute: the layer's unsav
 engine/memory/eager_layer.in_layer_forward for GPT-2's gelu_new, the Mixtral / Qwen2-MoE fp32 expert fallback and
 MLA's math-path attention in fp32, bf16 and amp) and layer-backward moments of LayerNorm/GELU and parallel-residual
 layers, which engine/memory/eager.py still models as SwiGLU + RMSNorm (MoE layers: the routed experts' backward,
-engine/memory/eager_moe.py). Not modelled yet, within 3 %: the rebuild of a checkpointed layer in the backward (its
-in-layer peak with the later layers' gradients alive: DeepSeek-V3 pure-bf16 / amp's MLA math path, −1.2 %)."""
+engine/memory/eager_moe.py) and, for MLA's math path in bf16 / amp, the rebuild of a checkpointed layer at the start
+of its backward (eager_layer.mla_math_rebuild_low: DeepSeek-V3's backward peak)."""
 
 from __future__ import annotations
 

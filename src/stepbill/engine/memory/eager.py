@@ -50,6 +50,7 @@ from stepbill.engine.memory.eager_layer import (
     eager_attention_backward,
     eager_attention_forward_peak,
     in_layer_forward,
+    mla_math_rebuild_low,
 )
 from stepbill.engine.memory.eager_lora import first_layer_adapter_a_casts, lora_optimizer_temporaries
 from stepbill.engine.memory.eager_moe import InnerMoment, routed_backward
@@ -128,6 +129,8 @@ class EagerTerms:
     moe_inner: dict[str, tuple[InnerMoment, ...]] = field(default_factory=dict)
     #: per layer kind: the change of autocast's weight copies at the layer moment (the MoE combine's: eager_moe.py)
     layer_cast: dict[str, int] = field(default_factory=dict)
+    #: full recompute, per layer kind: the rebuild's peak at the start of its backward (eager_layer.mla_math_rebuild_low)
+    layer_rebuild: dict[str, InnerMoment] = field(default_factory=dict)
 
     def for_rank(self, tokens: float, width: float, vocab: float, grads: float, counters: float = 1.0,
                  optimizer: float = 1.0, weights: float = 1.0, experts: float = 1.0) -> EagerTerms:
@@ -176,11 +179,10 @@ class EagerTerms:
             attn_temp=per(self.attn_temp, width),
             attn_grad=per(self.attn_grad, grads),
             attn_fwd=per(self.attn_fwd, width),
-            moe_inner={k: tuple(InnerMoment(round(x.act / width), round(x.temps / width),
-                                             round(x.weight_temps / experts), round(x.grads / grads),
-                                             round(x.casts / weights)) for x in v)
+            moe_inner={k: tuple(x.divided(width, width, experts, grads, weights) for x in v)
                        for k, v in self.moe_inner.items()},
             layer_cast=per(self.layer_cast, weights),
+            layer_rebuild={k: x.divided(width, tokens, 1, 1, weights) for k, x in self.layer_rebuild.items()},
         )
 
 
@@ -294,6 +296,7 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
     attn_fwd: dict[str, int] = {}
     moe_inner: dict[str, tuple[InnerMoment, ...]] = {}
     layer_cast: dict[str, int] = {}
+    layer_rebuild: dict[str, InnerMoment] = {}
     # selective:core_attn checkpoints the attention function, which makes a masked layer's converted mask and
     # repeat_kv copies inside: rebuilt, not kept; the checkpoint holds the boolean mask and k, v as handed (the
     # full-attention rows' own), so a masked layer keeps nothing beyond full attention (measured: gemma-3-1b)
@@ -324,6 +327,8 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
             combine, *moe_inner[kind] = routed
             layer_act[kind], layer_temp[kind], layer_grad[kind] = combine.act, combine.temps, combine.grads
             layer_cast[kind] = combine.casts
+        if plan.policy.kind == "full" and lora is None and (rebuild := mla_math_rebuild_low(spec, kind, width, rows, n, t)):
+            layer_rebuild[kind] = rebuild
         ffn_block = rows[-1].block if rows else ""
         freed = sum(r.bytes_at(t) for r in rows if r.block == ffn_block and not r.name.endswith("norm_x_fp32")
                     and (kept is None or r.name in kept))
@@ -398,4 +403,5 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         attn_fwd=attn_fwd,
         moe_inner={k: tuple(v) for k, v in moe_inner.items()},
         layer_cast=layer_cast,
+        layer_rebuild=layer_rebuild,
     )

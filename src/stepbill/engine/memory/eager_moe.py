@@ -57,6 +57,11 @@ class InnerMoment:
     grads: int  # the layer's weight gradients accumulated by then
     casts: int = 0  # change of autocast's weight copies (the other branch's, freed by its backward)
 
+    def divided(self, act: float, temps: float, weight_temps: float, grads: float, casts: float) -> InnerMoment:
+        """This moment on one rank of a layout (EagerTerms.for_rank): each part divided as the tensors it stands for."""
+        return InnerMoment(round(self.act / act), round(self.temps / temps), round(self.weight_temps / weight_temps),
+                           round(self.grads / grads), round(self.casts / casts))
+
 
 def routed_backward(spec: ModelSpec, rows: list, width: int, grad_bytes: int, n: int, t: int) -> tuple[InnerMoment, ...]:
     """The combine, down and gate_up moments of a MoE layer's routed experts (module docstring); () for a layer
