@@ -19,7 +19,8 @@ step, `model(input_ids, labels=input_ids, use_cache=False)`, `loss.backward()`, 
   down projection's input, the residual gradient (hidden wide) and three FFN-wide gradients; the weight
   gradients of every later layer and of the layer's down projection exist; in low precision the FFN's input
   norm backward can top it (RMSNorm works in fp32: five fp32 hidden-wide temporaries, with the FFN's rows
-  freed but for the norm's fp32 input, and all the FFN's weight gradients made);
+  freed but for the norm's fp32 input, and all the FFN's weight gradients made); a MoE layer's largest are its
+  routed experts' backward moments instead (eager_moe.py: the combine, and each grouped GEMM's whole bank gradient);
 - optimizer step: `single` (foreach=False) makes `exp_avg_sq.sqrt()` and its division by the bias
   correction for one tensor while the previous tensor's `denom` is still referenced: max over consecutive
   tensors of 2·s_j + s_{j-1} bytes; `foreach` builds `_foreach_sqrt` of every state at once: one more copy of
@@ -49,8 +50,10 @@ from stepbill.engine.memory.eager_layer import (
     eager_attention_backward,
     eager_attention_forward_peak,
     in_layer_forward,
+    mla_math_rebuild_low,
 )
 from stepbill.engine.memory.eager_lora import first_layer_adapter_a_casts, lora_optimizer_temporaries
+from stepbill.engine.memory.eager_moe import InnerMoment, routed_backward
 from stepbill.engine.params import ParamInventory
 from stepbill.engine.recompute import RecomputePlan
 from stepbill.engine.recompute.core_attn import checkpoints_attention_core
@@ -121,16 +124,24 @@ class EagerTerms:
     #: --attention eager (eager_attention_forward_peak): per layer kind, a layer's largest forward op (scores or the
     #: softmax) against the moment after its forward
     attn_fwd: dict[str, int] = field(default_factory=dict)
+    #: per MoE layer kind: the routed experts' down and gate_up grouped-GEMM backward moments (eager_moe.py); their
+    #: combine moment is the kind's layer moment (layer_act / layer_temp / layer_grad)
+    moe_inner: dict[str, tuple[InnerMoment, ...]] = field(default_factory=dict)
+    #: per layer kind: the change of autocast's weight copies at the layer moment (the MoE combine's: eager_moe.py)
+    layer_cast: dict[str, int] = field(default_factory=dict)
+    #: full recompute, per layer kind: the rebuild's peak at the start of its backward (eager_layer.mla_math_rebuild_low)
+    layer_rebuild: dict[str, InnerMoment] = field(default_factory=dict)
 
     def for_rank(self, tokens: float, width: float, vocab: float, grads: float, counters: float = 1.0,
-                 optimizer: float = 1.0, weights: float = 1.0) -> EagerTerms:
+                 optimizer: float = 1.0, weights: float = 1.0, experts: float = 1.0) -> EagerTerms:
         """These terms on one rank of a layout (approximate: each term divided as the tensors it stands for).
 
         `tokens`: the divisor of residual-stream-wide tensors (cp, × tp under sequence parallelism); `width`:
         of head/FFN-wide tensors (cp × tp); `vocab`: of the logits and loss (cp × tp: vocab-parallel
         cross-entropy, Megatron-LM); `grads`: of one layer's weight gradients (tp, × ZeRO-2/3 shards);
         `counters`: the share of parameter tensors the rank holds; `optimizer`: of the optimizer's largest
-        state tensor (tp, × ZeRO shards); `weights`: of autocast's weight copies (tp)."""
+        state tensor (tp, × ZeRO shards); `weights`: of autocast's weight copies (tp); `experts`: of a routed expert
+        bank's gradient while its grouped GEMM's backward makes it whole (ep × etp: the rank's experts, their width)."""
 
         def per(mapping: dict[str, int], divisor: float) -> dict[str, int]:
             return {k: round(v / divisor) for k, v in mapping.items()}
@@ -168,6 +179,10 @@ class EagerTerms:
             attn_temp=per(self.attn_temp, width),
             attn_grad=per(self.attn_grad, grads),
             attn_fwd=per(self.attn_fwd, width),
+            moe_inner={k: tuple(x.divided(width, width, experts, grads, weights) for x in v)
+                       for k, v in self.moe_inner.items()},
+            layer_cast=per(self.layer_cast, weights),
+            layer_rebuild={k: x.divided(width, tokens, 1, 1, weights) for k, x in self.layer_rebuild.items()},
         )
 
 
@@ -279,6 +294,9 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
     attn_temp: dict[str, int] = {}
     attn_grad: dict[str, int] = {}
     attn_fwd: dict[str, int] = {}
+    moe_inner: dict[str, tuple[InnerMoment, ...]] = {}
+    layer_cast: dict[str, int] = {}
+    layer_rebuild: dict[str, InnerMoment] = {}
     # selective:core_attn checkpoints the attention function, which makes a masked layer's converted mask and
     # repeat_kv copies inside: rebuilt, not kept; the checkpoint holds the boolean mask and k, v as handed (the
     # full-attention rows' own), so a masked layer keeps nothing beyond full attention (measured: gemma-3-1b)
@@ -304,6 +322,13 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         layer_temp[kind] = round((a * h + (2 if single_gelu else 3) * ffn_wide) * n)
         mats = [x for x in inventory.tensors if x.layer_kind == kind and x.is_matrix]
         layer_grad[kind] = mats[-1].total // count * p.grads if mats and lora is None else 0
+        routed = routed_backward(spec, rows, width, p.grads, n, t) if lora is None else ()
+        if routed:  # the MoE output's first backward is the routed combine's, not a SwiGLU product's
+            combine, *moe_inner[kind] = routed
+            layer_act[kind], layer_temp[kind], layer_grad[kind] = combine.act, combine.temps, combine.grads
+            layer_cast[kind] = combine.casts
+        if plan.policy.kind == "full" and lora is None and (rebuild := mla_math_rebuild_low(spec, kind, width, rows, n, t)):
+            layer_rebuild[kind] = rebuild
         ffn_block = rows[-1].block if rows else ""
         freed = sum(r.bytes_at(t) for r in rows if r.block == ffn_block and not r.name.endswith("norm_x_fp32")
                     and (kept is None or r.name in kept))
@@ -376,4 +401,7 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         attn_temp=attn_temp,
         attn_grad=attn_grad,
         attn_fwd=attn_fwd,
+        moe_inner={k: tuple(v) for k, v in moe_inner.items()},
+        layer_cast=layer_cast,
+        layer_rebuild=layer_rebuild,
     )

@@ -10,9 +10,10 @@ from stepbill.engine import activations as act
 from stepbill.engine.activations import eager
 from stepbill.engine.activations.eager.attention import mla_uses_math_path
 from stepbill.engine.activations.eager.dtypes import Dt
-from stepbill.engine.activations.eager.ffn import GELU_TANH_FAMILIES
-from stepbill.engine.activations.eager.moe import RENORMALISE
+from stepbill.engine.activations.eager.ffn import GELU_TANH_FAMILIES, ffn_weights
+from stepbill.engine.activations.eager.moe import RENORMALISE, moe_cast_weights
 from stepbill.engine.activations.eager.outside import rope_width
+from stepbill.engine.memory.eager_moe import SHARED_AFTER, InnerMoment
 from stepbill.engine.params import ParamInventory
 from stepbill.spec.model import ModelSpec
 
@@ -37,16 +38,18 @@ def in_layer_forward(spec: ModelSpec, kind: str, width: int, n: int, t: int) -> 
     d, f = spec.hidden_size, spec.ffn.intermediate_size
     attn, ffn = act.layer_blocks(spec, kind)
     attn_peak = mla_math_forward(spec, dt, n, t) if attn == "mla" else 0
+    if attn_peak and dt.amp:  # the casts of o_proj and of the FFN / MoE linears are made after the attention's core
+        attn_peak -= later_casts(spec, ffn)
     return max(attn_peak, _ffn_forward(spec, dt, ffn, d, f, n))
 
 
 def mla_math_forward(spec: ModelSpec, dt: Dt, n: int, t: int) -> int:
     """MLA on SDPA's math path (q/k and v head widths differ), at its Q·Kᵀ (`bmm`): everything the attention
-    has named so far plus the math path's own copies. fp32 only: in bf16 CPU's math path upcasts q, k and v to
-    fp32 and keeps further copies after the softmax, and under autocast the rotary products promote to fp32
-    (neither modelled yet: 0)."""
-    if not mla_uses_math_path(spec, dt.device) or dt.amp or dt.compute != FP32:
+    has named so far plus the math path's own copies (bf16 and amp: mla_math_forward_low)."""
+    if not mla_uses_math_path(spec, dt.device):
         return 0
+    if dt.amp or dt.compute != FP32:
+        return mla_math_forward_low(spec, dt, n, t)
     a, d, c = spec.attention, spec.hidden_size, dt.compute
     heads, qk, rope = a.n_heads, a.qk_head_dim, a.qk_rope_head_dim
     norm_out = c * d  # input_layernorm's output, the attention's input
@@ -64,6 +67,88 @@ def mla_math_forward(spec: ModelSpec, dt: Dt, n: int, t: int) -> int:
     # tensor, q·√scale released)
     core = scaled + max(scaled + scores, 2 * scores)
     return (norm_out + q_states + compressed_kv + kv_normed + rotated + query + kv_b + key + core) * n + mask
+
+
+def _mla_low_locals(spec: ModelSpec, dt: Dt) -> dict[str, int]:
+    """Per-token bytes of what MLA's forward names up to SDPA in bf16 / amp (mla_math_forward_low), keyed by the row
+    name where the layer also saves that tensor (bf16: the norm outputs the next linears read)."""
+    a, d, c, pr = spec.attention, spec.hidden_size, dt.compute, dt.param
+    heads, qk, rope = a.n_heads, a.qk_head_dim, a.qk_rope_head_dim
+    return {
+        "attn.norm_out": pr * d,  # input_layernorm's output
+        "q_states": c * heads * qk,  # q_b_proj's output (q_pass a view of it)
+        "compressed_kv": c * (a.kv_lora_rank + rope),  # kv_a_proj_with_mqa's output
+        "attn.kv_a.norm_out": pr * a.kv_lora_rank,  # kv_a_layernorm's output
+        "rotated": pr * (heads * rope + rope),  # q_rot and k_rot after RoPE
+        "query": pr * heads * qk,  # cat(q_pass, q_rot)
+        "kv_b": c * heads * (a.qk_nope_head_dim + a.v_head_dim),  # kv_b_proj's output
+        "key": c * heads * qk,  # k_pass.new_empty, k_rot copied in
+        "query_cast": c * heads * qk if dt.amp else 0,  # autocast's bf16 copy of the fp32 query
+    }
+
+
+def mla_math_forward_low(spec: ModelSpec, dt: Dt, n: int, t: int) -> int:
+    """MLA on CPU SDPA's math path in bf16 (pure-bf16, amp), at its largest op (all the layer's casts counted).
+
+    Traced op by op (tiny deepseek_v3, full recompute, torch 2.13 CPU): `_scaled_dot_product_attention_math` upcasts
+    q, k and v to fp32 (`query_.to(at::kFloat)`, attention.cpp), scales q and k (fp32 copies), builds the fp32 causal
+    mask (T×T), and returns `matmul(attn, value_acc).to(origin_dtype)` with `attn.to(origin_dtype)`: beside the fp32
+    softmax it makes the weights' bf16 copy, v expanded for the bmm (an fp32 clone) and the fp32 output; the largest of
+    Q·Kᵀ (both scaled copies and the scores), the mask's addition (a second scores tensor) and P·V is the peak.
+    Under autocast the norm outputs are fp32 (fp32 norm weights), cos/sin are fp32 (the hidden states' dtype), so the
+    rotary products and the query they are concatenated into are fp32; SDPA's autocast casts that query to bf16."""
+    a, c = spec.attention, dt.compute
+    heads, qk, v = a.n_heads, a.qk_head_dim, a.v_head_dim
+    named = sum(_mla_low_locals(spec, dt).values())
+    upcast = FP32 * heads * (2 * qk + v)  # the math path's fp32 q, k, v
+    scaled, scores = FP32 * heads * qk, FP32 * heads * t
+    at_qk = 2 * scaled + scores
+    at_mask = scaled + 2 * scores
+    at_pv = scaled + scores + c * heads * t + 2 * FP32 * heads * v  # P (fp32), its bf16 copy, v expanded, P·V
+    mask = FP32 * t * t  # where(tril(ones)), T×T, shared by the batch
+    return (named + upcast + max(at_qk, at_mask, at_pv)) * n + mask
+
+
+def later_casts(spec: ModelSpec, ffn: str) -> int:
+    """amp: bytes of a layer's weight casts made after its attention's core (o_proj's, the FFN's or MoE block's)."""
+    return AMP_CAST * (spec.hidden_size * spec.attention.n_heads * spec.attention.v_head_dim
+                       + (moe_cast_weights(spec) if ffn == "moe" else ffn_weights(spec)))
+
+
+def mla_math_rebuild_low(spec: ModelSpec, kind: str, width: int, rows: list, n: int, t: int) -> InnerMoment | None:
+    """The rebuild of a checkpointed MLA layer at the start of its backward (full recompute), at its math path's
+    softmax or P·V in bf16 / amp: None elsewhere. Against the layer's rows: the rows from v's clone (softmax) or o_proj's
+    input (P·V) on are not made yet; beside the rows made so far, the forward's unsaved locals (_mla_low_locals), the
+    fp32 q, k, v, the masked scores (softmax) or the weights' bf16 copy, the fp32 P·V and its bf16 cast (P·V) and the
+    T×T fp32 mask are alive, with the layer output's gradient (tokens·h, the residual's dtype; amp: and its bf16 copy
+    for a bf16 branch) and every later layer's weight gradients. Traced op by op (tiny deepseek_v3 pure-bf16 and amp,
+    full recompute: the backward peak, in the first layer's rebuild, at P·V; fake DeepSeek-V3 at seq 4096: at the
+    softmax, each layer's within the bill's other items)."""
+    dt = eager.dt_of(width)
+    names = [r.name for r in rows]
+    attn, ffn = act.layer_blocks(spec, kind)
+    if attn != "mla" or not mla_uses_math_path(spec, dt.device) or not (dt.amp or dt.compute != FP32) \
+            or "attn.o_in" not in names:
+        return None
+    a, c, heads = spec.attention, dt.compute, spec.attention.n_heads
+
+    def not_yet(first: str) -> float:  # the rows made from `first` on
+        return sum(r.bytes_at(t) for r in rows[names.index(first):])
+
+    unsaved = sum(b for name, b in _mla_low_locals(spec, dt).items() if name not in names)
+    upcast = FP32 * heads * (2 * a.qk_head_dim + a.v_head_dim)  # the math path's fp32 q, k, v
+    # at the softmax: the masked scores beside P (v's clone not made yet); at P·V: P's bf16 copy, the fp32 P·V and its
+    # bf16 cast (the largest at short sequences, the softmax at long ones)
+    at_softmax = FP32 * heads * t - not_yet("attn.v")
+    at_pv = c * heads * t + (FP32 + c) * heads * a.v_head_dim - not_yet("attn.o_in")
+    change = round((unsaved + upcast + max(at_softmax, at_pv)) * n) + FP32 * t * t
+    # the layer output's gradient; under autocast the block's last addend is bf16 (a dense FFN's down projection, or
+    # DeepSeek's shared experts added after the fp32 routed ones), so the add's backward, run before the rebuild, also
+    # made a bf16 copy of that gradient for its branch
+    bf16_last = ffn != "moe" or (spec.family in SHARED_AFTER and spec.moe is not None
+                                 and spec.moe.shared_intermediate_size > 0)
+    grad_out = dt.param * spec.hidden_size * n + (c * spec.hidden_size * n if dt.amp and bf16_last else 0)
+    return InnerMoment(change, grad_out, 0, 0, -later_casts(spec, ffn) if dt.amp else 0)
 
 
 def _ffn_forward(spec: ModelSpec, dt: Dt, ffn: str, d: int, f: int, n: int) -> int:

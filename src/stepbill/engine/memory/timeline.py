@@ -395,8 +395,15 @@ def eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: EagerT
         run = range(i - i % plan.segment, i + 1) if ckpt else range(0)
         mine = sum(casts[j] for j in run)
         live = bwd[i] + e.rope + fix + sum(e.layer_fixed.get(plan.order[j], 0) for j in run)
+        rebuild = e.layer_rebuild.get(k)
+        if rebuild is not None:  # full recompute: the rebuild's peak, before any of the layer's gradients
+            moments.append(at(Phase.BACKWARD, Part.LAYER_INNER, grads, live + rebuild.act, rebuild.temps,
+                              cast + mine + rebuild.casts, i))
         moments.append(at(Phase.BACKWARD, Part.LAYER, grads + e.layer_grad.get(k, 0), live + e.layer_act.get(k, 0),
-                          e.layer_temp.get(k, 0), cast + mine, i))
+                          e.layer_temp.get(k, 0), cast + mine + e.layer_cast.get(k, 0), i))
+        for inner in e.moe_inner.get(k, ()):  # the routed experts' grouped-GEMM backwards (eager_moe.py)
+            moments.append(at(Phase.BACKWARD, Part.LAYER_INNER, grads + inner.grads, live + inner.act,
+                              inner.temps + inner.weight_temps, cast + mine + inner.casts, i))
         if e.norm_temp:
             moments.append(at(Phase.BACKWARD, Part.LAYER_NORM, grads + e.norm_grad.get(k, 0),
                               live + e.norm_act.get(k, 0), e.norm_temp, cast + mine, i))

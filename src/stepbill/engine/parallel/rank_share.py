@@ -88,14 +88,15 @@ def rank_eager(eager: EagerTerms, recipe: Recipe, held: Held, inv: ParamInventor
     opt_div = par.tp * (par.zero_group if par.zero >= 1 else 1)
     # keyed on a few of the one-GPU terms' numbers, checked equal whole on a hit: a budget candidate's verdicts
     # each have their own terms (one per policy), mostly equal in value
+    experts = par.ep * par.expert_tp  # a rank's share of a routed expert bank
     key = (eager.constant, eager.forward_end, eager.head_temp, eager.optimizer_temp, seq, width, par.tp, grad_div,
-           counters, opt_div, par.offload_optimizer)
+           counters, opt_div, par.offload_optimizer, experts)
     found = _RANK_EAGER.get(key)
     if found is not None and (found[0] is eager or found[0] == eager):
         return found[1]
     one = eager
     if par.offload_optimizer:
         eager = replace(eager, optimizer_temp=0, step_counters=0)
-    mine = eager.for_rank(seq, width, width, par.tp * grad_div, min(counters, 1.0), opt_div, par.tp)
+    mine = eager.for_rank(seq, width, width, par.tp * grad_div, min(counters, 1.0), opt_div, par.tp, experts)
     _remember(_RANK_EAGER, key, (one, mine))
     return mine
