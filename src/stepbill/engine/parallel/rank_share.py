@@ -16,6 +16,7 @@ from stepbill.engine.memory.eager import EagerTerms
 from stepbill.engine.parallel.holdings import Held
 from stepbill.engine.params import ParamInventory
 from stepbill.engine.recompute import RecomputePlan
+from stepbill.spec.parallel import Parallel
 from stepbill.spec.recipe import Recipe
 
 
@@ -77,18 +78,23 @@ def _remember(memo: dict[Any, Any], key: Any, value: Any) -> None:
     memo[key] = value
 
 
+def eager_divisors(par: Parallel) -> tuple[int, int, int]:
+    """What EagerTerms.for_rank divides the one-GPU eager terms by on a rank of `par`: residual-stream-wide tensors
+    (cp, × tp under sequence parallelism), head / FFN-wide ones (cp × tp), a routed expert bank (ep × etp: the
+    rank's experts, their width)."""
+    return par.cp * (par.tp if par.sp else 1), par.cp * par.tp, par.ep * par.expert_tp
+
+
 def rank_eager(eager: EagerTerms, recipe: Recipe, held: Held, inv: ParamInventory) -> EagerTerms:
     """The one-GPU eager terms as one rank of `recipe`'s layout holding `held` sees them (EagerTerms.for_rank)."""
     par = recipe.parallel
-    seq = par.cp * (par.tp if par.sp else 1)
-    width = par.cp * par.tp
+    seq, width, experts = eager_divisors(par)
     unsharded = held.unsharded.get("grads", 0.0)
     grad_div = unsharded / held.held["grads"] if held.held.get("grads") else 1.0
     counters = held.params_share  # AdamW keeps one step tensor per parameter tensor: the rank's share of them
     opt_div = par.tp * (par.zero_group if par.zero >= 1 else 1)
     # keyed on a few of the one-GPU terms' numbers, checked equal whole on a hit: a budget candidate's verdicts
     # each have their own terms (one per policy), mostly equal in value
-    experts = par.ep * par.expert_tp  # a rank's share of a routed expert bank
     key = (eager.constant, eager.forward_end, eager.head_temp, eager.optimizer_temp, seq, width, par.tp, grad_div,
            counters, opt_div, par.offload_optimizer, experts)
     found = _RANK_EAGER.get(key)

@@ -54,7 +54,13 @@ from stepbill.engine.parallel.fsdp2_ranks import exact_reason
 from stepbill.engine.parallel.holdings import held_key, rank_holdings, stage_held
 from stepbill.engine.parallel.layout import representative_stage, stage_layer_indices
 from stepbill.engine.parallel.rank_class import MEMORY_KEYS, RankClass
-from stepbill.engine.parallel.rank_share import in_flight_microbatches, rank_eager, rank_plan, row_divisor
+from stepbill.engine.parallel.rank_share import (
+    eager_divisors,
+    in_flight_microbatches,
+    rank_eager,
+    rank_plan,
+    row_divisor,
+)
 from stepbill.engine.parallel.ranks import OPTIMIZER_SIDE
 from stepbill.engine.params import param_inventory
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
@@ -110,8 +116,11 @@ def peak_floor(req: PlanRequest, cand: Candidate, resident: float, enough: float
         buf, resting = side.buffers, side.resting
         if rows:
             kept, live_of = stage_rows(rows_key, plan, recipe, side.order)
-            # a layer's backward: its live activations, the other micro-batches' kept ones, its buffers (by kind)
-            backward = max(live + buf.backward_of.get(k, 0.0) for k, live in live_of.items()) if live_of else 0.0
+            # a layer's backward: its live activations, the other micro-batches' kept ones, its buffers (by kind), and
+            # what its own moments hold beyond those (layer_extra)
+            extra = layer_extra(eager, par)
+            backward = max(live + buf.backward_of.get(k, 0.0) + extra.get(k, 0.0)
+                           for k, live in live_of.items()) if live_of else 0.0
             # the optimizer step; the forward's last layer (the loss's backward on the last stage); each layer's
             # backward
             live = max(side.grads + buf.optimizer, resting + kept * side.flight + side.after_forward,
@@ -122,6 +131,24 @@ def peak_floor(req: PlanRequest, cand: Candidate, resident: float, enough: float
         if best >= enough:
             break
     return best
+
+
+def layer_extra(eager: EagerTerms | None, par: Parallel) -> dict[str, float]:
+    """Per layer kind, the least a rank's backward moments of a layer of that kind hold beyond its live rows and
+    buffers (memory/timeline.eager_moments: the Part.LAYER moment's activation change and temporaries, and a MoE
+    layer's routed-expert moments — their freed rows, token-wide temporaries and the expert bank's gradient made at
+    once, memory/eager_moe.py), each divided as EagerTerms.for_rank divides it on the rank (rank_share.
+    eager_divisors); at least 0 (the Part.LAYER moment with its items ≥ 0 left out, as peak_floor reads it). The
+    autocast copies and the gradients made by then are left out (≥ 0)."""
+    if eager is None:
+        return {}
+    _, width, experts = eager_divisors(par)
+    out: dict[str, float] = {}
+    for kind in {*eager.layer_temp, *eager.moe_inner}:
+        layer = (eager.layer_act.get(kind, 0) + eager.layer_temp.get(kind, 0)) / width
+        inner = [(x.act + x.temps) / width + x.weight_temps / experts for x in eager.moe_inner.get(kind, ())]
+        out[kind] = max(0.0, layer, *inner)
+    return out
 
 
 def resting_floor(req: PlanRequest, cand: Candidate, enough: float = math.inf) -> float:
