@@ -179,10 +179,11 @@ class EagerTerms:
             attn_temp=per(self.attn_temp, width),
             attn_grad=per(self.attn_grad, grads),
             attn_fwd=per(self.attn_fwd, width),
-            moe_inner={k: tuple(x.divided(width, width, experts, grads, weights) for x in v)
+            # a bank's accumulated gradient: the rank's experts, and the ZeRO shards of `grads` (grads ÷ tp = weights)
+            moe_inner={k: tuple(x.divided(width, width, experts, grads, weights, experts * grads / weights) for x in v)
                        for k, v in self.moe_inner.items()},
             layer_cast=per(self.layer_cast, weights),
-            layer_rebuild={k: x.divided(width, tokens, 1, 1, weights) for k, x in self.layer_rebuild.items()},
+            layer_rebuild={k: x.divided(width, tokens, 1, 1, weights, 1) for k, x in self.layer_rebuild.items()},
         )
 
 

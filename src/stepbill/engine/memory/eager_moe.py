@@ -54,13 +54,18 @@ class InnerMoment:
     act: int  # activation change (rows freed)
     temps: int  # token-wide temporaries (gradients of activations)
     weight_temps: int  # weight gradients being made (a whole expert bank)
-    grads: int  # the layer's weight gradients accumulated by then
+    grads: int  # the layer's weight gradients accumulated by then, but a routed expert bank's (bank_grads)
     casts: int = 0  # change of autocast's weight copies (the other branch's, freed by its backward)
+    bank_grads: int = 0  # the routed expert banks' gradients accumulated by then (the down bank's, at gate_up)
 
-    def divided(self, act: float, temps: float, weight_temps: float, grads: float, casts: float) -> InnerMoment:
-        """This moment on one rank of a layout (EagerTerms.for_rank): each part divided as the tensors it stands for."""
+    def divided(self, act: float, temps: float, weight_temps: float, grads: float, casts: float,
+                bank_grads: float) -> InnerMoment:
+        """This moment on one rank of a layout (EagerTerms.for_rank): each part divided as the tensors it stands for
+        — an accumulated expert bank's gradient by `bank_grads` (the rank's experts, ep × etp, and the ZeRO shards
+        a layer's gradients are divided by: a rank under ep holds its experts' gradients only, which tp's divisor
+        of the other gradients, `grads`, would overstate by ep)."""
         return InnerMoment(round(self.act / act), round(self.temps / temps), round(self.weight_temps / weight_temps),
-                           round(self.grads / grads), round(self.casts / casts))
+                           round(self.grads / grads), round(self.casts / casts), round(self.bank_grads / bank_grads))
 
 
 def routed_backward(spec: ModelSpec, rows: list, width: int, grad_bytes: int, n: int, t: int) -> tuple[InnerMoment, ...]:
@@ -95,7 +100,7 @@ def routed_backward(spec: ModelSpec, rows: list, width: int, grad_bytes: int, n:
     down = InnerMoment(freed(FREED_AT_DOWN), base + weights_grad + s * h * p + s * f * p, e * h * f * grad_bytes,
                        early_grads, casts)
     gate_up = InnerMoment(freed(FREED_AT_GATE_UP), base + weights_grad + s * 2 * f * p + s * h * p,
-                          e * 2 * f * h * grad_bytes, early_grads + e * h * f * grad_bytes, casts)
+                          e * 2 * f * h * grad_bytes, early_grads, casts, e * h * f * grad_bytes)
     return combine_m, down, gate_up
 
 

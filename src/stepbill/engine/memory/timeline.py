@@ -402,7 +402,9 @@ def eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: EagerT
         moments.append(at(Phase.BACKWARD, Part.LAYER, grads + e.layer_grad.get(k, 0), live + e.layer_act.get(k, 0),
                           e.layer_temp.get(k, 0), cast + mine + e.layer_cast.get(k, 0), i))
         for inner in e.moe_inner.get(k, ()):  # the routed experts' grouped-GEMM backwards (eager_moe.py)
-            moments.append(at(Phase.BACKWARD, Part.LAYER_INNER, grads + inner.grads, live + inner.act,
+            # the rows they free are the layer's; under activation offload fewer of them are on the GPU (never < 0)
+            moments.append(at(Phase.BACKWARD, Part.LAYER_INNER, grads + inner.grads + inner.bank_grads,
+                              max(0, live + inner.act),
                               inner.temps + inner.weight_temps, cast + mine + inner.casts, i))
         if e.norm_temp:
             moments.append(at(Phase.BACKWARD, Part.LAYER_NORM, grads + e.norm_grad.get(k, 0),

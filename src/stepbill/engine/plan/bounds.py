@@ -119,36 +119,57 @@ def peak_floor(req: PlanRequest, cand: Candidate, resident: float, enough: float
             # a layer's backward: its live activations, the other micro-batches' kept ones, its buffers (by kind), and
             # what its own moments hold beyond those (layer_extra)
             extra = layer_extra(eager, par)
-            backward = max(live + buf.backward_of.get(k, 0.0) + extra.get(k, 0.0)
+            backward = max(live + buf.backward_of.get(k, 0.0) + max(0.0, beyond(extra.get(k, ()), live))
                            for k, live in live_of.items()) if live_of else 0.0
             # the optimizer step; the forward's last layer (the loss's backward on the last stage); each layer's
             # backward
             live = max(side.grads + buf.optimizer, resting + kept * side.flight + side.after_forward,
                        resting + kept * (side.flight - 1) + max(backward, buf.backward))
-        else:  # the optimizer step; the forward's end with no row kept
-            live = max(side.grads + buf.optimizer, resting + side.after_forward)
+        else:  # the optimizer step; the forward's end with no row kept; a layer's backward with no row
+            extra = layer_extra(eager, par)
+            # the routed-expert moments alone: what no policy of the cell changes (the Part.LAYER moment's temporaries
+            # may: resting_floor is one for the whole cell)
+            backward = max((buf.backward_of.get(k, 0.0) + max(0.0, beyond(((0.0, 0.0), *extra.get(k, ())[1:]), 0.0))
+                            for k in side.order), default=0.0)
+            live = max(side.grads + buf.optimizer, resting + side.after_forward, resting + backward)
         best = max(best, side.on_gpu + live - ROUNDING_SLACK_BYTES)
         if best >= enough:
             break
     return best
 
 
-def layer_extra(eager: EagerTerms | None, par: Parallel) -> dict[str, float]:
-    """Per layer kind, the least a rank's backward moments of a layer of that kind hold beyond its live rows and
-    buffers (memory/timeline.eager_moments: the Part.LAYER moment's activation change and temporaries, and a MoE
-    layer's routed-expert moments — their freed rows, token-wide temporaries and the expert bank's gradient made at
-    once, memory/eager_moe.py), each divided as EagerTerms.for_rank divides it on the rank (rank_share.
-    eager_divisors); at least 0 (the Part.LAYER moment with its items ≥ 0 left out, as peak_floor reads it). The
-    autocast copies and the gradients made by then are left out (≥ 0)."""
+#: per layer kind: (the Part.LAYER moment's activation change, its temporaries) and each routed-expert moment's
+#: (activation change, temporaries + the bank's gradient), on the rank (layer_extra)
+LayerExtra = dict[str, tuple[tuple[float, float], ...]]
+
+
+def layer_extra(eager: EagerTerms | None, par: Parallel) -> LayerExtra:
+    """Per layer kind, what a rank's backward moments of a layer of that kind hold beside its live rows and buffers
+    (memory/timeline.eager_moments: the Part.LAYER moment's activation change and temporaries, and a MoE layer's
+    routed-expert moments — their freed rows, token-wide temporaries and the expert bank's gradient made at once,
+    memory/eager_moe.py), each divided as EagerTerms.for_rank divides it on the rank (rank_share.eager_divisors).
+    The autocast copies and the gradients made by then are left out (≥ 0); `beyond` reads them."""
     if eager is None:
         return {}
     _, width, experts = eager_divisors(par)
-    out: dict[str, float] = {}
+    out: LayerExtra = {}
     for kind in {*eager.layer_temp, *eager.moe_inner}:
-        layer = (eager.layer_act.get(kind, 0) + eager.layer_temp.get(kind, 0)) / width
-        inner = [(x.act + x.temps) / width + x.weight_temps / experts for x in eager.moe_inner.get(kind, ())]
-        out[kind] = max(0.0, layer, *inner)
+        layer = (eager.layer_act.get(kind, 0) / width, eager.layer_temp.get(kind, 0) / width)
+        inner = tuple((x.act / width, x.temps / width + x.weight_temps / experts)
+                      for x in eager.moe_inner.get(kind, ()))
+        out[kind] = (layer, *inner)
     return out
+
+
+def beyond(moments: tuple[tuple[float, float], ...], live: float) -> float:
+    """The least a layer's backward moments (`layer_extra`'s of its kind: the Part.LAYER moment's, then the routed
+    experts') hold beyond `live`, a lower bound of its live rows: the Part.LAYER moment its activation change and
+    temporaries; a routed-expert moment its temporaries and its change, never below no row at all (the timeline
+    holds max(0, live + change) there: under activation offload fewer of the freed rows are on the GPU)."""
+    if not moments:
+        return 0.0
+    (act, held), *inner = moments
+    return max([act + held, *(max(a, -live) + h for a, h in inner)])
 
 
 def resting_floor(req: PlanRequest, cand: Candidate, enough: float = math.inf) -> float:
