@@ -148,14 +148,19 @@ def layer_extra(eager: EagerTerms | None, par: Parallel) -> LayerExtra:
     (memory/timeline.eager_moments: the Part.LAYER moment's activation change and temporaries, and a MoE layer's
     routed-expert moments — their freed rows, token-wide temporaries and the expert bank's gradient made at once,
     memory/eager_moe.py), each divided as EagerTerms.for_rank divides it on the rank (rank_share.eager_divisors).
-    The autocast copies and the gradients made by then are left out (≥ 0); `beyond` reads them."""
+    The autocast copies are left out (≥ 0); `beyond` reads them."""
     if eager is None:
         return {}
     _, width, experts = eager_divisors(par)
+    # the gradients a moment makes on top of those held: divided by at most tp (experts: ep × etp) × the ZeRO-2/3
+    # shards (rank_eager's divisor: tp × unsharded / held gradients, each held ≥ its unsharded / its group's shards)
+    shards = max(par.zero_group, par.expert_zero_group) if par.zero >= 2 else 1
+    grads, bank = par.tp * shards, experts * shards
     out: LayerExtra = {}
     for kind in {*eager.layer_temp, *eager.moe_inner}:
-        layer = (eager.layer_act.get(kind, 0) / width, eager.layer_temp.get(kind, 0) / width)
-        inner = tuple((x.act / width, x.temps / width + x.weight_temps / experts)
+        layer = (eager.layer_act.get(kind, 0) / width,
+                 eager.layer_temp.get(kind, 0) / width + eager.layer_grad.get(kind, 0) / grads)
+        inner = tuple((x.act / width, x.temps / width + x.weight_temps / experts + x.grads / grads + x.bank_grads / bank)
                       for x in eager.moe_inner.get(kind, ()))
         out[kind] = (layer, *inner)
     return out
