@@ -54,17 +54,12 @@ from stepbill.engine.parallel.fsdp2_ranks import exact_reason
 from stepbill.engine.parallel.holdings import held_key, rank_holdings, stage_held
 from stepbill.engine.parallel.layout import representative_stage, stage_layer_indices
 from stepbill.engine.parallel.rank_class import MEMORY_KEYS, RankClass
-from stepbill.engine.parallel.rank_share import (
-    eager_divisors,
-    in_flight_microbatches,
-    rank_eager,
-    rank_plan,
-    row_divisor,
-)
+from stepbill.engine.parallel.rank_share import in_flight_microbatches, rank_eager, rank_plan, row_divisor
 from stepbill.engine.parallel.ranks import OPTIMIZER_SIDE
 from stepbill.engine.params import param_inventory
 from stepbill.engine.plan.axes import BUDGET_AT_FREE
 from stepbill.engine.plan.evaluate import recipe_for
+from stepbill.engine.plan.layer_moments import beyond, layer_extra
 from stepbill.engine.plan.space import Candidate, PlanRequest
 from stepbill.engine.recompute import RecomputePlan
 from stepbill.engine.timing.step_terms import (
@@ -136,45 +131,6 @@ def peak_floor(req: PlanRequest, cand: Candidate, resident: float, enough: float
         if best >= enough:
             break
     return best
-
-
-#: per layer kind: (the Part.LAYER moment's activation change, its temporaries) and each routed-expert moment's
-#: (activation change, temporaries + the bank's gradient), on the rank (layer_extra)
-LayerExtra = dict[str, tuple[tuple[float, float], ...]]
-
-
-def layer_extra(eager: EagerTerms | None, par: Parallel) -> LayerExtra:
-    """Per layer kind, what a rank's backward moments of a layer of that kind hold beside its live rows and buffers
-    (memory/timeline.eager_moments: the Part.LAYER moment's activation change and temporaries, and a MoE layer's
-    routed-expert moments — their freed rows, token-wide temporaries and the expert bank's gradient made at once,
-    memory/eager_moe.py), each divided as EagerTerms.for_rank divides it on the rank (rank_share.eager_divisors).
-    The autocast copies are left out (≥ 0); `beyond` reads them."""
-    if eager is None:
-        return {}
-    _, width, experts = eager_divisors(par)
-    # the gradients a moment makes on top of those held: divided by at most tp (experts: ep × etp) × the ZeRO-2/3
-    # shards (rank_eager's divisor: tp × unsharded / held gradients, each held ≥ its unsharded / its group's shards)
-    shards = max(par.zero_group, par.expert_zero_group) if par.zero >= 2 else 1
-    grads, bank = par.tp * shards, experts * shards
-    out: LayerExtra = {}
-    for kind in {*eager.layer_temp, *eager.moe_inner}:
-        layer = (eager.layer_act.get(kind, 0) / width,
-                 eager.layer_temp.get(kind, 0) / width + eager.layer_grad.get(kind, 0) / grads)
-        inner = tuple((x.act / width, x.temps / width + x.weight_temps / experts + x.grads / grads + x.bank_grads / bank)
-                      for x in eager.moe_inner.get(kind, ()))
-        out[kind] = (layer, *inner)
-    return out
-
-
-def beyond(moments: tuple[tuple[float, float], ...], live: float) -> float:
-    """The least a layer's backward moments (`layer_extra`'s of its kind: the Part.LAYER moment's, then the routed
-    experts') hold beyond `live`, a lower bound of its live rows: the Part.LAYER moment its activation change and
-    temporaries; a routed-expert moment its temporaries and its change, never below no row at all (the timeline
-    holds max(0, live + change) there: under activation offload fewer of the freed rows are on the GPU)."""
-    if not moments:
-        return 0.0
-    (act, held), *inner = moments
-    return max([act + held, *(max(a, -live) + h for a, h in inner)])
 
 
 def resting_floor(req: PlanRequest, cand: Candidate, enough: float = math.inf) -> float:
