@@ -48,11 +48,11 @@ from stepbill.engine.activations.eager.torch_params import torch_tensor_sizes
 from stepbill.engine.memory.eager_layer import (
     AMP_CAST,
     eager_attention_backward,
-    eager_attention_forward_peak,
     in_layer_forward,
     mla_math_rebuild_low,
 )
 from stepbill.engine.memory.eager_lora import first_layer_adapter_a_casts, lora_optimizer_temporaries
+from stepbill.engine.memory.eager_mla import attention_backward_peak, forward_attention_peak
 from stepbill.engine.memory.eager_moe import InnerMoment, routed_backward
 from stepbill.engine.params import ParamInventory
 from stepbill.engine.recompute import RecomputePlan
@@ -121,12 +121,12 @@ class EagerTerms:
     attn_act: dict[str, int] = field(default_factory=dict)
     attn_temp: dict[str, int] = field(default_factory=dict)
     attn_grad: dict[str, int] = field(default_factory=dict)
-    #: --attention eager (eager_attention_forward_peak): per layer kind, a layer's largest forward op (scores or the
-    #: softmax) against the moment after its forward
-    attn_fwd: dict[str, int] = field(default_factory=dict)
-    #: per MoE layer kind: the routed experts' down and gate_up grouped-GEMM backward moments (eager_moe.py); their
-    #: combine moment is the kind's layer moment (layer_act / layer_temp / layer_grad)
-    moe_inner: dict[str, tuple[InnerMoment, ...]] = field(default_factory=dict)
+    #: per layer kind, a layer's largest forward attention op against the moment after its forward (eager_mla:
+    #: --attention eager's scores or softmax, MLA's math path without recompute)
+    attn_fwd: dict[str, InnerMoment] = field(default_factory=dict)
+    #: per layer kind, moments inside its backward: a MoE layer's routed down and gate_up grouped-GEMM backwards
+    #: (eager_moe.py; the combine's is the kind's layer moment), MLA's math-path softmax backward (eager_mla.py)
+    inner_backward: dict[str, tuple[InnerMoment, ...]] = field(default_factory=dict)
     #: per layer kind: the change of autocast's weight copies at the layer moment (the MoE combine's: eager_moe.py)
     layer_cast: dict[str, int] = field(default_factory=dict)
     #: full recompute, per layer kind: the rebuild's peak at the start of its backward (eager_layer.mla_math_rebuild_low)
@@ -178,10 +178,10 @@ class EagerTerms:
             attn_act=per(self.attn_act, width),
             attn_temp=per(self.attn_temp, width),
             attn_grad=per(self.attn_grad, grads),
-            attn_fwd=per(self.attn_fwd, width),
+            attn_fwd={k: x.divided(width, tokens, 1, 1, weights, 1) for k, x in self.attn_fwd.items()},
             # a bank's accumulated gradient: the rank's experts, and the ZeRO shards of `grads` (grads ÷ tp = weights)
-            moe_inner={k: tuple(x.divided(width, width, experts, grads, weights, experts * grads / weights) for x in v)
-                       for k, v in self.moe_inner.items()},
+            inner_backward={k: tuple(x.divided(width, width, experts, grads, weights, experts * grads / weights)
+                                     for x in v) for k, v in self.inner_backward.items()},
             layer_cast=per(self.layer_cast, weights),
             layer_rebuild={k: x.divided(width, tokens, 1, 1, weights, 1) for k, x in self.layer_rebuild.items()},
         )
@@ -294,8 +294,8 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
     attn_act: dict[str, int] = {}
     attn_temp: dict[str, int] = {}
     attn_grad: dict[str, int] = {}
-    attn_fwd: dict[str, int] = {}
-    moe_inner: dict[str, tuple[InnerMoment, ...]] = {}
+    attn_fwd: dict[str, InnerMoment] = {}
+    inner_backward: dict[str, tuple[InnerMoment, ...]] = {}
     layer_cast: dict[str, int] = {}
     layer_rebuild: dict[str, InnerMoment] = {}
     # selective:core_attn checkpoints the attention function, which makes a masked layer's converted mask and
@@ -325,9 +325,12 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         layer_grad[kind] = mats[-1].total // count * p.grads if mats and lora is None else 0
         routed = routed_backward(spec, rows, width, p.grads, n, t) if lora is None else ()
         if routed:  # the MoE output's first backward is the routed combine's, not a SwiGLU product's
-            combine, *moe_inner[kind] = routed
+            combine, *inner_backward[kind] = routed
             layer_act[kind], layer_temp[kind], layer_grad[kind] = combine.act, combine.temps, combine.grads
             layer_cast[kind] = combine.casts
+        keeps_all = lora is None and not plan.layers[kind].dropped  # every row saved: eager_mla's MLA moments
+        mla_bwd = attention_backward_peak(spec, kind, rows, width, inventory, count, p.grads, n, t, keeps_all)
+        inner_backward[kind] = (*inner_backward.get(kind, ()), *mla_bwd)
         if plan.policy.kind == "full" and lora is None and (rebuild := mla_math_rebuild_low(spec, kind, width, rows, n, t)):
             layer_rebuild[kind] = rebuild
         ffn_block = rows[-1].block if rows else ""
@@ -343,9 +346,9 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         names = {r.name for r in planned}
         eager_attn = "attn.probs" in names and "attn.q_scaled" not in names
         ordered = act.layer_rows(spec, kind, width, "eager", "eager", lora=lora) if eager_attn else planned
-        attn_fwd[kind] = eager_attention_forward_peak(spec, ordered, width, n, t, b)
+        attn_fwd[kind] = forward_attention_peak(spec, kind, ordered, width, n, t, b, keeps_all)
         attn_act[kind], attn_temp[kind], attn_grad[kind] = eager_attention_backward(
-            spec, ordered, width, inventory, kind, count, p.grads, n, t)
+            spec, ordered, width, inventory, kind, count, p.grads, n, t, mla=not keeps_all)
         if lora is not None and amp:
             # autocast caches casts of leaf tensors that require grad only: the adapters' A and B. A frozen weight's
             # cast is not cached but saved by its matmul for the input gradient: the same bytes, freed in that
@@ -402,7 +405,7 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         attn_temp=attn_temp,
         attn_grad=attn_grad,
         attn_fwd=attn_fwd,
-        moe_inner={k: tuple(v) for k, v in moe_inner.items()},
+        inner_backward={k: tuple(v) for k, v in inner_backward.items()},
         layer_cast=layer_cast,
         layer_rebuild=layer_rebuild,
     )

@@ -87,6 +87,27 @@ def _mla_low_locals(spec: ModelSpec, dt: Dt) -> dict[str, int]:
     }
 
 
+def mla_math_locals(spec: ModelSpec, dt: Dt, b: int) -> dict[str, int]:
+    """Per-token bytes of what MLA's forward names up to SDPA (modeling_deepseek_v3.py DeepseekV3Attention.forward),
+    keyed by the row name where the layer also saves that tensor: bf16 / amp as _mla_low_locals; fp32 (traced, tiny
+    deepseek_v3, recompute none) keeps kv_a_proj's output as its norm's input row, and at B=1 the math path's v is a
+    view of kv_b_proj's output (the attn.v row with its fixed extra), at B > 1 that output is a local."""
+    if dt.amp or dt.compute != FP32:
+        return _mla_low_locals(spec, dt)
+    a, c = spec.attention, dt.compute
+    heads, qk, rope = a.n_heads, a.qk_head_dim, a.qk_rope_head_dim
+    return {
+        "attn.norm_out": c * spec.hidden_size,  # input_layernorm's output
+        "q_states": c * heads * qk,  # q_b_proj's output (q_pass a view of it)
+        "attn.kv_a.norm_x_fp32": c * (a.kv_lora_rank + rope),  # kv_a_proj_with_mqa's output
+        "attn.kv_a.norm_out": c * a.kv_lora_rank,  # kv_a_layernorm's output
+        "rotated": c * (heads * rope + rope),  # q_rot and k_rot after RoPE
+        "query": c * heads * qk,  # cat(q_pass, q_rot)
+        "kv_b": c * heads * (a.qk_nope_head_dim + a.v_head_dim) if b > 1 else 0,  # kv_b_proj's output
+        "key": c * heads * qk,  # k_pass.new_empty, k_rot copied in
+    }
+
+
 def mla_math_forward_low(spec: ModelSpec, dt: Dt, n: int, t: int) -> int:
     """MLA on CPU SDPA's math path in bf16 (pure-bf16, amp), at its largest op (all the layer's casts counted).
 
@@ -187,7 +208,7 @@ def _ffn_forward(spec: ModelSpec, dt: Dt, ffn: str, d: int, f: int, n: int) -> i
 
 
 def eager_attention_backward(spec: ModelSpec, rows: list, width: object, inventory: ParamInventory, kind: str,
-                             count: int, grad_bytes: int, n: int, t: int) -> tuple[int, int, int]:
+                             count: int, grad_bytes: int, n: int, t: int, mla: bool = True) -> tuple[int, int, int]:
     """--attention eager (activations/eager/eager_attention.py): the moment of a layer's softmax backward, as
     (activation change, temporaries, gradients), bytes for the whole micro-batch; (0, 0, 0) for other rows.
 
@@ -195,14 +216,15 @@ def eager_attention_backward(spec: ModelSpec, rows: list, width: object, invento
     and P's cast are freed (their backwards ran); P·V's backward made dP (B·H·S²) — cast to the softmax's dtype —
     and `_softmax_backward_data` makes dS (B·H·S², the softmax's dtype); the residual gradient and the gradient of
     the attention output are alive; the FFN's and o_proj's weight gradients exist. Tiny llama and gpt2, seq 256-512,
-    fp32 and pure-bf16: the backward peak within 0.03 %."""
+    fp32 and pure-bf16: the backward peak within 0.03 %. `mla`: MLA's math path takes this moment too (a checkpointed
+    layer; where every row is kept, eager_mla.attention_backward_peak's traced moment stands instead)."""
     from stepbill.engine.activations.eager.eager_attention import eager_attention_modelled
 
     names = {r.name for r in rows}  # SDPA's math path (attention dropout on CPU) keeps attn.probs too: not this one
     # MLA's math path (unequal head widths, no dropout) reaches the same moment: P·V's backward made dP, the
     # softmax's makes dS, both fp32 beside the kept fp32 P (a helper's trace: _softmax_backward_data holds three
     # fp32 B·H·S² tensors on deepseek-v2-lite under full recompute, the backward peak)
-    mla_math = spec.attention.kind == "mla" and "attn.q_scaled" in names
+    mla_math = mla and spec.attention.kind == "mla" and "attn.q_scaled" in names
     eager_attention = "attn.q_scaled" not in names and eager_attention_modelled(spec)
     if "attn.probs" not in names or not (mla_math or eager_attention):
         return 0, 0, 0

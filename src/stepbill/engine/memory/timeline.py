@@ -369,9 +369,9 @@ def eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: EagerT
         if ckpt and e.layer_inner.get(k, 0):
             moments.append(at(Phase.FORWARD, Part.LAYER_INNER, resting, kept + fix + e.embed_locals
                               + e.layer_inner[k], 0, cast, i))
-        if not ckpt and e.attn_fwd.get(k, 0):  # --attention eager: the scores / softmax (eager_attention_forward_peak)
-            moments.append(at(Phase.FORWARD, Part.LAYER_INNER, resting, kept + fix + embed_out + e.attn_fwd[k], 0,
-                              cast, i))
+        if not ckpt and (peak := e.attn_fwd.get(k)) and peak.act:  # the attention's largest op (eager_mla)
+            moments.append(at(Phase.FORWARD, Part.LAYER_INNER, resting, kept + fix + embed_out + peak.act, 0,
+                              cast + peak.casts, i))
         moments.append(at(Phase.FORWARD, Part.LAYER, resting, kept + fix + embed_out, 0, cast, i))
     saved = plan.kept_after_forward() + (outside if view.last else 0) + fix
     # autocast's cache is cleared when the forward leaves autocast: what remains is what graphs saved.
@@ -401,7 +401,7 @@ def eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: EagerT
                               cast + mine + rebuild.casts, i))
         moments.append(at(Phase.BACKWARD, Part.LAYER, grads + e.layer_grad.get(k, 0), live + e.layer_act.get(k, 0),
                           e.layer_temp.get(k, 0), cast + mine + e.layer_cast.get(k, 0), i))
-        for inner in e.moe_inner.get(k, ()):  # the routed experts' grouped-GEMM backwards (eager_moe.py)
+        for inner in e.inner_backward.get(k, ()):  # grouped-GEMM (eager_moe.py), MLA softmax (eager_mla.py) backwards
             # the rows they free are the layer's; under activation offload fewer of them are on the GPU (never < 0)
             moments.append(at(Phase.BACKWARD, Part.LAYER_INNER, grads + inner.grads + inner.bank_grads,
                               max(0, live + inner.act),

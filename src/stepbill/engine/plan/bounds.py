@@ -121,10 +121,8 @@ def peak_floor(req: PlanRequest, cand: Candidate, resident: float, enough: float
             live = max(side.grads + buf.optimizer, resting + kept * side.flight + side.after_forward,
                        resting + kept * (side.flight - 1) + max(backward, buf.backward))
         else:  # the optimizer step; the forward's end with no row kept; a layer's backward with no row
-            extra = layer_extra(eager, par)
-            # the routed-expert moments alone: what no policy of the cell changes (the Part.LAYER moment's temporaries
-            # may: resting_floor is one for the whole cell)
-            backward = max((buf.backward_of.get(k, 0.0) + max(0.0, beyond(((0.0, 0.0), *extra.get(k, ())[1:]), 0.0))
+            extra = layer_extra(eager, par, every_policy=True)  # resting_floor: one for the whole cell
+            backward = max((buf.backward_of.get(k, 0.0) + max(0.0, beyond(extra.get(k, ()), 0.0))
                             for k in side.order), default=0.0)
             live = max(side.grads + buf.optimizer, resting + side.after_forward, resting + backward)
         best = max(best, side.on_gpu + live - ROUNDING_SLACK_BYTES)
