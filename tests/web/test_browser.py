@@ -238,6 +238,7 @@ def test_planner_scatter_front_and_loading_a_point(page: Any, server_url: str, a
     assert page.evaluate("document.body.dataset.planLoaded") == "1"
     command = text(page, "cli-command")
     assert command.startswith("stepbill bill gpt3-125m --seq 1024") and "--gpu h100-sxm" in command
+    assert "--optimizer-impl fused" in command  # the plan's AdamW, as its rows' commands say
     for axis in ("dp", "tp", "pp"):  # the row's layout is now the page's
         value = page.get_by_test_id(axis).input_value() or "1"
         assert f"{axis}{value}" in first or (axis != "dp" and value == "1"), (axis, value, first)

@@ -7,6 +7,7 @@ const SHARED = ["seq", "micro-batch", "recipe", "convention", "attention"];  // 
 const CONFIG_KEY = "stepbill.config";
 let choices = null, defaults = {}, inflight = null, renders = 0;
 let lastBill = null;  // the bill drawn last: the planner takes its GPU count and tokens per step
+let planImpl = null;  // the optimizer implementation the last plan assumed (fused Adam / AdamW): a loaded row keeps it
 let config = null;  // {text, name}: a pasted or uploaded config.json, sent as content (never a path)
 const labCache = new Map();
 
@@ -586,6 +587,7 @@ function loadPlanRow(row) {
   }
   s["micro-batch"] = String(row.micro_batch);
   s.recompute = row.recompute;
+  if (planImpl) s["optimizer-impl"] = planImpl;  // as the row's command: the plan's AdamW, not the device's default
   writeControls(s);
   document.body.dataset.planLoaded = String(row.rank);
   refresh();
@@ -593,6 +595,7 @@ function loadPlanRow(row) {
 
 function renderPlan(data) {
   const plan = data.plan, search = plan.search;
+  planImpl = plan.request.optimizer_impl;
   $("#plan-command").textContent = data.command;
   const budget = data.points.length ? data.points[0].budget_bytes : null;
   Charts.scatter($("#plan-chart"), {
