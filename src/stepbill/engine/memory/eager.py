@@ -36,7 +36,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from itertools import pairwise
 
 from stepbill.engine import activations as act
 from stepbill.engine.activations import eager
@@ -45,6 +44,7 @@ from stepbill.engine.activations.eager.families import require_modelled_step
 from stepbill.engine.activations.eager.masks import bool_mask_bytes, window_fixed_bytes, window_total_bytes
 from stepbill.engine.activations.eager.outside import rope_buffer_bytes, rope_width
 from stepbill.engine.activations.eager.torch_params import torch_tensor_sizes
+from stepbill.engine.memory.adamw_step import adamw_step_temporaries
 from stepbill.engine.memory.eager_layer import (
     AMP_CAST,
     eager_attention_backward,
@@ -201,26 +201,17 @@ def embedding_locals(spec: ModelSpec, width: int, b: int, t: int) -> int:
 
 def optimizer_temporaries(inventory: ParamInventory, impl: str, state_bytes: int,
                           sizes: list[int] | None = None) -> int:
-    """Peak bytes AdamW's update holds beyond its states (see the module docstring). `sizes`: elements of
+    """Peak bytes AdamW's update holds beyond its states (adamw_step.adamw_step_temporaries). `sizes`: elements of
     every parameter tensor as torch holds them, in order (eager.torch_params); else the inventory's rows."""
-    if impl == "fused" or state_bytes == 0:
-        return 0
-    if impl == "foreach":
-        return inventory.total * state_bytes
-    if sizes is not None:
-        return max((2 * cur + prev) * state_bytes for prev, cur in pairwise([0, *sizes]))
-    # single: parameters in module order — embedding, then each layer (matrices, then norms), final norm,
-    # LM head; the layers repeat, so one layer's sequence read cyclically gives every consecutive pair.
-    sizes = [t.numel * state_bytes for t in inventory.tensors]
-    layer = [t.numel * state_bytes for t in inventory.tensors if t.layer_kind and t.is_matrix]
-    layer += [t.numel * state_bytes for t in inventory.tensors if t.layer_kind and not t.is_matrix]
-    head = [t.numel * state_bytes for t in inventory.tensors if not t.layer_kind and t.component != "embedding"]
-    embed = [t.numel * state_bytes for t in inventory.tensors if t.component == "embedding"]
-    seq = embed + layer + layer[:1] + head if layer else sizes
-    best = 2 * seq[0] if seq else 0
-    for prev, cur in pairwise(seq):
-        best = max(best, 2 * cur + prev)
-    return best
+    if sizes is None:
+        # parameters in module order — embedding, then each layer (matrices, then norms), final norm, LM head; the
+        # layers repeat, so one layer's sequence read cyclically gives every consecutive pair
+        layer = [t.numel for t in inventory.tensors if t.layer_kind and t.is_matrix]
+        layer += [t.numel for t in inventory.tensors if t.layer_kind and not t.is_matrix]
+        head = [t.numel for t in inventory.tensors if not t.layer_kind and t.component != "embedding"]
+        embed = [t.numel for t in inventory.tensors if t.component == "embedding"]
+        sizes = embed + layer + layer[:1] + head if layer else [t.numel for t in inventory.tensors]
+    return adamw_step_temporaries(impl, state_bytes, sizes, inventory.total)
 
 
 def _first_layer_unsaved_casts(inventory: ParamInventory, plan: RecomputePlan, compute_bytes: int) -> int:

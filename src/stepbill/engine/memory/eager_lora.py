@@ -6,8 +6,8 @@ Measured against MemTracker on a PEFT-wrapped tiny Llama and Llama-3.2-1B (tests
 from __future__ import annotations
 
 import math
-from itertools import pairwise
 
+from stepbill.engine.memory.adamw_step import adamw_step_temporaries
 from stepbill.engine.params import ParamInventory
 from stepbill.engine.recompute import RecomputePlan
 from stepbill.engine.states import lora_adapter_groups
@@ -20,14 +20,11 @@ def lora_optimizer_temporaries(inventory: ParamInventory, lora: LoRA, impl: str,
     maximum: measured on Llama-3.2-1B, LoRA q,v under full recompute, where the optimizer moment was the bill's
     step peak, +5.8 %)."""
     groups = lora_adapter_groups(inventory, lora)
-    if impl == "fused" or state_bytes == 0 or not groups:
-        return 0
-    if impl == "foreach":
-        return sum(math.prod(shape) * copies for shape, copies, _ in groups) * state_bytes
-    layer = [math.prod(shape) * state_bytes for shape, copies, _ in groups if copies > 1]
-    rest = [math.prod(shape) * state_bytes for shape, copies, _ in groups if copies <= 1]
-    seq = layer + layer[:1] + rest if layer else rest  # one layer read cyclically gives every consecutive pair
-    return max([2 * seq[0], *(2 * cur + prev for prev, cur in pairwise(seq))])
+    layer = [math.prod(shape) for shape, copies, _ in groups if copies > 1]
+    rest = [math.prod(shape) for shape, copies, _ in groups if copies <= 1]
+    order = layer + layer[:1] + rest if layer else rest  # one layer read cyclically gives every consecutive pair
+    total = sum(math.prod(shape) * copies for shape, copies, _ in groups)
+    return adamw_step_temporaries(impl, state_bytes, order, total)
 
 
 def first_layer_adapter_a_casts(inventory: ParamInventory, plan: RecomputePlan, lora: LoRA, compute_bytes: int) -> int:

@@ -30,12 +30,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
-from itertools import pairwise
 from typing import Any
 
 from stepbill.engine.activations.eager.outside import rope_buffer_bytes
 from stepbill.engine.activations.eager.torch_params import TorchTensor, torch_tensors
 from stepbill.engine.kinds import Part
+from stepbill.engine.memory.adamw_step import adamw_step_temporaries
 from stepbill.engine.memory.eager import eager_terms
 from stepbill.engine.parallel.fsdp2_moments import Units, fsdp_moments
 from stepbill.errors import StepbillError
@@ -142,12 +142,12 @@ def shape_counts(tensors: list[Tensor]) -> dict[tuple[int, int], int]:
 def fsdp_resident(tensors: list[Tensor], world: int, rank: int,
                   shapes: dict[tuple[int, int], int] | None = None) -> dict[str, float]:
     """Bytes rank `rank` of `world` holds: padded fp32 parameter and gradient shards, AdamW states of its
-    unpadded rows + one 4-byte step per tensor, and its largest local tensor (elements)."""
+    unpadded rows + one 4-byte step per tensor."""
     shapes = shapes if shapes is not None else shape_counts(tensors)
     params = sum(n * chunk_rows(d0, world) * rest for (d0, rest), n in shapes.items()) * FP32
     local = {key: local_rows(key[0], world, rank) * key[1] for key in shapes}
     opt = 2 * FP32 * sum(shapes[k] * v for k, v in local.items()) + STEP * len(tensors)
-    return {"params": params, "grads": params, "optimizer_states": opt, "largest_local": max(local.values())}
+    return {"params": params, "grads": params, "optimizer_states": opt}
 
 
 def zero1_partition(tensors: list[Tensor], world: int) -> list[list[Tensor]]:
@@ -225,7 +225,7 @@ def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int, micro_batch:
             extra = loss_temp if m.part in (Part.HEAD, Part.LOSS) else 0
             out.append((m.phase, m.label, base + m.items["grads"] + _live(m) + extra))
         # the rank's local AdamW steps its partition in the partition's order (largest first)
-        out.append(("optimizer", "AdamW temporaries", base + grads + adamw_temporaries(
+        out.append(("optimizer", "AdamW temporaries", base + grads + adamw_step_temporaries(
             bill.recipe.optimizer_impl, p.state, [t.numel for t in parts[rank]])))
         return _finish(rank, world, zero, params, grads, opt, buffers, inputs, bill, out, {}, loss_temp, convention)
     if ("shapes", 0) not in ctx.partitions:
@@ -246,7 +246,7 @@ def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int, micro_batch:
     out = [(phase, label, base + v) for phase, label, v in ctx.partitions[key]]  # type: ignore[index]
     # AdamW steps the rank's unpadded rows of every tensor in module order (model.parameters())
     local = [local_rows(t.shape[0], world, rank) * _rest(t) for t in tensors]
-    temporaries = adamw_temporaries(bill.recipe.optimizer_impl, FP32, local)
+    temporaries = adamw_step_temporaries(bill.recipe.optimizer_impl, FP32, local)
     out.append(("optimizer", "optimizer step", base + res["grads"] + temporaries))
     transient = {"all_gather_layer": max(u_bf16[u] for u in range(layers)), "all_gather_root": u_bf16[-1],
                  "reduce_scatter_layer": max(rs_fp32[u] for u in range(layers)), "reduce_scatter_root": rs_fp32[-1]}
@@ -254,19 +254,6 @@ def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int, micro_batch:
         transient["reduce_scatter_clone_gloo"] = max(rs_fp32.values())
     return _finish(rank, world, zero, res["params"], res["grads"], res["optimizer_states"], buffers, inputs, bill,
                    out, transient, loss_temp, convention)
-
-
-def adamw_temporaries(impl: str, state_bytes: float, sizes: list[int]) -> float:
-    """Bytes AdamW's step holds beyond its states on a rank whose optimizer updates tensors of `sizes` elements, in
-    its order (torch/optim/adam.py; AdamW is Adam with decoupled weight decay): the for-loop path (`single`) the sqrt
-    of a second moment and the quotient made from it while the previous tensor's `denom` is still bound, 2·cur +
-    prev; the multi-tensor path (`foreach`) `_foreach_sqrt` of every second moment at once; the fused kernel none.
-    As engine/memory/eager.optimizer_temporaries bills one GPU."""
-    if impl == "fused":
-        return 0.0
-    if impl == "foreach":
-        return state_bytes * sum(sizes)
-    return state_bytes * max((2 * cur + prev for prev, cur in pairwise([0, *sizes])), default=0)
 
 
 def _finish(rank, world, zero, params, grads, opt, buffers, inputs, bill, out, transient, loss_temp,  # type: ignore[no-untyped-def]
