@@ -93,6 +93,11 @@ OPTIMIZER_IMPLS: dict[str, str] = {
 }
 
 
+#: The optimizers torch.optim runs as Adam (AdamW: decoupled weight decay), whose implementation (`single`, `foreach`,
+#: `fused`) the eager convention tells apart.
+TORCH_ADAM = ("adam", "adamw")
+
+
 def default_optimizer_impl(optimizer: str, device: str) -> str:
     """How PyTorch runs `optimizer` when the user names no implementation, on `device`'s kernels: torch.optim's
     Adam and AdamW take the multi-tensor path (foreach) when every parameter is on a device with foreach kernels —
@@ -100,7 +105,7 @@ def default_optimizer_impl(optimizer: str, device: str) -> str:
     `_get_foreach_kernels_supported_devices`) — and the for-loop one (single) else. The other optimizers keep
     single: their temporaries are billed with AdamW's shapes (engine/memory/eager.optimizer_temporaries), measured
     for AdamW alone."""
-    return "foreach" if device == "cuda" and optimizer in ("adam", "adamw") else "single"
+    return "foreach" if device == "cuda" and optimizer in TORCH_ADAM else "single"
 
 #: The devices whose kernels the eager convention tells apart (engine/activations/eager/dropout.py).
 DEVICES: dict[str, str] = {

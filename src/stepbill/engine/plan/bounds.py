@@ -107,13 +107,15 @@ def peak_floor(req: PlanRequest, cand: Candidate, resident: float, enough: float
     # what a rank's activation rows are divided by (rank_share.row_divisor; rank_plan's other divisors read the same)
     rows_key = (spec, without_layout(recipe), solved, par.cp, par.tp, par.sp, par.expert_tp)
     best = resident
+    # what a layer's own backward moments hold beyond its rows, the same on every stage (without rows: resting_floor,
+    # one floor for every policy of the cell)
+    extra = layer_extra(eager, par, every_policy=not rows)
     for side in stage_sides(req, recipe, plan, eager, outside_rows, rows_key):
         buf, resting = side.buffers, side.resting
         if rows:
             kept, live_of = stage_rows(rows_key, plan, recipe, side.order)
             # a layer's backward: its live activations, the other micro-batches' kept ones, its buffers (by kind), and
             # what its own moments hold beyond those (layer_extra)
-            extra = layer_extra(eager, par)
             backward = max(live + buf.backward_of.get(k, 0.0) + max(0.0, beyond(extra.get(k, ()), live))
                            for k, live in live_of.items()) if live_of else 0.0
             # the optimizer step; the forward's last layer (the loss's backward on the last stage); each layer's
@@ -121,7 +123,6 @@ def peak_floor(req: PlanRequest, cand: Candidate, resident: float, enough: float
             live = max(side.grads + buf.optimizer, resting + kept * side.flight + side.after_forward,
                        resting + kept * (side.flight - 1) + max(backward, buf.backward))
         else:  # the optimizer step; the forward's end with no row kept; a layer's backward with no row
-            extra = layer_extra(eager, par, every_policy=True)  # resting_floor: one for the whole cell
             backward = max((buf.backward_of.get(k, 0.0) + max(0.0, beyond(extra.get(k, ()), 0.0))
                             for k in side.order), default=0.0)
             live = max(side.grads + buf.optimizer, resting + side.after_forward, resting + backward)

@@ -59,10 +59,7 @@ from stepbill.errors import StepbillError
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.parallel import Parallel, validate_layout
-from stepbill.spec.recipe import default_optimizer_impl
-
-#: The optimizers torch.optim runs as one fused kernel (fused=True), which the planner takes.
-FUSED_ADAM = ("adam", "adamw")
+from stepbill.spec.recipe import TORCH_ADAM, default_optimizer_impl
 
 RECOMPUTE_POLICIES = ("none", "selective:core_attn", "full")
 
@@ -128,7 +125,7 @@ class PlanRequest:
         """How the planned runs step the optimizer: Adam / AdamW fused (torch.optim's fused=True: no temporaries —
         Megatron-LM, DeepSpeed and recent transformers' Trainer run fused Adam too; a plan is the best way to run,
         and its rows say `--optimizer-impl fused`), any other as PyTorch runs it on the device."""
-        return "fused" if self.optimizer in FUSED_ADAM else default_optimizer_impl(self.optimizer, self.device)
+        return "fused" if self.optimizer in TORCH_ADAM else default_optimizer_impl(self.optimizer, self.device)
 
     @property
     def fix(self) -> dict[str, object]:
