@@ -126,11 +126,7 @@ class StepSession:
             self.model = wrap(self.model, self.lora, fake_mode)
         if fake_mode is not None:
             self._stack.enter_context(fake_mode)
-        kwargs: dict[str, Any] = {"lr": self.lr, "foreach": False, "fused": False}
-        if self.optimizer_impl == "foreach":
-            kwargs["foreach"] = True
-        elif self.optimizer_impl == "fused":
-            kwargs = {"lr": self.lr, "fused": True}
+        kwargs: dict[str, Any] = {"lr": self.lr, **adamw_flags(self.optimizer_impl)}
         trainable = [p for p in self.model.parameters() if p.requires_grad]  # all of them but under LoRA
         self.optimizer = torch.optim.AdamW(trainable, **kwargs)
         vocab = int(self.model.config.vocab_size)
@@ -183,6 +179,13 @@ class StepSession:
         loss.backward()
         del loss
         self.optimizer.zero_grad(set_to_none=True)
+
+
+def adamw_flags(impl: str) -> dict[str, bool]:
+    """torch.optim.AdamW's flags for the path `impl` names: single is foreach=False (the CPU's default; CUDA's is
+    foreach), foreach, fused."""
+    _check_choice("optimizer_impl", impl, OPTIMIZER_IMPLS)
+    return {"foreach": impl == "foreach", "fused": impl == "fused"}
 
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:

@@ -29,6 +29,7 @@ from typing import Any
 
 from stepbill.errors import StepbillError
 from stepbill.measure.build import Mode, build_model, decoder_layers, hf_patches, new_fake_mode, require_torch
+from stepbill.measure.session import adamw_flags
 from stepbill.measure.step import PhasePeaks
 
 PHASES = ("forward", "backward", "optimizer")
@@ -289,10 +290,7 @@ def measure_on_mesh(
 
     fsdp = zero in (2, 3)
     recipe = measured_recipe(zero, recipe)
-    if optimizer_impl not in ("single", "foreach", "fused"):
-        raise StepbillError(f"--optimizer-impl must be single, foreach or fused, got {optimizer_impl!r}")
-    # AdamW's path as named: foreach=False for single (torch's default on CUDA is foreach, on the CPU single)
-    adamw = {"foreach": optimizer_impl == "foreach", "fused": optimizer_impl == "fused"}
+    adamw = adamw_flags(optimizer_impl)
     cuda = device.startswith("cuda")
     if cuda and mode != "real":
         raise StepbillError("--device cuda measures real tensors only")
