@@ -13,6 +13,7 @@ from stepbill.engine import fp8, quant
 from stepbill.engine.activations.fp8 import Fp8Bytes
 from stepbill.engine.flops import lora_step_terms
 from stepbill.engine.flops_lines import flops_lines, matmul_params
+from stepbill.engine.kinds import Part
 from stepbill.engine.line import Line
 from stepbill.engine.memory.dequant import with_dequant
 from stepbill.engine.memory.eager import EagerTerms, eager_terms
@@ -121,6 +122,15 @@ def _eager_activation_lines(eager: EagerTerms | None, timeline: Timeline) -> lis
     out = [Line("activations.logits_and_loss", eager.forward_end, "bytes",
                 "logits (compute dtype) + their fp32 upcast (unless fp32) + padded labels + loss", {},
                 convention="eager: transformers' ForCausalLMLoss; alive at the end of the forward")]
+    # the attention masks (and, under checkpoints, the position ids): the decoder's while its layers run, what the
+    # checkpoints hold once it has returned (engine/activations/eager/masks.py)
+    ended = timeline.peak_forward.part is Part.HEAD
+    masks = eager.held_at(None) if ended else eager.decoder_masks
+    if masks:
+        out.append(Line("activations.attention_masks", masks, "bytes", "transformers' attention masks "
+                        + ("and position ids the checkpoints hold" if ended else "the decoder names"), {},
+                        convention="eager: masking_utils' masks, one storage per kind, alive with the decoder's "
+                        "forward or the checkpoints that hold them"))
     cache = timeline.peak_forward.items.get("autocast_cache", 0)
     if cache:
         out.append(Line("activations.autocast_cache", cache, "bytes", "bf16 copy of every linear weight (2 B each)",

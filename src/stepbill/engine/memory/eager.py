@@ -41,7 +41,12 @@ from stepbill.engine import activations as act
 from stepbill.engine.activations import eager
 from stepbill.engine.activations.eager.dropout import embedding_dropout
 from stepbill.engine.activations.eager.families import require_modelled_step
-from stepbill.engine.activations.eager.masks import bool_mask_bytes, window_fixed_bytes, window_total_bytes
+from stepbill.engine.activations.eager.masks import (
+    checkpoint_held,
+    decoder_masks,
+    window_fixed_bytes,
+    window_total_bytes,
+)
 from stepbill.engine.activations.eager.outside import rope_buffer_bytes, rope_width
 from stepbill.engine.activations.eager.torch_params import torch_tensor_sizes
 from stepbill.engine.memory.adamw_step import adamw_step_temporaries
@@ -131,6 +136,17 @@ class EagerTerms:
     layer_cast: dict[str, int] = field(default_factory=dict)
     #: full recompute, per layer kind: the rebuild's peak at the start of its backward (eager_layer.mla_math_rebuild_low)
     layer_rebuild: dict[str, InnerMoment] = field(default_factory=dict)
+    #: the attention masks the decoder's forward names while its layers run (eager/masks.decoder_masks), any policy
+    decoder_masks: int = 0
+    #: what checkpoints hold beyond their inputs (masks, position ids: eager/masks.checkpoint_held), from the forward's
+    #: end on, as (layer index, bytes): freed once that layer's backward ends
+    checkpoint_held: tuple[tuple[int, int], ...] = ()
+
+    def held_at(self, layer: int | None, first: bool = True) -> int:
+        """Bytes of `checkpoint_held` alive at the backward of `layer` (None: before the layers' backward). `first`:
+        the rank's layer indices are the model's (one GPU, the first pipeline stage); elsewhere a stage's
+        checkpoints hold theirs through its backward."""
+        return sum(b for j, b in self.checkpoint_held if layer is None or not first or j <= layer)
 
     def for_rank(self, tokens: float, width: float, vocab: float, grads: float, counters: float = 1.0,
                  optimizer: float = 1.0, weights: float = 1.0, experts: float = 1.0) -> EagerTerms:
@@ -184,16 +200,19 @@ class EagerTerms:
                                      for x in v) for k, v in self.inner_backward.items()},
             layer_cast=per(self.layer_cast, weights),
             layer_rebuild={k: x.divided(width, tokens, 1, 1, weights, 1) for k, x in self.layer_rebuild.items()},
+            decoder_masks=round(self.decoder_masks / tokens),
+            checkpoint_held=tuple((j, round(b / tokens)) for j, b in self.checkpoint_held),
         )
 
 
 def embedding_locals(spec: ModelSpec, width: int, b: int, t: int) -> int:
     """Learned positions (GPT-2): `inputs_embeds` (B·T·h) and `position_embeds` (T·h, batch-broadcast) stay
     named in the model's forward until the final norm; rotary models' embedding output is layer 0's input,
-    their cos/sin tables (compute dtype, per position) are the locals alive through the layers."""
+    their cos/sin tables (the hidden states' dtype, per position) and the position ids they were made from (int64,
+    handed to every layer) are the locals alive through the layers."""
     p = eager.dt_of(width).param
     if spec.positions == "rotary":  # the cos/sin tables (position_embeddings), shared by every layer
-        return 2 * rope_width(spec) * p * t
+        return 2 * rope_width(spec) * p * t + INT64 * t
     if spec.positions != "learned":
         return 0
     return p * spec.hidden_size * (b * t + t)
@@ -350,10 +369,10 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
             cast_layer[kind] += lora_cast_layer[kind]
         layer_fixed[kind] = (eager.fixed_bytes(eager.layer_fixed_rows(spec, kind, width, b, with_casts=False), t)
                              + (0 if core_ckpt else window_fixed_bytes(spec, kind, width, t, b)))
-    # Checkpointed layers hold their arguments for the rebuild, transformers' boolean sliding-window mask among
-    # them (one S×S storage shared by the layers, eager/masks.py): alive at the loss and through the backward.
+    # Checkpointed layers hold their arguments for the rebuild, transformers' masks and position ids among them
+    # (eager/masks.checkpoint_held): alive at the loss and through the backward, each to its lowest layer's.
     ckpt = plan.policy.kind in ("full", "every")
-    held_mask = bool_mask_bytes(spec, t) if ckpt or core_ckpt else 0
+    held = checkpoint_held(spec, width, t, b, segment=plan.segment if ckpt else 0, core_attn=core_ckpt)
     return EagerTerms(
         constant=INT64 * n + buffers,
         step_counters=FP32 * (n_tensors if lora is None else sum(c for _, c, _ in lora_adapter_groups(inventory, lora)))
@@ -361,15 +380,13 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         # amp: the final norm's fp32 output is alive until the causal LM's forward returns (the LM head saves
         # its bf16 cast instead); LoRA: the same output, which the frozen LM head does not save (outside.py
         # LORA_FROZEN_OUTSIDE); otherwise it is the LM head's saved input, counted in the outside rows.
-        forward_end=logits + padded + FP32 + (width.param * h * n if amp or lora is not None else 0) + held_mask,
+        forward_end=logits + padded + FP32 + (width.param * h * n if amp or lora is not None else 0),
         loss_act=loss_act,
         loss_temp=2 * FP32 * v * n,
         head_act=loss_act - FP32 * v * n,
         head_temp=head_temp,
-        # cos and sin tables, rotary width each; the embedding dropout's mask (its backward is the last); the
-        # checkpoints' boolean sliding-window mask
-        rope=2 * rope_width(spec) * a * t + round(sum(r.bytes_per_token for r in embedding_dropout(spec, width)) * n)
-        + held_mask,
+        # cos and sin tables, rotary width each; the embedding dropout's mask (its backward is the last)
+        rope=2 * rope_width(spec) * a * t + round(sum(r.bytes_per_token for r in embedding_dropout(spec, width)) * n),
         layer_act=layer_act,
         layer_temp=layer_temp,
         layer_grad=layer_grad,
@@ -399,4 +416,6 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         inner_backward={k: tuple(v) for k, v in inner_backward.items()},
         layer_cast=layer_cast,
         layer_rebuild=layer_rebuild,
+        decoder_masks=sum(m.bytes for m in decoder_masks(spec, width, t, b)),
+        checkpoint_held=held,
     )

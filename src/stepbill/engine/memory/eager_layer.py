@@ -272,3 +272,4 @@ def eager_attention_forward_peak(spec: ModelSpec, rows: list, width: object, n: 
     # the additive mask (B·S², compute dtype) and, at B > 1, the boolean mask it was made from (B·S², 1 B)
     masks = b * t * t * c + (b * t * t if b > 1 else 0)
     return round(transient - later * n) + kv_locals + rope + masks
+
