@@ -55,6 +55,8 @@ from stepbill.engine.memory.eager_layer import (
     eager_attention_backward,
     in_layer_forward,
     mla_math_rebuild_low,
+    post_ffn_norm_backward,
+    split_post_ffn,
 )
 from stepbill.engine.memory.eager_lora import first_layer_adapter_a_casts, lora_optimizer_temporaries
 from stepbill.engine.memory.eager_mla import attention_backward_peak, forward_attention_peak
@@ -321,18 +323,20 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         # first, so both are freed at the FFN's first elementwise backward
         kept = {r.name for r in act.layer_rows(spec, kind, width, "eager", lora=lora)} if lora else None
         masks = [r for r in rows if r.name == "mlp.dropout_mask"]
-        body = [r for r in rows if r not in masks]
-        last = body[-1].bytes_at(t) if body and (kept is None or body[-1].name in kept) else 0
+        # sandwich placement: the post-FFN norm's rows follow down's input; its backward ran first (freeing them)
+        body, post = split_post_ffn([r for r in rows if r not in masks])
+        last = sum(r.bytes_at(t) for r in [*body[-1:], *post] if kept is None or r.name in kept)
         layer_act[kind] = -round((last + sum(r.bytes_at(t) for r in masks)) * n)
-        # the FFN's gradients are as wide as its last row whether or not LoRA keeps that row (down's input, freed
-        # unsaved when down has no adapter): the product's gradient and its two factors' (measured, tiny Llama q,v)
+        # the FFN's gradients are as wide as down's input whether or not LoRA keeps that row (freed unsaved when down
+        # has no adapter): the product's gradient and its two factors' (measured, tiny Llama q,v)
         ffn_wide = body[-1].bytes_at(t) if body else 0
         # a single-op GELU MLP (GPT-NeoX's nn.GELU: gelu_backward) holds two: the activation output's gradient and
         # the pre-activation's (measured by a helper on pythia-1.4b: one FFN-wide tensor above PyTorch with three)
         single_gelu = sum(1 for r in body if r.op_id == "mlp.gelu") == 1
         layer_temp[kind] = round((a * h + (2 if single_gelu else 3) * ffn_wide) * n)
         mats = [x for x in inventory.tensors if x.layer_kind == kind and x.is_matrix]
-        layer_grad[kind] = mats[-1].total // count * p.grads if mats and lora is None else 0
+        post_grad = h * p.grads if post and lora is None else 0  # the post-FFN norm's weight (sandwich)
+        layer_grad[kind] = mats[-1].total // count * p.grads + post_grad if mats and lora is None else 0
         routed = routed_backward(spec, rows, width, p.grads, n, t) if lora is None else ()
         if routed:  # the MoE output's first backward is the routed combine's, not a SwiGLU product's
             combine, *inner_backward[kind] = routed
@@ -340,15 +344,17 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
             layer_cast[kind] = combine.casts
         keeps_all = lora is None and not plan.layers[kind].dropped  # every row saved: eager_mla's MLA moments
         mla_bwd = attention_backward_peak(spec, kind, rows, width, inventory, count, p.grads, n, t, keeps_all)
-        inner_backward[kind] = (*inner_backward.get(kind, ()), *mla_bwd)
+        post_norm = post_ffn_norm_backward(spec, rows, width, n, t, p.grads) if lora is None else None
+        inner_backward[kind] = (*inner_backward.get(kind, ()), *mla_bwd, *([post_norm] if post_norm else []))
         if plan.policy.kind == "full" and lora is None and (rebuild := mla_math_rebuild_low(spec, kind, width, rows, n, t)):
             layer_rebuild[kind] = rebuild
         ffn_block = rows[-1].block if rows else ""
-        freed = sum(r.bytes_at(t) for r in rows if r.block == ffn_block and not r.name.endswith("norm_x_fp32")
-                    and (kept is None or r.name in kept))
+        # the FFN's rows but its input norm's fp32 input (the residual stream, alive for that norm's backward)
+        freed = sum(r.bytes_at(t) for r in rows if r.block == ffn_block and not (r.name.endswith("norm_x_fp32")
+                    and r not in post) and (kept is None or r.name in kept))
         norm_act[kind] = -round(freed * n)
         ffn_params = sum(x.total for x in inventory.tensors if x.layer_kind == kind and x.component == "ffn")
-        norm_grad[kind] = 0 if lora is not None else (ffn_params // count + h) * p.grads
+        norm_grad[kind] = 0 if lora is not None else (ffn_params // count + h) * p.grads + post_grad
         cast_layer[kind] = eager.layer_cast_bytes(spec, kind, width)
         # --attention eager: the plan's rows hold P (not SDPA's math path: q_scaled); the layer's rows in forward
         # order (the plan splits them into kept and dropped)

@@ -273,3 +273,32 @@ def eager_attention_forward_peak(spec: ModelSpec, rows: list, width: object, n: 
     masks = b * t * t * c + (b * t * t if b > 1 else 0)
     return round(transient - later * n) + kv_locals + rope + masks
 
+
+POST_FFN = "mlp.post."  # sandwich placement: the rows of the norm on the FFN's output (eager/gemma.post_ffn_norm)
+
+
+def split_post_ffn(rows: list) -> tuple[list, list]:
+    """A layer's rows without the post-FFN norm's, and the post-FFN norm's (sandwich placement: after down's input,
+    the last rows of the layer; empty elsewhere)."""
+    post = [r for r in rows if r.name.startswith(POST_FFN)]
+    return [r for r in rows if r not in post], post
+
+
+def post_ffn_norm_backward(spec: ModelSpec, rows: list, width: int, n: int, t: int,
+                           grad_bytes: int) -> InnerMoment | None:
+    """Sandwich placement (Gemma's `post_feedforward_layernorm` on down's output, the layer's last op): its backward
+    is the layer's first, with every row rebuilt and none freed but its own x̂ and 1/rms. Gemma's RMSNorm
+    (modeling_gemma2.Gemma2RMSNorm: `self._norm(x.float()) * (1.0 + self.weight.float())`, then `.type_as(x)`) runs
+    backward as autograd's ops in fp32: beside the layer output's gradient (the residual's dtype), five fp32 hidden-wide
+    gradients at once (at the x̂ = x·rsqrt(mean(x²) + ε) chain's last mul), the weight's gradient made; the norm's
+    x̂, 1/rms and its fp32 `1 + w` are freed by then. Traced op by op (tiny gemma2 fp32 and pure-bf16, full recompute:
+    the step's backward peak, in layer 0's backward). None without the post-FFN norm's rows."""
+    post = {r.name: r for r in rows if r.name.startswith(POST_FFN)}
+    if f"{POST_FFN}norm_xhat" not in post:
+        return None
+    h = spec.hidden_size
+    freed = sum(post[name].bytes_at(t) for name in (f"{POST_FFN}norm_xhat", f"{POST_FFN}norm_rstd") if name in post)
+    one_plus_w = FP32 * h if spec.norm_weight_offset else 0  # its `1 + w` (fp32, a fixed row of the layer)
+    dt = eager.dt_of(width)
+    temps = (dt.param + 5 * FP32) * h * n  # the layer output's gradient, the norm's five fp32 gradients
+    return InnerMoment(-round(freed * n) - one_plus_w, temps, 0, h * grad_bytes)
