@@ -47,7 +47,7 @@ from stepbill.engine.activations.eager.masks import (
     window_fixed_bytes,
     window_total_bytes,
 )
-from stepbill.engine.activations.eager.outside import rope_buffer_bytes, rope_width
+from stepbill.engine.activations.eager.outside import rope_buffer_bytes, rope_table_width
 from stepbill.engine.activations.eager.torch_params import torch_tensor_sizes
 from stepbill.engine.memory.adamw_step import adamw_step_temporaries
 from stepbill.engine.memory.eager_layer import (
@@ -214,7 +214,7 @@ def embedding_locals(spec: ModelSpec, width: int, b: int, t: int) -> int:
     handed to every layer) are the locals alive through the layers."""
     p = eager.dt_of(width).param
     if spec.positions == "rotary":  # the cos/sin tables (position_embeddings), shared by every layer
-        return 2 * rope_width(spec) * p * t + INT64 * t
+        return rope_table_width(spec) * p * t + INT64 * t
     if spec.positions != "learned":
         return 0
     return p * spec.hidden_size * (b * t + t)
@@ -391,8 +391,10 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         loss_temp=2 * FP32 * v * n,
         head_act=loss_act - FP32 * v * n,
         head_temp=head_temp,
-        # cos and sin tables, rotary width each; the embedding dropout's mask (its backward is the last)
-        rope=2 * rope_width(spec) * a * t + round(sum(r.bytes_per_token for r in embedding_dropout(spec, width)) * n),
+        # the cos and sin tables (eager/outside.rope_table_width; the hidden states' dtype: fp32 under amp); the
+        # embedding dropout's mask (its backward is the last)
+        rope=rope_table_width(spec) * width.param * t
+        + round(sum(r.bytes_per_token for r in embedding_dropout(spec, width)) * n),
         layer_act=layer_act,
         layer_temp=layer_temp,
         layer_grad=layer_grad,
