@@ -22,6 +22,7 @@ INT64 = 8
 
 AMP_CAST = 2  # autocast's bf16 weight copies
 FALLBACK_MOE_FAMILIES = ("mixtral", "qwen2_moe")  # in-layer MoE forward traced (transformers' fp32 fallback)
+GROUPED_BIAS_MOE_FAMILIES = ("gpt_oss",)  # biased grouped experts with a clamped SwiGLU (gpt_oss_moe_forward)
 SHARED_FIRST = ("qwen2_moe",)  # the shared expert runs before the routed ones: its output is alive meanwhile
 
 
@@ -40,6 +41,8 @@ def in_layer_forward(spec: ModelSpec, kind: str, width: int, n: int, t: int) -> 
     attn_peak = mla_math_forward(spec, dt, n, t) if attn == "mla" else 0
     if attn_peak and dt.amp:  # the casts of o_proj and of the FFN / MoE linears are made after the attention's core
         attn_peak -= later_casts(spec, ffn)
+    if ffn == "moe" and spec.family in GROUPED_BIAS_MOE_FAMILIES:
+        return max(attn_peak, gpt_oss_moe_forward(spec, dt, n, t))
     return max(attn_peak, _ffn_forward(spec, dt, ffn, d, f, n))
 
 
@@ -170,6 +173,38 @@ def mla_math_rebuild_low(spec: ModelSpec, kind: str, width: int, rows: list, n: 
                                  and spec.moe.shared_intermediate_size > 0)
     grad_out = dt.param * spec.hidden_size * n + (c * spec.hidden_size * n if dt.amp and bf16_last else 0)
     return InnerMoment(change, grad_out, 0, 0, -later_casts(spec, ffn) if dt.amp else 0)
+
+
+def gpt_oss_moe_forward(spec: ModelSpec, dt: Dt, n: int, t: int) -> int:
+    """gpt-oss's MoE block inside a checkpointed layer's forward (nothing saved), at its largest op: the clamped
+    SwiGLU's last product or the combine's reorder, beyond the layer's input (whole micro-batch, bytes).
+
+    Traced op by op (tiny gpt_oss fp32 and amp, full recompute, torch 2.13 CPU: the forward's peak, in layer 1 at
+    the combine's `weighted_out[inv_perm]`, to 16 bytes; the gate's moment to 16 bytes too). Named by the layer's
+    forward meanwhile: the residual sum and post_attention_layernorm's output (the residual's dtype); the attention's
+    weights, which modeling_gpt_oss.GptOssDecoderLayer keeps in `hidden_states, _ = self.self_attn(...)` until it
+    returns: its eager_attention_forward returns `dropout(probs[..., :-1]).to(value_states.dtype)`, a view of the
+    softmax's output over S + 1 keys, or under autocast (fp32 softmax, bf16 values) its bf16 copy over S keys; the
+    router's logits (GptOssMLP's `_, router_scores, router_indices = self.router(...)`), top-k ids and scores.
+    transformers' grouped_mm_experts_forward (integrations/moe.py; fp32 experts run the same steps through its
+    grouped_mm_fallback op) then holds the sorted expert ids and their order (int64), the dispatched tokens (top-k
+    rows per token), the routing weights in that order, the ids' fp32 copy for histc (and the per-expert counts and
+    offsets); `_grouped_linear` adds the gathered per-row bias in place into the grouped GEMM's output. At
+    GptOssExperts._apply_gate's last op the gate_up bias rows and output (2f wide) are alive with the clamped gate
+    and up, σ·gate, up + 1 and their product (f wide each); at the combine the down bias rows, down's output, its
+    weighted copy, the inverse order and the reordered copy (h wide each). gpt-oss-20b (h = f = 2880): the gate's."""
+    m = spec.moe
+    assert m is not None
+    a, h, p, c = spec.attention, spec.hidden_size, dt.param, dt.compute
+    k, e, f = m.top_k, m.n_routed_experts, m.expert_intermediate_size
+    weights = c * a.n_heads * (t if dt.amp else t + 1)  # the attention weights (see above)
+    layer = 2 * p * h + weights  # residual sum, norm output; the attention's weights
+    router = c * e + INT64 * k + c * k  # logits, top-k ids, their softmax
+    dispatch = 2 * INT64 * k + p * k * h + c * k + FP32 * k  # sorted ids and order, tokens, weights, ids' fp32 copy
+    counts = FP32 * e + 4 * e  # histc's counts (fp32) and the int32 offsets: per layer
+    gate = p * k * (2 * 2 * f + 5 * f)  # gate_up's bias rows and output; five f-wide tensors of the clamped SwiGLU
+    combine = p * k * 4 * h + INT64 * k  # down's bias rows, output, weighted and reordered copies; inverse order
+    return (layer + router + dispatch + max(gate, combine)) * n + counts
 
 
 def _ffn_forward(spec: ModelSpec, dt: Dt, ffn: str, d: int, f: int, n: int) -> int:
