@@ -94,6 +94,8 @@ class EagerTerms:
     norm_grad: dict[str, int] = field(default_factory=dict)
     optimizer_temp: int = 0
     cast_layer: dict[str, int] = field(default_factory=dict)  # amp: bf16 weight copies of one layer
+    #: amp: bf16 copies of one layer's linear biases, cached in the forward and saved by no op (freed with the cache)
+    cast_bias: dict[str, int] = field(default_factory=dict)
     cast_head: int = 0  # amp: the LM head's bf16 copy
     # per layer kind: saved rows that do not grow per token (grouped_mm offsets, B=1 views; engine.eager), and the
     # sliding-window masks and k/v copies of the masked layers spread over the kind's layers (eager/masks.py)
@@ -182,6 +184,7 @@ class EagerTerms:
             norm_grad=per(self.norm_grad, grads),
             optimizer_temp=round(self.optimizer_temp / optimizer),
             cast_layer=per(self.cast_layer, weights),
+            cast_bias=per(self.cast_bias, weights),
             lora_cast_layer=per(self.lora_cast_layer, weights),
             cast_head=round(self.cast_head / weights),
             layer_fixed=per(self.layer_fixed, tokens),
@@ -298,6 +301,7 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
     layer_temp: dict[str, int] = {}
     layer_grad: dict[str, int] = {}
     cast_layer: dict[str, int] = {}
+    cast_bias: dict[str, int] = {}
     lora_cast_layer: dict[str, int] = {}
     norm_act: dict[str, int] = {}
     norm_grad: dict[str, int] = {}
@@ -356,6 +360,7 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         ffn_params = sum(x.total for x in inventory.tensors if x.layer_kind == kind and x.component == "ffn")
         norm_grad[kind] = 0 if lora is not None else (ffn_params // count + h) * p.grads + post_grad
         cast_layer[kind] = eager.layer_cast_bytes(spec, kind, width)
+        cast_bias[kind] = eager.layer_bias_cast_bytes(spec, kind, width) if lora is None else 0  # frozen: not cached
         # --attention eager: the plan's rows hold P (not SDPA's math path: q_scaled); the layer's rows in forward
         # order (the plan splits them into kept and dropped)
         planned = [*plan.layers[kind].kept, *plan.layers[kind].dropped]
@@ -404,6 +409,7 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         optimizer_temp=optimizer_temporaries(inventory, recipe.optimizer_impl, p.state, sizes) if lora is None
         else lora_optimizer_temporaries(inventory, lora, recipe.optimizer_impl, p.state),
         cast_layer=cast_layer,
+        cast_bias=cast_bias,
         layer_fixed=layer_fixed,
         cast_head=AMP_CAST * v * h if amp else 0,
         layer_inner=layer_inner,

@@ -339,6 +339,9 @@ def eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: EagerT
     fixed = [0 if ckpt else e.layer_fixed.get(k, 0) for k in plan.order]
     # LoRA: a checkpointed layer's forward leaves only the adapters' casts in autocast's cache (lora_cast_layer)
     fwd_casts = [e.lora_cast_layer.get(k, c) for k, c in zip(plan.order, casts, strict=True)] if ckpt else casts
+    # amp: the linear biases' copies, in the cache while the forward runs, saved by no op
+    biases = [e.cast_bias.get(k, 0) for k in plan.order]
+    fwd_casts = [c + bias for c, bias in zip(fwd_casts, biases, strict=True)]
     cast_all = sum(fwd_casts) + cast_head
 
     weights, optimizer, buffers, order, constant = view.weights, view.optimizer, view.buffers, plan.order, e.constant
@@ -376,7 +379,7 @@ def eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: EagerT
         moments.append(at(Phase.FORWARD, Part.LAYER, resting, kept + fix + embed_out + masks, 0, cast, i))
     saved = plan.kept_after_forward() + (outside if view.last else 0) + fix
     # autocast's cache is cleared when the forward leaves autocast: what remains is what graphs saved.
-    cast = cast_all if not ckpt else cast_head
+    cast = cast_all - sum(biases) if not ckpt else cast_head
     # LoRA under amp: layer 0's adapter A casts, cached but saved by nothing, go with the autocast cache
     cast -= e.lora_first_a_cast if view.first and not ckpt else 0
     if view.last:
