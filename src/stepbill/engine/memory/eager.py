@@ -53,6 +53,7 @@ from stepbill.engine.memory.adamw_step import adamw_step_temporaries
 from stepbill.engine.memory.eager_layer import (
     AMP_CAST,
     eager_attention_backward,
+    gpt_oss_rebuild,
     in_layer_forward,
     mla_math_rebuild_low,
     post_ffn_norm_backward,
@@ -350,7 +351,8 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         mla_bwd = attention_backward_peak(spec, kind, rows, width, inventory, count, p.grads, n, t, keeps_all)
         post_norm = post_ffn_norm_backward(spec, rows, width, n, t, p.grads) if lora is None else None
         inner_backward[kind] = (*inner_backward.get(kind, ()), *mla_bwd, *([post_norm] if post_norm else []))
-        if plan.policy.kind == "full" and lora is None and (rebuild := mla_math_rebuild_low(spec, kind, width, rows, n, t)):
+        if plan.policy.kind == "full" and lora is None and (rebuild := mla_math_rebuild_low(spec, kind, width, rows, n, t)
+                                                            or gpt_oss_rebuild(spec, kind, width, n)):
             layer_rebuild[kind] = rebuild
         ffn_block = rows[-1].block if rows else ""
         # the FFN's rows but its input norm's fp32 input (the residual stream, alive for that norm's backward)

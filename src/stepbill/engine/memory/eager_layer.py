@@ -11,6 +11,7 @@ from stepbill.engine.activations import eager
 from stepbill.engine.activations.eager.attention import mla_uses_math_path
 from stepbill.engine.activations.eager.dtypes import Dt
 from stepbill.engine.activations.eager.ffn import GELU_TANH_FAMILIES, ffn_weights
+from stepbill.engine.activations.eager.gemma import EAGER_ATTENTION_FAMILIES
 from stepbill.engine.activations.eager.moe import RENORMALISE, moe_cast_weights
 from stepbill.engine.activations.eager.outside import rope_width
 from stepbill.engine.memory.eager_moe import SHARED_AFTER, InnerMoment
@@ -39,11 +40,49 @@ def in_layer_forward(spec: ModelSpec, kind: str, width: int, n: int, t: int) -> 
     d, f = spec.hidden_size, spec.ffn.intermediate_size
     attn, ffn = act.layer_blocks(spec, kind)
     attn_peak = mla_math_forward(spec, dt, n, t) if attn == "mla" else 0
+    if spec.family in EAGER_ATTENTION_FAMILIES:
+        attn_peak = eager_attention_in_layer(spec, dt, n, t)
     if attn_peak and dt.amp:  # the casts of o_proj and of the FFN / MoE linears are made after the attention's core
-        attn_peak -= later_casts(spec, ffn)
+        attn_peak -= later_casts(spec, ffn) + later_bias_casts(spec, kind, width)
     if ffn == "moe" and spec.family in GROUPED_BIAS_MOE_FAMILIES:
         return max(attn_peak, gpt_oss_moe_forward(spec, dt, n, t))
     return max(attn_peak, _ffn_forward(spec, dt, ffn, d, f, n))
+
+
+def eager_attention_in_layer(spec: ModelSpec, dt: Dt, n: int, t: int) -> int:
+    """Gemma2's / gpt-oss's eager attention inside a checkpointed layer's forward (nothing saved), at its largest op:
+    what the layer names by then beyond its input (whole micro-batch, bytes).
+
+    Traced op by op (tiny gemma2 and gpt_oss, fp32 / pure-bf16 / amp, full recompute, seq 160, torch 2.13 CPU: the
+    forward's peak, to the byte). Named: the input norm's output (the residual's dtype), v_proj's output, q and k
+    after RoPE (`q * cos + rotate_half(q) * sin` with cos / sin in the hidden states' dtype: fp32 under amp) and,
+    under GQA, repeat_kv's copies of k and v at query-head width. Each B·H·S² step holds its input and its output:
+    modeling_gemma2.eager_attention_forward's scores and scaled copy, the soft-cap's ÷, tanh and ×, the mask's
+    addition (in the mask's dtype, eager/masks.decoder_masks: fp32 under amp), then `softmax(..., dtype=float32)`
+    with its fp32 copy of bf16 scores beside the masked scores and P. modeling_gpt_oss.eager_attention_forward
+    concatenates the sink column (S + 1 keys) and subtracts the row max while the masked scores stay named; under
+    autocast its `.to(value_states.dtype)` copy of P is made beside the fp32 P and the masked scores."""
+    a, h, p, c = spec.attention, spec.hidden_size, dt.param, dt.compute
+    heads, kv = a.n_heads, a.kv_heads
+    rotated = p  # RoPE's products: q, k (compute dtype) times cos / sin (hidden states' dtype)
+    expanded = rotated * heads * a.qk_head_dim + c * heads * a.v_dim if kv != heads else 0  # repeat_kv's copies
+    named = p * h + c * kv * a.v_dim + rotated * (heads + kv) * a.qk_head_dim + expanded
+    masked = max(c, p)  # the scores plus the additive mask (the embedding's dtype)
+    if spec.attention.sinks:  # gpt-oss: S + 1 columns from the sink's concatenation on
+        at_max = masked * (t + 2 * (t + 1) + 1)  # masked scores, the concatenation, its row max, the difference
+        at_cast = masked * (t + 2 * (t + 1)) + (c * t if dt.amp else 0)  # … the difference, P and P's bf16 copy
+        per_query = max(2 * c * t, at_max, at_cast)
+    else:  # gemma2: the scores' steps two at a time, or the masked scores with softmax's fp32 copy and P
+        per_query = max(2 * c * t, (masked + (FP32 if masked != FP32 else 0) + FP32) * t)
+    return (named + heads * per_query) * n
+
+
+def later_bias_casts(spec: ModelSpec, kind: str, width: int) -> int:
+    """amp: bytes of a layer's bias casts made after its attention's core: all of eager.layer_bias_cast_bytes but
+    q / k / v's."""
+    a, c = spec.attention, eager.dt_of(width).compute
+    first = c * (a.n_heads + 2 * a.kv_heads) * a.qk_head_dim if a.qkv_bias and a.kind != "mla" else 0
+    return max(0, eager.layer_bias_cast_bytes(spec, kind, width) - first)
 
 
 def mla_math_forward(spec: ModelSpec, dt: Dt, n: int, t: int) -> int:
@@ -135,7 +174,7 @@ def mla_math_forward_low(spec: ModelSpec, dt: Dt, n: int, t: int) -> int:
 
 def later_casts(spec: ModelSpec, ffn: str) -> int:
     """amp: bytes of a layer's weight casts made after its attention's core (o_proj's, the FFN's or MoE block's)."""
-    return AMP_CAST * (spec.hidden_size * spec.attention.n_heads * spec.attention.v_head_dim
+    return AMP_CAST * (spec.hidden_size * spec.attention.n_heads * spec.attention.v_dim
                        + (moe_cast_weights(spec) if ffn == "moe" else ffn_weights(spec)))
 
 
@@ -205,6 +244,30 @@ def gpt_oss_moe_forward(spec: ModelSpec, dt: Dt, n: int, t: int) -> int:
     gate = p * k * (2 * 2 * f + 5 * f)  # gate_up's bias rows and output; five f-wide tensors of the clamped SwiGLU
     combine = p * k * 4 * h + INT64 * k  # down's bias rows, output, weighted and reordered copies; inverse order
     return (layer + router + dispatch + max(gate, combine)) * n + counts
+
+
+def gpt_oss_rebuild(spec: ModelSpec, kind: str, width: int, n: int) -> InnerMoment | None:
+    """gpt-oss under full recompute: the rebuild of a checkpointed MoE layer at the start of its backward, at the
+    combine's reorder (`inv_perm[perm] = arange(...)`, the rebuild's last saving op: every row made). Against the
+    layer's rows: the forward's unsaved locals then (gpt_oss_moe_forward: the router's logits, the ids' fp32 copy for
+    histc and the expert counts and offsets, down's gathered bias rows, the weighted output and the arange; in bf16
+    the residual sum; under amp the post-attention norm's fp32 output), beside
+    the layer output's gradient and its copy over the top-k that the combine's sum backward made (`clone`, top-k
+    rows per token, the experts' dtype) before the first unpack set the rebuild off. Traced op by op (tiny gpt_oss
+    fp32 seq 64, pure-bf16 / amp seq 160: the step's backward peak, in layer 0). None for other layers."""
+    if kind != "moe" or spec.family not in GROUPED_BIAS_MOE_FAMILIES or spec.moe is None:
+        return None
+    dt = eager.dt_of(width)
+    m, h, p, c = spec.moe, spec.hidden_size, dt.param, dt.compute
+    k, e = m.top_k, m.n_routed_experts
+    locals_ = c * e + FP32 * k + 2 * p * k * h + INT64 * k  # logits, histc's input, down's bias rows, weighted; arange
+    # the residual sum, named for the block's last add: below fp32 its post-attention norm saves an fp32 copy instead;
+    # under autocast that norm's fp32 output, the MoE block's input, which the router saves as its bf16 cast
+    locals_ += p * h if p != FP32 else 0
+    locals_ += p * h if dt.amp else 0
+    counts = FP32 * e + 4 * e  # histc's counts and the int32 offsets
+    temps = p * h + p * k * h  # the layer output's gradient, its top-k copy
+    return InnerMoment(locals_ * n + counts, temps * n, 0, 0, eager.layer_bias_cast_bytes(spec, kind, width))
 
 
 def _ffn_forward(spec: ModelSpec, dt: Dt, ffn: str, d: int, f: int, n: int) -> int:
