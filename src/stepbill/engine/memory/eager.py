@@ -352,7 +352,7 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         post_norm = post_ffn_norm_backward(spec, rows, width, n, t, p.grads) if lora is None else None
         inner_backward[kind] = (*inner_backward.get(kind, ()), *mla_bwd, *([post_norm] if post_norm else []))
         if plan.policy.kind == "full" and lora is None and (rebuild := mla_math_rebuild_low(spec, kind, width, rows, n, t)
-                                                            or gpt_oss_rebuild(spec, kind, width, n)):
+                                                            or gpt_oss_rebuild(spec, kind, width, rows, n, t)):
             layer_rebuild[kind] = rebuild
         ffn_block = rows[-1].block if rows else ""
         # the FFN's rows but its input norm's fp32 input (the residual stream, alive for that norm's backward)

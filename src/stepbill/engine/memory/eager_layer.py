@@ -246,28 +246,49 @@ def gpt_oss_moe_forward(spec: ModelSpec, dt: Dt, n: int, t: int) -> int:
     return (layer + router + dispatch + max(gate, combine)) * n + counts
 
 
-def gpt_oss_rebuild(spec: ModelSpec, kind: str, width: int, n: int) -> InnerMoment | None:
-    """gpt-oss under full recompute: the rebuild of a checkpointed MoE layer at the start of its backward, at the
-    combine's reorder (`inv_perm[perm] = arange(...)`, the rebuild's last saving op: every row made). Against the
-    layer's rows: the forward's unsaved locals then (gpt_oss_moe_forward: the router's logits, the ids' fp32 copy for
-    histc and the expert counts and offsets, down's gathered bias rows, the weighted output and the arange; in bf16
-    the residual sum; under amp the post-attention norm's fp32 output), beside
-    the layer output's gradient and its copy over the top-k that the combine's sum backward made (`clone`, top-k
-    rows per token, the experts' dtype) before the first unpack set the rebuild off. Traced op by op (tiny gpt_oss
-    fp32 seq 64, pure-bf16 / amp seq 160: the step's backward peak, in layer 0). None for other layers."""
+def gpt_oss_rebuild(spec: ModelSpec, kind: str, width: int, rows: list, n: int, t: int) -> InnerMoment | None:
+    """gpt-oss under full recompute: the rebuild of a checkpointed MoE layer at the start of its backward, beside the
+    layer output's gradient and its copy over the top-k that the combine's sum backward made (`clone`, top-k rows per
+    token, the experts' dtype) before the first unpack set the rebuild off; the larger of two moments, against the
+    layer's rows. Traced op by op (tiny gpt_oss fp32 / pure-bf16 / amp, seq 64-512: the step's backward peak):
+
+    - the attention's largest op (eager_attention_in_layer's sink steps; seq 512): the rows from P on not made yet
+      but v's expansion, v_proj's output and k after RoPE named beside repeat_kv's saved copies (under amp also the
+      input norm's fp32 output, q after RoPE and k's fp32 expansion, which the matmuls save as bf16 casts), the
+      rebuild's q / k / v bias casts in autocast's cache;
+    - the combine's reorder (`inv_perm[perm] = arange(...)`, the rebuild's last saving op: every row made; seq 64-160):
+      the forward's unsaved locals then (gpt_oss_moe_forward: the router's logits, the ids' fp32 copy for histc and
+      the expert counts and offsets, down's gathered bias rows, the weighted output and the arange; in bf16 the
+      residual sum; under amp the post-attention norm's fp32 output, which the router saves as its bf16 cast).
+
+    None for other layers."""
     if kind != "moe" or spec.family not in GROUPED_BIAS_MOE_FAMILIES or spec.moe is None:
         return None
     dt = eager.dt_of(width)
-    m, h, p, c = spec.moe, spec.hidden_size, dt.param, dt.compute
+    m, a, h, p, c = spec.moe, spec.attention, spec.hidden_size, dt.param, dt.compute
     k, e = m.top_k, m.n_routed_experts
+    temps = (p * h + p * k * h) * n  # the layer output's gradient, its top-k copy
+    names = [r.name for r in rows]
+    # P and the rows after it not made yet, but v expanded (repeat_kv runs before Q·Kᵀ)
+    not_made = sum(r.bytes_at(t) for r in rows[names.index("attn.probs"):] if r.name != "attn.v_rep") \
+        if "attn.probs" in names else 0
+    gqa = a.kv_heads != a.n_heads
+    kv_locals = c * a.kv_heads * a.v_dim + p * a.kv_heads * a.qk_head_dim if gqa else 0
+    if dt.amp:  # autocast's bf16 casts are what the linears and Q·Kᵀ save: the norm's fp32 output, q after RoPE and
+        # k's fp32 expansion stay named beside them
+        kv_locals += p * h + p * a.n_heads * a.qk_head_dim * (2 if gqa else 1)
+    masked = max(c, p)
+    per_query = max(2 * c * t, masked * (t + 2 * (t + 1) + 1), masked * (t + 2 * (t + 1)) + (c * t if dt.amp else 0))
+    attention = round((kv_locals + a.n_heads * per_query - not_made) * n)
+    qkv_bias = c * (a.n_heads + 2 * a.kv_heads) * a.qk_head_dim if a.qkv_bias and dt.amp else 0
+    later = later_casts(spec, "moe") if dt.amp else 0  # o_proj's and the router's weight casts, not made yet
     locals_ = c * e + FP32 * k + 2 * p * k * h + INT64 * k  # logits, histc's input, down's bias rows, weighted; arange
-    # the residual sum, named for the block's last add: below fp32 its post-attention norm saves an fp32 copy instead;
-    # under autocast that norm's fp32 output, the MoE block's input, which the router saves as its bf16 cast
-    locals_ += p * h if p != FP32 else 0
-    locals_ += p * h if dt.amp else 0
-    counts = FP32 * e + 4 * e  # histc's counts and the int32 offsets
-    temps = p * h + p * k * h  # the layer output's gradient, its top-k copy
-    return InnerMoment(locals_ * n + counts, temps * n, 0, 0, eager.layer_bias_cast_bytes(spec, kind, width))
+    locals_ += p * h if p != FP32 else 0  # bf16: the residual sum (its norm saves an fp32 copy)
+    locals_ += p * h if dt.amp else 0  # amp: the post-attention norm's fp32 output
+    combine = locals_ * n + FP32 * e + 4 * e  # … and histc's counts, the int32 offsets
+    if attention - later > combine:
+        return InnerMoment(attention, temps, 0, 0, qkv_bias - later)
+    return InnerMoment(combine, temps, 0, 0, eager.layer_bias_cast_bytes(spec, kind, width))
 
 
 def _ffn_forward(spec: ModelSpec, dt: Dt, ffn: str, d: int, f: int, n: int) -> int:
@@ -323,15 +344,19 @@ def eager_attention_backward(spec: ModelSpec, rows: list, width: object, invento
     # softmax's makes dS, both fp32 beside the kept fp32 P (a helper's trace: _softmax_backward_data holds three
     # fp32 B·H·S² tensors on deepseek-v2-lite under full recompute, the backward peak)
     mla_math = mla and spec.attention.kind == "mla" and "attn.q_scaled" in names
-    eager_attention = "attn.q_scaled" not in names and eager_attention_modelled(spec)
+    # Gemma2's own eager attention reaches the same moment (soft-capping's tanh output stays for its backward, next);
+    # gpt-oss's sink column's backward is not traced yet
+    own = spec.family in EAGER_ATTENTION_FAMILIES and not spec.attention.sinks
+    eager_attention = "attn.q_scaled" not in names and (eager_attention_modelled(spec) or own)
     if "attn.probs" not in names or not (mla_math or eager_attention):
         return 0, 0, 0
     a = spec.attention
     dt = eager.dt_of(width)
     probs = next(r for r in rows if r.name == "attn.probs")
     ffn_block = rows[-1].block
-    freed = sum(r.bytes_at(t) for r in rows if r.block == ffn_block or r.name in ("attn.o_in", "attn.v_rep", "attn.v",
-                                                                                   "attn.probs_cast"))
+    # sandwich placement: the post-attention norm's rows too (its backward ran before o_proj's)
+    freed = sum(r.bytes_at(t) for r in rows if r.block == ffn_block or r.name.startswith("attn.post.")
+                or r.name in ("attn.o_in", "attn.v_rep", "attn.v", "attn.probs_cast"))
     s2 = a.n_heads * t  # B·H·S² elements per token
     # dP (cast to the softmax's dtype) and dS; the residual gradient; the attention output's gradient (GPT-2: a
     # token-major and a head-major copy; the llama family: one, measured)
@@ -339,7 +364,8 @@ def eager_attention_backward(spec: ModelSpec, rows: list, width: object, invento
     temps = 2 * probs.dtype_bytes * s2 + dt.param * spec.hidden_size + grad_out
     ffn = sum(x.total for x in inventory.tensors if x.layer_kind == kind and x.component == "ffn")
     o_proj = spec.hidden_size * a.n_heads * a.v_dim
-    return -round(freed * n), round(temps * n), (ffn // count + spec.hidden_size + o_proj) * grad_bytes
+    norms = (3 if spec.norm_placement == "sandwich" else 1) * spec.hidden_size  # the FFN's input norm (and post norms)
+    return -round(freed * n), round(temps * n), (ffn // count + norms + o_proj) * grad_bytes
 
 
 def eager_attention_forward_peak(spec: ModelSpec, rows: list, width: object, n: int, t: int, b: int) -> int:
@@ -351,7 +377,10 @@ def eager_attention_forward_peak(spec: ModelSpec, rows: list, width: object, n: 
     from stepbill.engine.activations.eager.eager_attention import eager_attention_modelled
 
     names = [r.name for r in rows]
-    if "attn.probs" not in names or "attn.q_scaled" in names or not eager_attention_modelled(spec):
+    # Gemma2's own eager attention (no sinks) too: its mask is in EagerTerms.decoder_masks, its scores' steps as
+    # eager_attention_in_layer traced them (the masked scores in the mask's dtype: fp32 under amp)
+    own = spec.family in EAGER_ATTENTION_FAMILIES and not spec.attention.sinks
+    if "attn.probs" not in names or "attn.q_scaled" in names or not (eager_attention_modelled(spec) or own):
         return 0
     dt = eager.dt_of(width)
     c = dt.compute
@@ -362,13 +391,21 @@ def eager_attention_forward_peak(spec: ModelSpec, rows: list, width: object, n: 
     sb = probs.dtype_bytes
     a = spec.attention
     s2 = a.n_heads * t * n
-    transient = max(2 * c, c + (sb if sb != c else 0) + sb) * s2
+    m = max(c, dt.param) if own else c
+    transient = max(2 * c, m + (sb if sb != m else 0) + sb) * s2
     # the attention's locals: k after RoPE and v at kv-head width (under GQA the matmuls save their expansions)
     kv_locals = c * a.kv_heads * (a.qk_head_dim + a.v_dim) * n if a.kv_heads != a.n_heads and spec.family != "gpt2" \
         else 0
     rope = 2 * rope_width(spec) * c * t + INT64 * t if spec.positions == "rotary" else 0  # cos, sin; position ids
     # the additive mask (B·S², compute dtype) and, at B > 1, the boolean mask it was made from (B·S², 1 B)
-    masks = b * t * t * c + (b * t * t if b > 1 else 0)
+    masks = 0 if own else b * t * t * c + (b * t * t if b > 1 else 0)
+    if own:  # Gemma2 (traced, tiny gemma2 none seq 512): q after RoPE stays named beside the matmul's contiguous copy;
+        # below fp32 the layer's input (`residual`) and the embedding output (`inputs_embeds`, named by the decoder)
+        # beside the norms' saved fp32 copies (eager_mla._named_outside's rule); of the layer's fixed `1 + w` rows only
+        # the input norm's exists yet (eager/gemma.norm_weight_constants)
+        kv_locals += c * a.n_heads * a.qk_head_dim * n
+        kv_locals += 2 * dt.param * spec.hidden_size * n if dt.param != FP32 else 0
+        kv_locals -= FP32 * 3 * spec.hidden_size if spec.norm_weight_offset and spec.norm_placement == "sandwich" else 0
     return round(transient - later * n) + kv_locals + rope + masks
 
 
