@@ -292,6 +292,13 @@ def gpt_oss_rebuild(spec: ModelSpec, kind: str, width: int, rows: list, n: int, 
 
 
 def _ffn_forward(spec: ModelSpec, dt: Dt, ffn: str, d: int, f: int, n: int) -> int:
+    if ffn == "gelu_mlp" and spec.parallel_residual:
+        # GPT-NeoX (modeling_gpt_neox.GPTNeoXLayer, use_parallel_residual): at the MLP's GELU (one aten.gelu op) the
+        # layer names the attention's output (dense's, for the final sum), post_attention_layernorm's output of the
+        # layer input, dense_h_to_4h's output and the GELU's (traced op by op, tiny gpt_neox fp32 full: the forward's
+        # peak, to the byte). Autocast: dense_4h_to_h's cast (weight and bias) is made after the GELU.
+        down_cast = AMP_CAST * (f * d + d) if dt.amp else 0
+        return (dt.compute * d + dt.param * d + 2 * dt.compute * f) * n - down_cast
     if ffn == "gelu_mlp" and spec.family in GELU_TANH_FAMILIES:
         attn_output = dt.compute * d  # c_proj's output, still named by the block
         residual = dt.param * d  # attn_output + residual: the stream the MLP's output is added to
