@@ -138,14 +138,19 @@ def _window_lines(eager: EagerTerms | None, plan: RecomputePlan) -> list[Line]:
                  "(engine/activations/eager/masks.py)")]
 
 
-def _flops_attention(spec: ModelSpec, a_bytes: int, convention: str, attention: str) -> str:
+def _flops_attention(spec: ModelSpec, a_bytes: int, convention: str, attention: str, device: str) -> str:
     """The attention kernel FlopCounterMode sees: the eager convention on CPU with attention dropout runs SDPA's
-    math path ("sdpa-math": its backward reads the saved probabilities, no rebuilt QKᵀ; eager/dropout.py)."""
+    math path ("sdpa-math": its backward reads the saved probabilities, no rebuilt QKᵀ; eager/dropout.py); on CUDA,
+    q/k heads wider than v's (DeepSeek's MLA) take the memory-efficient kernel ("sdpa-efficient": flash needs one
+    head width, PyTorch's sdp_utils.cpp `check_head_dim_size_flash`), whose backward rebuilds QKᵀ as flash's does,
+    where the CPU runs them on the math path."""
     if convention == "eager" and attention == "sdpa":
         from stepbill.engine.activations.eager.dropout import uses_math_path
 
         if uses_math_path(spec, a_bytes):
             return "sdpa-math"
+    if attention == "sdpa" and device == "cuda" and spec.attention.qk_head_dim != spec.attention.v_dim:
+        return "sdpa-efficient"
     return attention
 
 
@@ -332,7 +337,7 @@ def _flops_part(spec: ModelSpec, one_gpu: Recipe, convention: str, attention: st
     lora = None if one_gpu.lora is None else lora_step_terms(spec, inv, one_gpu.lora, one_gpu.seq_len,
                                                                one_gpu.micro_batch, plan.policy.kind in ("full", "every"))
     return flops_lines(spec, one_gpu.seq_len, one_gpu.micro_batch, inv.active, plan.recompute_flops(True),
-                       plan.recompute_flops(False), _flops_attention(spec, a_bytes, convention, attention),
+                       plan.recompute_flops(False), _flops_attention(spec, a_bytes, convention, attention, one_gpu.device),
                        plan.recompute_flops_square(), matmul_params(spec, inv), lora)
 
 
