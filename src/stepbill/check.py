@@ -27,27 +27,33 @@ def model_and_config(model: str, dropout: float | None = None) -> tuple[Any, dic
     """The ModelSpec the bill reads and the config dict `check` builds, for a MODEL argument.
 
     An HF config.json (a file, a folder holding one, a Hub id) is measured as given: every field, dropout and
-    sliding windows included; a preset or ModelSpec JSON goes through `to_hf_config`, which emits the spec's
-    dropout and window. `dropout=0` (``--dropout 0``) sets every dropout probability to 0 in both.
+    sliding windows included, and so is a Hub preset's shipped config.json; a ModelSpec preset or JSON goes through
+    `to_hf_config`, which emits the spec's dropout and window. `dropout=0` (``--dropout 0``) sets every dropout probability to 0 in both.
     """
     from pathlib import Path
 
     from stepbill.engine.unmodelled import apply_dropout_option
     from stepbill.spec.hf import dropout_config_keys, from_hf_config, to_hf_config
-    from stepbill.spec.presets import config_name, load_model, preset_names, read_json_file
+    from stepbill.spec.presets import config_name, load_model, preset_names, read_json_file, shipped_config
 
     path = Path(model)
     if path.is_dir() and (path / "config.json").is_file():
         path = path / "config.json"
     data, name = None, ""
+    shipped = None if model.endswith(".json") or path.exists() else shipped_config(model)
     if model.endswith(".json") or path.exists():
         data, name = read_json_file(path), config_name(path)
+    elif shipped is not None:  # a Hub preset: its shipped config.json as the Hub has it, not a rebuilt one
+        data, name = shipped
     elif model not in preset_names():
         from stepbill.spec.hub import download_config, looks_like_hub_id
 
         if looks_like_hub_id(model):
             data, name = read_json_file(download_config(model)), model.split("/", 1)[1]
-    if data is not None and "model_type" in data:
+    if shipped is not None:
+        spec = load_model(name)
+        config = dict(data)
+    elif data is not None and "model_type" in data:
         spec = from_hf_config(data, name=name)
         config = dict(data)
     else:
