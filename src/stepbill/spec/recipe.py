@@ -115,14 +115,20 @@ TORCH_OPTIMIZER_IMPLS: dict[str, tuple[str, ...]] = {
     "muon": ("single", "foreach", "fused"),
     "lion": (),
 }
+#: The optimizers torch.optim runs multi-tensor on CUDA when the user names no implementation: those whose functional
+#: form asks `_default_to_fused_or_foreach` (torch/optim/optimizer.py) — Adam, AdamW, SGD, and the AdamW beside Muon.
+#: Adafactor's runs foreach only when asked (torch/optim/_adafactor.py `adafactor`: `if foreach:`, None is False).
+TORCH_CUDA_FOREACH = ("adam", "adamw", "sgd", "sgd-momentum", "muon")
+
+
 def default_optimizer_impl(optimizer: str, device: str) -> str:
-    """How PyTorch runs `optimizer` when the user names no implementation, on `device`'s kernels: torch.optim's
-    Adam and AdamW take the multi-tensor path (foreach) when every parameter is on a device with foreach kernels —
-    CUDA, not the CPU (torch/optim/optimizer.py `_default_to_fused_or_foreach`, torch/utils/_foreach_utils.py
-    `_get_foreach_kernels_supported_devices`) — and the for-loop one (single) else. The other optimizers keep
-    single: their temporaries are billed with AdamW's shapes (engine/memory/eager.optimizer_temporaries), measured
-    for AdamW alone."""
-    return "foreach" if device == "cuda" and optimizer in TORCH_ADAM else "single"
+    """How PyTorch runs `optimizer` when the user names no implementation, on `device`'s kernels: the multi-tensor
+    path (foreach) when every parameter is on a device with foreach kernels — CUDA, not the CPU
+    (torch/utils/_foreach_utils.py `_get_foreach_kernels_supported_devices`) — for the optimizers whose default asks
+    for it (TORCH_CUDA_FOREACH; Muon: the AdamW beside it, Muon itself having one path), the for-loop one (single)
+    else. Lion, which torch.optim lacks, keeps single (its temporaries are billed as AdamW's, unmeasured)."""
+    return "foreach" if device == "cuda" and optimizer in TORCH_CUDA_FOREACH else "single"
+
 
 #: The devices whose kernels the eager convention tells apart (engine/activations/eager/dropout.py).
 DEVICES: dict[str, str] = {
