@@ -104,3 +104,12 @@ def test_default_impl_follows_torch(optimizer: str, cuda: str) -> None:
 def test_check_refuses_in_one_line(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_cli(["check", TINY, *argv], capsys)
     assert code == 2 and needle in err and err.count("\n") == 1 and out == "" and "Traceback" not in err
+
+
+def test_check_under_torchrun_refuses_another_optimizer(monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """A launched rank (RANK and WORLD_SIZE set) measures AdamW: --optimizer muon is refused, not ignored."""
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    code, _, err = run_cli(["check", TINY, "--optimizer", "muon"], capsys)
+    assert code == 2 and "--optimizer muon is measured in one process" in err and err.count("\n") == 1

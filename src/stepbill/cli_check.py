@@ -100,9 +100,11 @@ def check(
         check_value(Int(0, dp - 1), "--rank", rank)
     refuse_beyond_one_process(recompute, dp > 1 or bool(zero) or launch is not None, "--recompute",
                               "--dp/--zero/--launch")
+    from stepbill.measure.distributed import launched_world
     from stepbill.measure.optimizers import refuse_optimizer
 
-    refuse_optimizer(optimizer, optimizer_impl, dp > 1 or bool(zero) or launch is not None, "--dp/--zero/--launch")
+    refuse_optimizer(optimizer, optimizer_impl, dp > 1 or bool(zero) or launch is not None
+                     or launched_world() is not None, "--dp/--zero/--launch (or run outside torchrun)")
 
     if real and fake:
         raise StepbillError("choose one of --real and --fake")
@@ -112,7 +114,6 @@ def check(
         raise StepbillError("--attention eager is measured in one process without LoRA; drop --dp/--zero/--launch/"
                             "--lora-rank")
     from stepbill.check_lora import QLORA_REFUSED, bill_lora, lora_header, lora_setup, lora_unmodelled
-    from stepbill.measure.distributed import launched_world
 
     if recipe == "qlora-nf4":
         raise StepbillError(QLORA_REFUSED)
