@@ -129,7 +129,8 @@ def check(
         if dp not in (1, launch):
             raise StepbillError(f"--dp {dp} must equal --launch {launch} (one data-parallel rank per process)")
         args = [model, "--seq", str(seq), "--micro-batch", str(micro_batch), "--dp", str(launch), "--zero", str(zero),
-                "--recipe", recipe, "--device", device] + (["--json"] if as_json else []) + (
+                "--recipe", recipe, "--device", device, "--optimizer-impl", optimizer_impl] + (
+                    ["--json"] if as_json else []) + (
                     [] if dropout is None else ["--dropout", f"{dropout:g}"])
         _launch(launch, args)
         return
@@ -141,7 +142,7 @@ def check(
 
         try:
             _check_launched(spec, config, seq, micro_batch, recipe, here[1] if dp == 1 else dp, zero, device,
-                            as_json, dropout)
+                            as_json, dropout, optimizer_impl)
         except StepbillError as exc:
             print(f"stepbill: error: {one_line(str(exc))}", file=sys.stderr)
             leave_rank(2)
@@ -278,8 +279,9 @@ def _launch(nproc: int, args: list[str]) -> None:
 
 
 def _check_launched(spec: Any, config: dict[str, Any], seq: int, micro_batch: int, recipe: str, dp: int, zero: int,
-                    device: str, as_json: bool, dropout: float | None) -> None:
-    """Every rank of a torchrun-launched run measured; rank 0 prints predicted vs measured per rank."""
+                    device: str, as_json: bool, dropout: float | None, optimizer_impl: str = "single") -> None:
+    """Every rank of a torchrun-launched run measured, AdamW on `optimizer_impl`'s path in the run and in its bill;
+    rank 0 prints predicted vs measured per rank."""
     from stepbill.check import verdict
     from stepbill.check_ranks import compare_launched
     from stepbill.measure.distributed import launched_world, measure_launched
@@ -290,12 +292,12 @@ def _check_launched(spec: Any, config: dict[str, Any], seq: int, micro_batch: in
     if dp != here[1]:
         raise StepbillError(f"--dp {dp} must equal torchrun's WORLD_SIZE {here[1]}")
     rank, measured = measure_launched(config, zero=zero, micro_batch=micro_batch, seq_len=seq, recipe=recipe,
-                                      device=device)
+                                      device=device, optimizer_impl=optimizer_impl)
     if rank != 0 or measured is None:
         return
     backend = "nccl" if device == "cuda" else "gloo"
     results = compare_launched(spec, measured, zero=zero, micro_batch=micro_batch, seq=seq, recipe=recipe,
-                               backend=backend, device=device)
+                               backend=backend, device=device, optimizer_impl=optimizer_impl)
     stage = {0: "DDP", 1: "ZeRO-1 (ZeroRedundancyOptimizer)", 2: "ZeRO-2 (FSDP2)", 3: "ZeRO-3 (FSDP2)"}[zero]
     tracker = ("torch.cuda max_memory_allocated" if device == "cuda"
                else "FSDPMemTracker" if zero in (2, 3) else "MemTracker")
