@@ -113,3 +113,28 @@ def test_check_under_torchrun_refuses_another_optimizer(monkeypatch: pytest.Monk
     monkeypatch.setenv("WORLD_SIZE", "2")
     code, _, err = run_cli(["check", TINY, "--optimizer", "muon"], capsys)
     assert code == 2 and "--optimizer muon is measured in one process" in err and err.count("\n") == 1
+
+
+def test_bill_refuses_a_path_torch_has_not_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """`bill` refuses what `check` cannot run: Adafactor has no fused kernel in torch.optim (Lion, which torch lacks,
+    is billed on any path)."""
+    from tests.conftest import run_cli
+
+    code, out, err = run_cli(["bill", "llama3-8b", "--optimizer", "adafactor", "--optimizer-impl", "fused"], capsys)
+    assert code == 2 and not out and err.count("\n") == 1
+    assert "adafactor has no fused path" in err
+    code, _, err = run_cli(["bill", "llama3-8b", "--optimizer", "lion", "--optimizer-impl", "fused"], capsys)
+    assert code == 0, err
+
+
+def test_plans_step_fused_wherever_torch_has_it() -> None:
+    from stepbill.engine.plan.space import PlanRequest
+    from stepbill.spec.hardware import load_gpu
+    from stepbill.spec.presets import load_model
+
+    def impl(optimizer: str) -> str:
+        return PlanRequest(load_model("llama3-8b"), load_gpu("h100-sxm"), "h100-sxm", (8,), 4096, "llama3-8b",
+                           micro_batch=1, optimizer=optimizer).optimizer_impl
+
+    assert [impl(o) for o in ("adamw", "adam", "sgd", "sgd-momentum", "muon")] == ["fused"] * 5
+    assert impl("adafactor") == "single" and impl("lion") == "single"

@@ -97,11 +97,6 @@ OPTIMIZER_IMPLS: dict[str, str] = {
     "fused": "fused kernel (fused=True): no temporaries",
 }
 
-
-#: The optimizers torch.optim runs as Adam (AdamW: decoupled weight decay), whose implementation (`single`, `foreach`,
-#: `fused`) the eager convention tells apart.
-TORCH_ADAM = ("adam", "adamw")
-
 #: The implementations torch.optim has for each optimizer the bill names (torch 2.13): SGD has all three
 #: (torch/optim/sgd.py `_single_tensor_sgd`, `_multi_tensor_sgd`, `_fused_sgd`), Adafactor no fused kernel
 #: (torch/optim/_adafactor.py), Muon one path (torch/optim/_muon.py `_single_tensor_muon`): for "muon" the
@@ -186,6 +181,10 @@ class Recipe:
             raise unknown_name("optimizer", self.optimizer, OPTIMIZERS)
         if self.optimizer_impl not in OPTIMIZER_IMPLS:
             raise unknown_name("optimizer implementation", self.optimizer_impl, OPTIMIZER_IMPLS)
+        paths = TORCH_OPTIMIZER_IMPLS.get(self.optimizer, ())
+        if paths and self.optimizer_impl not in paths:  # Lion (no torch.optim path) is billed on any
+            raise StepbillError(f"torch.optim's {self.optimizer} has no {self.optimizer_impl} path "
+                                f"(optimizer implementation: {' | '.join(paths)})")
         if self.device not in DEVICES:
             raise unknown_name("device", self.device, DEVICES)
         parse_recompute(self.recompute)  # validates: none | full | every:K | selective:M,... | budget:SIZE
