@@ -157,7 +157,7 @@ def test_check_returns_what_the_cli_prints(capsys: pytest.CaptureFixture[str]) -
     result = stepbill.check(TINY, seq=32, mode="real")
     code, out, _ = run_cli(["check", TINY, "--seq", "32", "--real", "--json"], capsys)
     assert code == 0 and json.loads(out) == json.loads(json.dumps(result.to_json()))
-    assert result.mode == "real" and result.verdict.startswith("8 of 8")
+    assert result.mode == "real" and result.verdict.startswith("9 of 9")
     assert all(row.error == 0 for row in result if row.unit == "bytes" and row.category.startswith("params"))
     validate("check", result.to_json())
 

@@ -161,3 +161,34 @@ def test_a_proxy_leaves_the_connection_to_huggingface_hub(monkeypatch: pytest.Mo
     assert not hub_reachable("https://huggingface.co")
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
     assert hub_reachable("https://huggingface.co")
+
+
+def test_shipped_hub_presets_need_no_network_nor_cache(hf_cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A Hub id stepbill ships the config.json of (presets/hub) is read from that copy: a cold cache, offline,
+    in any letter case; its preset name gives the same model, and its notes say where the file came from."""
+    from stepbill.spec.presets import load_model
+
+    code, out, err = run_cli(["bill", "Qwen/Qwen3-8B", "--json"], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["model"]["name"] == "qwen3-8b"
+    assert data["model"]["params_total"] == 8_190_735_360  # transformers' count for Qwen3-8B
+    assert load_model("qwen/qwen3-8b") == load_model("qwen3-8b") == load_model("Qwen/Qwen3-8B")
+    assert "Qwen/Qwen3-8B's config.json, shipped with stepbill" in load_model("qwen3-8b").notes
+
+
+def test_every_hub_preset_is_its_shipped_config() -> None:
+    """Each Hub preset is its config.json read as a user's file would be (from_hf_config), listed among the presets,
+    and `check` measures that file as it is, not a config rebuilt from the spec."""
+    from stepbill.check import model_and_config
+    from stepbill.spec.hf import from_hf_config
+    from stepbill.spec.presets import hub_presets, load_preset, preset_names, shipped_config
+
+    assert set(hub_presets()) <= set(preset_names())
+    for name, hub_id in hub_presets().items():
+        shipped = shipped_config(hub_id)
+        assert shipped is not None and shipped[1] == name
+        config, _ = shipped
+        spec = load_preset(name)
+        assert spec.to_dict() | {"notes": ""} == from_hf_config(config, name=name).to_dict() | {"notes": ""}
+        assert model_and_config(name)[1] == config

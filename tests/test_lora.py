@@ -80,7 +80,9 @@ def test_lora_optimizer_temporaries_are_the_adapters() -> None:
     """AdamW (single tensor) under LoRA steps the adapters only: its largest temporaries are 2·s_j + s_{j−1} over
     consecutive adapter tensors (A then B), never a frozen embedding's (measured on the tiny Llama, q,v r 8, fp32:
     OPT at the optimizer peak 69,664 B = 57,376 B of states + 12,288 B)."""
-    from stepbill.engine.memory.eager_lora import lora_optimizer_temporaries
+    from stepbill.engine.activations import layer_order
+    from stepbill.engine.memory.eager import optimizer_temporaries
+    from stepbill.engine.memory.eager_lora import lora_stepped
     from stepbill.engine.params import param_inventory
     from stepbill.spec.hf import from_hf_config
     from stepbill.spec.recipe import LoRA
@@ -88,8 +90,9 @@ def test_lora_optimizer_temporaries_are_the_adapters() -> None:
     tiny = from_hf_config({"vocab_size": 320, "num_hidden_layers": 2, "max_position_embeddings": 512,
                            "model_type": "llama", "hidden_size": 128, "intermediate_size": 176,
                            "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": False})
-    assert lora_optimizer_temporaries(param_inventory(tiny), LoRA(8), "single", 4) == 12_288
-    assert lora_optimizer_temporaries(param_inventory(tiny), LoRA(8), "fused", 4) == 0
+    adapters = lora_stepped(param_inventory(tiny), LoRA(8), layer_order(tiny))
+    assert optimizer_temporaries(adapters, "adamw", "single", 4) == 12_288
+    assert optimizer_temporaries(adapters, "adamw", "fused", 4) == 0
 
 
 def test_check_says_what_full_recompute_lora_does_not_model() -> None:

@@ -210,3 +210,34 @@ def test_exact_dp_classes_sum_and_monotonic(model: str, dp: int) -> None:
         worst.append(max(c.memory["peak"] for c in classes))
     assert worst[2] <= worst[0] and worst[4] <= worst[2]  # resident
     assert worst[5] <= worst[3]  # peak, ZeRO-2 → 3
+
+
+@pytest.mark.parametrize(("model", "layout"), [
+    ("llama3-70b", {"tp": 8, "pp": 2}),
+    ("qwen3-30b-a3b", {"dp": 8, "ep": 8}),
+    ("mixtral-8x7b", {"dp": 4, "tp": 2, "ep": 2, "zero": 1}),
+])
+def test_foreach_step_temporaries_are_the_ranks_own_second_moments(model: str, layout: dict) -> None:
+    """torch.optim's multi-tensor AdamW (foreach: PyTorch's default on CUDA) makes one temporary of each local
+    second moment at once (`torch._foreach_sqrt(device_exp_avg_sqs)`): on a rank that is the second moments it
+    holds, whatever splits them — tp, the stage's layers, the experts under ep, ZeRO's shards (before, only tp and
+    ZeRO divided the one GPU's: Qwen3-30B-A3B at ep 8 held the whole model's 113.74 GiB on each rank)."""
+    from stepbill.engine.activations.eager import from_precision
+    from stepbill.engine.memory.eager import eager_terms
+    from stepbill.engine.parallel.holdings import rank_holdings
+    from stepbill.engine.parallel.rank_share import rank_eager
+    from stepbill.engine.recompute import make_plan
+
+    spec = load_preset(model)
+    recipe = make_recipe("mixed-bf16", "adamw", 1, 4096, parallel=Parallel(**layout), optimizer_impl="foreach",
+                         device="cuda")
+    one = make_recipe("mixed-bf16", "adamw", 1, 4096, optimizer_impl="foreach", device="cuda")
+    inv = param_inventory(spec)
+    act = from_precision(one.precision, "cuda")
+    plan = make_plan(spec, one.recompute_policy, 4096, 1, act, "eager")
+    one_gpu = eager_terms(spec, one, inv, plan)
+    assert one_gpu.optimizer_temp == pytest.approx(rank_holdings(spec, one, 0).held["optimizer.v"], rel=1e-9)
+    for stage in range(recipe.parallel.pp):
+        held = rank_holdings(spec, recipe, stage)
+        mine = rank_eager(one_gpu, recipe, held, inv, spec)
+        assert mine.optimizer_temp == pytest.approx(held.held["optimizer.v"], rel=1e-6)

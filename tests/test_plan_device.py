@@ -72,7 +72,9 @@ def test_plan_judges_mla_on_the_gpus_kernels_and_its_commands_reproduce() -> Non
     ({}, "single"),  # the CPU: torch.optim's for-loop AdamW
     ({"gpu": "h100-sxm"}, "foreach"),  # CUDA: torch.optim's default multi-tensor AdamW
     ({"gpu": "h100-sxm", "optimizer": "adam"}, "foreach"),
-    ({"gpu": "h100-sxm", "optimizer": "sgd-momentum"}, "single"),
+    ({"gpu": "h100-sxm", "optimizer": "sgd-momentum"}, "foreach"),  # torch.optim.SGD asks for foreach too
+    ({"gpu": "h100-sxm", "optimizer": "muon"}, "foreach"),  # the AdamW beside Muon
+    ({"gpu": "h100-sxm", "optimizer": "adafactor"}, "single"),  # torch.optim.Adafactor: foreach only when asked
     ({"gpu": "h100-sxm", "optimizer_impl": "fused"}, "fused"),
     ({"gpu": "h100-sxm", "device": "cpu"}, "single"),
 ])

@@ -134,6 +134,27 @@ def test_performance_doc_table_is_what_the_benchmark_prints() -> None:
     assert median <= 0.10
 
 
+@pytest.mark.slow
+def test_fit_rederives_the_shipped_constants() -> None:
+    """`benchmarks/performance_model.py --fit` on the calibration runs gives timing/constants.CALIBRATED's GEMM
+    plateau and attention shares — the shipped constants are the fit's, and the fit sees a changed constant (the
+    time model's caches key on shapes, not on the constants: before they were emptied per grid point every point
+    scored the same and the fit returned the grid's first corner, 0.40 / 0.10)."""
+    import sys
+    from pathlib import Path
+
+    from stepbill.engine.timing import constants
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from performance_model import RUNS, fit, prepare
+
+    best = fit([prepare(r) for r in RUNS])
+    for gen, g in best.items():
+        shipped = constants.CALIBRATED[gen]
+        assert (g.gemm_plateau, g.attention_fwd, g.attention_bwd) == (
+            shipped.gemm_plateau, shipped.attention_fwd, shipped.attention_bwd), gen
+
+
 @pytest.mark.parametrize(("model", "par"), [("llama3-8b", Parallel(tp=8, sp=True)), ("llama3-8b", Parallel(dp=2)),
                                             ("mixtral-8x7b", Parallel(ep=8, dp=8)),
                                             ("mixtral-8x7b", Parallel(tp=2, ep=4, dp=4))])

@@ -8,7 +8,7 @@ import pytest
 
 from stepbill.engine.bill import make_bill, peak_items
 from stepbill.engine.kinds import Part
-from stepbill.engine.memory.eager import optimizer_temporaries
+from stepbill.engine.memory.eager import optimizer_temporaries, stepped_tensors
 from stepbill.engine.params import param_inventory
 from stepbill.errors import StepbillError
 from stepbill.spec import load_preset
@@ -30,11 +30,12 @@ def test_ideal_ignores_the_optimizer_impl() -> None:
 
 def test_optimizer_temporaries_per_impl() -> None:
     inv = param_inventory(LLAMA)
+    tensors = stepped_tensors(LLAMA)
     embed = 32_000 * 4096
-    assert optimizer_temporaries(inv, "fused", 4) == 0
-    assert optimizer_temporaries(inv, "foreach", 4) == 4 * inv.total  # one more copy of every state
+    assert optimizer_temporaries(tensors, "adamw", "fused", 4) == 0
+    assert optimizer_temporaries(tensors, "adamw", "foreach", 4) == 4 * inv.total  # one more copy of every state
     # single: exp_avg_sq.sqrt() and its division for the LM head while the final norm's denom lives
-    assert optimizer_temporaries(inv, "single", 4) == 4 * (2 * embed + 4096)
+    assert optimizer_temporaries(tensors, "adamw", "single", 4) == 4 * (2 * embed + 4096)
 
 
 def test_eager_peak_items_sum_to_the_peak() -> None:

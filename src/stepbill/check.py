@@ -27,27 +27,33 @@ def model_and_config(model: str, dropout: float | None = None) -> tuple[Any, dic
     """The ModelSpec the bill reads and the config dict `check` builds, for a MODEL argument.
 
     An HF config.json (a file, a folder holding one, a Hub id) is measured as given: every field, dropout and
-    sliding windows included; a preset or ModelSpec JSON goes through `to_hf_config`, which emits the spec's
-    dropout and window. `dropout=0` (``--dropout 0``) sets every dropout probability to 0 in both.
+    sliding windows included, and so is a Hub preset's shipped config.json; a ModelSpec preset or JSON goes through
+    `to_hf_config`, which emits the spec's dropout and window. `dropout=0` (``--dropout 0``) sets every dropout probability to 0 in both.
     """
     from pathlib import Path
 
     from stepbill.engine.unmodelled import apply_dropout_option
     from stepbill.spec.hf import dropout_config_keys, from_hf_config, to_hf_config
-    from stepbill.spec.presets import config_name, load_model, preset_names, read_json_file
+    from stepbill.spec.presets import config_name, load_model, preset_names, read_json_file, shipped_config
 
     path = Path(model)
     if path.is_dir() and (path / "config.json").is_file():
         path = path / "config.json"
     data, name = None, ""
+    shipped = None if model.endswith(".json") or path.exists() else shipped_config(model)
     if model.endswith(".json") or path.exists():
         data, name = read_json_file(path), config_name(path)
+    elif shipped is not None:  # a Hub preset: its shipped config.json as the Hub has it, not a rebuilt one
+        data, name = shipped
     elif model not in preset_names():
         from stepbill.spec.hub import download_config, looks_like_hub_id
 
         if looks_like_hub_id(model):
             data, name = read_json_file(download_config(model)), model.split("/", 1)[1]
-    if data is not None and "model_type" in data:
+    if shipped is not None:
+        spec = load_model(name)
+        config = dict(data)
+    elif data is not None and "model_type" in data:
         spec = from_hf_config(data, name=name)
         config = dict(data)
     else:
@@ -103,6 +109,7 @@ def measure_and_compare(
     optimizer_impl: str = "single",
     recompute: str = "none",
     mode: str = "auto",
+    optimizer: str = "adamw",
     dp: int = 1,
     zero: int = 0,
     rank: int | None = None,
@@ -125,7 +132,9 @@ def measure_and_compare(
     `attention` "eager" builds the model with transformers' eager attention and bills `--attention eager` (one
     process, no LoRA). `recompute`: "none", "full" (transformers' gradient checkpointing, every layer) or "every:K"
     (each run of K layers one checkpoint) or "selective:core_attn" (the attention core checkpointed;
-    measure/checkpointing.py; both in one process).
+    measure/checkpointing.py; both in one process). `optimizer`: the bill's optimizer as torch.optim runs it at the
+    bill's hyperparameters (measure/optimizers.py: adamw, adam, sgd, sgd-momentum, adafactor, muon; one process),
+    `optimizer_impl` its path where torch.optim has it (Adafactor: no fused; Muon: the AdamW beside it).
     """
     from stepbill.report.check_json import sharded_check_json, single_check_json
 
@@ -148,6 +157,9 @@ def measure_and_compare(
     if mode not in ("auto", "real", "fake"):
         raise StepbillError(f"mode must be 'auto', 'real' or 'fake', got {mode!r}")
     sharded = dp > 1 or zero != 0
+    from stepbill.measure.optimizers import refuse_optimizer
+
+    refuse_optimizer(optimizer, optimizer_impl, sharded, "dp/zero")
     from stepbill.measure.session import refuse_beyond_one_process
 
     refuse_beyond_one_process(recompute, sharded, "recompute", "dp/zero")
@@ -188,17 +200,18 @@ def measure_and_compare(
             convention="eager", optimizer_impl=optimizer_impl, dp=dp, zero=zero, dropout=dropout))
         return CheckResult([row for rows in by_rank.values() for row in rows], summary, modes, json_out,
                            by_rank=by_rank)
-    engine_bill, note = predict(spec, make_recipe(recipe, "adamw", micro_batch, seq, recompute,
+    engine_bill, note = predict(spec, make_recipe(recipe, optimizer, micro_batch, seq, recompute,
                                                   optimizer_impl=optimizer_impl, **bill_lora(lora)), attention)
     chosen = choose_mode(mode, engine_bill.lines["memory.peak"].value)
     measured = measure_step(config, mode=chosen, recipe=recipe, optimizer_impl=optimizer_impl,
                             micro_batch=micro_batch, seq_len=seq, recompute=recompute, lora=lora,
-                            attention=attention)
+                            attention=attention, optimizer=optimizer)
     rows = compare(predictions(engine_bill), measured)
     summary = verdict(rows)
     command = bill_command(model if isinstance(model, str) else spec.name, seq=seq, micro_batch=micro_batch,
                            recipe=recipe, convention=engine_bill.convention, recompute=recompute,
-                           optimizer_impl=optimizer_impl, dropout=dropout, attention=attention, lora=lora)
+                           optimizer_impl=optimizer_impl, dropout=dropout, attention=attention, lora=lora,
+                           optimizer=optimizer)
     json_out = single_check_json(spec, chosen, engine_bill, measured, rows, summary) | notes_json(spec, recipe,
                                                                                                   dropout, command)
     json_out["unmodelled"] += lora_unmodelled(lora)
@@ -222,7 +235,7 @@ def notes_json(spec: Any, recipe: str, dropout: float | None, command: str | Non
 
 def bill_command(model: str, *, seq: int, micro_batch: int, recipe: str, convention: str, recompute: str = "none",
                  optimizer_impl: str = "single", dp: int = 1, zero: int = 0, dropout: float | None = None,
-                 attention: str = "sdpa", lora: Any = None) -> str:
+                 attention: str = "sdpa", lora: Any = None, optimizer: str = "adamw") -> str:
     """The `stepbill bill` command whose numbers `check` compares with the measurement (spelled by
     spec/command.bill_command, as every printed command): its per-rank eager class under `--dp N --zero Z`
     (FSDP2's mixed precision, check's fsdp-mixed-bf16, is the bill's mixed-bf16 under ZeRO-2/3:
@@ -233,6 +246,7 @@ def bill_command(model: str, *, seq: int, micro_batch: int, recipe: str, convent
     sharded = dp > 1 or zero != 0
     return spelled(model, {
         "seq": seq, "micro_batch": micro_batch, "recipe": "mixed-bf16" if recipe == FSDP_RECIPE else recipe,
+        "optimizer": None if optimizer == "adamw" else optimizer,
         "recompute": None if recompute == "none" else recompute,
         "optimizer_impl": None if optimizer_impl == "single" else optimizer_impl,
         "dp": dp if sharded else None, "zero": zero if sharded else None,

@@ -95,10 +95,12 @@ def ddp_prediction(bill: Bill, world: int, rank: int) -> tuple[Any, float]:
 
 
 def compare_launched(spec: Any, measured: list[Any], *, zero: int, micro_batch: int, seq: int,
-                     recipe: str, backend: str = "gloo", device: str = "cpu") -> list[tuple[Any, Any, list[CheckRow]]]:
+                     recipe: str, backend: str = "gloo", device: str = "cpu", optimizer_impl: str = "single"
+                     ) -> list[tuple[Any, Any, list[CheckRow]]]:
     """(prediction, measurement, rows) for every rank of a launched run; ZeRO-1/2/3 from engine/check_rank.py's
     predict_rank, DDP from the single-rank eager bill plus its gradient buckets (``ddp_prediction``). `backend`:
-    the run's process group, "gloo" (CPU: FSDP2's reduce-scatter clones its input, billed) or "nccl"."""
+    the run's process group, "gloo" (CPU: FSDP2's reduce-scatter clones its input, billed) or "nccl";
+    `optimizer_impl`: AdamW's path in the run (the bill's too: the card's default would not be what ran)."""
     from stepbill.engine.check_rank import predict_rank
 
     world = len(measured)
@@ -109,13 +111,15 @@ def compare_launched(spec: Any, measured: list[Any], *, zero: int, micro_batch: 
             if bill is None:
                 from stepbill.spec.recipe import make_recipe
 
-                bill, _ = predict(spec, make_recipe(recipe, "adamw", micro_batch, seq, device=device))
+                bill, _ = predict(spec, make_recipe(recipe, "adamw", micro_batch, seq, device=device,
+                                                    optimizer_impl=optimizer_impl))
             pred, buckets = ddp_prediction(bill, world, m.rank)
             rows = compare_sharded(pred, m)
             rows.append(CheckRow("DDP gradient buckets (resident)", "bytes", buckets,
                                  float(m.extra.get("ddp_buckets", 0)), "ddp.buckets"))
         else:
-            pred = predict_rank(spec, world, zero, m.rank, micro_batch, seq, recipe, backend=backend, device=device)
+            pred = predict_rank(spec, world, zero, m.rank, micro_batch, seq, recipe, backend=backend, device=device,
+                                optimizer_impl=optimizer_impl)
             rows = compare_sharded(pred, m)
         if "reserved_peak" in m.extra:  # CUDA: the caching allocator's reserve, beside the bill
             rows.append(CheckRow("reserved at peak (allocator; not billed)", "bytes", None,

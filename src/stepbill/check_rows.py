@@ -26,6 +26,9 @@ CATEGORIES: tuple[tuple[str, str, str, str], ...] = (
     ("activations (at forward peak)", "memory.activations", "activations", "bytes"),
     ("peak of the forward", "memory.peak_forward", "peak_forward", "bytes"),
     ("peak of the backward", "memory.peak_backward", "peak_backward", "bytes"),
+    # the optimizer's states and the temporaries of its step (engine/memory/optimizer_step.py), on the bill's
+    # timeline (predictions: no bill line of its own)
+    ("peak of the optimizer step", "memory.peak_optimizer", "peak_optimizer", "bytes"),
     ("peak of the step", "memory.peak", "peak", "bytes"),
     ("FLOPs (fwd+bwd, full-square attention)", "flops.step_noncausal", "flops", "FLOPs"),
 )
@@ -74,8 +77,12 @@ def compare(predicted: dict[str, float], measured: Any) -> list[CheckRow]:
 
 
 def predictions(bill: Bill) -> dict[str, float]:
-    """The bill's values for the lines `check` compares (those it has)."""
-    return {line: bill.lines[line].value for _, line, _, _ in CATEGORIES + LORA_CATEGORIES if line in bill.lines}
+    """The bill's values for the lines `check` compares (those it has); the optimizer step's peak is read off the
+    bill's timeline (memory.peak_optimizer)."""
+    out = {line: bill.lines[line].value for _, line, _, _ in CATEGORIES + LORA_CATEGORIES if line in bill.lines}
+    if bill.timeline is not None:
+        out["memory.peak_optimizer"] = bill.timeline.peak_optimizer.total
+    return out
 
 
 def predict(spec: Any, recipe: Any, attention: str = "sdpa") -> tuple[Bill, str]:

@@ -45,8 +45,12 @@ def check(
     recipe: Annotated[str | None, typer.Option(
         "--recipe", help="fp32 (default) | pure-bf16 | amp-bf16; ZeRO-1: fp32 | pure-bf16; ZeRO-2/3: fsdp-mixed-bf16 "
         "(the only one, FSDP2's mixed precision)")] = None,
-    optimizer_impl: Annotated[str, typer.Option("--optimizer-impl", help="AdamW: single | foreach | fused")]
-    = "single",
+    optimizer: Annotated[str, typer.Option(
+        "--optimizer", help="adamw (default) | adam | sgd | sgd-momentum | adafactor | muon: torch.optim's, at the "
+        "bill's hyperparameters (muon: Muon on the hidden matrices, AdamW on the rest); one process")] = "adamw",
+    optimizer_impl: Annotated[str, typer.Option(
+        "--optimizer-impl", help="single | foreach | fused, where torch.optim has it (Adafactor: no fused; muon: the "
+        "AdamW's)")] = "single",
     recompute: Annotated[str, typer.Option(
         "--recompute", help="none | full | every:K (runs of K layers, one checkpoint each) | selective:core_attn (the "
         "attention core checkpointed)")] = "none",
@@ -96,6 +100,11 @@ def check(
         check_value(Int(0, dp - 1), "--rank", rank)
     refuse_beyond_one_process(recompute, dp > 1 or bool(zero) or launch is not None, "--recompute",
                               "--dp/--zero/--launch")
+    from stepbill.measure.distributed import launched_world
+    from stepbill.measure.optimizers import refuse_optimizer
+
+    refuse_optimizer(optimizer, optimizer_impl, dp > 1 or bool(zero) or launch is not None
+                     or launched_world() is not None, "--dp/--zero/--launch (or run outside torchrun)")
 
     if real and fake:
         raise StepbillError("choose one of --real and --fake")
@@ -105,7 +114,6 @@ def check(
         raise StepbillError("--attention eager is measured in one process without LoRA; drop --dp/--zero/--launch/"
                             "--lora-rank")
     from stepbill.check_lora import QLORA_REFUSED, bill_lora, lora_header, lora_setup, lora_unmodelled
-    from stepbill.measure.distributed import launched_world
 
     if recipe == "qlora-nf4":
         raise StepbillError(QLORA_REFUSED)
@@ -121,7 +129,8 @@ def check(
         if dp not in (1, launch):
             raise StepbillError(f"--dp {dp} must equal --launch {launch} (one data-parallel rank per process)")
         args = [model, "--seq", str(seq), "--micro-batch", str(micro_batch), "--dp", str(launch), "--zero", str(zero),
-                "--recipe", recipe, "--device", device] + (["--json"] if as_json else []) + (
+                "--recipe", recipe, "--device", device, "--optimizer-impl", optimizer_impl] + (
+                    ["--json"] if as_json else []) + (
                     [] if dropout is None else ["--dropout", f"{dropout:g}"])
         _launch(launch, args)
         return
@@ -133,7 +142,7 @@ def check(
 
         try:
             _check_launched(spec, config, seq, micro_batch, recipe, here[1] if dp == 1 else dp, zero, device,
-                            as_json, dropout)
+                            as_json, dropout, optimizer_impl)
         except StepbillError as exc:
             print(f"stepbill: error: {one_line(str(exc))}", file=sys.stderr)
             leave_rank(2)
@@ -147,19 +156,20 @@ def check(
     from stepbill.check import bill_command, choose_mode, compare, predict, predictions, verdict
     from stepbill.spec.recipe import make_recipe
 
-    bill, note = predict(spec, make_recipe(recipe, "adamw", micro_batch, seq, recompute,
+    bill, note = predict(spec, make_recipe(recipe, optimizer, micro_batch, seq, recompute,
                                            optimizer_impl=optimizer_impl, **bill_lora(lora)), attention)
     if note:
         typer.echo(note, err=True)
     mode = choose_mode("real" if real else "fake" if fake else "auto", bill.lines["memory.peak"].value)
     measured = _measure_with_progress(
         config, mode, recipe=recipe, optimizer_impl=optimizer_impl, micro_batch=micro_batch,
-        seq_len=seq, recompute=recompute, attention=attention, **({} if lora is None else {"lora": lora}),
+        seq_len=seq, recompute=recompute, attention=attention, optimizer=optimizer,
+        **({} if lora is None else {"lora": lora}),
     )
     rows = compare(predictions(bill), measured)
     command = bill_command(model, seq=seq, micro_batch=micro_batch, recipe=recipe, convention=bill.convention,
                            recompute=recompute, optimizer_impl=optimizer_impl, dropout=dropout, attention=attention,
-                           lora=lora)
+                           lora=lora, optimizer=optimizer)
     if as_json:
         out = single_check_json(spec, mode, bill, measured, rows, verdict(rows)) | notes_json(spec, recipe, dropout,
                                                                                               command)
@@ -170,6 +180,10 @@ def check(
         print(json.dumps(out, indent=2))
         return
     _print_header(dropout, recipe)
+    if optimizer != "adamw":
+        from stepbill.measure.optimizers import describe
+
+        typer.echo(f"optimizer {optimizer}: {describe(optimizer, optimizer_impl)}")
     if lora is not None:
         typer.echo(lora_header(lora))
     _print_rows(spec.name, mode, bill.convention, rows, verdict(rows))
@@ -265,8 +279,9 @@ def _launch(nproc: int, args: list[str]) -> None:
 
 
 def _check_launched(spec: Any, config: dict[str, Any], seq: int, micro_batch: int, recipe: str, dp: int, zero: int,
-                    device: str, as_json: bool, dropout: float | None) -> None:
-    """Every rank of a torchrun-launched run measured; rank 0 prints predicted vs measured per rank."""
+                    device: str, as_json: bool, dropout: float | None, optimizer_impl: str = "single") -> None:
+    """Every rank of a torchrun-launched run measured, AdamW on `optimizer_impl`'s path in the run and in its bill;
+    rank 0 prints predicted vs measured per rank."""
     from stepbill.check import verdict
     from stepbill.check_ranks import compare_launched
     from stepbill.measure.distributed import launched_world, measure_launched
@@ -277,12 +292,12 @@ def _check_launched(spec: Any, config: dict[str, Any], seq: int, micro_batch: in
     if dp != here[1]:
         raise StepbillError(f"--dp {dp} must equal torchrun's WORLD_SIZE {here[1]}")
     rank, measured = measure_launched(config, zero=zero, micro_batch=micro_batch, seq_len=seq, recipe=recipe,
-                                      device=device)
+                                      device=device, optimizer_impl=optimizer_impl)
     if rank != 0 or measured is None:
         return
     backend = "nccl" if device == "cuda" else "gloo"
     results = compare_launched(spec, measured, zero=zero, micro_batch=micro_batch, seq=seq, recipe=recipe,
-                               backend=backend, device=device)
+                               backend=backend, device=device, optimizer_impl=optimizer_impl)
     stage = {0: "DDP", 1: "ZeRO-1 (ZeroRedundancyOptimizer)", 2: "ZeRO-2 (FSDP2)", 3: "ZeRO-3 (FSDP2)"}[zero]
     tracker = ("torch.cuda max_memory_allocated" if device == "cuda"
                else "FSDPMemTracker" if zero in (2, 3) else "MemTracker")

@@ -55,7 +55,7 @@ def test_check_attention_eager_cli(tmp_path, capsys: pytest.CaptureFixture[str])
     assert code == 0
     data = json.loads(out)
     assert data["settings"]["attention"] == "eager"
-    assert "8 of 8" in data["verdict"]
+    assert "9 of 9" in data["verdict"]
     code, _, err = run_cli(["check", str(config), "--attention", "eager", "--dp", "2", "--zero", "1"], capsys)
     assert code == 2 and "--attention eager" in err
 
@@ -85,6 +85,6 @@ def test_check_api_attention_eager(tmp_path) -> None:
     config.write_text(json.dumps(TINY_CONFIGS["gpt2"]))
     result = stepbill.check(str(config), seq=64, micro_batch=2, mode="real", attention="eager")
     assert result.json["settings"]["attention"] == "eager"
-    assert result.verdict.startswith("8 of 8")
+    assert result.verdict.startswith("9 of 9")
     with pytest.raises(StepbillError, match="one process"):
         stepbill.check(str(config), dp=2, zero=1, attention="eager")

@@ -38,3 +38,27 @@ def test_moe_experts_are_counted() -> None:
     for recipe in ("fp32", "pure-bf16"):  # fp32: transformers' fallback op; bf16: aten._grouped_mm
         m = measure_step(TINY_CONFIGS["mixtral"], recipe=recipe, mode="fake", micro_batch=B, seq_len=T)
         assert m.flops == expected, recipe
+
+
+def test_mla_on_cuda_backward_is_torchs_efficient_attention_count() -> None:
+    """DeepSeek's MLA (d_qk 192 ≠ d_v 128) on CUDA runs SDPA's memory-efficient kernel (flash needs one head
+    width), which FlopCounterMode counts with `sdpa_backward_flop_count` (the rebuilt QKᵀ included); the bill's
+    counted backward of the attention core is that, per layer, on the card's kernels — and the math path's
+    2 × forward on the CPU's."""
+    from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
+
+    from stepbill.engine.bill import make_bill
+    from stepbill.spec import load_preset
+    from stepbill.spec.recipe import make_recipe
+
+    spec = load_preset("deepseek-v3")
+    a, seq = spec.attention, 1024
+    q, v = (1, a.n_heads, seq, a.qk_head_dim), (1, a.n_heads, seq, a.v_dim)
+    torch_backward = sdpa_backward_flop_count(v, q, q, v)
+    forward = sdpa_flop_count(q, q, v)
+    rescore = {}
+    for device in ("cpu", "cuda"):
+        bill = make_bill(spec, make_recipe("mixed-bf16", "adamw", 1, seq, device=device))
+        rescore[device] = bill.lines["flops.backward_noncausal"].inputs["rescore"]
+    assert rescore["cpu"] == 0
+    assert 2 * forward + rescore["cuda"] // spec.n_layers == torch_backward

@@ -81,6 +81,25 @@ class Bill:
         return self.lines[name]
 
 
+#: The eager bill's `step` counters by optimizer (optimizer_step.step_counter_bytes): formula tail, convention, the
+#: peak item's formula.
+_STEP_COUNTERS = {
+    "adafactor": (" + Adafactor step counters (4 B per parameter tensor)",
+                  "eager: PyTorch's Adafactor keeps a 4-byte `step` per tensor",
+                  "Adafactor `step`: 4 B per parameter tensor"),
+    "muon": (" + AdamW step counters (4 B per tensor AdamW steps beside Muon)",
+             "eager: PyTorch's AdamW keeps a 4-byte `step` per tensor (Muon none)",
+             "AdamW `step` (beside Muon): 4 B per tensor it steps"),
+}
+_ADAMW_COUNTERS = (" + AdamW step counters (4 B per parameter tensor)",
+                   "eager: PyTorch's AdamW keeps a 4-byte `step` per tensor", "AdamW `step`: 4 B per parameter tensor")
+
+
+def _step_counters_text(optimizer: str) -> tuple[str, str]:
+    """The formula tail and convention of memory.optimizer's `step` counters under `optimizer`."""
+    return _STEP_COUNTERS.get(optimizer, _ADAMW_COUNTERS)[:2]
+
+
 def _sum_line(name: str, parts: list[Line], unit: str = "bytes", note: str = "") -> Line:
     names = " + ".join(p.name for p in parts) or "0"
     return Line(name, sum(p.value for p in parts), unit, names, {}, convention=note)
@@ -149,14 +168,19 @@ def _window_lines(eager: EagerTerms | None, plan: RecomputePlan) -> list[Line]:
                  "(engine/activations/eager/masks.py)")]
 
 
-def _flops_attention(spec: ModelSpec, a_bytes: int, convention: str, attention: str) -> str:
+def _flops_attention(spec: ModelSpec, a_bytes: int, convention: str, attention: str, device: str) -> str:
     """The attention kernel FlopCounterMode sees: the eager convention on CPU with attention dropout runs SDPA's
-    math path ("sdpa-math": its backward reads the saved probabilities, no rebuilt QKᵀ; eager/dropout.py)."""
+    math path ("sdpa-math": its backward reads the saved probabilities, no rebuilt QKᵀ; eager/dropout.py); on CUDA,
+    q/k heads wider than v's (DeepSeek's MLA) take the memory-efficient kernel ("sdpa-efficient": flash needs one
+    head width, PyTorch's sdp_utils.cpp `check_head_dim_size_flash`), whose backward rebuilds QKᵀ as flash's does,
+    where the CPU runs them on the math path."""
     if convention == "eager" and attention == "sdpa":
         from stepbill.engine.activations.eager.dropout import uses_math_path
 
         if uses_math_path(spec, a_bytes):
             return "sdpa-math"
+    if attention == "sdpa" and device == "cuda" and spec.attention.qk_head_dim != spec.attention.v_dim:
+        return "sdpa-efficient"
     return attention
 
 
@@ -296,18 +320,17 @@ def _one_gpu_part(spec: ModelSpec, recipe: Recipe, convention: str, attention: s
     lines["memory.weights"] = _sum_line("memory.weights", [x for x in resident if x.name.startswith("weights")])
     lines["memory.grads"] = by_name["grads"]
     lines["memory.optimizer"] = _sum_line("memory.optimizer", optimizer_side, note="master copy + optimizer states")
+    counters, counters_note = _step_counters_text(recipe.optimizer)
     if eager is not None and eager.step_counters:
         opt = lines["memory.optimizer"]
         lines["memory.optimizer"] = Line("memory.optimizer", opt.value + eager.step_counters, "bytes",
-                                         opt.formula + " + AdamW step counters (4 B per parameter tensor)", {},
-                                         convention="eager: PyTorch's AdamW keeps a 4-byte `step` per tensor")
+                                         opt.formula + counters, {}, convention=counters_note)
     lines["memory.model"] = _sum_line("memory.model", model_side, note="weights + grads")
     lines["memory.resident"] = _sum_line("memory.resident", resident)
     if eager is not None and eager.step_counters:  # the counters are resident too: model + optimizer = resident
         res = lines["memory.resident"]
         lines["memory.resident"] = Line("memory.resident", res.value + eager.step_counters, "bytes",
-                                        res.formula + " + AdamW step counters (4 B per parameter tensor)", {},
-                                        convention="eager: PyTorch's AdamW keeps a 4-byte `step` per tensor")
+                                        res.formula + counters, {}, convention=counters_note)
     lines.update(time_lines)
     note = CONVENTION_NOTE[convention]
     if convention == "ideal" and attention == "eager":  # the rows then hold the softmax output (activations/rows.py)
@@ -343,7 +366,7 @@ def _flops_part(spec: ModelSpec, one_gpu: Recipe, convention: str, attention: st
     lora = None if one_gpu.lora is None else lora_step_terms(spec, inv, one_gpu.lora, one_gpu.seq_len,
                                                                one_gpu.micro_batch, plan.policy.kind in ("full", "every"))
     return flops_lines(spec, one_gpu.seq_len, one_gpu.micro_batch, inv.active, plan.recompute_flops(True),
-                       plan.recompute_flops(False), _flops_attention(spec, a_bytes, convention, attention),
+                       plan.recompute_flops(False), _flops_attention(spec, a_bytes, convention, attention, one_gpu.device),
                        plan.recompute_flops_square(), matmul_params(spec, inv), lora)
 
 
@@ -435,12 +458,12 @@ def peak_items(bill: Bill) -> list[Line]:
         if peak.items.get(name):
             items.append(Line(name, peak.items[name], "bytes", what + " at {moment}", {"moment": peak.label},
                               convention="eager"))
-    if "optimizer" in peak.items:  # eager: the optimizer item also holds AdamW's step counters
+    if "optimizer" in peak.items:  # eager: the optimizer item also holds the optimizer's step counters
         extra = peak.items["optimizer"] - round(sum(x.value for x in bill.resident_items
                                                     if not is_model_item(x.name)))
         if extra:
-            items.append(Line("optimizer.step_counters", extra, "bytes", "AdamW `step`: 4 B per parameter tensor",
-                              {}, convention="eager"))
+            what = _STEP_COUNTERS.get(bill.recipe.optimizer, _ADAMW_COUNTERS)[2]
+            items.append(Line("optimizer.step_counters", extra, "bytes", what, {}, convention="eager"))
     rounded = [Line(x.name, round(x.value), x.unit, x.formula, x.inputs, x.provenance, x.convention) for x in items]
     return rounded
 

@@ -166,9 +166,14 @@ NO_SDPA_FAMILIES = ("gemma2", "gpt_oss")
 def attention_backward_rescore(spec: ModelSpec, attention: str = "sdpa") -> bool:
     """Whether the attention backward rebuilds QKᵀ (a fused SDPA kernel) rather than reading saved
     probabilities (the math path: attention "eager", or SDPA on CPU with unequal q/k and v head widths, as
-    DeepSeek's MLA has; and the families with no SDPA path at all)."""
+    DeepSeek's MLA has; and the families with no SDPA path at all). "sdpa-efficient" is CUDA's memory-efficient
+    kernel, which takes those unequal widths (engine/bill._flops_attention) and rebuilds QKᵀ as flash does
+    (torch/utils/flop_counter.py counts `_efficient_attention_backward` with `sdpa_backward_flop_count`, step 1:
+    "We recompute the scores matrix")."""
+    if spec.family in NO_SDPA_FAMILIES:
+        return False
     a = spec.attention
-    return attention == "sdpa" and a.qk_head_dim == a.v_dim and spec.family not in NO_SDPA_FAMILIES
+    return attention == "sdpa-efficient" or (attention == "sdpa" and a.qk_head_dim == a.v_dim)
 
 
 def attention_rescore_flops(spec: ModelSpec, seq_len: Any, causal: bool = True, attention: str = "sdpa") -> Any:

@@ -51,6 +51,8 @@ def palm_flops_per_token(spec: ModelSpec, n_matmul: Any, seq_len: Any, causal: b
 
 
 def _kernel(spec: ModelSpec, attention: str) -> str:
+    if attention == "sdpa-efficient":
+        return "memory-efficient kernel on CUDA: q/k and v heads differ in width"
     if attention_backward_rescore(spec, attention):
         return "fused SDPA"
     if attention == "sdpa-math":  # engine/bill.py: CPU SDPA with attention dropout (eager/dropout.py)
@@ -176,7 +178,7 @@ def window_lines(spec: ModelSpec, seq_len: int, micro_batch: int, attention: str
     and the kernel's (SDPA with an explicit mask computes the whole square; engine/flops.py)."""
     a = spec.attention
     masked = len(masked_layers(spec, seq_len))
-    eager_attn = attention != "sdpa" or spec.family in NO_SDPA_FAMILIES
+    eager_attn = attention not in ("sdpa", "sdpa-efficient") or spec.family in NO_SDPA_FAMILIES
     model = windowed_attention_flops(spec, seq_len, micro_batch)
     executed = executed_attention_flops(spec, seq_len, micro_batch, masked, eager_attn)
     kernel = ("eager attention (matmul, softmax, matmul)" if eager_attn else

@@ -66,15 +66,18 @@ def measure_launched(
     recipe: str | None = None,
     device: str = "cpu",
     mode: Mode = "real",
+    optimizer_impl: str = "single",
 ) -> tuple[int, list[RankMeasurement] | None]:
-    """Measure this rank; returns (rank, every rank's measurement on rank 0, None on the others)."""
+    """Measure this rank (AdamW on `optimizer_impl`'s path); returns (rank, every rank's measurement on rank 0, None
+    on the others)."""
     import torch.distributed as dist
 
     with launched_group(device) as (rank, world, mesh, here):
         result: RankMeasurement | str
         try:
             result = measure_on_mesh(config_dict, mesh, world=world, zero=zero, rank=rank, micro_batch=micro_batch,
-                                     seq_len=seq_len, mode=mode, recipe=recipe, device=here)
+                                     seq_len=seq_len, mode=mode, recipe=recipe, device=here,
+                                     optimizer_impl=optimizer_impl)
         except Exception as exc:  # joins the gather anyway: the others would wait for this rank forever
             result = f"rank {rank}: {exc}"
         gathered: list[Any] | None = [None] * world if rank == 0 else None

@@ -1,4 +1,4 @@
-"""One measurable training setup: model, AdamW, inputs and the transformers training step.
+"""One measurable training setup: model, optimizer (AdamW by default), inputs and the transformers training step.
 
 Shared by ``step`` (MemTracker, FLOPs), ``saved`` (saved-tensor hooks) and ``verify`` (the allocator
 route), so that every measurement runs exactly the same step.
@@ -57,7 +57,7 @@ def _noop(phase: Phase) -> None:
 
 @dataclass
 class StepSession:
-    """Model, AdamW and input ids of one recipe, real or fake; ``iteration()`` runs one training step.
+    """Model, optimizer and input ids of one recipe, real or fake; ``iteration()`` runs one training step.
 
     Use as a context manager: it enters the FakeTensorMode (fake runs) and the transformers patches.
     """
@@ -71,17 +71,26 @@ class StepSession:
     mode: Mode = "real"
     attention: Attention = "sdpa"
     lr: float = 1e-4
+    #: the bill's optimizer name (spec/recipe.OPTIMIZERS) as torch.optim runs it (measure/optimizers.py)
+    optimizer_name: str = "adamw"
     #: LoRA through PEFT (a measure.lora.PeftLoRA): the built model is wrapped by `get_peft_model`, AdamW gets the
     #: adapters only.
     lora: Any = None
     model: Any = field(init=False, default=None)
-    optimizer: Any = field(init=False, default=None)
+    #: the torch.optim optimizers in the order they step (two for muon: Muon, then AdamW on the rest)
+    optimizers: tuple[Any, ...] = field(init=False, default=())
     input_ids: Any = field(init=False, default=None)
     _stack: contextlib.ExitStack = field(init=False, default_factory=contextlib.ExitStack)
 
     def __post_init__(self) -> None:
         _check_choice("recipe", self.recipe, RECIPES)
         _check_choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
+        from stepbill.measure.optimizers import measurable
+
+        measurable(self.optimizer_name, self.optimizer_impl)
+        if self.optimizer_name == "adafactor" and self.mode == "fake":
+            raise StepbillError("torch.optim.Adafactor reads values in its step (`.item()`: _adafactor.py:377), which "
+                                "fake tensors do not have: measure it with real tensors (--real, a smaller model)")
         if measured_policy(self.recompute).kind == "selective" and self.attention != "sdpa":
             raise StepbillError("selective:core_attn is measured on SDPA attention (the attention function "
                                 "transformers looks up); drop --attention eager")
@@ -126,9 +135,10 @@ class StepSession:
             self.model = wrap(self.model, self.lora, fake_mode)
         if fake_mode is not None:
             self._stack.enter_context(fake_mode)
-        kwargs: dict[str, Any] = {"lr": self.lr, **adamw_flags(self.optimizer_impl)}
+        from stepbill.measure.optimizers import build
+
         trainable = [p for p in self.model.parameters() if p.requires_grad]  # all of them but under LoRA
-        self.optimizer = torch.optim.AdamW(trainable, **kwargs)
+        self.optimizers = build(self.optimizer_name, self.optimizer_impl, self.model, trainable, self.lr)
         vocab = int(self.model.config.vocab_size)
         gen = torch.Generator().manual_seed(0) if fake_mode is None else None
         self.input_ids = torch.randint(0, vocab, (self.micro_batch, self.seq_len), generator=gen)
@@ -170,22 +180,27 @@ class StepSession:
         loss.backward()
         del loss
         on_phase("optimizer")
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        for optimizer in self.optimizers:
+            optimizer.step()
+        for optimizer in self.optimizers:
+            optimizer.zero_grad(set_to_none=True)
 
     def forward_backward(self) -> None:
         """Forward and backward only (the FLOPs pass); gradients are dropped afterwards."""
         loss = self.forward_loss()
         loss.backward()
         del loss
-        self.optimizer.zero_grad(set_to_none=True)
+        for optimizer in self.optimizers:
+            optimizer.zero_grad(set_to_none=True)
 
 
 def adamw_flags(impl: str) -> dict[str, bool]:
     """torch.optim.AdamW's flags for the path `impl` names: single is foreach=False (the CPU's default; CUDA's is
     foreach), foreach, fused."""
     _check_choice("optimizer_impl", impl, OPTIMIZER_IMPLS)
-    return {"foreach": impl == "foreach", "fused": impl == "fused"}
+    from stepbill.measure.optimizers import torch_flags
+
+    return torch_flags("adamw", impl)
 
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:

@@ -2,7 +2,8 @@
 
 Definitions (bytes of live tensor storage, no allocator rounding on CPU):
 
-- iteration 1 warms up (AdamW creates its states); iteration 2 is measured.
+- iteration 1 warms up (the optimizer creates its states: AdamW's moments, SGD's momentum buffers, Adafactor's
+  row / column variances, all made at the first step); iteration 2 is measured.
 - ``peak``: largest total of live tensor bytes during iteration 2 (MemTracker's peak Total);
   ``peak_phase`` the phase it falls in; ``peak_forward`` / ``peak_backward`` / ``peak_optimizer`` the
   largest total within each phase (forward = model forward and loss, under autocast for amp-bf16;
@@ -118,7 +119,7 @@ def track_step(session: StepSession) -> PhasePeaks:
     # leaves behind (zero_grad(set_to_none=True) freed the grads).
     session.iteration()
     tracker = MemTracker()
-    tracker.track_external(session.model, session.optimizer, session.input_ids)
+    tracker.track_external(session.model, *session.optimizers, session.input_ids)
     if session.lora is not None:
         from stepbill.measure.lora import skip_frozen_grad_hooks
 
@@ -142,20 +143,23 @@ def measure_step(
     attention: Attention = "sdpa",
     flops: bool = True,
     lora: Any = None,
+    optimizer: str = "adamw",
 ) -> StepMeasurement:
     """Run the transformers training step of ``config_dict`` and measure it (see the module docstring).
 
     ``config_dict`` is a transformers config dict (``model_type`` plus its keys). ``mode="fake"`` runs on
     fake tensors: no memory or compute is used and the byte counts equal a real run's. ``flops=False``
     skips the FLOP-counting pass (``flops`` is then 0). ``lora`` (a measure.lora.PeftLoRA) wraps the model
-    with PEFT's LoRA first (frozen base, AdamW over the adapters).
+    with PEFT's LoRA first (frozen base, the optimizer over the adapters). ``optimizer``: the bill's optimizer name,
+    run as torch.optim runs it (measure/optimizers.py).
     """
     settings = {
         "recipe": recipe, "optimizer_impl": optimizer_impl, "micro_batch": micro_batch, "seq_len": seq_len,
-        "recompute": recompute, "mode": mode, "attention": attention,
+        "recompute": recompute, "mode": mode, "attention": attention, "optimizer": optimizer,
     } | ({} if lora is None else lora.settings())
     session = StepSession(config_dict, recipe=recipe, optimizer_impl=optimizer_impl, micro_batch=micro_batch,
-                          seq_len=seq_len, recompute=recompute, mode=mode, attention=attention, lora=lora)
+                          seq_len=seq_len, recompute=recompute, mode=mode, attention=attention, lora=lora,
+                          optimizer_name=optimizer)
     with session:
         phases = track_step(session)
         total_flops, by_op = count_flops(session.forward_backward) if flops else (0, {})

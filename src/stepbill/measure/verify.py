@@ -31,8 +31,9 @@ def live_storage_bytes(session: StepSession) -> int:
 
     tensors: list[Any] = [*session.model.parameters(), *session.model.buffers(), session.input_ids]
     tensors += [p.grad for p in session.model.parameters() if p.grad is not None]
-    for state in session.optimizer.state.values():
-        tensors += [v for v in state.values() if torch.is_tensor(v)]
+    for optimizer in session.optimizers:
+        for state in optimizer.state.values():
+            tensors += [v for v in state.values() if torch.is_tensor(v)]
     storages = {t.untyped_storage()._cdata: t.untyped_storage().nbytes() for t in tensors}
     return sum(storages.values())
 

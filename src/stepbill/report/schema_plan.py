@@ -69,8 +69,9 @@ class PlanRequestJson(Strict):
     fixed: dict[str, int | bool | str | list[int]] = Field(description="axes pinned by --fix (pp_layers: a list)")
     cross_node: bool = Field(description="whether tp and ep groups may span nodes")
     device: str = Field(description="the kernels fits were judged on under the eager convention: cuda | cpu")
-    optimizer_impl: str = Field(description="how the planned runs step the optimizer: fused for Adam / AdamW "
-                                "(no temporaries), else PyTorch's default on the device")
+    optimizer_impl: str = Field(description="how the planned runs step the optimizer: fused wherever torch.optim "
+                                "has it (Adam, AdamW, SGD, Muon's AdamW: no temporaries), else PyTorch's default on "
+                                "the device")
 
 
 class PlanJson(Strict):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import stat
@@ -18,19 +19,53 @@ def _preset_dir() -> Any:
     return resources.files("stepbill") / "presets" / "models"
 
 
+def _hub_dir() -> Any:
+    return resources.files("stepbill") / "presets" / "hub"
+
+
+@cache
+def hub_presets() -> dict[str, str]:
+    """The presets shipped as a Hugging Face config.json, copied from the Hub: preset name → its Hub id."""
+    ids: dict[str, str] = json.loads((_hub_dir() / "hub_ids.json").read_text())
+    return ids
+
+
 @cache
 def preset_names() -> tuple[str, ...]:
-    """Names of the built-in model presets, sorted."""
-    return tuple(sorted(p.name[: -len(".json")] for p in _preset_dir().iterdir() if p.name.endswith(".json")))
+    """Names of the built-in model presets, sorted: the ModelSpec presets and the shipped Hub configs."""
+    specs = [p.name[: -len(".json")] for p in _preset_dir().iterdir() if p.name.endswith(".json")]
+    return tuple(sorted([*specs, *hub_presets()]))
+
+
+def shipped_config(model: str) -> tuple[dict[str, Any], str] | None:
+    """The shipped config.json of `model` — a Hub preset's name or its Hub id (letter case aside: the Hub's ids are
+    case-insensitive) — and the preset's name; None for any other model. Read with no network and no Hugging Face
+    cache: a copy of the Hub's file (presets/hub/hub_ids.json names each one's source)."""
+    ids = hub_presets()
+    name = model if model in ids else next((n for n, i in ids.items() if i.lower() == model.lower()), None)
+    if name is None:
+        return None
+    return json.loads((_hub_dir() / f"{name}.json").read_text()), name
 
 
 @cache
 def load_preset(name: str) -> ModelSpec:
-    """The built-in preset `name` (e.g. "gpt3-125m", "llama3-8b", "deepseek-v3")."""
+    """The built-in preset `name` (e.g. "gpt3-125m", "llama3-8b", "deepseek-v3", "qwen3-8b")."""
     if name not in preset_names():
         raise unknown_name("model preset", name, preset_names())
+    shipped = shipped_config(name)
+    if shipped is not None:
+        return _from_shipped(*shipped)
     data = json.loads((_preset_dir() / f"{name}.json").read_text())
     return ModelSpec.from_dict(data)
+
+
+def _from_shipped(config: dict[str, Any], name: str) -> ModelSpec:
+    from stepbill.spec.hf import from_hf_config
+
+    spec = from_hf_config(config, name=name)
+    source = f"{hub_presets()[name]}'s config.json, shipped with stepbill"
+    return dataclasses.replace(spec, notes=f"{source}; {spec.notes}" if spec.notes else source)
 
 
 #: Largest model file read: 4 MiB (a transformers config.json is a few KiB; DeepSeek-V3's is 1.7 KiB).
@@ -137,7 +172,8 @@ def config_name(path: Path) -> str:
 
 def load_model(model: str) -> ModelSpec:
     """A preset name, a path to a ModelSpec JSON, a Hugging Face config.json (or a folder holding one), or a
-    Hub id `org/name` that is not a local path (its config.json only, through huggingface_hub)."""
+    Hub id `org/name` that is not a local path: a shipped preset's (`shipped_config`: no network), else its
+    config.json only, through huggingface_hub."""
     if not isinstance(model, str) or not model or "\x00" in model or len(model) > 4096:
         raise StepbillError(f"MODEL must be a preset name, a file path or a Hub id, got {shown(model)}")
     path = Path(model)
@@ -156,6 +192,9 @@ def load_model(model: str) -> ModelSpec:
         return ModelSpec.from_dict(data)
     from stepbill.spec.hub import looks_like_hub_id
 
+    shipped = shipped_config(model)
+    if shipped is not None:  # a Hub preset, by its name or its Hub id: the shipped copy, no network
+        return load_preset(shipped[1])
     if model not in preset_names() and looks_like_hub_id(model):
         from stepbill.spec.hf import from_hf_config
         from stepbill.spec.hub import download_config

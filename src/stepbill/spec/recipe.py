@@ -78,34 +78,52 @@ OPTIMIZERS: dict[str, str] = {
     "adafactor": "Adafactor without momentum: second moment factored into row + column sums for matrices",
     "muon": "Muon on 2-D hidden matrices (one momentum), AdamW on the rest",
 }
-
+#: The bill's optimizers are torch.optim's at its default hyperparameters (what `stepbill check --optimizer` runs,
+#: measure/optimizers.py): AdamW and Adam as torch defaults them (AdamW's decoupled weight decay 0.01, Adam's 0), SGD
+#: without weight decay, sgd-momentum with momentum 0.9 (torch's default is 0) and neither dampening nor Nesterov,
+#: Adafactor's (beta2_decay −0.8, no weight decay), Muon's (momentum 0.95, Nesterov, decoupled weight decay 0.1,
+#: five Newton–Schulz steps in bf16) with AdamW's on the rest. Only the in-gradient (L2) weight decay of SGD and Adam
+#: would change the step's temporaries (a weight-decayed copy of each gradient); at these defaults there is none.
 
 DEFAULT_LORA_TARGETS = ("q_proj", "v_proj")
 #: PEFT's alias (peft.utils.constants.INCLUDE_LINEAR_LAYERS_SHORTHAND): every linear layer but the output layer.
 ALL_LINEAR = "all-linear"
 
-#: How PyTorch's AdamW runs its update (torch.optim.AdamW foreach=False / foreach=True / fused=True). Only the
-#: eager convention's timeline tells them apart (their temporaries during optimizer.step()).
+#: How PyTorch runs an optimizer's update (torch.optim's foreach=False / foreach=True / fused=True). Only the eager
+#: convention's timeline tells them apart (their temporaries during optimizer.step(): engine/memory/optimizer_step.py).
 OPTIMIZER_IMPLS: dict[str, str] = {
-    "single": "one parameter at a time (foreach=False): two temporaries of one tensor at a time",
-    "foreach": "multi-tensor (foreach=True): one temporary copy of every state at once",
+    "single": "one parameter at a time (foreach=False): the temporaries of one tensor (and the previous one's) at a time",
+    "foreach": "multi-tensor (foreach=True): temporaries of every tensor at once (AdamW: one copy of every state)",
     "fused": "fused kernel (fused=True): no temporaries",
 }
 
-
-#: The optimizers torch.optim runs as Adam (AdamW: decoupled weight decay), whose implementation (`single`, `foreach`,
-#: `fused`) the eager convention tells apart.
-TORCH_ADAM = ("adam", "adamw")
+#: The implementations torch.optim has for each optimizer the bill names (torch 2.13): SGD has all three
+#: (torch/optim/sgd.py `_single_tensor_sgd`, `_multi_tensor_sgd`, `_fused_sgd`), Adafactor no fused kernel
+#: (torch/optim/_adafactor.py), Muon one path (torch/optim/_muon.py `_single_tensor_muon`): for "muon" the
+#: implementation names the AdamW that steps the rest; torch.optim has no Lion (empty).
+TORCH_OPTIMIZER_IMPLS: dict[str, tuple[str, ...]] = {
+    "adamw": ("single", "foreach", "fused"),
+    "adam": ("single", "foreach", "fused"),
+    "sgd": ("single", "foreach", "fused"),
+    "sgd-momentum": ("single", "foreach", "fused"),
+    "adafactor": ("single", "foreach"),
+    "muon": ("single", "foreach", "fused"),
+    "lion": (),
+}
+#: The optimizers torch.optim runs multi-tensor on CUDA when the user names no implementation: those whose functional
+#: form asks `_default_to_fused_or_foreach` (torch/optim/optimizer.py) — Adam, AdamW, SGD, and the AdamW beside Muon.
+#: Adafactor's runs foreach only when asked (torch/optim/_adafactor.py `adafactor`: `if foreach:`, None is False).
+TORCH_CUDA_FOREACH = ("adam", "adamw", "sgd", "sgd-momentum", "muon")
 
 
 def default_optimizer_impl(optimizer: str, device: str) -> str:
-    """How PyTorch runs `optimizer` when the user names no implementation, on `device`'s kernels: torch.optim's
-    Adam and AdamW take the multi-tensor path (foreach) when every parameter is on a device with foreach kernels —
-    CUDA, not the CPU (torch/optim/optimizer.py `_default_to_fused_or_foreach`, torch/utils/_foreach_utils.py
-    `_get_foreach_kernels_supported_devices`) — and the for-loop one (single) else. The other optimizers keep
-    single: their temporaries are billed with AdamW's shapes (engine/memory/eager.optimizer_temporaries), measured
-    for AdamW alone."""
-    return "foreach" if device == "cuda" and optimizer in TORCH_ADAM else "single"
+    """How PyTorch runs `optimizer` when the user names no implementation, on `device`'s kernels: the multi-tensor
+    path (foreach) when every parameter is on a device with foreach kernels — CUDA, not the CPU
+    (torch/utils/_foreach_utils.py `_get_foreach_kernels_supported_devices`) — for the optimizers whose default asks
+    for it (TORCH_CUDA_FOREACH; Muon: the AdamW beside it, Muon itself having one path), the for-loop one (single)
+    else. Lion, which torch.optim lacks, keeps single (its temporaries are billed as AdamW's, unmeasured)."""
+    return "foreach" if device == "cuda" and optimizer in TORCH_CUDA_FOREACH else "single"
+
 
 #: The devices whose kernels the eager convention tells apart (engine/activations/eager/dropout.py).
 DEVICES: dict[str, str] = {
@@ -163,6 +181,10 @@ class Recipe:
             raise unknown_name("optimizer", self.optimizer, OPTIMIZERS)
         if self.optimizer_impl not in OPTIMIZER_IMPLS:
             raise unknown_name("optimizer implementation", self.optimizer_impl, OPTIMIZER_IMPLS)
+        paths = TORCH_OPTIMIZER_IMPLS.get(self.optimizer, ())
+        if paths and self.optimizer_impl not in paths:  # Lion (no torch.optim path) is billed on any
+            raise StepbillError(f"torch.optim's {self.optimizer} has no {self.optimizer_impl} path "
+                                f"(optimizer implementation: {' | '.join(paths)})")
         if self.device not in DEVICES:
             raise unknown_name("device", self.device, DEVICES)
         parse_recompute(self.recompute)  # validates: none | full | every:K | selective:M,... | budget:SIZE

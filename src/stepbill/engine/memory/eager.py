@@ -5,8 +5,8 @@ step, `model(input_ids, labels=input_ids, use_cache=False)`, `loss.backward()`, 
 `zero_grad(set_to_none=True)`). Traced op by op on tiny llama models (torch 2.13 CPU, transformers 5.24):
 
 - always alive: the input ids (int64, B·T; the labels are the same tensor), the module buffers (RoPE
-  `inv_freq` and `original_inv_freq`, fp32, head_dim/2 each) and AdamW's `step` counter (a 4-byte fp32
-  tensor per parameter tensor);
+  `inv_freq` and `original_inv_freq`, fp32, head_dim/2 each) and the optimizer's `step` counters (Adam, AdamW,
+  Adafactor: a 4-byte fp32 tensor per parameter tensor; Muon: per tensor of the AdamW beside it);
 - end of the forward (`nll_loss`): besides every saved tensor, the logits (compute dtype, B·T·V), their fp32
   upcast when they are not fp32 already (`ForCausalLMLoss`: `logits.float()`), the padded labels
   (B·(T+1) int64; at B = 1 they are the saved shifted labels' storage, counted there) and the loss;
@@ -21,10 +21,12 @@ step, `model(input_ids, labels=input_ids, use_cache=False)`, `loss.backward()`, 
   norm backward can top it (RMSNorm works in fp32: five fp32 hidden-wide temporaries, with the FFN's rows
   freed but for the norm's fp32 input, and all the FFN's weight gradients made); a MoE layer's largest are its
   routed experts' backward moments instead (eager_moe.py: the combine, and each grouped GEMM's whole bank gradient);
-- optimizer step: `single` (foreach=False) makes `exp_avg_sq.sqrt()` and its division by the bias
-  correction for one tensor while the previous tensor's `denom` is still referenced: max over consecutive
-  tensors of 2·s_j + s_{j-1} bytes; `foreach` builds `_foreach_sqrt` of every state at once: one more copy of
-  all states; `fused`: none;
+- optimizer step: each optimizer's temporaries over the tensors as torch holds them (optimizer_step.py); AdamW's
+  `single` (foreach=False) makes `exp_avg_sq.sqrt()` and its division by the bias correction for one tensor while
+  the previous tensor's `denom` is still referenced: max over consecutive tensors of 2·s_j + s_{j-1} bytes;
+  `foreach` builds `_foreach_sqrt` of every state at once: one more copy of all states; `fused`: none; SGD none;
+  Adafactor its full-size variance estimate per tensor (single) or of every tensor (foreach); Muon its Newton–Schulz
+  iterates;
 - amp-bf16: autocast caches a bf16 copy of every linear weight at its first use in the forward; a layer's
   copies live until its backward frees the graph nodes that saved them (LM head's until the head backward).
 
@@ -48,8 +50,7 @@ from stepbill.engine.activations.eager.masks import (
     window_total_bytes,
 )
 from stepbill.engine.activations.eager.outside import rope_buffer_bytes, rope_table_width
-from stepbill.engine.activations.eager.torch_params import torch_tensor_sizes
-from stepbill.engine.memory.adamw_step import adamw_step_temporaries
+from stepbill.engine.activations.eager.torch_params import TorchTensor, torch_tensors
 from stepbill.engine.memory.eager_layer import (
     AMP_CAST,
     eager_attention_backward,
@@ -59,9 +60,10 @@ from stepbill.engine.memory.eager_layer import (
     post_ffn_norm_backward,
     split_post_ffn,
 )
-from stepbill.engine.memory.eager_lora import first_layer_adapter_a_casts, lora_optimizer_temporaries
+from stepbill.engine.memory.eager_lora import first_layer_adapter_a_casts, lora_stepped
 from stepbill.engine.memory.eager_mla import attention_backward_peak, forward_attention_peak
 from stepbill.engine.memory.eager_moe import InnerMoment, routed_backward
+from stepbill.engine.memory.optimizer_step import Stepped, step_counter_bytes, step_temporaries
 from stepbill.engine.params import ParamInventory
 from stepbill.engine.recompute import RecomputePlan
 from stepbill.engine.recompute.core_attn import checkpoints_attention_core
@@ -78,7 +80,7 @@ class EagerTerms:
     """Bytes the eager timeline adds to the ideal one (whole micro-batch)."""
 
     constant: int  # input ids + module buffers, alive the whole step
-    step_counters: int  # AdamW `step` tensors (counted with the optimizer states)
+    step_counters: int  # the optimizer's `step` tensors (counted with the optimizer states)
     forward_end: int  # logits (+ fp32 upcast) + padded labels + loss, on top of the saved tensors
     loss_act: int  # activation change at the loss backward (labels and token count freed, loss + seed alive)
     loss_temp: int  # NLL and log-softmax gradients (fp32)
@@ -224,19 +226,24 @@ def embedding_locals(spec: ModelSpec, width: int, b: int, t: int) -> int:
     return p * spec.hidden_size * (b * t + t)
 
 
-def optimizer_temporaries(inventory: ParamInventory, impl: str, state_bytes: int,
-                          sizes: list[int] | None = None) -> int:
-    """Peak bytes AdamW's update holds beyond its states (adamw_step.adamw_step_temporaries). `sizes`: elements of
-    every parameter tensor as torch holds them, in order (eager.torch_params); else the inventory's rows."""
-    if sizes is None:
-        # parameters in module order — embedding, then each layer (matrices, then norms), final norm, LM head; the
-        # layers repeat, so one layer's sequence read cyclically gives every consecutive pair
-        layer = [t.numel for t in inventory.tensors if t.layer_kind and t.is_matrix]
-        layer += [t.numel for t in inventory.tensors if t.layer_kind and not t.is_matrix]
-        head = [t.numel for t in inventory.tensors if not t.layer_kind and t.component != "embedding"]
-        embed = [t.numel for t in inventory.tensors if t.component == "embedding"]
-        sizes = embed + layer + layer[:1] + head if layer else [t.numel for t in inventory.tensors]
-    return adamw_step_temporaries(impl, state_bytes, sizes, inventory.total)
+def optimizer_temporaries(tensors: list[Stepped], optimizer: str, impl: str, state_bytes: int) -> int:
+    """Peak bytes the optimizer's update holds beyond its states over `tensors` in the order it steps them
+    (optimizer_step.step_temporaries): on one GPU every parameter tensor (stepped_tensors)."""
+    return step_temporaries(optimizer, impl, state_bytes, tensors)
+
+
+@lru_cache(maxsize=64)  # a pure function of the frozen spec; the planner asks for it many times
+def stepped_tensors(spec: ModelSpec) -> list[Stepped]:
+    """Every parameter tensor as torch holds and steps it (eager.torch_params), in registration order; Muon's are
+    the hidden matrices as the bill's states count them (ParamTensor.is_matrix): a decoder layer's 2-D weights (a
+    router's among them) and its 3-D expert banks — not a bias, an embedding table or the LM head. Shared
+    (memoised): read it, never change it."""
+    return [Stepped(t.shape, muon_takes(t)) for t in torch_tensors(spec)]
+
+
+def muon_takes(t: TorchTensor) -> bool:
+    """Whether the bill's Muon steps torch tensor `t` (stepped_tensors), else the AdamW beside it."""
+    return t.unit >= 0 and len(t.shape) in (2, 3) and not t.name.endswith("bias")
 
 
 def _first_layer_unsaved_casts(inventory: ParamInventory, plan: RecomputePlan, compute_bytes: int) -> int:
@@ -265,11 +272,6 @@ def tied_gradient_sum(spec: ModelSpec, recipe: Recipe) -> int:
     return 2 * spec.vocab_size * spec.hidden_size * recipe.precision.grads
 
 
-@lru_cache(maxsize=64)  # a pure function of the frozen spec; the planner asks for it many times
-def _torch_sizes(spec: ModelSpec) -> list[int]:
-    return torch_tensor_sizes(spec)
-
-
 def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan: RecomputePlan) -> EagerTerms:
     """The eager convention's extra bytes for one micro-batch of `recipe`."""
     require_modelled_step(spec, recipe.seq_len, recipe.recompute)
@@ -280,16 +282,15 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
     n = b * t
     v, h = spec.vocab_size, spec.hidden_size
     buffers = rope_buffer_bytes(spec)
-    sizes = _torch_sizes(spec)
-    n_tensors = len(sizes)
+    stepped = stepped_tensors(spec) if recipe.lora is None else lora_stepped(inventory, recipe.lora, plan.order)
     logits = a * v * n + (FP32 * v * n if a != FP32 else 0)
     padded = INT64 * b * (t + 1) if b > 1 else 0
     labels_saved = INT64 * n + (INT64 if b == 1 else 0)
     loss_and_seed = 2 * FP32
     loss_act = -labels_saved - FP32 + loss_and_seed  # labels and the token count freed
     lora = recipe.lora
-    # Under LoRA the base is frozen: no base gradient is ever made (LM head, layer matrices, norms), and AdamW keeps
-    # one `step` counter per trainable tensor only (A and B of each adapter).
+    # Under LoRA the base is frozen: no base gradient is ever made (LM head, layer matrices, norms), and the optimizer
+    # steps the adapters only (A and B of each: lora_stepped), their `step` counters and temporaries alone.
     head_grad = 0 if lora is not None else v * h * p.grads
     amp = recipe.precision.name == "amp-bf16"
     if amp and lora is None:
@@ -388,8 +389,7 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
     held = checkpoint_held(spec, width, t, b, segment=plan.segment if ckpt else 0, core_attn=core_ckpt)
     return EagerTerms(
         constant=INT64 * n + buffers,
-        step_counters=FP32 * (n_tensors if lora is None else sum(c for _, c, _ in lora_adapter_groups(inventory, lora)))
-        if recipe.optimizer in ("adamw", "adam") else 0,
+        step_counters=step_counter_bytes(recipe.optimizer, stepped),
         # amp: the final norm's fp32 output is alive until the causal LM's forward returns (the LM head saves
         # its bf16 cast instead); LoRA: the same output, which the frozen LM head does not save (outside.py
         # LORA_FROZEN_OUTSIDE); otherwise it is the LM head's saved input, counted in the outside rows.
@@ -408,8 +408,7 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         norm_act=norm_act,
         norm_temp=(a + 5 * FP32) * h * n if spec.norm == "rmsnorm" else 0,
         norm_grad=norm_grad,
-        optimizer_temp=optimizer_temporaries(inventory, recipe.optimizer_impl, p.state, sizes) if lora is None
-        else lora_optimizer_temporaries(inventory, lora, recipe.optimizer_impl, p.state),
+        optimizer_temp=optimizer_temporaries(stepped, recipe.optimizer, recipe.optimizer_impl, p.state),
         cast_layer=cast_layer,
         cast_bias=cast_bias,
         layer_fixed=layer_fixed,

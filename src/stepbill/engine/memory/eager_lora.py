@@ -1,30 +1,32 @@
-"""The eager timeline's LoRA terms that need the adapters' shapes (engine/memory/eager.py uses them): AdamW's
-temporaries over the adapters, and under amp the A casts of layer 0's adapters that autocast caches but nothing saves.
+"""The eager timeline's LoRA terms that need the adapters' shapes (engine/memory/eager.py uses them): the tensors the
+optimizer steps (the adapters), and under amp the A casts of layer 0's adapters that autocast caches but nothing saves.
 Measured against MemTracker on a PEFT-wrapped tiny Llama and Llama-3.2-1B (tests/measure/test_lora_amp_recompute.py).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
-from stepbill.engine.memory.adamw_step import adamw_step_temporaries
+from stepbill.engine.memory.optimizer_step import Stepped
 from stepbill.engine.params import ParamInventory
 from stepbill.engine.recompute import RecomputePlan
 from stepbill.engine.states import lora_adapter_groups
 from stepbill.spec.recipe import LoRA
 
 
-def lora_optimizer_temporaries(inventory: ParamInventory, lora: LoRA, impl: str, state_bytes: int) -> int:
-    """optimizer_temporaries under LoRA: AdamW steps the adapters only (A then B of each targeted Linear, in module
-    order, layer after layer), never the frozen base (whose embedding/LM head would otherwise set the single-tensor
-    maximum: measured on Llama-3.2-1B, LoRA q,v under full recompute, where the optimizer moment was the bill's
-    step peak, +5.8 %)."""
-    groups = lora_adapter_groups(inventory, lora)
-    layer = [math.prod(shape) for shape, copies, _ in groups if copies > 1]
-    rest = [math.prod(shape) for shape, copies, _ in groups if copies <= 1]
-    order = layer + layer[:1] + rest if layer else rest  # one layer read cyclically gives every consecutive pair
-    total = sum(math.prod(shape) * copies for shape, copies, _ in groups)
-    return adamw_step_temporaries(impl, state_bytes, order, total)
+def lora_stepped(inventory: ParamInventory, lora: LoRA, order: Sequence[str]) -> list[Stepped]:
+    """The tensors the optimizer steps under LoRA, in PEFT's module order: A then B of each targeted matrix, layer
+    after layer (`order`: the layer kind of each layer), never the frozen base (whose embedding / LM head would
+    otherwise set AdamW's single-tensor maximum: measured on Llama-3.2-1B, LoRA q,v under full recompute, where the
+    optimizer moment was the bill's step peak, +5.8 %). Every adapter is a matrix: Muon takes them all."""
+    per_kind: dict[str, list[Stepped]] = {}
+    for kind in dict.fromkeys(order):
+        n = order.count(kind)
+        mine = ParamInventory(tuple(x for x in inventory.tensors if x.layer_kind == kind))
+        per_kind[kind] = [Stepped(shape, muon=True) for shape, copies, _ in lora_adapter_groups(mine, lora)
+                          for _ in range(copies // n)]
+    return [t for kind in order for t in per_kind[kind]]
 
 
 def first_layer_adapter_a_casts(inventory: ParamInventory, plan: RecomputePlan, lora: LoRA, compute_bytes: int) -> int:

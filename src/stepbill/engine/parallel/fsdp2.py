@@ -35,8 +35,8 @@ from typing import Any
 from stepbill.engine.activations.eager.outside import rope_buffer_bytes
 from stepbill.engine.activations.eager.torch_params import TorchTensor, torch_tensors
 from stepbill.engine.kinds import Part
-from stepbill.engine.memory.adamw_step import adamw_step_temporaries
-from stepbill.engine.memory.eager import eager_terms
+from stepbill.engine.memory.eager import eager_terms, muon_takes
+from stepbill.engine.memory.optimizer_step import Stepped, step_temporaries
 from stepbill.engine.parallel.fsdp2_moments import Units, fsdp_moments
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
@@ -196,6 +196,9 @@ def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int, micro_batch:
         raise StepbillError(f"--zero must be 1, 2 or 3 for a sharded prediction, got {zero}")
     if not 0 <= rank < world:
         raise StepbillError(f"--rank must be in 0..{world - 1}, got {rank}")
+    if context.bill.recipe.optimizer != "adamw":  # the states below are AdamW's, as measure/sharded.py runs it
+        raise StepbillError(f"the sharded prediction follows measure/sharded.py, which steps AdamW; got "
+                            f"--optimizer {context.bill.recipe.optimizer}")
     ctx = context
     tensors, bill, convention = ctx.tensors, ctx.bill, ctx.convention
     assert bill.timeline is not None
@@ -225,8 +228,9 @@ def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int, micro_batch:
             extra = loss_temp if m.part in (Part.HEAD, Part.LOSS) else 0
             out.append((m.phase, m.label, base + m.items["grads"] + _live(m) + extra))
         # the rank's local AdamW steps its partition in the partition's order (largest first)
-        out.append(("optimizer", "AdamW temporaries", base + grads + adamw_step_temporaries(
-            bill.recipe.optimizer_impl, p.state, [t.numel for t in parts[rank]])))
+        out.append(("optimizer", "AdamW temporaries", base + grads + step_temporaries(
+            bill.recipe.optimizer, bill.recipe.optimizer_impl, p.state,
+            [Stepped(t.shape, muon_takes(t)) for t in parts[rank]])))
         return _finish(rank, world, zero, params, grads, opt, buffers, inputs, bill, out, {}, loss_temp, convention)
     if ("shapes", 0) not in ctx.partitions:
         ctx.partitions[("shapes", 0)] = shape_counts(tensors)  # type: ignore[index]
@@ -248,8 +252,8 @@ def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int, micro_batch:
         ctx.partitions[key] = fsdp_moments(bill, units, zero, 0.0, rope, ctx.backend, masks)  # type: ignore[index]
     out = [(phase, label, base + v) for phase, label, v in ctx.partitions[key]]  # type: ignore[index]
     # AdamW steps the rank's unpadded rows of every tensor in module order (model.parameters())
-    local = [local_rows(t.shape[0], world, rank) * _rest(t) for t in tensors]
-    temporaries = adamw_step_temporaries(bill.recipe.optimizer_impl, FP32, local)
+    local = [Stepped((local_rows(t.shape[0], world, rank), *t.shape[1:]), muon_takes(t)) for t in tensors]
+    temporaries = step_temporaries(bill.recipe.optimizer, bill.recipe.optimizer_impl, FP32, local)
     out.append(("optimizer", "optimizer step", base + res["grads"] + temporaries))
     transient = {"all_gather_layer": max(u_bf16[u] for u in range(layers)), "all_gather_root": u_bf16[-1],
                  "reduce_scatter_layer": max(rs_fp32[u] for u in range(layers)), "reduce_scatter_root": rs_fp32[-1]}

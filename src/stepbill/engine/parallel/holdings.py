@@ -192,6 +192,13 @@ def _resident_cached(spec: ModelSpec, precision: Any, optimizer: str, lora: LoRA
     return out
 
 
+def one_gpu_states(spec: ModelSpec, recipe: Any) -> float:
+    """Bytes of the optimizer's states (items optimizer.*) on one GPU holding the whole model under `recipe`'s
+    precision, optimizer and LoRA: what a rank's held states are a share of (rank_share.rank_eager)."""
+    rows = _row_terms(spec, recipe.precision, recipe.optimizer, recipe.lora)
+    return sum(b for _, _, items in rows for item, b, _ in items if item.startswith("optimizer."))
+
+
 @lru_cache(maxsize=256)
 def _row_terms(spec: ModelSpec, precision: Any, optimizer: str, lora: LoRA | None
                ) -> tuple[tuple[float, float, tuple[tuple[str, float, int], ...]], ...]:

@@ -13,9 +13,10 @@ from typing import Any
 from stepbill.engine.activations import ActTensor
 from stepbill.engine.kinds import Split
 from stepbill.engine.memory.eager import EagerTerms
-from stepbill.engine.parallel.holdings import Held
+from stepbill.engine.parallel.holdings import Held, one_gpu_states
 from stepbill.engine.params import ParamInventory
 from stepbill.engine.recompute import RecomputePlan
+from stepbill.spec.model import ModelSpec
 from stepbill.spec.parallel import Parallel
 from stepbill.spec.recipe import Recipe
 
@@ -78,6 +79,24 @@ def _remember(memo: dict[Any, Any], key: Any, value: Any) -> None:
     memo[key] = value
 
 
+def optimizer_divisor(spec: ModelSpec, recipe: Recipe, held: Held) -> float:
+    """What the one GPU's optimizer-step temporaries are divided by on a rank holding `held`. The multi-tensor path
+    (foreach) makes one temporary of each local state tensor at once (torch/optim/adamw.py `_multi_tensor_adamw`:
+    `torch._foreach_sqrt(device_exp_avg_sqs)`), so the rank's temporaries are the one GPU's × the share of the
+    optimizer states it holds — every split at once: tp, the pipeline stage's layers, the experts under ep × etp,
+    the ZeRO shards (before this, foreach divided by tp × ZeRO shards only: Qwen3-30B-A3B on 8 GPUs at ep 8 held
+    the whole model's 113.74 GiB of temporaries on each rank, 19.24 GiB once divided). The for-loop path (single)
+    holds a few tensors at a time, the largest ones; those are divided by tp × ZeRO shards, approximately (a stage
+    or an expert split keeps whole tensors of the one GPU's sizes)."""
+    par = recipe.parallel
+    if recipe.optimizer_impl == "foreach":
+        mine = sum(v for k, v in held.held.items() if k.startswith("optimizer."))
+        one = one_gpu_states(spec, recipe)
+        if mine > 0 and one > 0:
+            return one / mine
+    return par.tp * (par.zero_group if par.zero >= 1 else 1)
+
+
 def eager_divisors(par: Parallel) -> tuple[int, int, int]:
     """What EagerTerms.for_rank divides the one-GPU eager terms by on a rank of `par`: residual-stream-wide tensors
     (cp, × tp under sequence parallelism), head / FFN-wide ones (cp × tp), a routed expert bank (ep × etp: the
@@ -85,14 +104,14 @@ def eager_divisors(par: Parallel) -> tuple[int, int, int]:
     return par.cp * (par.tp if par.sp else 1), par.cp * par.tp, par.ep * par.expert_tp
 
 
-def rank_eager(eager: EagerTerms, recipe: Recipe, held: Held, inv: ParamInventory) -> EagerTerms:
+def rank_eager(eager: EagerTerms, recipe: Recipe, held: Held, inv: ParamInventory, spec: ModelSpec) -> EagerTerms:
     """The one-GPU eager terms as one rank of `recipe`'s layout holding `held` sees them (EagerTerms.for_rank)."""
     par = recipe.parallel
     seq, width, experts = eager_divisors(par)
     unsharded = held.unsharded.get("grads", 0.0)
     grad_div = unsharded / held.held["grads"] if held.held.get("grads") else 1.0
     counters = held.params_share  # AdamW keeps one step tensor per parameter tensor: the rank's share of them
-    opt_div = par.tp * (par.zero_group if par.zero >= 1 else 1)
+    opt_div = optimizer_divisor(spec, recipe, held)
     # keyed on a few of the one-GPU terms' numbers, checked equal whole on a hit: a budget candidate's verdicts
     # each have their own terms (one per policy), mostly equal in value
     key = (eager.constant, eager.forward_end, eager.head_temp, eager.optimizer_temp, seq, width, par.tp, grad_div,

@@ -226,7 +226,7 @@ def stage_parts(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, one_
         kept = plan.kept_after_forward()
         if par.offload_activations:
             plan = plan.offloaded()
-        eager = rank_eager(one_eager, recipe, held, inventory) if one_eager is not None else None
+        eager = rank_eager(one_eager, recipe, held, inventory, spec) if one_eager is not None else None
         base, cpu, transient, resident, counters, outside = _stage_frame(
             spec, recipe, held, order, stage, key, eager, outside_rows, divisor)
         parts[key] = StagePart(held, plan, kept, eager, transient, outside, base, cpu, resident, counters)

@@ -322,7 +322,7 @@ _LEAST: dict[tuple, RecomputePlan] = {}  # least_kept of the last one-GPU plan a
 def _loss_bytes(spec: ModelSpec, recipe: Recipe, stage: int, eager: EagerTerms) -> float:
     """The loss's activation change and fp32 temporaries on a rank of the last stage (rank_eager): EagerTerms.for_rank
     divides both by its `vocab` divisor alone (cp × tp), so peak_floor memoises them on that."""
-    e = rank_eager(eager, recipe, rank_holdings(spec, recipe, stage), param_inventory(spec))
+    e = rank_eager(eager, recipe, rank_holdings(spec, recipe, stage), param_inventory(spec), spec)
     return e.loss_act + e.loss_temp
 
 

@@ -59,7 +59,7 @@ from stepbill.errors import StepbillError
 from stepbill.spec.hardware import GPU
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.parallel import Parallel, validate_layout
-from stepbill.spec.recipe import TORCH_ADAM, default_optimizer_impl
+from stepbill.spec.recipe import TORCH_OPTIMIZER_IMPLS, default_optimizer_impl
 
 RECOMPUTE_POLICIES = ("none", "selective:core_attn", "full")
 
@@ -122,10 +122,12 @@ class PlanRequest:
 
     @property
     def optimizer_impl(self) -> str:
-        """How the planned runs step the optimizer: Adam / AdamW fused (torch.optim's fused=True: no temporaries —
-        Megatron-LM, DeepSpeed and recent transformers' Trainer run fused Adam too; a plan is the best way to run,
-        and its rows say `--optimizer-impl fused`), any other as PyTorch runs it on the device."""
-        return "fused" if self.optimizer in TORCH_ADAM else default_optimizer_impl(self.optimizer, self.device)
+        """How the planned runs step the optimizer: fused wherever torch.optim has a fused path — Adam, AdamW, SGD,
+        the AdamW beside Muon (fused=True: no temporaries; Megatron-LM, DeepSpeed and recent transformers' Trainer
+        run fused Adam too; a plan is the best way to run, and its rows say `--optimizer-impl fused`) — any other as
+        PyTorch runs it on the device (Adafactor: single)."""
+        fused = "fused" in TORCH_OPTIMIZER_IMPLS.get(self.optimizer, ())
+        return "fused" if fused else default_optimizer_impl(self.optimizer, self.device)
 
     @property
     def fix(self) -> dict[str, object]:

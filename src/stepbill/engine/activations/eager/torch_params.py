@@ -9,8 +9,10 @@ temporaries, FSDP2's dim-0 chunks, ZeRO-1's partition):
   `qkv_proj` and `gate_up_proj` (ModelSpec fused_qkv / fused_gate_up).
 - GPT-2's layer matrices are `Conv1D` weights stored (in, out): dim 0, the one FSDP2 chunks, is the input width
   (transformers.pytorch_utils.Conv1D: `weight = nn.Parameter(torch.empty(nx, nf))`).
-Norms keep the inventory's place (after the layer's matrices): their tensors are small next to any pair of
-matrices, so their place does not move the per-pair maximum.
+A layer's norms come where its module registers them: after its attention and MLP in most families (Llama's
+decoder layer makes `self_attn` and `mlp` before `input_layernorm`; what the single-tensor Adafactor's leftovers
+and AdamW's consecutive pairs read), first in GPT-NeoX, each before its block in GPT-2 (`ln_1`, `attn`, `ln_2`,
+`mlp`). Phi-3's attention makes `o_proj` before `qkv_proj`, gpt-oss's its `sinks` before `q_proj`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ from stepbill.spec.model import ModelSpec
 FUSED_QKV = ("gpt2", "gpt_neox")
 CONV1D = ("gpt2",)  # layer matrices stored transposed, (in, out)
 ROUTER_AFTER_EXPERTS = ("qwen3_moe", "deepseek_v2", "deepseek_v3")
+NORMS_FIRST = ("gpt_neox",)  # the layer's norms before its attention (GPTNeoXLayer registers them first)
+NORMS_BETWEEN = ("gpt2",)  # ln_1 before the attention, ln_2 before the MLP (GPT2Block)
+#: attention tensors registered before the rest of the attention's: Phi3Attention's o_proj, GptOssAttention's sinks
+ATTENTION_FIRST = {"phi3": "attn.o_proj.", "gpt_oss": "attn.sinks"}
 QKV = ("q_proj", "k_proj", "v_proj")
 GATE_UP = ("gate_proj", "up_proj")
 
@@ -90,7 +96,25 @@ def _layer(spec: ModelSpec, inventory: ParamInventory, kind: str, n_layers: int)
             out += [TorchTensor(t.name, t.shape)] * (t.copies // n_layers)
     if spec.family in CONV1D:
         out = [TorchTensor(x.name, x.shape[::-1]) if len(x.shape) == 2 else x for x in out]
-    return out
+    if spec.family in ATTENTION_FIRST:
+        first = [x for x in out if x.name.startswith(ATTENTION_FIRST[spec.family])]
+        at = next(i for i, x in enumerate(out) if x.name.startswith("attn."))
+        rest = [x for x in out if x not in first]
+        out = rest[:at] + first + rest[at:]
+    return _norms_in_place(spec, out)
+
+
+def _norms_in_place(spec: ModelSpec, tensors: list[TorchTensor]) -> list[TorchTensor]:
+    """A layer's tensors with its norms (inventory: first) where the family's layer module registers them."""
+    norms = [t for t in tensors if t.name.split(".")[0].endswith("_norm")]
+    rest = tensors[len(norms):]
+    if spec.family in NORMS_FIRST or not norms:
+        return tensors
+    if spec.family in NORMS_BETWEEN:
+        ffn = next((i for i, t in enumerate(rest) if not t.name.startswith("attn.")), len(rest))
+        before = [t for t in norms if t.name.startswith("input_norm")]
+        return before + rest[:ffn] + norms[len(before):] + rest[ffn:]
+    return rest + norms
 
 
 def torch_tensors(spec: ModelSpec) -> list[TorchTensor]:
