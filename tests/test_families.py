@@ -1,6 +1,6 @@
 """The five families added for issue 14 (gemma2, gemma3_text, phi3, olmo2, gpt_oss) through the bill: ideal
-and eager conventions; where the eager rows are not modelled (a family marked missing,
-eager attention's checkpointed masks, a family feature on a custom spec) one line and exit 2."""
+and eager conventions; where the eager rows are not modelled (a family marked missing, eager attention's masks
+under a recompute other than none or full, a family feature on a custom spec) one line and exit 2."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def test_cli_eager_refusal_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     from stepbill.cli import main
 
     with pytest.raises(SystemExit) as exc:
-        main(["bill", str(CONFIGS / "gemma-2-9b.json"), "--convention", "eager", "--recompute", "full"])
+        main(["bill", str(CONFIGS / "gemma-2-9b.json"), "--convention", "eager", "--recompute", "every:2"])
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "gemma2" in err
@@ -83,13 +83,33 @@ def test_eager_sliding_window_mask_is_billed() -> None:
 
 def test_gemma2_eager_attention_rows_and_recompute_refusal() -> None:
     """gemma2 runs eager attention on CPU (no SDPA in transformers): S² rows (soft-cap tanh, fp32 softmax, its
-    bf16 cast); with recompute the checkpointed masks are refused in one line."""
+    bf16 cast); recompute none and full are billed (the checkpoints' masks: eager/masks.py), every:K and selective
+    refused in one line."""
     from stepbill.engine.activations.rows import layer_rows
 
     spec = spec_of("gemma2")
     names = {r.name for r in layer_rows(spec, "dense", 2, "eager") if r.per_token2}
     assert names == {"attn.softcap_tanh", "attn.probs", "attn.probs_cast"}
     make_bill(spec, make_recipe("pure-bf16", "adamw", 1, 8192, "none"), convention="eager")  # window: no refusal
-    with pytest.raises(StepbillError) as err:
-        make_bill(spec, make_recipe("pure-bf16", "adamw", 1, 512, "full"), convention="eager")
-    assert "\n" not in str(err.value) and "gemma2" in str(err.value)
+    make_bill(spec, make_recipe("pure-bf16", "adamw", 1, 512, "full"), convention="eager")
+    for policy in ("every:2", "selective:mlp"):
+        with pytest.raises(StepbillError) as err:
+            make_bill(spec, make_recipe("pure-bf16", "adamw", 1, 512, policy), convention="eager")
+        assert "\n" not in str(err.value) and "gemma2" in str(err.value) and policy in str(err.value)
+
+
+@pytest.mark.parametrize(("recipe", "mask_bytes"), [("pure-bf16", 2), ("amp-bf16", 4)])
+def test_gemma2_full_recompute_holds_two_masks(recipe: str, mask_bytes: int) -> None:
+    """gemma-2-9b (42 layers, sliding and full attention alternating from layer 0), B = 2, seq 4096 under full
+    recompute: its decoder builds one additive mask per attention type (B·S², the embedding's dtype: fp32 under amp),
+    which the checkpoints hold with the position ids from the loss on: the full-attention mask until layer 1's
+    backward ends, the sliding one and the ids until layer 0's. 2 × 2 × 4096² × 2 B = 128 MiB in bf16."""
+    bill = make_bill(spec_of("gemma2"), make_recipe(recipe, "adamw", 2, 4096, "full"), convention="eager")
+    assert bill.eager is not None
+    mask = 2 * 4096**2 * mask_bytes
+    assert bill.eager.decoder_masks == 2 * mask
+    assert sorted(bill.eager.checkpoint_held) == [(0, 8 * 4096), (0, mask), (1, mask)]
+    assert bill.eager.held_at(None) == bill.eager.held_at(1) == 2 * mask + 8 * 4096
+    assert bill.eager.held_at(0) == mask + 8 * 4096
+    items = {x.name: x.value for x in bill.activation_items}
+    assert items["activations.checkpoint_held"] == 2 * mask + 8 * 4096  # the forward's peak is the loss's

@@ -46,7 +46,7 @@ def _bill_and_measure(config: dict, recompute: str, recipe: str, micro_batch: in
 def test_checkpointing_adds_no_error_of_its_own(config: str, recompute: str, recipe: str, micro_batch: int,
                                           seq: int) -> None:
     """Fake tensors at realistic size: every memory category's error (bill − measured, bytes) is the one full
-    recompute of the same step has (a few KiB: Llama-3.2-1B −4,096 B at the forward peak, −8 B at the backward's),
+    recompute of the same step has (a few bytes: Llama-3.2-1B −8 B at the backward's peak),
     and FlopCounterMode's FLOPs are exact."""
     from stepbill.check import compare, predictions
 

@@ -13,6 +13,7 @@ from stepbill.engine import fp8, quant
 from stepbill.engine.activations.fp8 import Fp8Bytes
 from stepbill.engine.flops import lora_step_terms
 from stepbill.engine.flops_lines import flops_lines, matmul_params
+from stepbill.engine.kinds import Part
 from stepbill.engine.line import Line
 from stepbill.engine.memory.dequant import with_dequant
 from stepbill.engine.memory.eager import EagerTerms, eager_terms
@@ -140,6 +141,16 @@ def _eager_activation_lines(eager: EagerTerms | None, timeline: Timeline) -> lis
     out = [Line("activations.logits_and_loss", eager.forward_end, "bytes",
                 "logits (compute dtype) + their fp32 upcast (unless fp32) + padded labels + loss", {},
                 convention="eager: transformers' ForCausalLMLoss; alive at the end of the forward")]
+    # the attention masks: the decoder's while its layers run; once it has returned, what the checkpoints hold of them
+    # and the position ids (engine/activations/eager/masks.py)
+    if timeline.peak_forward.part is Part.HEAD and eager.held_at(None):
+        out.append(Line("activations.checkpoint_held", eager.held_at(None), "bytes", "transformers' attention masks "
+                        "and position ids the checkpoints hold for the rebuild", {},
+                        convention="eager: non-reentrant checkpoints keep their layer's kwargs to its backward"))
+    elif timeline.peak_forward.part is not Part.HEAD and eager.decoder_masks:
+        out.append(Line("activations.attention_masks", eager.decoder_masks, "bytes", "transformers' attention masks "
+                        "the decoder names while its layers run", {},
+                        convention="eager: masking_utils' masks, one storage per attention type"))
     cache = timeline.peak_forward.items.get("autocast_cache", 0)
     if cache:
         out.append(Line("activations.autocast_cache", cache, "bytes", "bf16 copy of every linear weight (2 B each)",

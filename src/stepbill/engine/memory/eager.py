@@ -43,14 +43,22 @@ from stepbill.engine import activations as act
 from stepbill.engine.activations import eager
 from stepbill.engine.activations.eager.dropout import embedding_dropout
 from stepbill.engine.activations.eager.families import require_modelled_step
-from stepbill.engine.activations.eager.masks import bool_mask_bytes, window_fixed_bytes, window_total_bytes
-from stepbill.engine.activations.eager.outside import rope_buffer_bytes, rope_width
+from stepbill.engine.activations.eager.masks import (
+    checkpoint_held,
+    decoder_masks,
+    window_fixed_bytes,
+    window_total_bytes,
+)
+from stepbill.engine.activations.eager.outside import rope_buffer_bytes, rope_table_width
 from stepbill.engine.activations.eager.torch_params import TorchTensor, torch_tensors
 from stepbill.engine.memory.eager_layer import (
     AMP_CAST,
     eager_attention_backward,
+    gpt_oss_rebuild,
     in_layer_forward,
     mla_math_rebuild_low,
+    post_ffn_norm_backward,
+    split_post_ffn,
 )
 from stepbill.engine.memory.eager_lora import first_layer_adapter_a_casts, lora_stepped
 from stepbill.engine.memory.eager_mla import attention_backward_peak, forward_attention_peak
@@ -89,6 +97,8 @@ class EagerTerms:
     norm_grad: dict[str, int] = field(default_factory=dict)
     optimizer_temp: int = 0
     cast_layer: dict[str, int] = field(default_factory=dict)  # amp: bf16 weight copies of one layer
+    #: amp: bf16 copies of one layer's linear biases, cached in the forward and saved by no op (freed with the cache)
+    cast_bias: dict[str, int] = field(default_factory=dict)
     cast_head: int = 0  # amp: the LM head's bf16 copy
     # per layer kind: saved rows that do not grow per token (grouped_mm offsets, B=1 views; engine.eager), and the
     # sliding-window masks and k/v copies of the masked layers spread over the kind's layers (eager/masks.py)
@@ -133,6 +143,17 @@ class EagerTerms:
     layer_cast: dict[str, int] = field(default_factory=dict)
     #: full recompute, per layer kind: the rebuild's peak at the start of its backward (eager_layer.mla_math_rebuild_low)
     layer_rebuild: dict[str, InnerMoment] = field(default_factory=dict)
+    #: the attention masks the decoder's forward names while its layers run (eager/masks.decoder_masks), any policy
+    decoder_masks: int = 0
+    #: what checkpoints hold beyond their inputs (masks, position ids: eager/masks.checkpoint_held), from the forward's
+    #: end on, as (layer index, bytes): freed once that layer's backward ends
+    checkpoint_held: tuple[tuple[int, int], ...] = ()
+
+    def held_at(self, layer: int | None, first: bool = True) -> int:
+        """Bytes of `checkpoint_held` alive at the backward of `layer` (None: before the layers' backward). `first`:
+        the rank's layer indices are the model's (one GPU, the first pipeline stage); elsewhere a stage's
+        checkpoints hold theirs through its backward."""
+        return sum(b for j, b in self.checkpoint_held if layer is None or not first or j <= layer)
 
     def for_rank(self, tokens: float, width: float, vocab: float, grads: float, counters: float = 1.0,
                  optimizer: float = 1.0, weights: float = 1.0, experts: float = 1.0) -> EagerTerms:
@@ -166,6 +187,7 @@ class EagerTerms:
             norm_grad=per(self.norm_grad, grads),
             optimizer_temp=round(self.optimizer_temp / optimizer),
             cast_layer=per(self.cast_layer, weights),
+            cast_bias=per(self.cast_bias, weights),
             lora_cast_layer=per(self.lora_cast_layer, weights),
             cast_head=round(self.cast_head / weights),
             layer_fixed=per(self.layer_fixed, tokens),
@@ -186,16 +208,19 @@ class EagerTerms:
                                      for x in v) for k, v in self.inner_backward.items()},
             layer_cast=per(self.layer_cast, weights),
             layer_rebuild={k: x.divided(width, tokens, 1, 1, weights, 1) for k, x in self.layer_rebuild.items()},
+            decoder_masks=round(self.decoder_masks / tokens),
+            checkpoint_held=tuple((j, round(b / tokens)) for j, b in self.checkpoint_held),
         )
 
 
 def embedding_locals(spec: ModelSpec, width: int, b: int, t: int) -> int:
     """Learned positions (GPT-2): `inputs_embeds` (B·T·h) and `position_embeds` (T·h, batch-broadcast) stay
     named in the model's forward until the final norm; rotary models' embedding output is layer 0's input,
-    their cos/sin tables (compute dtype, per position) are the locals alive through the layers."""
+    their cos/sin tables (the hidden states' dtype, per position) and the position ids they were made from (int64,
+    handed to every layer) are the locals alive through the layers."""
     p = eager.dt_of(width).param
     if spec.positions == "rotary":  # the cos/sin tables (position_embeddings), shared by every layer
-        return 2 * rope_width(spec) * p * t
+        return rope_table_width(spec) * p * t + INT64 * t
     if spec.positions != "learned":
         return 0
     return p * spec.hidden_size * (b * t + t)
@@ -278,6 +303,7 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
     layer_temp: dict[str, int] = {}
     layer_grad: dict[str, int] = {}
     cast_layer: dict[str, int] = {}
+    cast_bias: dict[str, int] = {}
     lora_cast_layer: dict[str, int] = {}
     norm_act: dict[str, int] = {}
     norm_grad: dict[str, int] = {}
@@ -303,18 +329,20 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         # first, so both are freed at the FFN's first elementwise backward
         kept = {r.name for r in act.layer_rows(spec, kind, width, "eager", lora=lora)} if lora else None
         masks = [r for r in rows if r.name == "mlp.dropout_mask"]
-        body = [r for r in rows if r not in masks]
-        last = body[-1].bytes_at(t) if body and (kept is None or body[-1].name in kept) else 0
+        # sandwich placement: the post-FFN norm's rows follow down's input; its backward ran first (freeing them)
+        body, post = split_post_ffn([r for r in rows if r not in masks])
+        last = sum(r.bytes_at(t) for r in [*body[-1:], *post] if kept is None or r.name in kept)
         layer_act[kind] = -round((last + sum(r.bytes_at(t) for r in masks)) * n)
-        # the FFN's gradients are as wide as its last row whether or not LoRA keeps that row (down's input, freed
-        # unsaved when down has no adapter): the product's gradient and its two factors' (measured, tiny Llama q,v)
+        # the FFN's gradients are as wide as down's input whether or not LoRA keeps that row (freed unsaved when down
+        # has no adapter): the product's gradient and its two factors' (measured, tiny Llama q,v)
         ffn_wide = body[-1].bytes_at(t) if body else 0
         # a single-op GELU MLP (GPT-NeoX's nn.GELU: gelu_backward) holds two: the activation output's gradient and
         # the pre-activation's (measured by a helper on pythia-1.4b: one FFN-wide tensor above PyTorch with three)
         single_gelu = sum(1 for r in body if r.op_id == "mlp.gelu") == 1
         layer_temp[kind] = round((a * h + (2 if single_gelu else 3) * ffn_wide) * n)
         mats = [x for x in inventory.tensors if x.layer_kind == kind and x.is_matrix]
-        layer_grad[kind] = mats[-1].total // count * p.grads if mats and lora is None else 0
+        post_grad = h * p.grads if post and lora is None else 0  # the post-FFN norm's weight (sandwich)
+        layer_grad[kind] = mats[-1].total // count * p.grads + post_grad if mats and lora is None else 0
         routed = routed_backward(spec, rows, width, p.grads, n, t) if lora is None else ()
         if routed:  # the MoE output's first backward is the routed combine's, not a SwiGLU product's
             combine, *inner_backward[kind] = routed
@@ -322,16 +350,20 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
             layer_cast[kind] = combine.casts
         keeps_all = lora is None and not plan.layers[kind].dropped  # every row saved: eager_mla's MLA moments
         mla_bwd = attention_backward_peak(spec, kind, rows, width, inventory, count, p.grads, n, t, keeps_all)
-        inner_backward[kind] = (*inner_backward.get(kind, ()), *mla_bwd)
-        if plan.policy.kind == "full" and lora is None and (rebuild := mla_math_rebuild_low(spec, kind, width, rows, n, t)):
+        post_norm = post_ffn_norm_backward(spec, rows, width, n, t, p.grads) if lora is None else None
+        inner_backward[kind] = (*inner_backward.get(kind, ()), *mla_bwd, *([post_norm] if post_norm else []))
+        if plan.policy.kind == "full" and lora is None and (rebuild := mla_math_rebuild_low(spec, kind, width, rows, n, t)
+                                                            or gpt_oss_rebuild(spec, kind, width, rows, n, t)):
             layer_rebuild[kind] = rebuild
         ffn_block = rows[-1].block if rows else ""
-        freed = sum(r.bytes_at(t) for r in rows if r.block == ffn_block and not r.name.endswith("norm_x_fp32")
-                    and (kept is None or r.name in kept))
+        # the FFN's rows but its input norm's fp32 input (the residual stream, alive for that norm's backward)
+        freed = sum(r.bytes_at(t) for r in rows if r.block == ffn_block and not (r.name.endswith("norm_x_fp32")
+                    and r not in post) and (kept is None or r.name in kept))
         norm_act[kind] = -round(freed * n)
         ffn_params = sum(x.total for x in inventory.tensors if x.layer_kind == kind and x.component == "ffn")
-        norm_grad[kind] = 0 if lora is not None else (ffn_params // count + h) * p.grads
+        norm_grad[kind] = 0 if lora is not None else (ffn_params // count + h) * p.grads + post_grad
         cast_layer[kind] = eager.layer_cast_bytes(spec, kind, width)
+        cast_bias[kind] = eager.layer_bias_cast_bytes(spec, kind, width) if lora is None else 0  # frozen: not cached
         # --attention eager: the plan's rows hold P (not SDPA's math path: q_scaled); the layer's rows in forward
         # order (the plan splits them into kept and dropped)
         planned = [*plan.layers[kind].kept, *plan.layers[kind].dropped]
@@ -351,25 +383,25 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
             cast_layer[kind] += lora_cast_layer[kind]
         layer_fixed[kind] = (eager.fixed_bytes(eager.layer_fixed_rows(spec, kind, width, b, with_casts=False), t)
                              + (0 if core_ckpt else window_fixed_bytes(spec, kind, width, t, b)))
-    # Checkpointed layers hold their arguments for the rebuild, transformers' boolean sliding-window mask among
-    # them (one S×S storage shared by the layers, eager/masks.py): alive at the loss and through the backward.
+    # Checkpointed layers hold their arguments for the rebuild, transformers' masks and position ids among them
+    # (eager/masks.checkpoint_held): alive at the loss and through the backward, each to its lowest layer's.
     ckpt = plan.policy.kind in ("full", "every")
-    held_mask = bool_mask_bytes(spec, t) if ckpt or core_ckpt else 0
+    held = checkpoint_held(spec, width, t, b, segment=plan.segment if ckpt else 0, core_attn=core_ckpt)
     return EagerTerms(
         constant=INT64 * n + buffers,
         step_counters=step_counter_bytes(recipe.optimizer, stepped),
         # amp: the final norm's fp32 output is alive until the causal LM's forward returns (the LM head saves
         # its bf16 cast instead); LoRA: the same output, which the frozen LM head does not save (outside.py
         # LORA_FROZEN_OUTSIDE); otherwise it is the LM head's saved input, counted in the outside rows.
-        forward_end=logits + padded + FP32 + (width.param * h * n if amp or lora is not None else 0) + held_mask,
+        forward_end=logits + padded + FP32 + (width.param * h * n if amp or lora is not None else 0),
         loss_act=loss_act,
         loss_temp=2 * FP32 * v * n,
         head_act=loss_act - FP32 * v * n,
         head_temp=head_temp,
-        # cos and sin tables, rotary width each; the embedding dropout's mask (its backward is the last); the
-        # checkpoints' boolean sliding-window mask
-        rope=2 * rope_width(spec) * a * t + round(sum(r.bytes_per_token for r in embedding_dropout(spec, width)) * n)
-        + held_mask,
+        # the cos and sin tables (eager/outside.rope_table_width; the hidden states' dtype: fp32 under amp); the
+        # embedding dropout's mask (its backward is the last)
+        rope=rope_table_width(spec) * width.param * t
+        + round(sum(r.bytes_per_token for r in embedding_dropout(spec, width)) * n),
         layer_act=layer_act,
         layer_temp=layer_temp,
         layer_grad=layer_grad,
@@ -378,6 +410,7 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         norm_grad=norm_grad,
         optimizer_temp=optimizer_temporaries(stepped, recipe.optimizer, recipe.optimizer_impl, p.state),
         cast_layer=cast_layer,
+        cast_bias=cast_bias,
         layer_fixed=layer_fixed,
         cast_head=AMP_CAST * v * h if amp else 0,
         layer_inner=layer_inner,
@@ -398,4 +431,6 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         inner_backward={k: tuple(v) for k, v in inner_backward.items()},
         layer_cast=layer_cast,
         layer_rebuild=layer_rebuild,
+        decoder_masks=sum(m.bytes for m in decoder_masks(spec, width, t, b)),
+        checkpoint_held=held,
     )

@@ -11,6 +11,7 @@ from stepbill.engine.activations import eager
 from stepbill.engine.activations.eager.attention import mla_uses_math_path
 from stepbill.engine.activations.eager.dtypes import Dt
 from stepbill.engine.activations.eager.ffn import GELU_TANH_FAMILIES, ffn_weights
+from stepbill.engine.activations.eager.gemma import EAGER_ATTENTION_FAMILIES
 from stepbill.engine.activations.eager.moe import RENORMALISE, moe_cast_weights
 from stepbill.engine.activations.eager.outside import rope_width
 from stepbill.engine.memory.eager_moe import SHARED_AFTER, InnerMoment
@@ -22,6 +23,7 @@ INT64 = 8
 
 AMP_CAST = 2  # autocast's bf16 weight copies
 FALLBACK_MOE_FAMILIES = ("mixtral", "qwen2_moe")  # in-layer MoE forward traced (transformers' fp32 fallback)
+GROUPED_BIAS_MOE_FAMILIES = ("gpt_oss",)  # biased grouped experts with a clamped SwiGLU (gpt_oss_moe_forward)
 SHARED_FIRST = ("qwen2_moe",)  # the shared expert runs before the routed ones: its output is alive meanwhile
 
 
@@ -38,9 +40,49 @@ def in_layer_forward(spec: ModelSpec, kind: str, width: int, n: int, t: int) -> 
     d, f = spec.hidden_size, spec.ffn.intermediate_size
     attn, ffn = act.layer_blocks(spec, kind)
     attn_peak = mla_math_forward(spec, dt, n, t) if attn == "mla" else 0
+    if spec.family in EAGER_ATTENTION_FAMILIES:
+        attn_peak = eager_attention_in_layer(spec, dt, n, t)
     if attn_peak and dt.amp:  # the casts of o_proj and of the FFN / MoE linears are made after the attention's core
-        attn_peak -= later_casts(spec, ffn)
+        attn_peak -= later_casts(spec, ffn) + later_bias_casts(spec, kind, width)
+    if ffn == "moe" and spec.family in GROUPED_BIAS_MOE_FAMILIES:
+        return max(attn_peak, gpt_oss_moe_forward(spec, dt, n, t))
     return max(attn_peak, _ffn_forward(spec, dt, ffn, d, f, n))
+
+
+def eager_attention_in_layer(spec: ModelSpec, dt: Dt, n: int, t: int) -> int:
+    """Gemma2's / gpt-oss's eager attention inside a checkpointed layer's forward (nothing saved), at its largest op:
+    what the layer names by then beyond its input (whole micro-batch, bytes).
+
+    Traced op by op (tiny gemma2 and gpt_oss, fp32 / pure-bf16 / amp, full recompute, seq 160, torch 2.13 CPU: the
+    forward's peak, to the byte). Named: the input norm's output (the residual's dtype), v_proj's output, q and k
+    after RoPE (`q * cos + rotate_half(q) * sin` with cos / sin in the hidden states' dtype: fp32 under amp) and,
+    under GQA, repeat_kv's copies of k and v at query-head width. Each B·H·S² step holds its input and its output:
+    modeling_gemma2.eager_attention_forward's scores and scaled copy, the soft-cap's ÷, tanh and ×, the mask's
+    addition (in the mask's dtype, eager/masks.decoder_masks: fp32 under amp), then `softmax(..., dtype=float32)`
+    with its fp32 copy of bf16 scores beside the masked scores and P. modeling_gpt_oss.eager_attention_forward
+    concatenates the sink column (S + 1 keys) and subtracts the row max while the masked scores stay named; under
+    autocast its `.to(value_states.dtype)` copy of P is made beside the fp32 P and the masked scores."""
+    a, h, p, c = spec.attention, spec.hidden_size, dt.param, dt.compute
+    heads, kv = a.n_heads, a.kv_heads
+    rotated = p  # RoPE's products: q, k (compute dtype) times cos / sin (hidden states' dtype)
+    expanded = rotated * heads * a.qk_head_dim + c * heads * a.v_dim if kv != heads else 0  # repeat_kv's copies
+    named = p * h + c * kv * a.v_dim + rotated * (heads + kv) * a.qk_head_dim + expanded
+    masked = max(c, p)  # the scores plus the additive mask (the embedding's dtype)
+    if spec.attention.sinks:  # gpt-oss: S + 1 columns from the sink's concatenation on
+        at_max = masked * (t + 2 * (t + 1) + 1)  # masked scores, the concatenation, its row max, the difference
+        at_cast = masked * (t + 2 * (t + 1)) + (c * t if dt.amp else 0)  # … the difference, P and P's bf16 copy
+        per_query = max(2 * c * t, at_max, at_cast)
+    else:  # gemma2: the scores' steps two at a time, or the masked scores with softmax's fp32 copy and P
+        per_query = max(2 * c * t, (masked + (FP32 if masked != FP32 else 0) + FP32) * t)
+    return (named + heads * per_query) * n
+
+
+def later_bias_casts(spec: ModelSpec, kind: str, width: int) -> int:
+    """amp: bytes of a layer's bias casts made after its attention's core: all of eager.layer_bias_cast_bytes but
+    q / k / v's."""
+    a, c = spec.attention, eager.dt_of(width).compute
+    first = c * (a.n_heads + 2 * a.kv_heads) * a.qk_head_dim if a.qkv_bias and a.kind != "mla" else 0
+    return max(0, eager.layer_bias_cast_bytes(spec, kind, width) - first)
 
 
 def mla_math_forward(spec: ModelSpec, dt: Dt, n: int, t: int) -> int:
@@ -132,7 +174,7 @@ def mla_math_forward_low(spec: ModelSpec, dt: Dt, n: int, t: int) -> int:
 
 def later_casts(spec: ModelSpec, ffn: str) -> int:
     """amp: bytes of a layer's weight casts made after its attention's core (o_proj's, the FFN's or MoE block's)."""
-    return AMP_CAST * (spec.hidden_size * spec.attention.n_heads * spec.attention.v_head_dim
+    return AMP_CAST * (spec.hidden_size * spec.attention.n_heads * spec.attention.v_dim
                        + (moe_cast_weights(spec) if ffn == "moe" else ffn_weights(spec)))
 
 
@@ -172,7 +214,91 @@ def mla_math_rebuild_low(spec: ModelSpec, kind: str, width: int, rows: list, n: 
     return InnerMoment(change, grad_out, 0, 0, -later_casts(spec, ffn) if dt.amp else 0)
 
 
+def gpt_oss_moe_forward(spec: ModelSpec, dt: Dt, n: int, t: int) -> int:
+    """gpt-oss's MoE block inside a checkpointed layer's forward (nothing saved), at its largest op: the clamped
+    SwiGLU's last product or the combine's reorder, beyond the layer's input (whole micro-batch, bytes).
+
+    Traced op by op (tiny gpt_oss fp32 and amp, full recompute, torch 2.13 CPU: the forward's peak, in layer 1 at
+    the combine's `weighted_out[inv_perm]`, to 16 bytes; the gate's moment to 16 bytes too). Named by the layer's
+    forward meanwhile: the residual sum and post_attention_layernorm's output (the residual's dtype); the attention's
+    weights, which modeling_gpt_oss.GptOssDecoderLayer keeps in `hidden_states, _ = self.self_attn(...)` until it
+    returns: its eager_attention_forward returns `dropout(probs[..., :-1]).to(value_states.dtype)`, a view of the
+    softmax's output over S + 1 keys, or under autocast (fp32 softmax, bf16 values) its bf16 copy over S keys; the
+    router's logits (GptOssMLP's `_, router_scores, router_indices = self.router(...)`), top-k ids and scores.
+    transformers' grouped_mm_experts_forward (integrations/moe.py; fp32 experts run the same steps through its
+    grouped_mm_fallback op) then holds the sorted expert ids and their order (int64), the dispatched tokens (top-k
+    rows per token), the routing weights in that order, the ids' fp32 copy for histc (and the per-expert counts and
+    offsets); `_grouped_linear` adds the gathered per-row bias in place into the grouped GEMM's output. At
+    GptOssExperts._apply_gate's last op the gate_up bias rows and output (2f wide) are alive with the clamped gate
+    and up, σ·gate, up + 1 and their product (f wide each); at the combine the down bias rows, down's output, its
+    weighted copy, the inverse order and the reordered copy (h wide each). gpt-oss-20b (h = f = 2880): the gate's."""
+    m = spec.moe
+    assert m is not None
+    a, h, p, c = spec.attention, spec.hidden_size, dt.param, dt.compute
+    k, e, f = m.top_k, m.n_routed_experts, m.expert_intermediate_size
+    weights = c * a.n_heads * (t if dt.amp else t + 1)  # the attention weights (see above)
+    layer = 2 * p * h + weights  # residual sum, norm output; the attention's weights
+    router = c * e + INT64 * k + c * k  # logits, top-k ids, their softmax
+    dispatch = 2 * INT64 * k + p * k * h + c * k + FP32 * k  # sorted ids and order, tokens, weights, ids' fp32 copy
+    counts = FP32 * e + 4 * e  # histc's counts (fp32) and the int32 offsets: per layer
+    gate = p * k * (2 * 2 * f + 5 * f)  # gate_up's bias rows and output; five f-wide tensors of the clamped SwiGLU
+    combine = p * k * 4 * h + INT64 * k  # down's bias rows, output, weighted and reordered copies; inverse order
+    return (layer + router + dispatch + max(gate, combine)) * n + counts
+
+
+def gpt_oss_rebuild(spec: ModelSpec, kind: str, width: int, rows: list, n: int, t: int) -> InnerMoment | None:
+    """gpt-oss under full recompute: the rebuild of a checkpointed MoE layer at the start of its backward, beside the
+    layer output's gradient and its copy over the top-k that the combine's sum backward made (`clone`, top-k rows per
+    token, the experts' dtype) before the first unpack set the rebuild off; the larger of two moments, against the
+    layer's rows. Traced op by op (tiny gpt_oss fp32 / pure-bf16 / amp, seq 64-512: the step's backward peak):
+
+    - the attention's largest op (eager_attention_in_layer's sink steps; seq 512): the rows from P on not made yet
+      but v's expansion, v_proj's output and k after RoPE named beside repeat_kv's saved copies (under amp also the
+      input norm's fp32 output, q after RoPE and k's fp32 expansion, which the matmuls save as bf16 casts), the
+      rebuild's q / k / v bias casts in autocast's cache;
+    - the combine's reorder (`inv_perm[perm] = arange(...)`, the rebuild's last saving op: every row made; seq 64-160):
+      the forward's unsaved locals then (gpt_oss_moe_forward: the router's logits, the ids' fp32 copy for histc and
+      the expert counts and offsets, down's gathered bias rows, the weighted output and the arange; in bf16 the
+      residual sum; under amp the post-attention norm's fp32 output, which the router saves as its bf16 cast).
+
+    None for other layers."""
+    if kind != "moe" or spec.family not in GROUPED_BIAS_MOE_FAMILIES or spec.moe is None:
+        return None
+    dt = eager.dt_of(width)
+    m, a, h, p, c = spec.moe, spec.attention, spec.hidden_size, dt.param, dt.compute
+    k, e = m.top_k, m.n_routed_experts
+    temps = (p * h + p * k * h) * n  # the layer output's gradient, its top-k copy
+    names = [r.name for r in rows]
+    # P and the rows after it not made yet, but v expanded (repeat_kv runs before Q·Kᵀ)
+    not_made = sum(r.bytes_at(t) for r in rows[names.index("attn.probs"):] if r.name != "attn.v_rep") \
+        if "attn.probs" in names else 0
+    gqa = a.kv_heads != a.n_heads
+    kv_locals = c * a.kv_heads * a.v_dim + p * a.kv_heads * a.qk_head_dim if gqa else 0
+    if dt.amp:  # autocast's bf16 casts are what the linears and Q·Kᵀ save: the norm's fp32 output, q after RoPE and
+        # k's fp32 expansion stay named beside them
+        kv_locals += p * h + p * a.n_heads * a.qk_head_dim * (2 if gqa else 1)
+    masked = max(c, p)
+    per_query = max(2 * c * t, masked * (t + 2 * (t + 1) + 1), masked * (t + 2 * (t + 1)) + (c * t if dt.amp else 0))
+    attention = round((kv_locals + a.n_heads * per_query - not_made) * n)
+    qkv_bias = c * (a.n_heads + 2 * a.kv_heads) * a.qk_head_dim if a.qkv_bias and dt.amp else 0
+    later = later_casts(spec, "moe") if dt.amp else 0  # o_proj's and the router's weight casts, not made yet
+    locals_ = c * e + FP32 * k + 2 * p * k * h + INT64 * k  # logits, histc's input, down's bias rows, weighted; arange
+    locals_ += p * h if p != FP32 else 0  # bf16: the residual sum (its norm saves an fp32 copy)
+    locals_ += p * h if dt.amp else 0  # amp: the post-attention norm's fp32 output
+    combine = locals_ * n + FP32 * e + 4 * e  # … and histc's counts, the int32 offsets
+    if attention - later > combine:
+        return InnerMoment(attention, temps, 0, 0, qkv_bias - later)
+    return InnerMoment(combine, temps, 0, 0, eager.layer_bias_cast_bytes(spec, kind, width))
+
+
 def _ffn_forward(spec: ModelSpec, dt: Dt, ffn: str, d: int, f: int, n: int) -> int:
+    if ffn == "gelu_mlp" and spec.parallel_residual:
+        # GPT-NeoX (modeling_gpt_neox.GPTNeoXLayer, use_parallel_residual): at the MLP's GELU (one aten.gelu op) the
+        # layer names the attention's output (dense's, for the final sum), post_attention_layernorm's output of the
+        # layer input, dense_h_to_4h's output and the GELU's (traced op by op, tiny gpt_neox fp32 full: the forward's
+        # peak, to the byte). Autocast: dense_4h_to_h's cast (weight and bias) is made after the GELU.
+        down_cast = AMP_CAST * (f * d + d) if dt.amp else 0
+        return (dt.compute * d + dt.param * d + 2 * dt.compute * f) * n - down_cast
     if ffn == "gelu_mlp" and spec.family in GELU_TANH_FAMILIES:
         attn_output = dt.compute * d  # c_proj's output, still named by the block
         residual = dt.param * d  # attn_output + residual: the stream the MLP's output is added to
@@ -225,15 +351,19 @@ def eager_attention_backward(spec: ModelSpec, rows: list, width: object, invento
     # softmax's makes dS, both fp32 beside the kept fp32 P (a helper's trace: _softmax_backward_data holds three
     # fp32 B·H·S² tensors on deepseek-v2-lite under full recompute, the backward peak)
     mla_math = mla and spec.attention.kind == "mla" and "attn.q_scaled" in names
-    eager_attention = "attn.q_scaled" not in names and eager_attention_modelled(spec)
+    # Gemma2's own eager attention reaches the same moment (soft-capping's tanh output stays for its backward, next);
+    # gpt-oss's sink column's backward is not traced yet
+    own = spec.family in EAGER_ATTENTION_FAMILIES and not spec.attention.sinks
+    eager_attention = "attn.q_scaled" not in names and (eager_attention_modelled(spec) or own)
     if "attn.probs" not in names or not (mla_math or eager_attention):
         return 0, 0, 0
     a = spec.attention
     dt = eager.dt_of(width)
     probs = next(r for r in rows if r.name == "attn.probs")
     ffn_block = rows[-1].block
-    freed = sum(r.bytes_at(t) for r in rows if r.block == ffn_block or r.name in ("attn.o_in", "attn.v_rep", "attn.v",
-                                                                                   "attn.probs_cast"))
+    # sandwich placement: the post-attention norm's rows too (its backward ran before o_proj's)
+    freed = sum(r.bytes_at(t) for r in rows if r.block == ffn_block or r.name.startswith("attn.post.")
+                or r.name in ("attn.o_in", "attn.v_rep", "attn.v", "attn.probs_cast"))
     s2 = a.n_heads * t  # B·H·S² elements per token
     # dP (cast to the softmax's dtype) and dS; the residual gradient; the attention output's gradient (GPT-2: a
     # token-major and a head-major copy; the llama family: one, measured)
@@ -241,7 +371,8 @@ def eager_attention_backward(spec: ModelSpec, rows: list, width: object, invento
     temps = 2 * probs.dtype_bytes * s2 + dt.param * spec.hidden_size + grad_out
     ffn = sum(x.total for x in inventory.tensors if x.layer_kind == kind and x.component == "ffn")
     o_proj = spec.hidden_size * a.n_heads * a.v_dim
-    return -round(freed * n), round(temps * n), (ffn // count + spec.hidden_size + o_proj) * grad_bytes
+    norms = (3 if spec.norm_placement == "sandwich" else 1) * spec.hidden_size  # the FFN's input norm (and post norms)
+    return -round(freed * n), round(temps * n), (ffn // count + norms + o_proj) * grad_bytes
 
 
 def eager_attention_forward_peak(spec: ModelSpec, rows: list, width: object, n: int, t: int, b: int) -> int:
@@ -253,7 +384,10 @@ def eager_attention_forward_peak(spec: ModelSpec, rows: list, width: object, n: 
     from stepbill.engine.activations.eager.eager_attention import eager_attention_modelled
 
     names = [r.name for r in rows]
-    if "attn.probs" not in names or "attn.q_scaled" in names or not eager_attention_modelled(spec):
+    # Gemma2's own eager attention (no sinks) too: its mask is in EagerTerms.decoder_masks, its scores' steps as
+    # eager_attention_in_layer traced them (the masked scores in the mask's dtype: fp32 under amp)
+    own = spec.family in EAGER_ATTENTION_FAMILIES and not spec.attention.sinks
+    if "attn.probs" not in names or "attn.q_scaled" in names or not (eager_attention_modelled(spec) or own):
         return 0
     dt = eager.dt_of(width)
     c = dt.compute
@@ -264,11 +398,49 @@ def eager_attention_forward_peak(spec: ModelSpec, rows: list, width: object, n: 
     sb = probs.dtype_bytes
     a = spec.attention
     s2 = a.n_heads * t * n
-    transient = max(2 * c, c + (sb if sb != c else 0) + sb) * s2
+    m = max(c, dt.param) if own else c
+    transient = max(2 * c, m + (sb if sb != m else 0) + sb) * s2
     # the attention's locals: k after RoPE and v at kv-head width (under GQA the matmuls save their expansions)
     kv_locals = c * a.kv_heads * (a.qk_head_dim + a.v_dim) * n if a.kv_heads != a.n_heads and spec.family != "gpt2" \
         else 0
     rope = 2 * rope_width(spec) * c * t + INT64 * t if spec.positions == "rotary" else 0  # cos, sin; position ids
     # the additive mask (B·S², compute dtype) and, at B > 1, the boolean mask it was made from (B·S², 1 B)
-    masks = b * t * t * c + (b * t * t if b > 1 else 0)
+    masks = 0 if own else b * t * t * c + (b * t * t if b > 1 else 0)
+    if own:  # Gemma2 (traced, tiny gemma2 none seq 512): q after RoPE stays named beside the matmul's contiguous copy;
+        # below fp32 the layer's input (`residual`) and the embedding output (`inputs_embeds`, named by the decoder)
+        # beside the norms' saved fp32 copies (eager_mla._named_outside's rule); of the layer's fixed `1 + w` rows only
+        # the input norm's exists yet (eager/gemma.norm_weight_constants)
+        kv_locals += c * a.n_heads * a.qk_head_dim * n
+        kv_locals += 2 * dt.param * spec.hidden_size * n if dt.param != FP32 else 0
+        kv_locals -= FP32 * 3 * spec.hidden_size if spec.norm_weight_offset and spec.norm_placement == "sandwich" else 0
     return round(transient - later * n) + kv_locals + rope + masks
+
+
+POST_FFN = "mlp.post."  # sandwich placement: the rows of the norm on the FFN's output (eager/gemma.post_ffn_norm)
+
+
+def split_post_ffn(rows: list) -> tuple[list, list]:
+    """A layer's rows without the post-FFN norm's, and the post-FFN norm's (sandwich placement: after down's input,
+    the last rows of the layer; empty elsewhere)."""
+    post = [r for r in rows if r.name.startswith(POST_FFN)]
+    return [r for r in rows if r not in post], post
+
+
+def post_ffn_norm_backward(spec: ModelSpec, rows: list, width: int, n: int, t: int,
+                           grad_bytes: int) -> InnerMoment | None:
+    """Sandwich placement (Gemma's `post_feedforward_layernorm` on down's output, the layer's last op): its backward
+    is the layer's first, with every row rebuilt and none freed but its own x̂ and 1/rms. Gemma's RMSNorm
+    (modeling_gemma2.Gemma2RMSNorm: `self._norm(x.float()) * (1.0 + self.weight.float())`, then `.type_as(x)`) runs
+    backward as autograd's ops in fp32: beside the layer output's gradient (the residual's dtype), five fp32 hidden-wide
+    gradients at once (at the x̂ = x·rsqrt(mean(x²) + ε) chain's last mul), the weight's gradient made; the norm's
+    x̂, 1/rms and its fp32 `1 + w` are freed by then. Traced op by op (tiny gemma2 fp32 and pure-bf16, full recompute:
+    the step's backward peak, in layer 0's backward). None without the post-FFN norm's rows."""
+    post = {r.name: r for r in rows if r.name.startswith(POST_FFN)}
+    if f"{POST_FFN}norm_xhat" not in post:
+        return None
+    h = spec.hidden_size
+    freed = sum(post[name].bytes_at(t) for name in (f"{POST_FFN}norm_xhat", f"{POST_FFN}norm_rstd") if name in post)
+    one_plus_w = FP32 * h if spec.norm_weight_offset else 0  # its `1 + w` (fp32, a fixed row of the layer)
+    dt = eager.dt_of(width)
+    temps = (dt.param + 5 * FP32) * h * n  # the layer output's gradient, the norm's five fp32 gradients
+    return InnerMoment(-round(freed * n) - one_plus_w, temps, 0, h * grad_bytes)

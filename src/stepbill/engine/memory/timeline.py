@@ -339,6 +339,9 @@ def eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: EagerT
     fixed = [0 if ckpt else e.layer_fixed.get(k, 0) for k in plan.order]
     # LoRA: a checkpointed layer's forward leaves only the adapters' casts in autocast's cache (lora_cast_layer)
     fwd_casts = [e.lora_cast_layer.get(k, c) for k, c in zip(plan.order, casts, strict=True)] if ckpt else casts
+    # amp: the linear biases' copies, in the cache while the forward runs, saved by no op
+    biases = [e.cast_bias.get(k, 0) for k in plan.order]
+    fwd_casts = [c + bias for c, bias in zip(fwd_casts, biases, strict=True)]
     cast_all = sum(fwd_casts) + cast_head
 
     weights, optimizer, buffers, order, constant = view.weights, view.optimizer, view.buffers, plan.order, e.constant
@@ -362,28 +365,31 @@ def eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: EagerT
     bwd = plan.backward_live()
     kept, cast, fix = 0.0, 0, 0
     moments = []
+    masks = e.decoder_masks  # named by the decoder's forward while its layers run (eager/masks.decoder_masks)
     for i, k in enumerate(plan.order):
         kept += plan.kept_bytes(i) * plan.tokens
         cast += fwd_casts[i]
         fix += fixed[i]
         if ckpt and e.layer_inner.get(k, 0):
-            moments.append(at(Phase.FORWARD, Part.LAYER_INNER, resting, kept + fix + e.embed_locals
+            moments.append(at(Phase.FORWARD, Part.LAYER_INNER, resting, kept + fix + e.embed_locals + masks
                               + e.layer_inner[k], 0, cast, i))
         if not ckpt and (peak := e.attn_fwd.get(k)) and peak.act:  # the attention's largest op (eager_mla)
-            moments.append(at(Phase.FORWARD, Part.LAYER_INNER, resting, kept + fix + embed_out + peak.act, 0,
+            moments.append(at(Phase.FORWARD, Part.LAYER_INNER, resting, kept + fix + embed_out + masks + peak.act, 0,
                               cast + peak.casts, i))
-        moments.append(at(Phase.FORWARD, Part.LAYER, resting, kept + fix + embed_out, 0, cast, i))
+        moments.append(at(Phase.FORWARD, Part.LAYER, resting, kept + fix + embed_out + masks, 0, cast, i))
     saved = plan.kept_after_forward() + (outside if view.last else 0) + fix
     # autocast's cache is cleared when the forward leaves autocast: what remains is what graphs saved.
-    cast = cast_all if not ckpt else cast_head
+    cast = cast_all - sum(biases) if not ckpt else cast_head
     # LoRA under amp: layer 0's adapter A casts, cached but saved by nothing, go with the autocast cache
     cast -= e.lora_first_a_cast if view.first and not ckpt else 0
     if view.last:
         # the embedding output is no longer named once the decoder's forward returned (LoRA: the final norm's
         # output, which the frozen head does not save, is in forward_end instead)
-        moments.append(at(Phase.FORWARD, Part.HEAD, resting, saved + e.forward_end, 0, cast_all))
-        moments.append(at(Phase.BACKWARD, Part.LOSS, resting, saved + e.loss_act, e.loss_temp, cast))
-        moments.append(at(Phase.BACKWARD, Part.HEAD_BACKWARD, resting, saved + e.head_act, e.head_temp, cast))
+        # the decoder has returned: of its masks, what the checkpoints hold (and their position ids) remains
+        held = e.held_at(None)
+        moments.append(at(Phase.FORWARD, Part.HEAD, resting, saved + held + e.forward_end, 0, cast_all))
+        moments.append(at(Phase.BACKWARD, Part.LOSS, resting, saved + held + e.loss_act, e.loss_temp, cast))
+        moments.append(at(Phase.BACKWARD, Part.HEAD_BACKWARD, resting, saved + held + e.head_act, e.head_temp, cast))
     cast -= cast_head
     gone = view.grads_offloaded
     grads = resting + view.grads_head
@@ -394,7 +400,7 @@ def eager_moments(view: RankView, plan: RecomputePlan, outside: float, e: EagerT
         # layer's casts more at each earlier layer of a run)
         run = range(i - i % plan.segment, i + 1) if ckpt else range(0)
         mine = sum(casts[j] for j in run)
-        live = bwd[i] + e.rope + fix + sum(e.layer_fixed.get(plan.order[j], 0) for j in run)
+        live = bwd[i] + e.rope + e.held_at(i, view.first) + fix + sum(e.layer_fixed.get(plan.order[j], 0) for j in run)
         rebuild = e.layer_rebuild.get(k)
         if rebuild is not None:  # full recompute: the rebuild's peak, before any of the layer's gradients
             moments.append(at(Phase.BACKWARD, Part.LAYER_INNER, grads, live + rebuild.act, rebuild.temps,

@@ -242,11 +242,14 @@ def predict_rank(spec: ModelSpec, world: int, zero: int, rank: int, micro_batch:
     eager = getattr(bill, "eager", None)
     if eager is None and convention == "eager":
         eager = eager_terms(spec, bill.recipe, bill.inventory, bill.plan)
-    rope = eager.rope if eager is not None else 0
+    # alive from the first layer to the last backward: the RoPE tables, and what the checkpoints hold (masks, position
+    # ids); the decoder's masks are in the timeline's forward layer moments, which fsdp_moments reads as the kept bytes
+    rope = eager.rope + eager.held_at(None) if eager is not None else 0
+    masks = eager.decoder_masks if eager is not None else 0
     base = res["params"] + res["optimizer_states"] + inputs + buffers
     key = ("moments", world, zero, ctx.backend)
     if key not in ctx.partitions:  # the buffers and activations are the same on every rank: only `base` differs
-        ctx.partitions[key] = fsdp_moments(bill, units, zero, 0.0, rope, ctx.backend)  # type: ignore[index]
+        ctx.partitions[key] = fsdp_moments(bill, units, zero, 0.0, rope, ctx.backend, masks)  # type: ignore[index]
     out = [(phase, label, base + v) for phase, label, v in ctx.partitions[key]]  # type: ignore[index]
     # AdamW steps the rank's unpadded rows of every tensor in module order (model.parameters())
     local = [Stepped((local_rows(t.shape[0], world, rank), *t.shape[1:]), muon_takes(t)) for t in tensors]

@@ -62,9 +62,10 @@ def _live(m: Any) -> float:
 
 
 def fsdp_moments(bill: Any, units: Units, zero: int, base: float, rope: int,
-                 backend: str = "nccl") -> list[tuple[str, str, float]]:
+                 backend: str = "nccl", masks: int = 0) -> list[tuple[str, str, float]]:
     """(phase, label, bytes) of one rank; `base`: sharded params + optimizer states + inputs + buffers;
-    `backend`: "nccl" or "gloo" (gloo's reduce-scatter clones its input: module docstring)."""
+    `backend`: "nccl" or "gloo" (gloo's reduce-scatter clones its input: module docstring); `masks`: the decoder's
+    masks, in the timeline's forward layer moments (EagerTerms.decoder_masks), taken out of the kept bytes."""
     spec, recipe = bill.model, bill.recipe
     a = recipe.precision.activation
     n = recipe.micro_batch * recipe.seq_len
@@ -73,7 +74,7 @@ def fsdp_moments(bill: Any, units: Units, zero: int, base: float, rope: int,
     g, rs, done, full = units.gathered, units.reduce_scatter, units.shard_grad, units.grad_bf16
     timeline = bill.timeline
     fwd = [timeline.find(Phase.FORWARD, Part.LAYER, i)[0] for i in range(layers)]
-    kept = [m.items["activations"] for m in fwd]
+    kept = [m.items["activations"] - masks for m in fwd]
     pre = hidden + rope + INT64 * n
     out: list[tuple[str, str, float]] = []
     z3 = zero == 3

@@ -27,6 +27,7 @@ from stepbill.engine.activations.eager.masks import window_total_bytes
 from stepbill.engine.activations.eager.moe import grouped_mm_offsets, moe_cast_weights
 from stepbill.engine.activations.eager.outside import outside_fixed_rows, outside_rows
 from stepbill.engine.activations.rows import ActTensor, Recompute, layer_kinds, layer_rows
+from stepbill.engine.params import param_inventory
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
 
@@ -36,6 +37,7 @@ __all__ = [
     "amp_weight_cast_bytes",
     "fixed_bytes",
     "from_precision",
+    "layer_bias_cast_bytes",
     "layer_cast_bytes",
     "layer_fixed_rows",
     "outside_bytes",
@@ -96,6 +98,20 @@ def layer_cast_bytes(spec: ModelSpec, layer_kind: str, act: int) -> int:
         return 0
     return (attention_weights(spec) + (moe_cast_weights(spec) if layer_kind == "moe" else ffn_weights(spec))) \
         * dt.compute
+
+
+def layer_bias_cast_bytes(spec: ModelSpec, layer_kind: str, act: int) -> int:
+    """amp: bytes of autocast's bf16 copies of one layer's linear biases (attention, dense FFN, router, shared
+    experts; not the routed experts' banks, which are not cast, nor LayerNorm's); 0 otherwise. Autocast casts every
+    floating argument of a cast-list op, F.linear's bias as its weight, and caches the copies of leaves that require
+    grad; no op saves a bias's copy (addmm's backward reads none), so they go when the cache is cleared, as the
+    forward leaves autocast. Measured (MemTracker, tiny gpt2, gpt_neox, qwen2_moe and gpt_oss, amp, recompute none):
+    the forward's peak holds one bf16 copy of each linear bias per layer, the backward's none."""
+    dt = dt_of(act)
+    if not dt.amp:
+        return 0
+    return dt.compute * sum(t.numel for t in param_inventory(spec).tensors if t.layer_kind == layer_kind
+                            and t.name.endswith(".bias") and t.component not in ("experts", "norms"))
 
 
 def outside_bytes(spec: ModelSpec, act: int, seq_len: Any, micro_batch: Any, recompute: str = "none",

@@ -61,11 +61,18 @@ def require_eager_rows(spec: ModelSpec) -> None:
                             f"family {spec.family!r}; use --convention ideal")
 
 
+# The recompute policies the eager convention models for the eager-attention families: their masks' lifetimes
+# (eager/masks.checkpoint_held) are traced without checkpoints and with transformers' one checkpoint a layer.
+EAGER_ATTENTION_POLICIES = ("none", "full")
+
+
 def require_modelled_step(spec: ModelSpec, seq_len: int, recompute: str) -> None:
     """The step-level checks of the eager convention (engine/memory/eager.eager_terms): for the eager-attention
-    families, the attention masks that checkpoints keep under recompute. (Sliding-window masks of the SDPA
-    families are modelled: eager/masks.py.)"""
-    if spec.family in EAGER_ATTENTION_FAMILIES and recompute != "none":
+    families (gemma2, gpt_oss), the recompute policies whose checkpoints are modelled with the attention masks they
+    keep (none and full: eager/masks.py). every:K's runs (check measures a run's layers with its first layer's mask)
+    and selective / budget checkpoints inside a layer (of eager attention, not SDPA's function) are not."""
+    kind = recompute.split(":", 1)[0]
+    if spec.family in EAGER_ATTENTION_FAMILIES and kind not in EAGER_ATTENTION_POLICIES:
         raise StepbillError(
-            f"the eager convention does not model {spec.family} with recompute {recompute!r} yet (its checkpoints "
-            "keep eager attention's B·S² masks); use --convention ideal or recompute none")
+            f"the eager convention models {spec.family} with recompute none or full only, not {recompute!r} (its "
+            "eager attention's masks inside other checkpoints are not traced); use --convention ideal")

@@ -22,7 +22,8 @@ phi3 and gemma3_text models, torch 2.13 CPU):
   runs only where neither fused kernel is allowed. The bill models the CPU flash kernel; on CUDA its rows hold
   at sequences that are multiples of 32.
 - Families with no SDPA path (gemma2, gpt_oss: engine/flops.NO_SDPA_FAMILIES) run eager attention, whose
-  additive mask autograd does not keep: nothing here changes for them.
+  additive mask autograd does not keep: their rows do not change. Their decoder builds one additive mask per
+  attention type (`decoder_masks`, below), which checkpoints do keep.
 
 Per masked layer the eager rows therefore change by: + the converted mask (B·S² in the compute dtype) + k and v
 at H heads instead of what full attention keeps for them (k at kv-head width; v a view of v_proj's output, or
@@ -34,17 +35,18 @@ layer's extra while the backward frees them.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from stepbill.engine.activations.eager.attention import mha_rows
-from stepbill.engine.activations.eager.dtypes import dt_of
+from stepbill.engine.activations.eager.dtypes import INT64, dt_of
 from stepbill.engine.activations.rows import ActTensor, Recompute, _attn_core
-from stepbill.engine.flops import masked_layers
+from stepbill.engine.flops import NO_SDPA_FAMILIES, masked_layers
 from stepbill.engine.kinds import Split
 from stepbill.spec.model import ModelSpec
 
-__all__ = ["bool_mask_bytes", "masked_layer_rows", "masked_layers", "window_fixed_bytes", "window_layer_bytes",
-           "window_total_bytes"]
+__all__ = ["DecoderMask", "decoder_masks", "masked_layer_rows", "masked_layers", "window_fixed_bytes",
+           "window_layer_bytes", "window_total_bytes"]
 
 
 def masked_layer_rows(spec: ModelSpec, act: int) -> tuple[list[ActTensor], tuple[str, ...]]:
@@ -91,8 +93,67 @@ def window_fixed_bytes(spec: ModelSpec, layer_kind: str, act: int, seq_len: int,
     return round(mine * window_layer_bytes(spec, act, seq_len, micro_batch) / len(kinds))
 
 
-def bool_mask_bytes(spec: ModelSpec, seq_len: int) -> int:
-    """Bytes of transformers' boolean sliding-window mask (one 1×1×S×S storage, 1 B per element, whatever the
-    batch) when some layer gets it; it lives as long as whatever references it (the decoder's forward, or the
-    checkpoints of a full recompute)."""
-    return seq_len * seq_len if masked_layers(spec, seq_len) else 0
+@dataclass(frozen=True)
+class DecoderMask:
+    """One attention mask transformers' decoder forward builds before its layers run: its bytes (whole
+    micro-batch) and the layers it is handed to (every one of them, or none: then only the decoder names it)."""
+
+    bytes: int
+    layers: tuple[int, ...]
+
+
+def decoder_masks(spec: ModelSpec, act: int, seq_len: int, micro_batch: int) -> tuple[DecoderMask, ...]:
+    """The masks the decoder's forward names while its layers run (transformers 5.24, use_cache=False, no padding).
+
+    - SDPA families: the boolean sliding-window mask at seq ≥ window (1×1×S×S, 1 B, expanded: a view; module
+      docstring), handed to the masked layers; none below the window.
+    - Families with no SDPA path (gemma2, gpt_oss): `Gemma2Model.forward` / `GptOssModel.forward` build
+      `causal_mask_mapping = {"full_attention": create_causal_mask(...), "sliding_attention":
+      create_sliding_window_causal_mask(...)}` whatever the layers use; for the "eager" implementation both go
+      through masking_utils.eager_mask, which calls sdpa_mask with allow_is_causal_skip=False (a mask at every
+      length, below the window too) and then `torch.where(mask, 0, finfo(dtype).min)` on the 1×1×S×S boolean
+      expanded to B×1×S×S: a new B·S² tensor in `inputs_embeds.dtype` (the parameter dtype: fp32 under amp,
+      whose embedding runs outside autocast's cast list); the boolean is freed. Each layer gets the mask of its
+      type (`causal_mask_mapping[config.layer_types[i]]`). Traced op by op (tiny gemma2 and gpt_oss, torch 2.13
+      CPU): two `where` outputs of B·1·S·S, nothing else S²-sized outside the layers.
+
+    Alive while the decoder's forward runs (`causal_mask_mapping` is its local, freed when it returns); a
+    checkpointed layer holds its mask to the end of its backward (`checkpoint_held`)."""
+    if spec.family not in NO_SDPA_FAMILIES:
+        masked = masked_layers(spec, seq_len)
+        return (DecoderMask(seq_len * seq_len, masked),) if masked else ()
+    additive = micro_batch * seq_len * seq_len * dt_of(act).param
+    sliding = spec.attention.sliding_layers
+    full = DecoderMask(additive, tuple(i for i in range(spec.n_layers) if i not in sliding))
+    if spec.attention.sliding_window is None:  # no window configured: transformers builds the causal one alone
+        return (full,)
+    return full, DecoderMask(additive, sliding)
+
+
+def checkpoint_held(spec: ModelSpec, act: int, seq_len: int, micro_batch: int, *, segment: int,
+                    core_attn: bool) -> tuple[tuple[int, int], ...]:
+    """What the checkpoints of a recompute hold beyond their inputs and the RoPE tables, as (layer index, bytes):
+    freed once the backward of that layer ends.
+
+    Non-reentrant torch.utils.checkpoint keeps the function it reruns and its arguments (`recompute_fn` in
+    torch/utils/checkpoint.py's _checkpoint_without_reentrant_generator closes over `fn`, `args`, `kwargs`); its
+    frame is referenced by the unpack hooks of every tensor the checkpointed region saved, so it lives until
+    the last of those is released at the end of the region's backward. transformers' GradientCheckpointingLayer
+    (modeling_layers.py) checkpoints `partial(forward, self, **kwargs)`: the layer's `attention_mask` and
+    `position_ids` kwargs stay with it. `segment` K > 0 (full: 1, every:K: K layers a checkpoint): each
+    checkpoint's mask (a mask shared by several layers is one storage, held until the backward of the run
+    holding the lowest of them) and the position ids (int64 · S, every layer's: freed with layer 0; GPT-2's
+    position embedding saves them anyway); 0: no layer checkpoints. `core_attn` (selective:core_attn): the
+    attention function's checkpoint holds the mask and the position ids (the attention module hands its `**kwargs`
+    on to the attention function; Llama-3.2-1B fake, seq 512: −4,096 B → 0). Traced op by op (tiny gemma2 fp32, full
+    recompute):
+    gemma2's full-attention mask is freed after layer 1's backward, its sliding mask and the position ids after
+    layer 0's."""
+    if not (segment or core_attn):
+        return ()
+    run = max(segment, 1)
+    held = tuple((min(m.layers) // run * run, m.bytes) for m in decoder_masks(spec, act, seq_len, micro_batch)
+                 if m.layers)
+    # learned positions (GPT-2): the position embedding's backward saves the ids already (an outside row)
+    ids = spec.positions != "learned"
+    return (*held, (0, INT64 * seq_len)) if ids else held

@@ -68,6 +68,13 @@ def rope_width(spec: ModelSpec) -> int:
     return int(a.qk_head_dim * spec.rotary_fraction)
 
 
+def rope_table_width(spec: ModelSpec) -> int:
+    """Numbers per position of the cos and sin tables the rotary embedding hands every layer, both together (the
+    model's one pair; Gemma3 one per attention type; gpt-oss half width)."""
+    width = 2 * rope_width(spec) * rope_tables(spec)
+    return width // 2 if spec.family in HALF_ROPE_TABLE_FAMILIES else width
+
+
 def rope_buffer_bytes(spec: ModelSpec) -> int:
     """RoPE's module buffers: transformers keeps `inv_freq` and `original_inv_freq` (for dynamic-RoPE resets),
     both fp32 of rotary width / 2. The only buffers of the rotary families."""
@@ -85,8 +92,7 @@ def outside_fixed_rows(spec: ModelSpec, act: int, micro_batch: int, recompute: s
         rows.append(ActTensor("rope.freqs_cis", rope // 2, 8, "RoPE as a complex product (view_as_complex): one "
                               "complex64 table per position, in every recipe", copy, b, per="position"))
     elif rope and recompute == "none":
-        width = 2 * rope * rope_tables(spec) // (2 if spec.family in HALF_ROPE_TABLE_FAMILIES else 1)
-        rows.append(ActTensor("rope.cos_sin", width, dt.param, "RoPE backward (q·cos, "
+        rows.append(ActTensor("rope.cos_sin", rope_table_width(spec), dt.param, "RoPE backward (q·cos, "
                               "rotate_half(q)·sin): the tables, per position, shared by the batch and every layer "
                               "(Gemma3: one pair per attention type)", copy, b, per="position"))
     if spec.positions == "learned":
