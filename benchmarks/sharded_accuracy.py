@@ -245,6 +245,92 @@ def repredict_tp() -> None:
     JSONL.write_text("".join(json.dumps(row) + "\n" for row in rows))
 
 
+def repredict() -> None:
+    """Recompute every row's prediction with today's engine (the measurements do not depend on it): the sharded
+    cases' rank classes from MODELS, the TP rows (repredict_tp)."""
+    rows = repredicted_records()
+    JSONL.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    repredict_tp()
+
+
+def repredicted_records() -> list[dict[str, Any]]:
+    """The JSONL results with every data-parallel row's prediction recomputed by today's engine (nothing written)."""
+    from stepbill.engine.bill import make_bill
+    from stepbill.spec.hf import from_hf_config
+    from stepbill.spec.parallel import Parallel
+    from stepbill.spec.recipe import make_recipe
+
+    predicted: dict[str, tuple[dict[str, float], str]] = {}
+    for model in MODELS:
+        cfg = load_config(model)
+        spec = from_hf_config(cfg, model.source)
+        for world, zero in model.layouts:
+            recipe_name = "mixed-bf16" if zero in (2, 3) else model.zero1_recipe
+            bill = make_bill(spec, make_recipe(recipe_name, "adamw", 1, model.seq_len,
+                                               parallel=Parallel(dp=world, zero=zero)), convention="eager")
+            for c in bill.ranks:
+                for rank in class_ranks(c.name, world):
+                    key = f"{model.family}|{world}|zero{zero}|{rank}|{model.seq_len}" + (
+                        f"|{model.tag}" if model.tag else "")
+                    predicted[key] = ({m: c.memory[p] for m, p, _ in CATEGORIES}, getattr(c, "model", ""))
+    rows = [json.loads(line) for line in JSONL.read_text().splitlines() if line.strip()]
+    for row in rows:
+        if row["key"] in predicted:
+            row["predicted"], row["model"] = predicted[row["key"]]
+    return rows
+
+
+def _error(pred: float, meas: float) -> float:
+    return 0.0 if pred == meas else ((pred - meas) / meas if meas else float("inf"))
+
+
+def _shown(err: float) -> str:
+    return "exact" if abs(err) < 5e-5 else f"{100 * err:+.2f}%"
+
+
+def case_table(records: list[dict[str, Any]] | None = None) -> str:
+    """docs/accuracy.md's per-rank table: one row per case (model, seq, ranks, layout), the worst error over the rank
+    classes measured, from `records` (default: the JSONL results, their predictions as last recorded: `--repredict`
+    first)."""
+    if records is None:
+        records = [json.loads(line) for line in JSONL.read_text().splitlines() if line.strip()]
+    notes = {f"{m.family} ({m.tag})" if m.tag else m.family: m.note for m in MODELS}
+    cases: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    # the data-parallel cases first, in MODELS' order, then the TP ones
+    order = {name: i for i, name in enumerate(notes)}
+    for r in sorted(records, key=lambda r: (r["layout"].startswith("TP"), order.get(r["family"], len(order)),
+                                            r["family"], r["layout"], r["n"])):
+        cases.setdefault((r["family"], r["params_total"], r["seq"], r["n"], r["layout"]), []).append(r)
+    lines = ["| family | params | seq | ranks | layout | rank classes measured | `ranks[].model` | params · grads · "
+             "states (worst) | peak fwd (worst) | peak bwd (worst) | peak (worst) | note |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (family, params, seq, n, layout), rs in cases.items():
+        def worst(m: str, rs: list[dict[str, Any]] = rs) -> float:
+            return max((_error(r["predicted"][m], r["measured"][m]) for r in rs), key=abs)
+
+        states = [worst(m) for m in ("params", "grads", "optimizer_states")]
+        resident = "exact" if all(abs(e) < 5e-5 for e in states) else " · ".join(map(_shown, states))
+        lines.append(f"| {family} | {params / 1e9:.2f}B | {seq} | {n} | {layout} | {len(rs)} of {rs[0]['classes']} | "
+                     f"{rs[0]['model']} | {resident} | {_shown(worst('peak_forward'))} | "
+                     f"{_shown(worst('peak_backward'))} | {_shown(worst('peak'))} | "
+                     f"{notes.get(family) or rs[0].get('note') or ''} |")
+    return "\n".join(lines) + "\n"
+
+
+DOC = ROOT / "docs" / "accuracy.md"
+DOC_BEGIN, DOC_END = "<!-- per-rank:begin -->", "<!-- per-rank:end -->"
+
+
+def doc_block(text: str) -> str:
+    return text.split(DOC_BEGIN, 1)[1].split(DOC_END, 1)[0].strip("\n") + "\n"
+
+
+def write_doc() -> None:
+    text = DOC.read_text()
+    head, rest = text.split(DOC_BEGIN, 1)
+    DOC.write_text(f"{head}{DOC_BEGIN}\n{case_table()}{DOC_END}{rest.split(DOC_END, 1)[1]}")
+
+
 def _bytes(v: float) -> str:
     return f"{v / GIB:.4f} GiB" if v >= 2**24 else f"{v:,.0f} B"
 
@@ -295,10 +381,15 @@ def main() -> None:
     parser.add_argument("--table-only", action="store_true", help="rewrite the table from the JSONL file")
     parser.add_argument("--repredict-tp", action="store_true",
                         help="recompute the TP rows' predictions with today's engine, then rewrite the table")
+    parser.add_argument("--repredict", action="store_true",
+                        help="recompute every row's prediction with today's engine, then rewrite the tables")
+    parser.add_argument("--doc", action="store_true", help="rewrite docs/accuracy.md's per-rank table too")
     args = parser.parse_args()
     if args.fresh and JSONL.exists():
         JSONL.unlink()
-    if args.repredict_tp:
+    if args.repredict:
+        repredict()
+    elif args.repredict_tp:
         repredict_tp()
     elif not args.table_only:
         only = {s for s in args.only.split(",") if s}
@@ -307,6 +398,8 @@ def main() -> None:
         if args.part in ("sharded", "all"):
             run_sharded(tuple(m for m in MODELS if not only or m.family in only), args.max_classes)
     print(write_table())
+    if args.doc:
+        write_doc()
 
 
 if __name__ == "__main__":

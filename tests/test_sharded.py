@@ -150,3 +150,17 @@ def test_sharded_benchmark_reads_rank_class_names():
     assert class_ranks("all ranks", 3) == [0, 1, 2]
     assert class_ranks("rank 7", 8) == [7]
     assert class_ranks("ranks 0–2,5,7–8", 9) == [0, 1, 2, 5, 7, 8]
+
+
+def test_per_rank_doc_table_is_todays_engine_on_the_stored_measurements():
+    """docs/accuracy.md's per-rank table is one row per case, its errors today's engine's predictions against the
+    stored measurements (benchmarks/out/sharded_accuracy.jsonl: fake-tensor ranks, which no engine change moves;
+    the TP rows as last repredicted). After a change that moves a rank's bill: `python
+    benchmarks/sharded_accuracy.py --repredict --doc`."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from sharded_accuracy import DOC, case_table, doc_block, repredicted_records
+
+    assert doc_block(DOC.read_text()) == case_table(repredicted_records())
