@@ -6,8 +6,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from stepbill.engine.bill import make_bill, peak_items
+from stepbill.engine.bill import make_bill
 from stepbill.engine.params import param_inventory
+from stepbill.engine.peak_items import peak_items
 from stepbill.spec.model import AttentionSpec, FFNSpec, ModelSpec, MoESpec
 from stepbill.spec.recipe import PRECISIONS, make_recipe
 

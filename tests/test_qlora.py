@@ -12,9 +12,10 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from stepbill.engine import quant
-from stepbill.engine.bill import make_bill, peak_items
+from stepbill.engine.bill import make_bill
 from stepbill.engine.fit import Card, judge
 from stepbill.engine.params import ParamTensor, param_inventory
+from stepbill.engine.peak_items import peak_items
 from stepbill.errors import StepbillError
 from stepbill.spec import load_preset
 from stepbill.spec.hardware import load_gpu

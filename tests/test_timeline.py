@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from stepbill.engine.bill import make_bill, peak_items
+from stepbill.engine.bill import make_bill
 from stepbill.engine.params import param_inventory
+from stepbill.engine.peak_items import peak_items
 from stepbill.spec import load_preset
 from stepbill.spec.recipe import make_recipe
 from tests.conftest import GIB, run_cli

@@ -6,10 +6,11 @@ import json
 
 import pytest
 
-from stepbill.engine.bill import make_bill, peak_items
+from stepbill.engine.bill import make_bill
 from stepbill.engine.kinds import Part
 from stepbill.engine.memory.eager import optimizer_temporaries, stepped_tensors
 from stepbill.engine.params import param_inventory
+from stepbill.engine.peak_items import peak_items
 from stepbill.errors import StepbillError
 from stepbill.spec import load_preset
 from stepbill.spec.recipe import make_recipe

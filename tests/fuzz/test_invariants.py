@@ -17,7 +17,8 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from stepbill.engine.bill import make_bill, peak_items
+from stepbill.engine.bill import make_bill
+from stepbill.engine.peak_items import peak_items
 from stepbill.errors import StepbillError
 from stepbill.spec.model import ModelSpec
 from stepbill.spec.parallel import Parallel, validate_layout

@@ -10,13 +10,14 @@ from typing import Any
 
 from stepbill.engine import activations as act
 from stepbill.engine import fp8, quant
+from stepbill.engine.activation_lines import activation_lines, eager_activation_lines, window_lines
 from stepbill.engine.activations.fp8 import Fp8Bytes
 from stepbill.engine.flops import lora_step_terms
 from stepbill.engine.flops_lines import flops_lines, matmul_params
-from stepbill.engine.kinds import Part
 from stepbill.engine.line import Line
 from stepbill.engine.memory.dequant import with_dequant
 from stepbill.engine.memory.eager import EagerTerms, eager_terms
+from stepbill.engine.memory.optimizer_step import step_counter_text
 from stepbill.engine.memory.timeline import Timeline
 from stepbill.engine.parallel import RankClass, SingleRank, one_gpu_timeline, rank_classes
 from stepbill.engine.parallel.collectives import Collective, step_collectives
@@ -81,91 +82,9 @@ class Bill:
         return self.lines[name]
 
 
-#: The eager bill's `step` counters by optimizer (optimizer_step.step_counter_bytes): formula tail, convention, the
-#: peak item's formula.
-_STEP_COUNTERS = {
-    "adafactor": (" + Adafactor step counters (4 B per parameter tensor)",
-                  "eager: PyTorch's Adafactor keeps a 4-byte `step` per tensor",
-                  "Adafactor `step`: 4 B per parameter tensor"),
-    "muon": (" + AdamW step counters (4 B per tensor AdamW steps beside Muon)",
-             "eager: PyTorch's AdamW keeps a 4-byte `step` per tensor (Muon none)",
-             "AdamW `step` (beside Muon): 4 B per tensor it steps"),
-}
-_ADAMW_COUNTERS = (" + AdamW step counters (4 B per parameter tensor)",
-                   "eager: PyTorch's AdamW keeps a 4-byte `step` per tensor", "AdamW `step`: 4 B per parameter tensor")
-
-
-def _step_counters_text(optimizer: str) -> tuple[str, str]:
-    """The formula tail and convention of memory.optimizer's `step` counters under `optimizer`."""
-    return _STEP_COUNTERS.get(optimizer, _ADAMW_COUNTERS)[:2]
-
-
 def _sum_line(name: str, parts: list[Line], unit: str = "bytes", note: str = "") -> Line:
     names = " + ".join(p.name for p in parts) or "0"
     return Line(name, sum(p.value for p in parts), unit, names, {}, convention=note)
-
-
-def activation_lines(plan: RecomputePlan, forward_peak_activations: float, activation_bytes: int,
-                     hidden: int, outside: float = 0, extra: list[Line] | None = None) -> list[Line]:
-    """The activations at the forward peak, split into what the layers keep and the working set of the
-    layer being computed (rows the policy drops: alive while that layer runs)."""
-    tokens = plan.tokens
-    lines: list[Line] = []
-    if plan.policy.kind in ("full", "every"):
-        n_ckpt = sum(1 for i in range(len(plan.order)) if plan.kept_bytes(i))
-        lines.append(Line("activations.layer_inputs", plan.kept_after_forward(), "bytes",
-                          "{layers} checkpointed layer inputs × {hidden} × {bytes} B × {tokens} tokens",
-                          {"layers": n_ckpt, "hidden": hidden, "bytes": activation_bytes, "tokens": tokens}))
-    else:
-        for kind, layer in plan.layers.items():
-            n_layers = plan.order.count(kind)
-            lines.append(Line(f"activations.{kind}_layers", n_layers * layer.kept_bytes * tokens, "bytes",
-                              "{layers} layers × {per_token} B/token × {tokens} tokens",
-                              {"layers": n_layers, "per_token": layer.kept_bytes, "tokens": tokens}))
-    if outside:
-        lines.append(Line("activations.outside", outside, "bytes",
-                          "final norm, LM head input, fp32 log-softmax, labels, RoPE tables (eager)", {}))
-    lines += extra or []
-    working = forward_peak_activations - sum(x.value for x in lines)
-    if working > 0:
-        lines.append(Line("activations.working_set", working, "bytes",
-                          "tensors the policy drops, alive while their layer runs: {per_token} B/token × {tokens}",
-                          {"per_token": working / tokens, "tokens": tokens}))
-    return lines
-
-
-def _eager_activation_lines(eager: EagerTerms | None, timeline: Timeline) -> list[Line]:
-    """Forward-made tensors the eager convention adds at the forward peak: logits and loss, autocast's cache."""
-    if eager is None:
-        return []
-    out = [Line("activations.logits_and_loss", eager.forward_end, "bytes",
-                "logits (compute dtype) + their fp32 upcast (unless fp32) + padded labels + loss", {},
-                convention="eager: transformers' ForCausalLMLoss; alive at the end of the forward")]
-    # the attention masks: the decoder's while its layers run; once it has returned, what the checkpoints hold of them
-    # and the position ids (engine/activations/eager/masks.py)
-    if timeline.peak_forward.part is Part.HEAD and eager.held_at(None):
-        out.append(Line("activations.checkpoint_held", eager.held_at(None), "bytes", "transformers' attention masks "
-                        "and position ids the checkpoints hold for the rebuild", {},
-                        convention="eager: non-reentrant checkpoints keep their layer's kwargs to its backward"))
-    elif timeline.peak_forward.part is not Part.HEAD and eager.decoder_masks:
-        out.append(Line("activations.attention_masks", eager.decoder_masks, "bytes", "transformers' attention masks "
-                        "the decoder names while its layers run", {},
-                        convention="eager: masking_utils' masks, one storage per attention type"))
-    cache = timeline.peak_forward.items.get("autocast_cache", 0)
-    if cache:
-        out.append(Line("activations.autocast_cache", cache, "bytes", "bf16 copy of every linear weight (2 B each)",
-                        {}, convention="amp-bf16: autocast's weight-cast cache"))
-    return out
-
-
-def _window_lines(eager: EagerTerms | None, plan: RecomputePlan) -> list[Line]:
-    """The sliding-window masks and k/v copies the masked layers keep (eager; none inside checkpoints)."""
-    if eager is None or not eager.window or plan.policy.kind in ("full", "every"):
-        return []
-    return [Line("activations.sliding_window", eager.window, "bytes", "masked layers × (B·S² mask in the compute "
-                 "dtype + k and v at query-head width − the kv-head k and v)", {},
-                 convention="eager: SDPA with transformers' explicit sliding-window mask at seq ≥ window "
-                 "(engine/activations/eager/masks.py)")]
 
 
 def _flops_attention(spec: ModelSpec, a_bytes: int, convention: str, attention: str, device: str) -> str:
@@ -304,7 +223,7 @@ def _one_gpu_part(spec: ModelSpec, recipe: Recipe, convention: str, attention: s
         timeline = with_dequant(timeline, quant.largest_dequant_bytes(inv))
     time_lines = timeline.lines()
     activ = activation_lines(plan, time_lines["memory.activations"].value, a_bytes, spec.hidden_size, outside,
-                             _eager_activation_lines(eager, timeline) + _window_lines(eager, plan))
+                             eager_activation_lines(eager, timeline) + window_lines(eager, plan))
     ckpt = checkpoint_lines(inv, recipe)
 
     lines: dict[str, Line] = {
@@ -320,7 +239,7 @@ def _one_gpu_part(spec: ModelSpec, recipe: Recipe, convention: str, attention: s
     lines["memory.weights"] = _sum_line("memory.weights", [x for x in resident if x.name.startswith("weights")])
     lines["memory.grads"] = by_name["grads"]
     lines["memory.optimizer"] = _sum_line("memory.optimizer", optimizer_side, note="master copy + optimizer states")
-    counters, counters_note = _step_counters_text(recipe.optimizer)
+    counters, counters_note, _ = step_counter_text(recipe.optimizer)
     if eager is not None and eager.step_counters:
         opt = lines["memory.optimizer"]
         lines["memory.optimizer"] = Line("memory.optimizer", opt.value + eager.step_counters, "bytes",
@@ -435,40 +354,3 @@ def _recipe_lines(inv: ParamInventory, recipe: Recipe) -> dict[str, Line]:
     if p.fp8 is not None:
         out += fp8.recipe_lines(inv, p)
     return {x.name: x for x in out}
-
-
-EXTRA_PEAK_ITEMS = {
-    "inputs": "input ids (int64) and module buffers",
-    "temporaries": "backward / optimizer temporaries",
-    "autocast_cache": "autocast's bf16 weight copies",
-    "dequant": "one 4-bit Linear's dequantised bf16 copy (QLoRA)",
-}
-
-
-def peak_items(bill: Bill) -> list[Line]:
-    """The items at the peak moment; they sum to memory.peak exactly."""
-    assert bill.timeline is not None
-    peak = bill.timeline.peak
-    items = [x for x in bill.resident_items if x.name != "grads"]
-    items.append(Line("grads", peak.items["grads"], "bytes", "gradients that exist at {moment}",
-                      {"moment": peak.label}))
-    items.append(Line("activations", peak.items["activations"], "bytes", "activations alive at {moment}",
-                      {"moment": peak.label}))
-    for name, what in EXTRA_PEAK_ITEMS.items():
-        if peak.items.get(name):
-            items.append(Line(name, peak.items[name], "bytes", what + " at {moment}", {"moment": peak.label},
-                              convention="eager"))
-    if "optimizer" in peak.items:  # eager: the optimizer item also holds the optimizer's step counters
-        extra = peak.items["optimizer"] - round(sum(x.value for x in bill.resident_items
-                                                    if not is_model_item(x.name)))
-        if extra:
-            what = _STEP_COUNTERS.get(bill.recipe.optimizer, _ADAMW_COUNTERS)[2]
-            items.append(Line("optimizer.step_counters", extra, "bytes", what, {}, convention="eager"))
-    rounded = [Line(x.name, round(x.value), x.unit, x.formula, x.inputs, x.provenance, x.convention) for x in items]
-    return rounded
-
-
-def peak_phase(bill: Bill) -> str:
-    """When the peak happens: forward, backward or optimizer."""
-    assert bill.timeline is not None
-    return bill.timeline.peak.phase

@@ -5,9 +5,10 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from stepbill.engine.bill import Bill, peak_items, peak_phase
+from stepbill.engine.bill import Bill
 from stepbill.engine.fit import Fit
 from stepbill.engine.line import Line
+from stepbill.engine.peak_items import peak_items, peak_phase
 from stepbill.engine.unmodelled import unmodelled
 from stepbill.report.notes import attention_unmodelled
 from stepbill.report.parallel_json import parallel_to_json

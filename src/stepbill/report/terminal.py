@@ -6,9 +6,10 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from stepbill.engine.bill import Bill, peak_phase
+from stepbill.engine.bill import Bill
 from stepbill.engine.fit import Fit, full_precision_lora, per_gpu_advice
 from stepbill.engine.line import Line
+from stepbill.engine.peak_items import peak_phase
 from stepbill.report.notes import budget_note, counted_flops_note, mfu_note
 from stepbill.report.units import fmt_bytes, fmt_count, fmt_flops
 

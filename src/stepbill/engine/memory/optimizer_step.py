@@ -61,6 +61,26 @@ def step_counter_bytes(optimizer: str, tensors: Sequence[Stepped]) -> int:
     return 0
 
 
+#: How the bill's lines say the `step` counters of each optimizer (step_counter_bytes): the formula tail of
+#: memory.optimizer, its convention, the peak item's formula. Adam / AdamW's is the default.
+_COUNTER_TEXT = {
+    "adafactor": (" + Adafactor step counters (4 B per parameter tensor)",
+                  "eager: PyTorch's Adafactor keeps a 4-byte `step` per tensor",
+                  "Adafactor `step`: 4 B per parameter tensor"),
+    "muon": (" + AdamW step counters (4 B per tensor AdamW steps beside Muon)",
+             "eager: PyTorch's AdamW keeps a 4-byte `step` per tensor (Muon none)",
+             "AdamW `step` (beside Muon): 4 B per tensor it steps"),
+}
+_ADAMW_COUNTER_TEXT = (" + AdamW step counters (4 B per parameter tensor)",
+                       "eager: PyTorch's AdamW keeps a 4-byte `step` per tensor",
+                       "AdamW `step`: 4 B per parameter tensor")
+
+
+def step_counter_text(optimizer: str) -> tuple[str, str, str]:
+    """(formula tail of memory.optimizer, its convention, the peak item's formula) for `optimizer`'s counters."""
+    return _COUNTER_TEXT.get(optimizer, _ADAMW_COUNTER_TEXT)
+
+
 def adamw_step_temporaries(impl: str, state_bytes: int, step_order: Sequence[int]) -> int:
     """Bytes AdamW's update holds beyond its states over tensors of `step_order` elements, in the order it steps them
     (torch/optim/adam.py; AdamW is Adam with decoupled weight decay, and Adam's default weight decay is 0, so neither
