@@ -122,7 +122,7 @@ def test_bill_refuses_a_path_torch_has_not_in_one_line(capsys: pytest.CaptureFix
 
     code, out, err = run_cli(["bill", "llama3-8b", "--optimizer", "adafactor", "--optimizer-impl", "fused"], capsys)
     assert code == 2 and not out and err.count("\n") == 1
-    assert "adafactor has no fused path" in err
+    assert "adafactor has no fused implementation" in err
     code, _, err = run_cli(["bill", "llama3-8b", "--optimizer", "lion", "--optimizer-impl", "fused"], capsys)
     assert code == 0, err
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from stepbill.errors import StepbillError, unknown_name
-from stepbill.spec.recipe import OPTIMIZERS, TORCH_OPTIMIZER_IMPLS
+from stepbill.spec.recipe import OPTIMIZERS, TORCH_OPTIMIZER_IMPLS, require_torch_path
 
 #: sgd-momentum's momentum factor (the buffer's bytes do not depend on it; torch.optim.SGD's default is 0).
 SGD_MOMENTUM = 0.9
@@ -26,9 +26,7 @@ def measurable(optimizer: str, impl: str) -> None:
     if not impls:
         raise StepbillError(f"torch.optim has no {optimizer.capitalize()}, so check cannot measure it; "
                             f"`stepbill bill --optimizer {optimizer}` bills it (its step temporaries unmeasured)")
-    if impl not in impls:
-        raise StepbillError(f"torch.optim's {optimizer} has no {impl} implementation; choose "
-                            f"--optimizer-impl {' or '.join(impls)}")
+    require_torch_path(optimizer, impl)
 
 
 def refuse_optimizer(optimizer: str, impl: str, sharded: bool, drop: str) -> None:

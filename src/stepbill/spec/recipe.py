@@ -116,6 +116,15 @@ TORCH_OPTIMIZER_IMPLS: dict[str, tuple[str, ...]] = {
 TORCH_CUDA_FOREACH = ("adam", "adamw", "sgd", "sgd-momentum", "muon")
 
 
+def require_torch_path(optimizer: str, impl: str) -> None:
+    """Refuse in one line an implementation torch.optim lacks for `optimizer` (Adafactor's fused); Lion, which
+    torch.optim lacks altogether, is billed on any."""
+    paths = TORCH_OPTIMIZER_IMPLS.get(optimizer, ())
+    if paths and impl not in paths:
+        raise StepbillError(f"torch.optim's {optimizer} has no {impl} implementation; choose "
+                            f"--optimizer-impl {' or '.join(paths)}")
+
+
 def default_optimizer_impl(optimizer: str, device: str) -> str:
     """How PyTorch runs `optimizer` when the user names no implementation, on `device`'s kernels: the multi-tensor
     path (foreach) when every parameter is on a device with foreach kernels — CUDA, not the CPU
@@ -181,10 +190,7 @@ class Recipe:
             raise unknown_name("optimizer", self.optimizer, OPTIMIZERS)
         if self.optimizer_impl not in OPTIMIZER_IMPLS:
             raise unknown_name("optimizer implementation", self.optimizer_impl, OPTIMIZER_IMPLS)
-        paths = TORCH_OPTIMIZER_IMPLS.get(self.optimizer, ())
-        if paths and self.optimizer_impl not in paths:  # Lion (no torch.optim path) is billed on any
-            raise StepbillError(f"torch.optim's {self.optimizer} has no {self.optimizer_impl} path "
-                                f"(optimizer implementation: {' | '.join(paths)})")
+        require_torch_path(self.optimizer, self.optimizer_impl)
         if self.device not in DEVICES:
             raise unknown_name("device", self.device, DEVICES)
         parse_recompute(self.recompute)  # validates: none | full | every:K | selective:M,... | budget:SIZE
