@@ -20,10 +20,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from bill_profile import clear_engine_caches  # the time model's caches key on shapes, not on the constants
 
 import stepbill
 from stepbill.engine.steptime import step_time
@@ -209,7 +210,7 @@ def fit(prepared: list[Prepared]) -> dict[str, constants.Generation]:
                 for attn in [x / 100 for x in range(10, 81, 5)]:
                     g = constants.Generation(plateau, attn, round(attn * BWD_OVER_FWD, 3), saved[gen].source)
                     constants.CALIBRATED[gen] = g
-                    _clear_timing_caches()
+                    clear_engine_caches()
                     err = statistics.mean(abs(rel_error(p.mfu(), p.run)) for p in cal)
                     scores.append((err, plateau, attn, g))
             scores.sort(key=lambda s: s[:3])
@@ -217,19 +218,9 @@ def fit(prepared: list[Prepared]) -> dict[str, constants.Generation]:
             constants.CALIBRATED[gen] = saved[gen]
     finally:
         constants.CALIBRATED.update(saved)
-        _clear_timing_caches()
+        clear_engine_caches()
     return best
 
-
-def _clear_timing_caches() -> None:
-    """Empty the time model's caches (engine/timing: the GEMM, kernel and class-sum memos), which key on shapes and
-    the GPU, not on the fitted constants: without this a changed constant reads the times cached under the old
-    one, every grid point scores the same and the fit returns the grid's first corner."""
-    for name, module in list(sys.modules.items()):
-        if name.startswith("stepbill.engine"):
-            for obj in list(vars(module).values()):
-                if callable(getattr(obj, "cache_clear", None)):
-                    obj.cache_clear()
 
 
 def summary(errors: list[tuple[float, Run]], name: str) -> str:
