@@ -137,22 +137,29 @@ def _append(record: dict[str, Any]) -> None:
     write_table()
 
 
-def run_sharded(models: tuple[Model, ...], max_classes: int) -> None:
+def case_bill(spec: Any, model: Model, world: int, zero: int) -> Any:
+    """The eager bill a case's ranks are compared with: FSDP2 (ZeRO-2/3) under mixed-bf16, which measure/sharded.py
+    runs as fp32 shards with bf16 compute; ZeRO-1 under the model's zero1_recipe."""
     from stepbill.engine.bill import make_bill
-    from stepbill.measure.sharded import measure_rank
-    from stepbill.spec.hf import from_hf_config
     from stepbill.spec.parallel import Parallel
     from stepbill.spec.recipe import make_recipe
+
+    recipe_name = "mixed-bf16" if zero in (2, 3) else model.zero1_recipe
+    recipe = make_recipe(recipe_name, "adamw", 1, model.seq_len, parallel=Parallel(dp=world, zero=zero))
+    return make_bill(spec, recipe, convention="eager")
+
+
+def run_sharded(models: tuple[Model, ...], max_classes: int) -> None:
+    from stepbill.measure.sharded import measure_rank
+    from stepbill.spec.hf import from_hf_config
 
     done = _done()
     for model in models:
         cfg = load_config(model)
         spec = from_hf_config(cfg, model.source)
         for world, zero in model.layouts:
-            recipe_name = "mixed-bf16" if zero in (2, 3) else model.zero1_recipe
-            recipe = make_recipe(recipe_name, "adamw", 1, model.seq_len, parallel=Parallel(dp=world, zero=zero))
             start = time.perf_counter()
-            bill = make_bill(spec, recipe, convention="eager")
+            bill = case_bill(spec, model, world, zero)
             predict_s = time.perf_counter() - start
             classes = [(c.name, class_ranks(c.name, world), dict(c.memory)) for c in bill.ranks]
             for index in _chosen(classes, world, max_classes):
@@ -255,20 +262,14 @@ def repredict() -> None:
 
 def repredicted_records() -> list[dict[str, Any]]:
     """The JSONL results with every data-parallel row's prediction recomputed by today's engine (nothing written)."""
-    from stepbill.engine.bill import make_bill
     from stepbill.spec.hf import from_hf_config
-    from stepbill.spec.parallel import Parallel
-    from stepbill.spec.recipe import make_recipe
 
     predicted: dict[str, tuple[dict[str, float], str]] = {}
     for model in MODELS:
         cfg = load_config(model)
         spec = from_hf_config(cfg, model.source)
         for world, zero in model.layouts:
-            recipe_name = "mixed-bf16" if zero in (2, 3) else model.zero1_recipe
-            bill = make_bill(spec, make_recipe(recipe_name, "adamw", 1, model.seq_len,
-                                               parallel=Parallel(dp=world, zero=zero)), convention="eager")
-            for c in bill.ranks:
+            for c in case_bill(spec, model, world, zero).ranks:
                 for rank in class_ranks(c.name, world):
                     key = f"{model.family}|{world}|zero{zero}|{rank}|{model.seq_len}" + (
                         f"|{model.tag}" if model.tag else "")
