@@ -40,19 +40,18 @@ def model_and_config(model: str, dropout: float | None = None) -> tuple[Any, dic
     if path.is_dir() and (path / "config.json").is_file():
         path = path / "config.json"
     data, name = None, ""
-    shipped = None if model.endswith(".json") or path.exists() else shipped_config(model)
+    shipped = None
     if model.endswith(".json") or path.exists():
         data, name = read_json_file(path), config_name(path)
-    elif shipped is not None:  # a Hub preset: its shipped config.json as the Hub has it, not a rebuilt one
+    elif (shipped := shipped_config(model)) is not None:  # a Hub preset: its config.json as the Hub has it
         data, name = shipped
     elif model not in preset_names():
         from stepbill.spec.hub import download_config, looks_like_hub_id
 
         if looks_like_hub_id(model):
             data, name = read_json_file(download_config(model)), model.split("/", 1)[1]
-    if shipped is not None:
-        spec = load_model(name)
-        config = dict(data)
+    if shipped is not None:  # the preset's spec (its notes name the file's source), the file as it is
+        spec, config = load_model(name), dict(shipped[0])
     elif data is not None and "model_type" in data:
         spec = from_hf_config(data, name=name)
         config = dict(data)

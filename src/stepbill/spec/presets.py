@@ -37,12 +37,18 @@ def preset_names() -> tuple[str, ...]:
     return tuple(sorted([*specs, *hub_presets()]))
 
 
-def shipped_config(model: str) -> tuple[dict[str, Any], str] | None:
-    """The shipped config.json of `model` — a Hub preset's name or its Hub id (letter case aside: the Hub's ids are
-    case-insensitive) — and the preset's name; None for any other model. Read with no network and no Hugging Face
-    cache: a copy of the Hub's file (presets/hub/hub_ids.json names each one's source)."""
+def hub_preset_name(model: str) -> str | None:
+    """The Hub preset `model` names — by its preset name or its Hub id (letter case aside: the Hub's ids are
+    case-insensitive) — or None."""
     ids = hub_presets()
-    name = model if model in ids else next((n for n, i in ids.items() if i.lower() == model.lower()), None)
+    return model if model in ids else next((n for n, i in ids.items() if i.lower() == model.lower()), None)
+
+
+def shipped_config(model: str) -> tuple[dict[str, Any], str] | None:
+    """The shipped config.json of the Hub preset `model` names (hub_preset_name) and the preset's name; None for any
+    other model. Read with no network and no Hugging Face cache: a copy of the Hub's file (presets/hub/hub_ids.json
+    names each one's source)."""
+    name = hub_preset_name(model)
     if name is None:
         return None
     return json.loads((_hub_dir() / f"{name}.json").read_text()), name
@@ -192,9 +198,9 @@ def load_model(model: str) -> ModelSpec:
         return ModelSpec.from_dict(data)
     from stepbill.spec.hub import looks_like_hub_id
 
-    shipped = shipped_config(model)
-    if shipped is not None:  # a Hub preset, by its name or its Hub id: the shipped copy, no network
-        return load_preset(shipped[1])
+    name = hub_preset_name(model)
+    if name is not None:  # a Hub preset, by its name or its Hub id: the shipped copy, no network
+        return load_preset(name)
     if model not in preset_names() and looks_like_hub_id(model):
         from stepbill.spec.hf import from_hf_config
         from stepbill.spec.hub import download_config
