@@ -195,7 +195,12 @@ def _resident_cached(spec: ModelSpec, precision: Any, optimizer: str, lora: LoRA
 def one_gpu_states(spec: ModelSpec, recipe: Any) -> float:
     """Bytes of the optimizer's states (items optimizer.*) on one GPU holding the whole model under `recipe`'s
     precision, optimizer and LoRA: what a rank's held states are a share of (rank_share.rank_eager)."""
-    rows = _row_terms(spec, recipe.precision, recipe.optimizer, recipe.lora)
+    return _one_gpu_states(spec, recipe.precision, recipe.optimizer, recipe.lora)
+
+
+@lru_cache(maxsize=256)  # a planner asks once per rank's eager terms: the sum is the model's, not the layout's
+def _one_gpu_states(spec: ModelSpec, precision: Any, optimizer: str, lora: LoRA | None) -> float:
+    rows = _row_terms(spec, precision, optimizer, lora)
     return sum(b for _, _, items in rows for item, b, _ in items if item.startswith("optimizer."))
 
 
