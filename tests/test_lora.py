@@ -81,8 +81,8 @@ def test_lora_optimizer_temporaries_are_the_adapters() -> None:
     consecutive adapter tensors (A then B), never a frozen embedding's (measured on the tiny Llama, q,v r 8, fp32:
     OPT at the optimizer peak 69,664 B = 57,376 B of states + 12,288 B)."""
     from stepbill.engine.activations import layer_order
-    from stepbill.engine.memory.eager import optimizer_temporaries
     from stepbill.engine.memory.eager_lora import lora_stepped
+    from stepbill.engine.memory.optimizer_step import step_temporaries
     from stepbill.engine.params import param_inventory
     from stepbill.spec.hf import from_hf_config
     from stepbill.spec.recipe import LoRA
@@ -91,8 +91,8 @@ def test_lora_optimizer_temporaries_are_the_adapters() -> None:
                            "model_type": "llama", "hidden_size": 128, "intermediate_size": 176,
                            "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": False})
     adapters = lora_stepped(param_inventory(tiny), LoRA(8), layer_order(tiny))
-    assert optimizer_temporaries(adapters, "adamw", "single", 4) == 12_288
-    assert optimizer_temporaries(adapters, "adamw", "fused", 4) == 0
+    assert step_temporaries("adamw", "single", 4, adapters) == 12_288
+    assert step_temporaries("adamw", "fused", 4, adapters) == 0
 
 
 def test_check_says_what_full_recompute_lora_does_not_model() -> None:

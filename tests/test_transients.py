@@ -8,7 +8,8 @@ import pytest
 
 from stepbill.engine.bill import make_bill
 from stepbill.engine.kinds import Part
-from stepbill.engine.memory.eager import optimizer_temporaries, stepped_tensors
+from stepbill.engine.memory.eager import stepped_tensors
+from stepbill.engine.memory.optimizer_step import step_temporaries
 from stepbill.engine.params import param_inventory
 from stepbill.engine.peak_items import peak_items
 from stepbill.errors import StepbillError
@@ -33,10 +34,10 @@ def test_optimizer_temporaries_per_impl() -> None:
     inv = param_inventory(LLAMA)
     tensors = stepped_tensors(LLAMA)
     embed = 32_000 * 4096
-    assert optimizer_temporaries(tensors, "adamw", "fused", 4) == 0
-    assert optimizer_temporaries(tensors, "adamw", "foreach", 4) == 4 * inv.total  # one more copy of every state
+    assert step_temporaries("adamw", "fused", 4, tensors) == 0
+    assert step_temporaries("adamw", "foreach", 4, tensors) == 4 * inv.total  # one more copy of every state
     # single: exp_avg_sq.sqrt() and its division for the LM head while the final norm's denom lives
-    assert optimizer_temporaries(tensors, "adamw", "single", 4) == 4 * (2 * embed + 4096)
+    assert step_temporaries("adamw", "single", 4, tensors) == 4 * (2 * embed + 4096)
 
 
 def test_eager_peak_items_sum_to_the_peak() -> None:

@@ -226,12 +226,6 @@ def embedding_locals(spec: ModelSpec, width: int, b: int, t: int) -> int:
     return p * spec.hidden_size * (b * t + t)
 
 
-def optimizer_temporaries(tensors: list[Stepped], optimizer: str, impl: str, state_bytes: int) -> int:
-    """Peak bytes the optimizer's update holds beyond its states over `tensors` in the order it steps them
-    (optimizer_step.step_temporaries): on one GPU every parameter tensor (stepped_tensors)."""
-    return step_temporaries(optimizer, impl, state_bytes, tensors)
-
-
 @lru_cache(maxsize=64)  # a pure function of the frozen spec; the planner asks for it many times
 def stepped_tensors(spec: ModelSpec) -> list[Stepped]:
     """Every parameter tensor as torch holds and steps it (eager.torch_params), in registration order; Muon's are
@@ -408,7 +402,7 @@ def eager_terms(spec: ModelSpec, recipe: Recipe, inventory: ParamInventory, plan
         norm_act=norm_act,
         norm_temp=(a + 5 * FP32) * h * n if spec.norm == "rmsnorm" else 0,
         norm_grad=norm_grad,
-        optimizer_temp=optimizer_temporaries(stepped, recipe.optimizer, recipe.optimizer_impl, p.state),
+        optimizer_temp=step_temporaries(recipe.optimizer, recipe.optimizer_impl, p.state, stepped),
         cast_layer=cast_layer,
         cast_bias=cast_bias,
         layer_fixed=layer_fixed,

@@ -1,5 +1,5 @@
 """What an optimizer's step holds beyond its states, for any set of tensors it steps: one GPU's every parameter
-(eager.optimizer_temporaries), LoRA's adapters (eager_lora), one FSDP2 / ZeRO-1 rank's shards (parallel/fsdp2).
+(eager.eager_terms), LoRA's adapters (eager_lora), one FSDP2 / ZeRO-1 rank's shards (parallel/fsdp2).
 
 One rule per optimizer, read off torch.optim 2.13 at the hyperparameters the bill assumes (spec/recipe.py, after
 OPTIMIZERS) and measured with MemTracker on tiny Llamas (tests/measure/test_optimizers.py); `state_bytes` is a state
